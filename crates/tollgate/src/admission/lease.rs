@@ -1,0 +1,122 @@
+//! The proof of admission: owns every capacity a call holds (SPEC STYLE 2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::controller::Inner;
+use crate::call::{CallId, ScopeId};
+use crate::quota::{LimitedBy, Reservation};
+
+/// What an admission waited for and which limit bound the wait (SPEC OBS-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Admission {
+    /// From arrival until the quota reservation (queue, cooldown and
+    /// rate waits together).
+    pub quota_wait: Duration,
+    /// From the reservation until the concurrency permit.
+    pub concurrency_wait: Duration,
+    /// The request/token limits that kept it waiting, if any.
+    pub limited_by: LimitedBy,
+    /// Whether it waited for a coordinated cooldown.
+    pub cooldown: bool,
+    /// Whether it waited for a concurrency permit.
+    pub concurrency: bool,
+    /// How often a cooldown preempted it before it started (SPEC CD-3).
+    pub preemptions: u32,
+}
+
+impl Admission {
+    /// Total time spent being admitted.
+    pub fn total_wait(&self) -> Duration {
+        self.quota_wait + self.concurrency_wait
+    }
+}
+
+/// An admitted attempt.
+///
+/// The lease holds the call's concurrency permit and its quota reservation.
+/// Dropping it, or calling [`release`](Lease::release), returns the permit;
+/// the request unit stays spent (SPEC Q-9) and the reserved tokens stay
+/// counted until [`reconcile_tokens`](Lease::reconcile_tokens) settles them
+/// with the provider's reported usage (SPEC Q-5).
+#[derive(Debug)]
+#[must_use = "dropping the lease releases the admission at once"]
+pub struct Lease {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) scope: ScopeId,
+    pub(crate) reservation: Reservation,
+    pub(crate) generation: u64,
+    pub(crate) admission: Admission,
+    pub(crate) id: Option<CallId>,
+    pub(crate) permit: bool,
+    pub(crate) released: bool,
+    pub(crate) reconciled: bool,
+}
+
+impl Lease {
+    /// The scope whose quota this attempt spends.
+    pub fn scope(&self) -> ScopeId {
+        self.scope
+    }
+
+    /// The call's id, if it has one.
+    pub fn id(&self) -> Option<CallId> {
+        self.id
+    }
+
+    /// The quota taken (stamped with the lease instant).
+    pub fn reservation(&self) -> &Reservation {
+        &self.reservation
+    }
+
+    /// The scope's cooldown generation when the attempt started (SPEC CD-2).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// What the admission waited for.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Whether the lease was released.
+    pub fn is_released(&self) -> bool {
+        self.released
+    }
+
+    /// Settles the reserved tokens with the provider's count (SPEC Q-5):
+    /// `Some(n)` replaces the estimate by `n` (a refund below it, debt above
+    /// it, a full token refund for zero); `None` (unknown usage) keeps the
+    /// estimate. Only the first call per lease counts; later calls return
+    /// `false` and change nothing.
+    pub fn reconcile_tokens(&mut self, actual: Option<u64>) -> bool {
+        if self.reconciled {
+            return false;
+        }
+        self.reconciled = true;
+        if let Some(actual) = actual {
+            self.inner.reconcile(self.scope, &self.reservation, actual);
+        }
+        true
+    }
+
+    /// Returns the concurrency permit. Idempotent; also done on drop.
+    pub fn release(&mut self) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
+        self.inner.release(self.permit, self.id);
+    }
+
+    /// Resolves when the controller is closing, so the holder can stop its
+    /// work and drop the lease (SPEC LC-7).
+    pub async fn closing(&self) {
+        self.inner.shutdown.cancelled().await;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -1,0 +1,12 @@
+//! Admission: the controller, its leases and snapshots (SPEC §3).
+
+mod controller;
+mod lease;
+mod permits;
+mod queue;
+mod scope;
+mod snapshot;
+
+pub use controller::{AdmissionController, ControllerBuilder};
+pub use lease::{Admission, Lease};
+pub use snapshot::{ScopeSnapshot, Snapshot};

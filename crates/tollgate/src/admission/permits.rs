@@ -1,0 +1,363 @@
+//! A fair (FIFO) counting semaphore with an allocation-free fast path.
+//!
+//! # Implementation notes
+//!
+//! `state` packs the free permits (bits 2..), a `WAITERS` flag (bit 0) and
+//! a `CLOSED` flag (bit 1).
+//!
+//! * Taking a permit without waiting is one CAS, allowed only while
+//!   `WAITERS` is clear, so nobody overtakes a queued waiter.
+//! * Returning a permit is one CAS while `WAITERS` is clear. Once it is set,
+//!   the returner takes the waiter lock and hands the permit straight to the
+//!   first waiter (FIFO), so a released permit never lands in the free count
+//!   while someone waits.
+//! * `WAITERS` is only set or cleared with the waiter lock held. A waiter is
+//!   linked only after setting it and seeing no free permit; the list being
+//!   empty is the only reason to clear it.
+//! * A waiter that is dropped after being handed a permit gives it back
+//!   through the same path, so a permit is never lost (cancel safety).
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+
+use super::queue::WaitList;
+
+const WAITERS: usize = 1;
+const CLOSED: usize = 2;
+const ONE: usize = 4;
+
+/// The permits are closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
+
+/// Why a permit was not taken without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TryAcquire {
+    /// None free (or others wait first).
+    NoPermits,
+    /// Closed.
+    Closed,
+}
+
+#[derive(Debug, Default)]
+struct Waiter {
+    waker: Option<Waker>,
+    granted: bool,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Permits {
+    state: AtomicUsize,
+    waiters: Mutex<WaitList<Waiter>>,
+}
+
+impl Permits {
+    /// The largest supported number of permits.
+    pub(crate) const MAX: usize = usize::MAX / ONE;
+
+    pub(crate) fn new(limit: usize) -> Self {
+        let limit = limit.min(Self::MAX);
+        Permits {
+            state: AtomicUsize::new(limit * ONE),
+            waiters: Mutex::new(WaitList::new()),
+        }
+    }
+
+    /// Free permits now.
+    pub(crate) fn available(&self) -> usize {
+        self.state.load(Ordering::Acquire) / ONE
+    }
+
+    /// Calls waiting for a permit.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.lock().len()
+    }
+
+    /// Takes a permit if one is free and nobody waits.
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> Result<(), TryAcquire> {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            if s & CLOSED != 0 {
+                return Err(TryAcquire::Closed);
+            }
+            if s & WAITERS != 0 || s < ONE {
+                return Err(TryAcquire::NoPermits);
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, s - ONE, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Returns one permit: to the first waiter if any, else to the pool.
+    #[inline]
+    pub(crate) fn release(&self) {
+        let mut s = self.state.load(Ordering::Acquire);
+        while s & WAITERS == 0 {
+            match self
+                .state
+                .compare_exchange_weak(s, s + ONE, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => s = actual,
+            }
+        }
+        self.release_slow();
+    }
+
+    #[cold]
+    fn release_slow(&self) {
+        let mut list = self.waiters.lock();
+        self.hand_over(&mut list);
+    }
+
+    /// With the lock held: gives one permit to the first waiter, or to the
+    /// pool (clearing `WAITERS`) when none is left.
+    fn hand_over(&self, list: &mut WaitList<Waiter>) {
+        if let Some(key) = list.front() {
+            list.unlink(key);
+            if let Some(w) = list.get_mut(key) {
+                w.granted = true;
+                if let Some(waker) = w.waker.take() {
+                    waker.wake();
+                }
+            }
+            if list.is_empty() {
+                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            }
+            return;
+        }
+        self.state.fetch_add(ONE, Ordering::AcqRel);
+        self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+    }
+
+    /// Refuses new acquisitions and wakes every waiter with `Closed`.
+    pub(crate) fn close(&self) {
+        self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        let mut list = self.waiters.lock();
+        for key in list.keys() {
+            list.unlink(key);
+            if let Some(w) = list.get_mut(key)
+                && let Some(waker) = w.waker.take()
+            {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Waits for a permit in FIFO order.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future removes the waiter; a permit handed to it in the
+    /// meantime goes to the next waiter or back to the pool.
+    pub(crate) async fn acquire(&self) -> Result<(), Closed> {
+        let mut waiting = Waiting { permits: self, key: None };
+        poll_fn(|cx| waiting.poll(cx)).await
+    }
+}
+
+/// A registered waiter; removes itself on drop.
+struct Waiting<'a> {
+    permits: &'a Permits,
+    key: Option<usize>,
+}
+
+impl Waiting<'_> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        let permits = self.permits;
+        let mut list = permits.waiters.lock();
+        let Some(key) = self.key else {
+            // First poll: join the queue unless a permit is free right now.
+            let s = permits.state.fetch_or(WAITERS, Ordering::AcqRel);
+            if s & CLOSED != 0 {
+                if list.is_empty() {
+                    permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                }
+                return Poll::Ready(Err(Closed));
+            }
+            if list.is_empty() && s >= ONE {
+                // Nobody waits and a permit is free: take it, reopen the
+                // fast path.
+                permits.state.fetch_sub(ONE, Ordering::AcqRel);
+                permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                return Poll::Ready(Ok(()));
+            }
+            let key = list.push_back(Waiter {
+                waker: Some(cx.waker().clone()),
+                granted: false,
+            });
+            self.key = Some(key);
+            return Poll::Pending;
+        };
+        let Some(w) = list.get_mut(key) else {
+            self.key = None;
+            return Poll::Ready(Err(Closed));
+        };
+        if w.granted {
+            list.remove(key);
+            self.key = None;
+            return Poll::Ready(Ok(()));
+        }
+        if permits.state.load(Ordering::Acquire) & CLOSED != 0 {
+            list.remove(key);
+            self.key = None;
+            return Poll::Ready(Err(Closed));
+        }
+        match &w.waker {
+            Some(old) if old.will_wake(cx.waker()) => {}
+            _ => w.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let permits = self.permits;
+        let mut list = permits.waiters.lock();
+        let granted = list.get(key).is_some_and(|w| w.granted);
+        list.remove(key);
+        if granted {
+            permits.hand_over(&mut list);
+        } else if list.is_empty() {
+            permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn fast_path_counts_permits() {
+        let p = Permits::new(2);
+        assert_eq!(p.try_acquire(), Ok(()));
+        assert_eq!(p.try_acquire(), Ok(()));
+        assert_eq!(p.try_acquire(), Err(TryAcquire::NoPermits));
+        p.release();
+        assert_eq!(p.available(), 1);
+        p.close();
+        assert_eq!(p.try_acquire(), Err(TryAcquire::Closed));
+    }
+
+    // proves: POOL-3 (waiters are served in FIFO order; no barging)
+    #[tokio::test]
+    async fn waiters_are_served_in_order() {
+        let p = Arc::new(Permits::new(1));
+        p.try_acquire().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let (p, order) = (p.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                p.acquire().await.unwrap();
+                order.lock().push(i);
+                p.release();
+            }));
+            settle().await;
+        }
+        // A newcomer cannot take the permit around the queue.
+        p.release();
+        assert_eq!(p.try_acquire(), Err(TryAcquire::NoPermits));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock(), [0, 1, 2, 3, 4]);
+        assert_eq!(p.available(), 1);
+        assert_eq!(p.try_acquire(), Ok(()));
+    }
+
+    // proves: DL-7 (a cancelled waiter that was handed a permit passes it on)
+    #[tokio::test]
+    async fn cancelled_waiter_passes_its_permit_on() {
+        let p = Arc::new(Permits::new(1));
+        p.try_acquire().unwrap();
+        let p1 = p.clone();
+        let first = tokio::spawn(async move { p1.acquire().await });
+        settle().await;
+        let p2 = p.clone();
+        let second = tokio::spawn(async move { p2.acquire().await });
+        settle().await;
+        assert_eq!(p.waiting(), 2);
+        p.release(); // handed to `first`, which is cancelled before running
+        first.abort();
+        assert!(second.await.unwrap().is_ok());
+        assert_eq!(p.waiting(), 0);
+        p.release();
+        assert_eq!(p.available(), 1);
+    }
+
+    // proves: LC-7 (close wakes every waiter with an error)
+    #[tokio::test]
+    async fn close_wakes_waiters() {
+        let p = Arc::new(Permits::new(1));
+        p.try_acquire().unwrap();
+        let p1 = p.clone();
+        let w = tokio::spawn(async move { p1.acquire().await });
+        settle().await;
+        p.close();
+        assert_eq!(w.await.unwrap(), Err(Closed));
+    }
+
+    // Many threads hammering acquire/release never exceed the limit and
+    // never lose a permit.
+    #[test]
+    fn stress_never_exceeds_the_limit() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .unwrap();
+        let p = Arc::new(Permits::new(3));
+        let inside = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for _ in 0..64 {
+                let (p, inside) = (p.clone(), inside.clone());
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..500 {
+                        if i % 3 == 0 {
+                            if p.try_acquire().is_err() {
+                                continue;
+                            }
+                        } else {
+                            p.acquire().await.unwrap();
+                        }
+                        let n = inside.fetch_add(1, Ordering::SeqCst);
+                        assert!(n < 3, "limit exceeded");
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        p.release();
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(p.available(), 3);
+        assert_eq!(p.waiting(), 0);
+    }
+}

@@ -1,0 +1,71 @@
+//! A redacted view of a controller (SPEC OBS-1).
+
+use std::time::Duration;
+
+use crate::call::ScopeId;
+use crate::config::Overflow;
+use crate::quota::LimitSnapshot;
+
+/// The state of a controller at one instant. Never contains payloads,
+/// headers, keys, prompts, responses or caller identities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Whether the controller was closed.
+    pub closed: bool,
+    /// Leased (active) calls.
+    pub active: usize,
+    /// The concurrency limit, if any.
+    pub concurrency_limit: Option<u64>,
+    /// Free concurrency permits, if limited.
+    pub concurrency_available: Option<usize>,
+    /// Default waiting calls per scope.
+    pub queue_capacity: usize,
+    /// Full-queue policy.
+    pub overflow: Overflow,
+    /// Where quota is kept (`local`, …).
+    pub backend: &'static str,
+    /// One entry per quota scope.
+    pub scopes: Vec<ScopeSnapshot>,
+}
+
+/// The state of one quota scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeSnapshot {
+    /// The scope's ordinal.
+    pub id: ScopeId,
+    /// The configured name.
+    pub name: String,
+    /// Calls waiting in the queue.
+    pub queued: usize,
+    /// Producers waiting for a queue slot (overflow policy `wait`).
+    pub waiting_for_slot: usize,
+    /// The queue's capacity.
+    pub queue_capacity: usize,
+    /// Reservations granted but not yet leased (waiting for concurrency).
+    pub pending: usize,
+    /// Every limit, brought up to now.
+    pub limits: Vec<LimitSnapshot>,
+    /// Cooldowns started so far.
+    pub cooldown_generation: u64,
+    /// Time left in the running cooldown.
+    pub cooldown_remaining: Option<Duration>,
+    /// Attempts leased so far.
+    pub admitted: u64,
+    /// Attempts preempted by a cooldown so far.
+    pub preempted: u64,
+    /// Reservations refunded before their lease so far.
+    pub refunded_reservations: u64,
+}
+
+impl Snapshot {
+    /// Whether nothing is queued, pending or active: every reservation and
+    /// permit is back.
+    pub fn is_idle(&self) -> bool {
+        self.active == 0
+            && self.concurrency_available.map(|a| a as u64) == self.concurrency_limit
+            && self
+                .scopes
+                .iter()
+                .all(|s| s.queued == 0 && s.waiting_for_slot == 0 && s.pending == 0)
+    }
+}

@@ -1,0 +1,100 @@
+//! What a caller asks the controller to admit.
+
+use std::fmt;
+
+/// A caller-chosen identity for a call (SPEC ADM-6).
+///
+/// Only calls that carry an id are checked for conflicts: an id already
+/// queued or active is refused with `AdmissionError::Conflict`. Calls without
+/// one cannot collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId(pub u64);
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call-{}", self.0)
+    }
+}
+
+/// The ordinal of a quota scope inside its controller.
+///
+/// Logs, metrics and errors name scopes by this ordinal, never by the
+/// configured name or anything derived from credentials (SPEC Q-10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ScopeId(pub(crate) u32);
+
+impl ScopeId {
+    /// The first scope (the only one when none is configured).
+    pub const FIRST: ScopeId = ScopeId(0);
+
+    /// The ordinal.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ScopeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "scope#{}", self.0)
+    }
+}
+
+/// An attempt's token estimate: input plus expected output (SPEC Q-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TokenEstimate {
+    /// Tokens of the request itself.
+    pub input: u64,
+    /// Output allowance (e.g. `max_tokens`).
+    pub output: u64,
+}
+
+impl TokenEstimate {
+    /// An estimate of `input` plus `output` tokens.
+    pub const fn new(input: u64, output: u64) -> Self {
+        TokenEstimate { input, output }
+    }
+
+    /// What the attempt reserves.
+    pub const fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// One attempt to admit: its scope, its optional id and token estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Call {
+    /// Conflict-checked identity, if the caller has one.
+    pub id: Option<CallId>,
+    /// The quota scope it spends.
+    pub scope: ScopeId,
+    /// Required when the scope has a token limit.
+    pub estimate: Option<TokenEstimate>,
+}
+
+impl Call {
+    /// A call on `scope` without id or estimate.
+    pub const fn new(scope: ScopeId) -> Self {
+        Call {
+            id: None,
+            scope,
+            estimate: None,
+        }
+    }
+
+    /// Sets the id.
+    pub const fn with_id(mut self, id: CallId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Sets the token estimate.
+    pub const fn with_estimate(mut self, estimate: TokenEstimate) -> Self {
+        self.estimate = Some(estimate);
+        self
+    }
+
+    /// Sets a token estimate with no separate output part.
+    pub const fn with_tokens(self, tokens: u64) -> Self {
+        self.with_estimate(TokenEstimate::new(tokens, 0))
+    }
+}

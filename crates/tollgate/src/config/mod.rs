@@ -1,0 +1,12 @@
+//! Validated configuration (SPEC §1).
+//!
+//! Every limit is either unset (unlimited) or a positive integer; zero is an
+//! error naming the field, never a silent "unlimited" (CFG-1).
+
+mod controller;
+mod error;
+mod quota;
+
+pub use controller::{ControllerConfig, Overflow};
+pub use error::ConfigError;
+pub use quota::{Algorithm, DAY, Limit, MINUTE, ScopeConfig};

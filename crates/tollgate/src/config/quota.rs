@@ -1,0 +1,152 @@
+//! Quota scope settings (SPEC Q-1, Q-2, Q-10).
+
+use std::time::Duration;
+
+use super::error::{ConfigError, non_zero, positive};
+use crate::quota::Dimension;
+
+/// One minute, the usual provider window.
+pub const MINUTE: Duration = Duration::from_secs(60);
+/// One day.
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// How a scope counts its limits (SPEC Q-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    /// In every interval of one window the admitted amount never exceeds the
+    /// limit. Cannot draw a 429 from a provider enforcing the same limit over
+    /// the same window, whatever its own algorithm. The default.
+    #[default]
+    SlidingWindow,
+    /// Continuous refill at `limit / window`, capacity
+    /// `max(1, limit * burst / window)`; `burst` defaults to the window.
+    TokenBucket {
+        /// The burst length; `None` means one window.
+        burst: Option<Duration>,
+    },
+    /// Counters reset to the limit at each window boundary.
+    FixedWindow,
+}
+
+impl Algorithm {
+    /// The configuration name: `sliding_window`, `token_bucket`, `fixed_window`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+        }
+    }
+}
+
+/// One (dimension, amount, window) limit (SPEC Q-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Requests or tokens.
+    pub dimension: Dimension,
+    /// How many per window; must be positive.
+    pub amount: u64,
+    /// The window; must be longer than zero.
+    pub window: Duration,
+}
+
+/// A named quota scope: the calls that spend one budget (SPEC Q-10).
+///
+/// ```
+/// use tollgate::config::{Algorithm, ScopeConfig, DAY, MINUTE};
+/// let scope = ScopeConfig::new("openai-main")
+///     .requests(500, MINUTE)
+///     .requests(10_000, DAY)
+///     .tokens(200_000, MINUTE)
+///     .algorithm(Algorithm::SlidingWindow);
+/// assert_eq!(scope.limits().len(), 3);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeConfig {
+    pub(crate) name: String,
+    pub(crate) limits: Vec<Limit>,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) queue_capacity: Option<usize>,
+}
+
+impl ScopeConfig {
+    /// A scope without limits.
+    pub fn new(name: impl Into<String>) -> Self {
+        ScopeConfig {
+            name: name.into(),
+            limits: Vec::new(),
+            algorithm: Algorithm::default(),
+            queue_capacity: None,
+        }
+    }
+
+    /// Adds a request limit of `amount` per `window`.
+    pub fn requests(self, amount: u64, window: Duration) -> Self {
+        self.limit(Limit {
+            dimension: Dimension::Requests,
+            amount,
+            window,
+        })
+    }
+
+    /// Adds a token limit of `amount` per `window`.
+    pub fn tokens(self, amount: u64, window: Duration) -> Self {
+        self.limit(Limit {
+            dimension: Dimension::Tokens,
+            amount,
+            window,
+        })
+    }
+
+    /// Adds a limit.
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// Chooses the algorithm for every limit of this scope.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Overrides the controller's queue capacity for this scope.
+    pub fn queue_capacity(mut self, capacity: usize) -> Self {
+        self.queue_capacity = Some(capacity);
+        self
+    }
+
+    /// The scope's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configured limits.
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// Whether any limit counts tokens.
+    pub fn has_token_limit(&self) -> bool {
+        self.limits.iter().any(|l| l.dimension == Dimension::Tokens)
+    }
+
+    /// Checks every field (SPEC CFG-1, CFG-2).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::new("scopes[].name", "must not be empty"));
+        }
+        let at = |field: String| format!("scopes.{}.{field}", self.name);
+        for (i, limit) in self.limits.iter().enumerate() {
+            positive(&at(format!("limits[{i}].amount")), limit.amount)?;
+            non_zero(&at(format!("limits[{i}].window")), limit.window)?;
+        }
+        if let Algorithm::TokenBucket { burst: Some(b) } = self.algorithm {
+            non_zero(&at("burst".into()), b)?;
+        }
+        if self.queue_capacity == Some(0) {
+            return Err(ConfigError::new(at("queue_capacity".into()), "must be at least 1"));
+        }
+        Ok(())
+    }
+}

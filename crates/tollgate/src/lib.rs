@@ -1,0 +1,25 @@
+//! # tollgate
+//!
+//! One admission, deadline and resilience engine for calls to rate-limited
+//! LLM APIs: request and token quotas that are never exceeded, a bounded
+//! FIFO queue, concurrency limits, and one absolute deadline that bounds
+//! every phase of a call.
+//!
+//! The engine has no HTTP in it; the OpenAI wire layer, the gateway and the
+//! batch runner are thin shells over it. Rule IDs in the docs (`Q-7`, `DL-6`)
+//! refer to the project's behaviour specification.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admission;
+mod call;
+pub mod clock;
+pub mod config;
+mod deadline;
+mod error;
+pub mod quota;
+
+pub use admission::{Admission, AdmissionController, ControllerBuilder, Lease, ScopeSnapshot, Snapshot};
+pub use call::{Call, CallId, ScopeId, TokenEstimate};
+pub use deadline::{Deadline, DeadlineExceeded, Phase};
+pub use error::{AdmissionError, ExceedsLimit};

@@ -1,0 +1,145 @@
+//! `token_bucket`: continuous refill with a burst capacity (SPEC Q-2).
+//!
+//! The level is kept exactly in integer units scaled by the window length in
+//! nanoseconds: refilling for `e` nanoseconds adds `e * limit` scaled units,
+//! so `limit` units arrive per window with no rounding drift. The level may
+//! go negative (debt) and is capped at the capacity
+//! `C = max(1, limit * burst / window)`; the bucket starts full. A demand
+//! larger than `C` is admitted when the bucket is full and leaves debt.
+
+use super::Nanos;
+
+#[derive(Debug, Clone)]
+pub(crate) struct TokenBucket {
+    limit: u64,
+    window: i128,
+    capacity: u64,
+    /// Level in units × `window` nanoseconds.
+    level: i128,
+    updated: Nanos,
+}
+
+impl TokenBucket {
+    pub(crate) fn new(limit: u64, window: Nanos, burst: Nanos, now: Nanos) -> Self {
+        let window = u128::from(window.max(1));
+        let capacity = (u128::from(limit) * u128::from(burst) / window).clamp(1, u128::from(u64::MAX)) as u64;
+        // Lossless: `window` came from a u64.
+        let window = window as i128;
+        TokenBucket {
+            limit,
+            window,
+            capacity,
+            level: i128::from(capacity) * window,
+            updated: now,
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn scaled(&self, units: u64) -> i128 {
+        i128::from(units).saturating_mul(self.window)
+    }
+
+    /// Adds what flowed in since the last update.
+    #[inline]
+    pub(crate) fn refill(&mut self, now: Nanos) {
+        if now <= self.updated {
+            return;
+        }
+        let elapsed = i128::from(now - self.updated);
+        let cap = self.scaled(self.capacity);
+        self.level = self
+            .level
+            .saturating_add(elapsed.saturating_mul(i128::from(self.limit)))
+            .min(cap);
+        self.updated = now;
+    }
+
+    /// Whole units available now (negative: debt).
+    pub(crate) fn available(&self) -> i128 {
+        self.level.div_euclid(self.window)
+    }
+
+    fn need(&self, amount: u64) -> i128 {
+        self.scaled(amount.min(self.capacity))
+    }
+
+    /// Whether `amount` fits now. Nothing always fits, even in debt.
+    #[inline]
+    pub(crate) fn fits(&self, amount: u64) -> bool {
+        amount == 0 || self.level >= self.need(amount)
+    }
+
+    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Nanos {
+        let deficit = self.need(amount) - self.level;
+        if deficit <= 0 || amount == 0 {
+            return now.max(self.updated);
+        }
+        let limit = i128::from(self.limit.max(1));
+        let wait = (deficit + limit - 1) / limit;
+        self.updated
+            .saturating_add(u64::try_from(wait).unwrap_or(u64::MAX))
+            .max(now)
+    }
+
+    #[inline]
+    pub(crate) fn take(&mut self, amount: u64) {
+        self.level = self.level.saturating_sub(self.scaled(amount));
+    }
+
+    /// Returns units, never above the capacity.
+    pub(crate) fn give(&mut self, amount: u64) {
+        let cap = self.scaled(self.capacity);
+        self.level = self.level.saturating_add(self.scaled(amount)).min(cap);
+    }
+
+    pub(crate) fn reconcile(&mut self, estimate: u64, actual: u64) {
+        if actual >= estimate {
+            self.take(actual - estimate);
+        } else {
+            self.give(estimate - actual);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Nanos = 1_000_000_000;
+
+    // proves: Q-2 (token bucket: full at start, continuous refill at limit/W)
+    #[test]
+    fn starts_full_and_refills_continuously() {
+        let mut b = TokenBucket::new(60, 60 * S, 60 * S, 0);
+        assert_eq!(b.capacity(), 60);
+        b.take(60);
+        assert!(!b.fits(1));
+        assert_eq!(b.earliest(1, 0), S);
+        assert_eq!(b.earliest(3, 0), 3 * S);
+        b.refill(2_500_000_000);
+        assert_eq!(b.available(), 2);
+    }
+
+    // proves: Q-2 (capacity C = max(1, limit * burst / W))
+    #[test]
+    fn burst_sets_the_capacity() {
+        assert_eq!(TokenBucket::new(600, 60 * S, 6 * S, 0).capacity(), 60);
+        assert_eq!(TokenBucket::new(5, 60 * S, S, 0).capacity(), 1);
+    }
+
+    // proves: Q-5 (debt makes the level negative; refill pays it back)
+    #[test]
+    fn a_demand_above_capacity_leaves_debt() {
+        let mut b = TokenBucket::new(10, 10 * S, S, 0);
+        assert_eq!(b.capacity(), 1);
+        assert!(b.fits(5));
+        b.take(5);
+        assert_eq!(b.available(), -4);
+        assert_eq!(b.earliest(1, 0), 5 * S);
+        b.give(100);
+        assert_eq!(b.available(), 1);
+    }
+}

@@ -1,0 +1,131 @@
+//! One limit of a scope, whatever its algorithm.
+
+use std::time::Duration;
+
+use super::Nanos;
+use super::bucket::TokenBucket;
+use super::demand::{Dimension, Hold};
+use super::fixed::FixedWindow;
+use super::sliding::SlidingWindow;
+use crate::config::{Algorithm, Limit};
+
+#[derive(Debug, Clone)]
+enum Algo {
+    Sliding(SlidingWindow),
+    Bucket(TokenBucket),
+    Fixed(FixedWindow),
+}
+
+/// The live state of one configured [`Limit`].
+#[derive(Debug, Clone)]
+pub(crate) struct LimitState {
+    pub(crate) config: Limit,
+    algo: Algo,
+}
+
+impl LimitState {
+    pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos) -> Self {
+        let window = nanos(config.window);
+        let algo = match algorithm {
+            Algorithm::SlidingWindow => Algo::Sliding(SlidingWindow::new(config.amount, window)),
+            Algorithm::TokenBucket { burst } => Algo::Bucket(TokenBucket::new(
+                config.amount,
+                window,
+                burst.map_or(window, nanos),
+                now,
+            )),
+            Algorithm::FixedWindow => Algo::Fixed(FixedWindow::new(config.amount, window)),
+        };
+        LimitState { config, algo }
+    }
+
+    pub(crate) fn dimension(&self) -> Dimension {
+        self.config.dimension
+    }
+
+    pub(crate) fn window(&self) -> Duration {
+        self.config.window
+    }
+
+    /// Brings the state up to `now` (prune, refill or roll).
+    #[inline]
+    pub(crate) fn advance(&mut self, now: Nanos) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.prune(now),
+            Algo::Bucket(b) => b.refill(now),
+            Algo::Fixed(w) => w.roll(now),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn fits(&self, amount: u64) -> bool {
+        match &self.algo {
+            Algo::Sliding(w) => w.fits(amount),
+            Algo::Bucket(b) => b.fits(amount),
+            Algo::Fixed(w) => w.fits(amount),
+        }
+    }
+
+    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Option<Nanos> {
+        match &self.algo {
+            Algo::Sliding(w) => w.earliest(amount, now),
+            Algo::Bucket(b) => Some(b.earliest(amount, now)),
+            Algo::Fixed(w) => Some(w.earliest(amount, now)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, amount: u64, now: Nanos, hold: Hold) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.add(amount, now, hold == Hold::Pending),
+            Algo::Bucket(b) => b.take(amount),
+            Algo::Fixed(w) => w.add(amount),
+        }
+    }
+
+    pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, hold: Hold) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.refund(stamp, amount, hold == Hold::Pending),
+            Algo::Bucket(b) => b.give(amount),
+            Algo::Fixed(w) => w.refund(stamp, amount),
+        }
+    }
+
+    pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.lease(stamp, amount, now),
+            Algo::Bucket(_) => {}
+            Algo::Fixed(w) => w.lease(stamp, amount, now),
+        }
+    }
+
+    pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.reconcile(stamp, estimate, actual),
+            Algo::Bucket(b) => b.reconcile(estimate, actual),
+            Algo::Fixed(w) => w.reconcile(stamp, estimate, actual),
+        }
+    }
+
+    /// Units available now; negative while in debt.
+    pub(crate) fn available(&self) -> i128 {
+        match &self.algo {
+            Algo::Sliding(w) => i128::from(w.limit()) - i128::from(w.used()),
+            Algo::Bucket(b) => b.available(),
+            Algo::Fixed(w) => i128::from(self.config.amount) - i128::from(w.used()),
+        }
+    }
+
+    /// The most this limit ever holds available.
+    pub(crate) fn capacity(&self) -> u64 {
+        match &self.algo {
+            Algo::Bucket(b) => b.capacity(),
+            _ => self.config.amount,
+        }
+    }
+}
+
+/// A duration in nanoseconds, saturating (about 584 years).
+pub(crate) fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

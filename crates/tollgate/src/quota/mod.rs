@@ -1,0 +1,20 @@
+//! Request and token quotas (SPEC §4).
+//!
+//! A scope has any number of limits, each a (dimension, amount, window)
+//! counted by one of three algorithms; a demand takes one request unit and
+//! its estimated tokens from every limit at once, or nothing.
+
+mod bucket;
+mod demand;
+mod fixed;
+mod limit;
+mod scope;
+mod sliding;
+mod store;
+
+/// Nanoseconds since a scope's epoch: the quota arithmetic's time unit.
+pub(crate) type Nanos = u64;
+
+pub use demand::{Demand, Dimension, Hold, LimitedBy, NotUntil, Reservation};
+pub use scope::LocalQuota;
+pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -1,0 +1,174 @@
+//! All limits of one scope, reserved atomically (SPEC Q-1).
+
+use std::time::Duration;
+
+use super::Nanos;
+use super::demand::{Demand, Dimension, Hold, LimitedBy, NotUntil, Reservation};
+use super::limit::{LimitState, nanos};
+use super::store::{LimitSnapshot, QuotaStore};
+use crate::clock::Instant;
+use crate::config::{Algorithm, ScopeConfig};
+use crate::error::ExceedsLimit;
+
+/// The in-process quota arithmetic of one scope (the default store).
+///
+/// Every method takes the current instant explicitly; nothing here reads a
+/// clock or runs in the background (refill is computed on demand, SPEC Q-2).
+/// Internally instants are nanoseconds since the scope's creation.
+#[derive(Debug, Clone)]
+pub struct LocalQuota {
+    algorithm: Algorithm,
+    epoch: Instant,
+    limits: Vec<LimitState>,
+}
+
+impl LocalQuota {
+    /// The state of a freshly configured scope at `now`.
+    pub fn new(config: &ScopeConfig, now: Instant) -> Self {
+        LocalQuota {
+            algorithm: config.algorithm,
+            epoch: now,
+            limits: config
+                .limits
+                .iter()
+                .map(|l| LimitState::new(*l, config.algorithm, 0))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn since_epoch(&self, at: Instant) -> Nanos {
+        nanos(at.saturating_duration_since(self.epoch))
+    }
+
+    fn instant(&self, at: Nanos) -> Instant {
+        self.epoch
+            .checked_add(Duration::from_nanos(at))
+            .unwrap_or(self.epoch)
+    }
+
+    fn advance(&mut self, now: Nanos) {
+        for l in &mut self.limits {
+            l.advance(now);
+        }
+    }
+}
+
+impl QuotaStore for LocalQuota {
+    fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
+        for l in &self.limits {
+            let amount = demand.amount(l.dimension());
+            if amount > l.config.amount {
+                return Err(ExceedsLimit {
+                    dimension: l.dimension(),
+                    demand: amount,
+                    limit: l.config.amount,
+                    window: l.window(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Result<Reservation, NotUntil> {
+        let t = self.since_epoch(now);
+        let mut fits = true;
+        for l in &mut self.limits {
+            l.advance(t);
+            fits &= l.fits(demand.amount(l.dimension()));
+        }
+        if !fits {
+            return Err(self.not_until(demand, t));
+        }
+        for l in &mut self.limits {
+            l.add(demand.amount(l.dimension()), t, hold);
+        }
+        Ok(Reservation {
+            stamp: now,
+            demand: *demand,
+            hold,
+        })
+    }
+
+    fn lease(&mut self, reservation: &mut Reservation, now: Instant) {
+        if reservation.hold == Hold::Leased {
+            return;
+        }
+        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        self.advance(t);
+        for l in &mut self.limits {
+            l.lease(stamp, reservation.demand.amount(l.dimension()), t);
+        }
+        reservation.stamp = now;
+        reservation.hold = Hold::Leased;
+    }
+
+    fn refund(&mut self, reservation: &Reservation, now: Instant) {
+        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        self.advance(t);
+        for l in &mut self.limits {
+            l.refund(stamp, reservation.demand.amount(l.dimension()), reservation.hold);
+        }
+    }
+
+    fn refund_tokens(&mut self, reservation: &Reservation, now: Instant) {
+        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        self.advance(t);
+        for l in &mut self.limits {
+            if l.dimension() == Dimension::Tokens {
+                l.refund(stamp, reservation.demand.tokens, reservation.hold);
+            }
+        }
+    }
+
+    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant) {
+        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        self.advance(t);
+        for l in &mut self.limits {
+            if l.dimension() == Dimension::Tokens {
+                l.reconcile(stamp, reservation.demand.tokens, actual_tokens);
+            }
+        }
+    }
+
+    fn project(&self) -> Option<Box<dyn QuotaStore>> {
+        Some(Box::new(self.clone()))
+    }
+
+    fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
+        self.advance(self.since_epoch(now));
+        out.extend(self.limits.iter().map(|l| LimitSnapshot {
+            dimension: l.dimension(),
+            window: l.window(),
+            limit: l.config.amount,
+            capacity: l.capacity(),
+            available: i64::try_from(l.available()).unwrap_or(i64::MIN),
+            algorithm: self.algorithm,
+        }));
+    }
+}
+
+impl LocalQuota {
+    /// Why `demand` does not fit at `t` (the limits are brought up to `t`).
+    #[cold]
+    fn not_until(&self, demand: &Demand, t: Nanos) -> NotUntil {
+        let mut limited_by = LimitedBy::default();
+        let mut at: Option<Nanos> = None;
+        for l in &self.limits {
+            let amount = demand.amount(l.dimension());
+            if !l.fits(amount) {
+                limited_by.add(l.dimension());
+                // A known instant is still a useful lower bound when another
+                // limit waits on a pending lease: the waiter re-checks then.
+                if let Some(e) = l.earliest(amount, t) {
+                    at = Some(at.map_or(e, |a| a.max(e)));
+                }
+            }
+        }
+        NotUntil {
+            at: at.map(|a| self.instant(a)),
+            limited_by,
+        }
+    }
+}

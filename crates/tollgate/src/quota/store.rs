@@ -1,0 +1,96 @@
+//! The seam between quota arithmetic and its storage (SPEC DQ-1).
+//!
+//! The admission controller keeps the FIFO queue, the cooldown and the
+//! concurrency permits; a [`QuotaStore`] keeps the numbers of one scope and
+//! answers one question at a time, atomically: "does this demand fit now,
+//! and if not, when?". The controller calls it under the scope's lock, so an
+//! in-process store needs no locking of its own. [`LocalQuota`] is the
+//! default; a distributed store (one Lua script per operation against a
+//! shared server) implements the same operations.
+//!
+//! [`LocalQuota`]: super::LocalQuota
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::demand::{Demand, Dimension, Hold, NotUntil, Reservation};
+use super::scope::LocalQuota;
+use crate::clock::Instant;
+use crate::config::{Algorithm, ScopeConfig};
+use crate::error::ExceedsLimit;
+
+/// Quota arithmetic of one scope.
+pub trait QuotaStore: fmt::Debug + Send + 'static {
+    /// Fails when `demand` can never fit, whatever the wait (SPEC Q-3).
+    fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
+
+    /// Takes `demand` from every limit at `now`, all or nothing (SPEC Q-1).
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Result<Reservation, NotUntil>;
+
+    /// Turns a pending reservation into a leased one stamped `now`.
+    fn lease(&mut self, reservation: &mut Reservation, now: Instant);
+
+    /// Restores a reservation in full (SPEC Q-9). Called exactly once, and
+    /// only for a reservation whose attempt never started.
+    fn refund(&mut self, reservation: &Reservation, now: Instant);
+
+    /// Restores only the tokens of a started attempt (known zero usage,
+    /// SPEC Q-5): the request unit stays spent.
+    fn refund_tokens(&mut self, reservation: &Reservation, now: Instant);
+
+    /// Replaces a started attempt's token estimate by what the provider
+    /// reported (SPEC Q-5). Called at most once per reservation.
+    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant);
+
+    /// A detached copy used to project when queued demands will fit
+    /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
+    /// the controller then judges each demand on its own.
+    fn project(&self) -> Option<Box<dyn QuotaStore>>;
+
+    /// Appends one entry per limit, brought up to `now`.
+    fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>);
+}
+
+/// Opens the store of each scope.
+pub trait QuotaBackend: fmt::Debug + Send + Sync + 'static {
+    /// The store for `scope`, created at `now`.
+    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore>;
+
+    /// The backend's name, for the snapshot.
+    fn name(&self) -> &'static str;
+}
+
+/// The in-process backend (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalBackend;
+
+impl QuotaBackend for LocalBackend {
+    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore> {
+        Box::new(LocalQuota::new(scope, now))
+    }
+
+    fn name(&self) -> &'static str {
+        "local"
+    }
+}
+
+/// A shared backend.
+pub type SharedBackend = Arc<dyn QuotaBackend>;
+
+/// The state of one limit (SPEC OBS-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitSnapshot {
+    /// Requests or tokens.
+    pub dimension: Dimension,
+    /// The window.
+    pub window: Duration,
+    /// The configured amount per window.
+    pub limit: u64,
+    /// The most it can hold (the burst capacity for a token bucket).
+    pub capacity: u64,
+    /// Available now; negative while in debt.
+    pub available: i64,
+    /// The scope's algorithm.
+    pub algorithm: Algorithm,
+}

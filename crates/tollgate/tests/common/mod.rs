@@ -1,0 +1,60 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::quota::Dimension;
+use tollgate::{AdmissionController, Call, Deadline, ScopeId, Snapshot, TokenEstimate};
+
+/// Lets spawned tasks run until they block (current-thread runtime).
+pub async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A call on the first scope estimating `tokens` tokens.
+pub fn tokens(n: u64) -> Call {
+    Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(n, 0))
+}
+
+/// A call on the first scope without estimate.
+pub fn plain() -> Call {
+    Call::new(ScopeId::FIRST)
+}
+
+/// A deadline `d` from now.
+pub fn within(d: Duration) -> Deadline {
+    Deadline::from_timeout(Some(d), Instant::now())
+}
+
+/// Availability of the first limit of `dim` in the first scope.
+pub fn available(c: &AdmissionController, dim: Dimension) -> i64 {
+    available_at(&c.snapshot(), 0, dim)
+}
+
+/// Availability of the first limit of `dim` in scope number `scope`.
+pub fn available_at(s: &Snapshot, scope: usize, dim: Dimension) -> i64 {
+    s.scopes[scope]
+        .limits
+        .iter()
+        .find(|l| l.dimension == dim)
+        .map(|l| l.available)
+        .expect("no limit of that dimension")
+}
+
+/// Asserts that every reservation, queue entry and permit is back.
+#[track_caller]
+pub fn assert_idle(c: &AdmissionController) {
+    let s = c.snapshot();
+    assert!(s.is_idle(), "controller not idle: {s:#?}");
+}
+
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+pub fn ms(s: u64) -> Duration {
+    Duration::from_millis(s)
+}

@@ -1,0 +1,235 @@
+//! One deadline across admission, early verdicts and cancellation at every
+//! await point (SPEC DL-3..DL-7, Q-9, Q-11). All on paused time.
+
+mod common;
+
+use common::*;
+use tokio::time::Instant;
+use tollgate::config::{DAY, MINUTE, ScopeConfig};
+use tollgate::quota::Dimension;
+use tollgate::{AdmissionController, AdmissionError, Deadline, Phase};
+
+fn build(scope: ScopeConfig) -> AdmissionController {
+    AdmissionController::builder().scope(scope).build().unwrap()
+}
+
+// proves: DL-5 (a deadline already past fails before any wait, nothing spent)
+#[tokio::test(start_paused = true)]
+async fn past_deadline_fails_before_any_wait() {
+    let c = build(ScopeConfig::new("main").requests(5, MINUTE));
+    let err = c.acquire(&plain(), Deadline::at(Instant::now())).await.unwrap_err();
+    assert_eq!(err.phase(), Some(Phase::Queue));
+    assert_eq!(available(&c, Dimension::Requests), 5);
+    assert_idle(&c);
+}
+
+// proves: DL-3, DL-4 (a 3 s deadline with 2.8 s spent queueing leaves 0.2 s
+// for the concurrency wait, not a fresh allowance)
+#[tokio::test(start_paused = true)]
+async fn time_spent_queueing_is_not_given_back() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").requests(1, ms(2_800)))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let holder = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let err = c.acquire(&plain(), within(secs(3))).await.unwrap_err();
+    assert_eq!(err.phase(), Some(Phase::Concurrency));
+    assert_eq!(Instant::now() - t0, secs(3));
+    // The reservation it got at 2.8 s is back.
+    assert_eq!(available(&c, Dimension::Requests), 1);
+    assert_eq!(c.snapshot().scopes[0].pending, 0);
+    drop(holder);
+    assert_idle(&c);
+}
+
+// proves: Q-11 (a spent day window answers at once with the instant as a hint)
+#[tokio::test(start_paused = true)]
+async fn spent_day_window_answers_at_once() {
+    let c = build(ScopeConfig::new("main").requests(1, DAY));
+    let t0 = Instant::now();
+    let _lease = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let err = c.acquire(&plain(), within(secs(60))).await.unwrap_err();
+    assert_eq!(Instant::now(), t0);
+    assert_eq!(
+        err,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(t0 + DAY)
+        }
+    );
+    assert_eq!(c.snapshot().scopes[0].queued, 0);
+}
+
+// proves: Q-11 (max_wait bounds the wait even without a deadline)
+#[tokio::test(start_paused = true)]
+async fn max_wait_fails_early_with_quota_wait_too_long() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").requests(1, DAY))
+        .max_wait(secs(60))
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let _lease = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let err = c.acquire(&plain(), Deadline::NONE).await.unwrap_err();
+    assert!(matches!(
+        err,
+        AdmissionError::QuotaWaitTooLong { ready_at, wait, max_wait }
+            if ready_at == t0 + DAY && wait == DAY && max_wait == secs(60)
+    ));
+    assert_eq!(err.retry_at(), Some(t0 + DAY));
+}
+
+// proves: Q-11 (the early verdict counts the reservations queued ahead)
+#[tokio::test(start_paused = true)]
+async fn early_verdict_counts_the_queue_ahead() {
+    let c = build(ScopeConfig::new("main").requests(1, MINUTE));
+    let t0 = Instant::now();
+    let _a = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let c2 = c.clone();
+    let queued = tokio::spawn(async move { c2.acquire(&plain(), Deadline::NONE).await });
+    settle().await;
+    // Alone it would fit at 60 s, but the queued call takes that slot: 120 s.
+    let err = c.acquire(&plain(), within(secs(90))).await.unwrap_err();
+    assert_eq!(
+        err,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(t0 + secs(120))
+        }
+    );
+    assert_eq!(Instant::now(), t0);
+    let c3 = c.clone();
+    let fits = tokio::spawn(async move { c3.acquire(&plain(), within(secs(130))).await });
+    let _b = queued.await.unwrap().unwrap();
+    let _c = fits.await.unwrap().unwrap();
+    assert_eq!(Instant::now() - t0, secs(120));
+}
+
+// proves: DL-6 (deadline while queued behind the head: phase queue; while at
+// the head in a cooldown: phase cooldown, at once once it cannot be met)
+#[tokio::test(start_paused = true)]
+async fn deadline_phases_in_the_queue() {
+    let c = build(ScopeConfig::new("main").requests(1, MINUTE));
+    let t0 = Instant::now();
+    let _a = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let c2 = c.clone();
+    let head = tokio::spawn(async move { c2.acquire(&plain(), within(secs(100))).await });
+    settle().await;
+    let c3 = c.clone();
+    let follower = tokio::spawn(async move { c3.acquire(&plain(), within(secs(150))).await });
+    settle().await;
+    // A long cooldown begins: the head can no longer make its deadline and
+    // learns it at once; the follower waits until its own deadline.
+    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200)).unwrap();
+    let err = head.await.unwrap().unwrap_err();
+    assert_eq!(
+        err,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Cooldown,
+            retry_at: Some(t0 + secs(200))
+        }
+    );
+    assert_eq!(Instant::now(), t0);
+    let err = follower.await.unwrap().unwrap_err();
+    // The follower became head of a cooling scope and was judged at once too.
+    assert_eq!(err.phase(), Some(Phase::Cooldown));
+    assert_eq!(c.snapshot().scopes[0].queued, 0);
+}
+
+// proves: DL-6 (a waiter behind the head whose deadline passes fails in
+// phase queue, and leaves the queue)
+#[tokio::test(start_paused = true)]
+async fn deadline_behind_the_head_is_phase_queue() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").tokens(100, MINUTE))
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut big = c.acquire(&tokens(100), Deadline::NONE).await.unwrap();
+    let c2 = c.clone();
+    let head = tokio::spawn(async move { c2.acquire(&tokens(100), Deadline::NONE).await });
+    settle().await;
+    // Projected at 120 s (behind the head), within its 130 s deadline...
+    let c3 = c.clone();
+    let follower = tokio::spawn(async move { c3.acquire(&tokens(10), within(secs(130))).await });
+    settle().await;
+    // ...but then a cooldown longer than its deadline begins. The head has
+    // no deadline and keeps waiting; the follower, still behind it, runs out
+    // of time in the queue.
+    big.reconcile_tokens(Some(100));
+    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200)).unwrap();
+    let err = follower.await.unwrap().unwrap_err();
+    assert_eq!(err, AdmissionError::DeadlineExceeded { phase: Phase::Queue, retry_at: None });
+    assert_eq!(Instant::now() - t0, secs(130));
+    assert_eq!(c.snapshot().scopes[0].queued, 1);
+    head.abort();
+}
+
+// proves: DL-7, Q-9 (dropping the acquire at each await point restores
+// everything: queued, head, granted-waiting-for-concurrency, waiting for a
+// queue slot)
+#[tokio::test(start_paused = true)]
+async fn cancellation_at_each_await_point_restores_everything() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").tokens(100, MINUTE))
+        .concurrency(1)
+        .queue_capacity(2)
+        .build()
+        .unwrap();
+    let first = c.acquire(&tokens(60), Deadline::NONE).await.unwrap();
+    // Granted its tokens, then waits for the only permit.
+    let c2 = c.clone();
+    let granted = tokio::spawn(async move { c2.acquire(&tokens(30), Deadline::NONE).await });
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].pending, 1);
+    assert_eq!(available(&c, Dimension::Tokens), 10);
+    // Head waiting for rate, one queued behind it, one waiting for a slot.
+    let mut waiters = Vec::new();
+    for n in [50, 5, 5] {
+        let c = c.clone();
+        waiters.push(tokio::spawn(async move { c.acquire(&tokens(n), Deadline::NONE).await }));
+        settle().await;
+    }
+    let s = c.snapshot();
+    assert_eq!((s.scopes[0].queued, s.scopes[0].waiting_for_slot), (2, 1));
+
+    granted.abort();
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].pending, 0);
+    assert_eq!(available(&c, Dimension::Tokens), 40, "pending reservation refunded");
+    for w in waiters.drain(..).rev() {
+        w.abort();
+        settle().await;
+    }
+    let s = c.snapshot();
+    assert_eq!((s.scopes[0].queued, s.scopes[0].waiting_for_slot), (0, 0));
+    assert_eq!(available(&c, Dimension::Tokens), 40);
+    drop(first);
+    assert_idle(&c);
+    // Nothing leaked: the whole limit comes back once the window passes.
+    tokio::time::advance(MINUTE).await;
+    assert_eq!(available(&c, Dimension::Tokens), 100);
+}
+
+// proves: Q-9 (a grant made by another call's drain but never collected by
+// its cancelled waiter is refunded in full exactly once)
+#[tokio::test(start_paused = true)]
+async fn uncollected_grant_is_refunded() {
+    let c = build(ScopeConfig::new("main").tokens(100, MINUTE));
+    let mut first = c.acquire(&tokens(100), Deadline::NONE).await.unwrap();
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move { c2.acquire(&tokens(40), Deadline::NONE).await });
+    settle().await;
+    // Known zero usage refunds the tokens and grants the waiter right here...
+    first.reconcile_tokens(Some(0));
+    assert_eq!(c.snapshot().scopes[0].pending, 1);
+    // ...which is cancelled before it ever runs again.
+    waiter.abort();
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].pending, 0);
+    assert_eq!(available(&c, Dimension::Tokens), 100);
+    drop(first);
+    assert_idle(&c);
+}
