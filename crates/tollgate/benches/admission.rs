@@ -14,7 +14,10 @@ use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn uncontended(c: &mut Criterion) {
@@ -52,7 +55,10 @@ fn uncontended(c: &mut Criterion) {
     let deadline_call = call;
     group.bench_function("tollgate_lease_with_deadline", |b| {
         b.to_async(&rt).iter(|| async {
-            let deadline = Deadline::from_timeout(Some(std::time::Duration::from_secs(30)), tokio::time::Instant::now());
+            let deadline = Deadline::from_timeout(
+                Some(std::time::Duration::from_secs(30)),
+                tokio::time::Instant::now(),
+            );
             let lease = controller.acquire(&deadline_call, deadline).await.unwrap();
             black_box(&lease);
             drop(lease);

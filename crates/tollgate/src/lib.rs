@@ -19,7 +19,9 @@ mod deadline;
 mod error;
 pub mod quota;
 
-pub use admission::{Admission, AdmissionController, ControllerBuilder, Lease, ScopeSnapshot, Snapshot};
+pub use admission::{
+    Admission, AdmissionController, ControllerBuilder, Lease, ScopeSnapshot, Snapshot,
+};
 pub use call::{Call, CallId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};

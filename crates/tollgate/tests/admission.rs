@@ -78,7 +78,11 @@ async fn fifo_holds_with_a_large_head_and_small_followers() {
     }
     assert_eq!(
         *order.lock(),
-        [("large", secs(60)), ("small-1", secs(60)), ("small-2", secs(60))]
+        [
+            ("large", secs(60)),
+            ("small-1", secs(60)),
+            ("small-2", secs(60))
+        ]
     );
     drop((first, leases));
     assert_idle(&c);
@@ -97,12 +101,19 @@ async fn full_queue_with_reject_fails_at_once() {
     let mut waiting = Vec::new();
     for _ in 0..2 {
         let c = c.clone();
-        waiting.push(tokio::spawn(async move { c.acquire(&plain(), Deadline::NONE).await }));
+        waiting.push(tokio::spawn(async move {
+            c.acquire(&plain(), Deadline::NONE).await
+        }));
     }
     settle().await;
     let t = Instant::now();
     let err = c.acquire(&plain(), Deadline::NONE).await.unwrap_err();
-    assert_eq!(err, AdmissionError::QueueFull { scope: ScopeId::FIRST });
+    assert_eq!(
+        err,
+        AdmissionError::QueueFull {
+            scope: ScopeId::FIRST
+        }
+    );
     assert_eq!(Instant::now(), t);
     assert_eq!(c.snapshot().scopes[0].queued, 2);
     for w in waiting {
@@ -166,7 +177,10 @@ async fn no_permit_is_held_while_waiting_for_quota() {
 // proves: ADM-1 (quota first, then concurrency, with waits measured apart)
 #[tokio::test(start_paused = true)]
 async fn concurrency_wait_is_measured_separately() {
-    let c = AdmissionController::builder().concurrency(1).build().unwrap();
+    let c = AdmissionController::builder()
+        .concurrency(1)
+        .build()
+        .unwrap();
     let a = c.acquire(&plain(), Deadline::NONE).await.unwrap();
     let c2 = c.clone();
     let waiter = tokio::spawn(async move { c2.acquire(&plain(), Deadline::NONE).await });
@@ -187,16 +201,26 @@ async fn concurrency_wait_is_measured_separately() {
 async fn duplicate_ids_are_refused_while_queued_or_active() {
     let c = rpm(1);
     let id = CallId(7);
-    let lease = c.acquire(&plain().with_id(id), Deadline::NONE).await.unwrap();
+    let lease = c
+        .acquire(&plain().with_id(id), Deadline::NONE)
+        .await
+        .unwrap();
     assert_eq!(
-        c.acquire(&plain().with_id(id), Deadline::NONE).await.unwrap_err(),
+        c.acquire(&plain().with_id(id), Deadline::NONE)
+            .await
+            .unwrap_err(),
         AdmissionError::Conflict(id)
     );
     let c2 = c.clone();
-    let queued = tokio::spawn(async move { c2.acquire(&plain().with_id(CallId(8)), Deadline::NONE).await });
+    let queued = tokio::spawn(async move {
+        c2.acquire(&plain().with_id(CallId(8)), Deadline::NONE)
+            .await
+    });
     settle().await;
     assert_eq!(
-        c.acquire(&plain().with_id(CallId(8)), Deadline::NONE).await.unwrap_err(),
+        c.acquire(&plain().with_id(CallId(8)), Deadline::NONE)
+            .await
+            .unwrap_err(),
         AdmissionError::Conflict(CallId(8))
     );
     queued.abort();
@@ -222,10 +246,17 @@ async fn token_limits_need_a_fitting_estimate() {
         .build()
         .unwrap();
     let err = c.acquire(&plain(), Deadline::NONE).await.unwrap_err();
-    assert_eq!(err, AdmissionError::TokenEstimateRequired { scope: ScopeId::FIRST });
+    assert_eq!(
+        err,
+        AdmissionError::TokenEstimateRequired {
+            scope: ScopeId::FIRST
+        }
+    );
     assert!(err.is_configuration());
     let err = c.acquire(&tokens(1_001), Deadline::NONE).await.unwrap_err();
-    assert!(matches!(err, AdmissionError::EstimateExceedsLimit(e) if e.demand == 1_001 && e.limit == 1_000));
+    assert!(
+        matches!(err, AdmissionError::EstimateExceedsLimit(e) if e.demand == 1_001 && e.limit == 1_000)
+    );
     assert!(err.is_configuration());
     assert_eq!(available(&c, Dimension::Tokens), 1_000);
 }
@@ -250,11 +281,17 @@ async fn close_with_queued_and_active_calls() {
     c.close().await;
     assert_eq!(queued.await.unwrap().unwrap_err(), AdmissionError::Closed);
     holder.await.unwrap();
-    assert_eq!(c.acquire(&plain(), Deadline::NONE).await.unwrap_err(), AdmissionError::Closed);
+    assert_eq!(
+        c.acquire(&plain(), Deadline::NONE).await.unwrap_err(),
+        AdmissionError::Closed
+    );
     c.close().await;
     let s = c.snapshot();
     assert!(s.closed);
-    assert_eq!((s.active, s.scopes[0].queued, s.scopes[0].pending), (0, 0, 0));
+    assert_eq!(
+        (s.active, s.scopes[0].queued, s.scopes[0].pending),
+        (0, 0, 0)
+    );
 }
 
 // proves: LC-7 (closing an empty controller is a no-op)
@@ -271,7 +308,11 @@ async fn close_when_empty_returns_at_once() {
 #[tokio::test(start_paused = true)]
 async fn snapshot_reports_every_population() {
     let c = AdmissionController::builder()
-        .scope(ScopeConfig::new("a").requests(3, MINUTE).tokens(500, MINUTE))
+        .scope(
+            ScopeConfig::new("a")
+                .requests(3, MINUTE)
+                .tokens(500, MINUTE),
+        )
         .scope(ScopeConfig::new("b"))
         .concurrency(8)
         .queue_capacity(16)
@@ -290,4 +331,37 @@ async fn snapshot_reports_every_population() {
     assert_eq!(available_at(&s, 0, Dimension::Tokens), 380);
     assert!(s.scopes[1].limits.is_empty());
     assert!(!s.closed);
+}
+
+// proves: ADM-4, ADM-1 (permits are handed out in the order reservations
+// were granted, however the waiting tasks happen to be scheduled)
+#[tokio::test(start_paused = true)]
+async fn permits_follow_the_order_of_reservations() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").tokens(100, MINUTE))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let mut holder = c.acquire(&tokens(100), Deadline::NONE).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for name in ["first", "second", "third"] {
+        let (c, order) = (c.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = c.acquire(&tokens(10), Deadline::NONE).await.unwrap();
+            order.lock().push(name);
+            drop(lease);
+        }));
+        settle().await;
+    }
+    // All three are granted their tokens in one step, in queue order, and
+    // line up for the single permit in that order.
+    holder.reconcile_tokens(Some(0));
+    assert_eq!(c.snapshot().scopes[0].pending, 3);
+    drop(holder);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock(), ["first", "second", "third"]);
+    assert_idle(&c);
 }

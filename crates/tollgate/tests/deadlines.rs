@@ -17,7 +17,10 @@ fn build(scope: ScopeConfig) -> AdmissionController {
 #[tokio::test(start_paused = true)]
 async fn past_deadline_fails_before_any_wait() {
     let c = build(ScopeConfig::new("main").requests(5, MINUTE));
-    let err = c.acquire(&plain(), Deadline::at(Instant::now())).await.unwrap_err();
+    let err = c
+        .acquire(&plain(), Deadline::at(Instant::now()))
+        .await
+        .unwrap_err();
     assert_eq!(err.phase(), Some(Phase::Queue));
     assert_eq!(available(&c, Dimension::Requests), 5);
     assert_idle(&c);
@@ -122,7 +125,8 @@ async fn deadline_phases_in_the_queue() {
     settle().await;
     // A long cooldown begins: the head can no longer make its deadline and
     // learns it at once; the follower waits until its own deadline.
-    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200)).unwrap();
+    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200))
+        .unwrap();
     let err = head.await.unwrap().unwrap_err();
     assert_eq!(
         err,
@@ -159,9 +163,16 @@ async fn deadline_behind_the_head_is_phase_queue() {
     // no deadline and keeps waiting; the follower, still behind it, runs out
     // of time in the queue.
     big.reconcile_tokens(Some(100));
-    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200)).unwrap();
+    c.start_cooldown(tollgate::ScopeId::FIRST, secs(200))
+        .unwrap();
     let err = follower.await.unwrap().unwrap_err();
-    assert_eq!(err, AdmissionError::DeadlineExceeded { phase: Phase::Queue, retry_at: None });
+    assert_eq!(
+        err,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Queue,
+            retry_at: None
+        }
+    );
     assert_eq!(Instant::now() - t0, secs(130));
     assert_eq!(c.snapshot().scopes[0].queued, 1);
     head.abort();
@@ -189,7 +200,9 @@ async fn cancellation_at_each_await_point_restores_everything() {
     let mut waiters = Vec::new();
     for n in [50, 5, 5] {
         let c = c.clone();
-        waiters.push(tokio::spawn(async move { c.acquire(&tokens(n), Deadline::NONE).await }));
+        waiters.push(tokio::spawn(async move {
+            c.acquire(&tokens(n), Deadline::NONE).await
+        }));
         settle().await;
     }
     let s = c.snapshot();
@@ -198,7 +211,11 @@ async fn cancellation_at_each_await_point_restores_everything() {
     granted.abort();
     settle().await;
     assert_eq!(c.snapshot().scopes[0].pending, 0);
-    assert_eq!(available(&c, Dimension::Tokens), 40, "pending reservation refunded");
+    assert_eq!(
+        available(&c, Dimension::Tokens),
+        40,
+        "pending reservation refunded"
+    );
     for w in waiters.drain(..).rev() {
         w.abort();
         settle().await;

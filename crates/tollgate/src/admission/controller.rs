@@ -1,28 +1,25 @@
 //! The admission controller (SPEC §3): quota, FIFO, concurrency, deadlines.
 
 use std::collections::HashSet;
-use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
+use super::acquire::{Acquire, Admitted, SlowAcquire};
 use super::lease::{Admission, Lease};
 use super::permits::{Permits, TryAcquire};
-use super::scope::{Grant, Scope, Waiter};
+use super::scope::{Grant, Outcome, PermitSlot, Scope, Waiter};
 use super::snapshot::{ScopeSnapshot, Snapshot};
 use crate::call::{Call, CallId, ScopeId};
 use crate::clock::{Instant, SharedClock, TokioClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
 use crate::deadline::{Deadline, Phase, far_future};
 use crate::error::AdmissionError;
-use crate::quota::{Demand, Hold, LimitedBy, LocalBackend, Reservation, SharedBackend};
+use crate::quota::{Demand, Hold, LocalBackend, Reservation, SharedBackend};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
 /// reservation, a concurrency limit, one deadline (SPEC ADM-1).
@@ -57,7 +54,7 @@ pub struct AdmissionController {
 pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
     pub(crate) scopes: Box<[Scope]>,
-    concurrency: Option<Permits>,
+    pub(crate) concurrency: Option<Arc<Permits>>,
     concurrency_limit: Option<u64>,
     queue_capacity: usize,
     overflow: Overflow,
@@ -142,6 +139,9 @@ impl ControllerBuilder {
         let clock = clock.unwrap_or_else(|| Arc::new(TokioClock));
         let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
         let now = clock.now();
+        let permits = config
+            .concurrency
+            .map(|c| Arc::new(Permits::new(usize::try_from(c).unwrap_or(usize::MAX))));
         let scopes = config
             .scopes
             .iter()
@@ -149,17 +149,14 @@ impl ControllerBuilder {
             .map(|(i, s)| {
                 let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
                 let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
-                Scope::new(id, s, capacity, backend.open(s, now))
+                Scope::new(id, s, capacity, backend.open(s, now), permits.clone())
             })
             .collect();
-        let permits = config
-            .concurrency
-            .map(|c| usize::try_from(c).unwrap_or(usize::MAX).min(Permits::MAX));
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
                 scopes,
-                concurrency: permits.map(Permits::new),
+                concurrency: permits,
                 concurrency_limit: config.concurrency,
                 queue_capacity: config.queue_capacity,
                 overflow: config.overflow,
@@ -176,11 +173,11 @@ impl ControllerBuilder {
 }
 
 /// How an arrival entered its scope.
-enum Entered {
+pub(crate) enum Entered {
     /// Reserved and permitted in one step: the fast path.
     Leased(Grant),
-    /// Reserved; still needs a concurrency permit.
-    Granted(Grant),
+    /// Reserved; queued for a concurrency permit.
+    Granted(Grant, PermitSlot),
     /// Linked into the queue under this key.
     Queued(usize),
 }
@@ -198,7 +195,11 @@ impl AdmissionController {
 
     /// The ordinal of the scope called `name`.
     pub fn scope_id(&self, name: &str) -> Option<ScopeId> {
-        self.inner.scopes.iter().find(|s| &*s.name == name).map(|s| s.id)
+        self.inner
+            .scopes
+            .iter()
+            .find(|s| &*s.name == name)
+            .map(|s| s.id)
     }
 
     /// The controller's clock.
@@ -208,7 +209,10 @@ impl AdmissionController {
 
     /// Whether `call`'s scope needs a token estimate.
     pub fn needs_estimate(&self, scope: ScopeId) -> bool {
-        self.inner.scopes.get(scope.index()).is_some_and(|s| s.needs_estimate)
+        self.inner
+            .scopes
+            .get(scope.index())
+            .is_some_and(|s| s.needs_estimate)
     }
 
     /// Admits one attempt of `call` before `deadline` (SPEC ADM-1):
@@ -222,11 +226,21 @@ impl AdmissionController {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the returned future at any await point leaves nothing
+    /// Dropping the returned [`Acquire`] future at any point leaves nothing
     /// behind: its queue entry is removed (the next call becomes head if it
     /// was the head), a reservation it had been granted is refunded in full
     /// exactly once, and no permit is held.
-    pub async fn acquire(&self, call: &Call, deadline: Deadline) -> Result<Lease, AdmissionError> {
+    pub fn acquire(&self, call: &Call, deadline: Deadline) -> Acquire<'_> {
+        Acquire::new(self, *call, deadline)
+    }
+
+    /// The first step of an admission: validation and the fast path.
+    /// `Ok(Err(slow))`: the call must wait.
+    pub(crate) fn start(
+        &self,
+        call: &Call,
+        deadline: Deadline,
+    ) -> Result<Result<Lease, SlowAcquire<'_>>, AdmissionError> {
         let inner = &*self.inner;
         let scope = inner
             .scopes
@@ -237,79 +251,41 @@ impl AdmissionController {
         }
         let demand = match call.estimate {
             Some(e) => Demand::new(e.total()),
-            None if scope.needs_estimate => return Err(AdmissionError::TokenEstimateRequired { scope: scope.id }),
+            None if scope.needs_estimate => {
+                return Err(AdmissionError::TokenEstimateRequired { scope: scope.id });
+            }
             None => Demand::new(0),
         };
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
         let mut id = IdGuard::register(inner, call.id)?;
-        let entered = inner.enter(scope, &demand, deadline, arrived)?;
+        let mut admission = Admission::default();
+        let entered = inner.enter(scope, &demand, deadline, arrived, &mut admission.ticket)?;
         if let Entered::Leased(grant) = entered {
             // The fast path: no queue, no wait, no timer.
-            return Ok(inner.lease(self, scope, grant, Admission::default(), id.disarm()));
+            return Ok(Ok(inner.lease(self, scope, grant, admission, id.disarm())));
         }
-        self.acquire_slow(scope, demand, deadline, arrived, entered, id).await
+        Ok(Err(SlowAcquire::new(
+            inner,
+            scope,
+            demand,
+            deadline,
+            arrived,
+            entered,
+            id.disarm(),
+            admission,
+        )))
     }
 
-    /// Everything that may wait: the queue, the concurrency permit, and a
-    /// re-entry after a preemption.
-    async fn acquire_slow(
-        &self,
-        scope: &Scope,
-        demand: Demand,
-        deadline: Deadline,
-        arrived: Instant,
-        mut entered: Entered,
-        mut id: IdGuard<'_>,
-    ) -> Result<Lease, AdmissionError> {
-        let inner = &*self.inner;
-        let mut admission = Admission::default();
-        let sleep = tokio::time::sleep_until(far_future(arrived));
-        tokio::pin!(sleep);
-        loop {
-            let grant = match entered {
-                Entered::Leased(grant) => {
-                    admission.quota_wait = inner.clock.now() - arrived;
-                    return Ok(inner.lease(self, scope, grant, admission, id.disarm()));
-                }
-                Entered::Granted(grant) => grant,
-                Entered::Queued(key) => {
-                    let queued = QueueWait {
-                        inner,
-                        scope,
-                        key: Some(key),
-                        armed: None,
-                    };
-                    let (grant, limited_by, cooldown) = queued.wait(deadline, sleep.as_mut()).await?;
-                    admission.limited_by = admission.limited_by.union(limited_by);
-                    admission.cooldown |= cooldown;
-                    grant
-                }
-            };
-            let granted_at = inner.clock.now();
-            admission.quota_wait = granted_at - arrived;
-            let mut pending = PendingGuard {
-                inner,
-                scope,
-                grant: Some(grant),
-            };
-            let waited = inner.wait_permit(deadline, sleep.as_mut()).await?;
-            admission.concurrency |= waited;
-            let Some(grant) = pending.grant.take() else {
-                return Err(AdmissionError::Closed);
-            };
-            let leased_at = inner.clock.now();
-            admission.concurrency_wait += leased_at - granted_at;
-            match inner.finish(scope, grant, leased_at)? {
-                Some(grant) => return Ok(inner.lease(self, scope, grant, admission, id.disarm())),
-                None => {
-                    // Preempted by a cooldown (SPEC CD-3): back to the tail.
-                    admission.preemptions += 1;
-                    admission.cooldown = true;
-                    entered = inner.enter(scope, &demand, deadline, leased_at)?;
-                }
-            }
-        }
+    /// Turns a finished wait into a lease.
+    pub(crate) fn admit(&self, slow: &SlowAcquire<'_>, admitted: Admitted) -> Lease {
+        self.inner.lease(
+            self,
+            slow.scope(),
+            admitted.grant,
+            admitted.admission,
+            admitted.id,
+        )
     }
 
     /// Starts a cooldown of `scope` lasting `duration` unless one already
@@ -354,10 +330,8 @@ impl AdmissionController {
                 for key in st.queue.keys() {
                     st.queue.unlink(key);
                     if let Some(w) = st.queue.get_mut(key) {
-                        w.outcome = Some(Err(AdmissionError::Closed));
-                        if let Some(waker) = w.waker.take() {
-                            waker.wake();
-                        }
+                        w.outcome = Outcome::Closed;
+                        w.wake();
                     }
                 }
                 st.ready_at = None;
@@ -416,7 +390,7 @@ impl AdmissionController {
             closed: inner.closed.load(Ordering::Acquire),
             active: inner.active.load(Ordering::Acquire),
             concurrency_limit: inner.concurrency_limit,
-            concurrency_available: inner.concurrency.as_ref().map(Permits::available),
+            concurrency_available: inner.concurrency.as_deref().map(Permits::available),
             queue_capacity: inner.queue_capacity,
             overflow: inner.overflow,
             backend: inner.backend,
@@ -445,7 +419,7 @@ impl Inner {
     }
 
     /// Checks a wait against the deadline and `max_wait` (SPEC Q-11).
-    fn verdict(
+    pub(crate) fn verdict(
         &self,
         at: Instant,
         now: Instant,
@@ -477,28 +451,56 @@ impl Inner {
 
     /// Validates the demand and either reserves at once (empty queue) or
     /// links the call at the tail of its scope's queue.
-    fn enter(&self, scope: &Scope, demand: &Demand, deadline: Deadline, now: Instant) -> Result<Entered, AdmissionError> {
+    pub(crate) fn enter(
+        &self,
+        scope: &Scope,
+        demand: &Demand,
+        deadline: Deadline,
+        now: Instant,
+        ticket: &mut u64,
+    ) -> Result<Entered, AdmissionError> {
         let mut guard = scope.state.lock();
         let st = &mut *guard;
         if st.closed {
             return Err(AdmissionError::Closed);
         }
+        *ticket = st.tickets;
+        st.tickets += 1;
         let cooling = st.cooldown.active(now);
         if st.queue.is_empty() && cooling.is_none() {
             let permit = self.try_permit()?;
             let hold = if permit { Hold::Leased } else { Hold::Pending };
             match st.store.try_reserve(demand, now, hold) {
                 Ok(reservation) => {
-                    let grant = Grant {
+                    let mut grant = Grant {
                         reservation,
                         generation: st.cooldown.generation,
+                        order: st.grants,
                     };
+                    st.grants += 1;
                     if permit {
                         st.counters.admitted += 1;
                         return Ok(Entered::Leased(grant));
                     }
-                    st.pending += 1;
-                    return Ok(Entered::Granted(grant));
+                    // Take a place in the permit queue under the scope lock,
+                    // so permits follow the order of reservations (ADM-4).
+                    let registered = self.concurrency.as_ref().map(|p| p.register());
+                    match registered {
+                        Some(Ok(Some(key))) => {
+                            st.pending += 1;
+                            return Ok(Entered::Granted(grant, PermitSlot::queued(key)));
+                        }
+                        Some(Err(_)) => {
+                            st.store.refund(&grant.reservation, now);
+                            return Err(AdmissionError::Closed);
+                        }
+                        // A permit freed up meanwhile: start now.
+                        None | Some(Ok(None)) => {
+                            st.store.lease(&mut grant.reservation, now);
+                            st.counters.admitted += 1;
+                            return Ok(Entered::Leased(grant));
+                        }
+                    }
                 }
                 Err(not_until) => {
                     if permit {
@@ -511,7 +513,10 @@ impl Inner {
                     }
                     let mut waiter = Waiter::new(*demand);
                     waiter.limited_by = not_until.limited_by;
-                    let key = st.queue.push_back(waiter);
+                    let key = st
+                        .queue
+                        .push_back(waiter)
+                        .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
                     st.ready_at = not_until.at;
                     return Ok(Entered::Queued(key));
                 }
@@ -529,48 +534,24 @@ impl Inner {
             st.invalidate_projection();
             return Err(e);
         }
-        let key = st.queue.push_back(Waiter::new(*demand));
+        let key = st
+            .queue
+            .push_back(Waiter::new(*demand))
+            .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
         if st.queue.front() == Some(key) {
             st.drain(now);
         }
         Ok(Entered::Queued(key))
     }
 
-    /// Waits for a concurrency permit under the deadline. Returns whether it
-    /// had to wait.
-    async fn wait_permit(&self, deadline: Deadline, mut sleep: Pin<&mut Sleep>) -> Result<bool, AdmissionError> {
-        let Some(permits) = &self.concurrency else {
-            return Ok(false);
-        };
-        match permits.try_acquire() {
-            Ok(()) => return Ok(false),
-            Err(TryAcquire::Closed) => return Err(AdmissionError::Closed),
-            Err(TryAcquire::NoPermits) => {}
-        }
-        deadline.check(self.clock.now(), Phase::Concurrency)?;
-        let acquire = permits.acquire();
-        tokio::pin!(acquire);
-        if let Some(d) = deadline.instant() {
-            sleep.as_mut().reset(d);
-        }
-        poll_fn(|cx| {
-            if let Poll::Ready(r) = acquire.as_mut().poll(cx) {
-                return Poll::Ready(r.map(|()| true).map_err(|_| AdmissionError::Closed));
-            }
-            if deadline.instant().is_some() && sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
-                    phase: Phase::Concurrency,
-                    retry_at: None,
-                }));
-            }
-            Poll::Pending
-        })
-        .await
-    }
-
     /// The final start check (SPEC CD-3) and the lease of the reservation.
     /// `Ok(None)`: preempted by a cooldown, the reservation refunded.
-    fn finish(&self, scope: &Scope, mut grant: Grant, now: Instant) -> Result<Option<Grant>, AdmissionError> {
+    pub(crate) fn finish(
+        &self,
+        scope: &Scope,
+        mut grant: Grant,
+        now: Instant,
+    ) -> Result<Option<Grant>, AdmissionError> {
         let mut guard = scope.state.lock();
         let st = &mut *guard;
         if st.closed {
@@ -604,6 +585,8 @@ impl Inner {
         admission: Admission,
         id: Option<CallId>,
     ) -> Lease {
+        let mut admission = admission;
+        admission.grant_order = grant.order;
         self.active.fetch_add(1, Ordering::AcqRel);
         Lease {
             inner: Arc::clone(&controller.inner),
@@ -633,7 +616,7 @@ impl Inner {
     }
 
     #[cold]
-    fn forget_id(&self, id: CallId) {
+    pub(crate) fn forget_id(&self, id: CallId) {
         self.ids.lock().remove(&id);
     }
 
@@ -691,127 +674,6 @@ impl Drop for IdGuard<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
             self.inner.forget_id(id);
-        }
-    }
-}
-
-/// A granted reservation not yet leased: refunded if dropped (SPEC Q-9).
-struct PendingGuard<'a> {
-    inner: &'a Inner,
-    scope: &'a Scope,
-    grant: Option<Grant>,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(grant) = self.grant.take() {
-            let now = self.inner.clock.now();
-            self.scope.state.lock().refund_pending(&grant, now);
-        }
-    }
-}
-
-/// A call waiting in its scope's queue. Dropping it removes the entry.
-struct QueueWait<'a> {
-    inner: &'a Inner,
-    scope: &'a Scope,
-    key: Option<usize>,
-    /// The instant the shared timer is armed for.
-    armed: Option<Instant>,
-}
-
-type Granted = (Grant, LimitedBy, bool);
-
-impl QueueWait<'_> {
-    async fn wait(mut self, deadline: Deadline, mut sleep: Pin<&mut Sleep>) -> Result<Granted, AdmissionError> {
-        poll_fn(|cx| self.poll_grant(cx, deadline, sleep.as_mut())).await
-    }
-
-    fn poll_grant(
-        &mut self,
-        cx: &mut Context<'_>,
-        deadline: Deadline,
-        mut sleep: Pin<&mut Sleep>,
-    ) -> Poll<Result<Granted, AdmissionError>> {
-        let Some(key) = self.key else {
-            return Poll::Ready(Err(AdmissionError::Closed));
-        };
-        loop {
-            let now = self.inner.clock.now();
-            let mut guard = self.scope.state.lock();
-            let st = &mut *guard;
-            let Some(w) = st.queue.get_mut(key) else {
-                self.key = None;
-                return Poll::Ready(Err(AdmissionError::Closed));
-            };
-            if let Some(outcome) = w.outcome.take() {
-                let (limited_by, cooldown) = (w.limited_by, w.waited_for_cooldown);
-                st.queue.remove(key);
-                self.key = None;
-                return Poll::Ready(outcome.map(|g| (g, limited_by, cooldown)));
-            }
-            let is_head = st.queue.front() == Some(key);
-            let mut phase = Phase::Queue;
-            let mut wake_at = deadline.instant();
-            if is_head {
-                let cooling = st.cooldown.active(now);
-                phase = if cooling.is_some() { Phase::Cooldown } else { Phase::Rate };
-                if let Some(t) = st.ready_at {
-                    if t <= now {
-                        st.drain(now);
-                        continue;
-                    }
-                    if let Err(e) = self.inner.verdict(t, now, deadline, cooling) {
-                        st.abandon(key, now);
-                        self.key = None;
-                        return Poll::Ready(Err(e));
-                    }
-                    wake_at = Some(wake_at.map_or(t, |d| d.min(t)));
-                }
-                let ready_at = st.ready_at;
-                if let Some(w) = st.queue.get_mut(key) {
-                    w.armed = ready_at;
-                }
-            }
-            if let Some(w) = st.queue.get_mut(key) {
-                match &w.waker {
-                    Some(old) if old.will_wake(cx.waker()) => {}
-                    _ => w.waker = Some(cx.waker().clone()),
-                }
-            }
-            drop(guard);
-            let Some(at) = wake_at else {
-                return Poll::Pending;
-            };
-            if self.armed != Some(at) {
-                sleep.as_mut().reset(at);
-                self.armed = Some(at);
-            }
-            if sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.armed = None;
-            let now = self.inner.clock.now();
-            if deadline.is_expired(now) {
-                let mut st = self.scope.state.lock();
-                // A grant that landed first wins over the deadline (LC-6).
-                if st.queue.get(key).is_some_and(|w| w.outcome.is_some()) {
-                    continue;
-                }
-                let retry_at = if is_head { st.ready_at } else { None };
-                st.abandon(key, now);
-                self.key = None;
-                return Poll::Ready(Err(AdmissionError::DeadlineExceeded { phase, retry_at }));
-            }
-        }
-    }
-}
-
-impl Drop for QueueWait<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let now = self.inner.clock.now();
-            self.scope.state.lock().abandon(key, now);
         }
     }
 }

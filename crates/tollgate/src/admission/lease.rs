@@ -23,6 +23,12 @@ pub struct Admission {
     pub concurrency: bool,
     /// How often a cooldown preempted it before it started (SPEC CD-3).
     pub preemptions: u32,
+    /// Its place in its scope's arrival order (the last entry, after a
+    /// preemption).
+    pub ticket: u64,
+    /// Its place in its scope's order of quota grants. FIFO (SPEC ADM-4)
+    /// means grant order follows ticket order.
+    pub grant_order: u64,
 }
 
 impl Admission {

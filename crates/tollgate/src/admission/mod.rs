@@ -1,5 +1,6 @@
 //! Admission: the controller, its leases and snapshots (SPEC §3).
 
+mod acquire;
 mod controller;
 mod lease;
 mod permits;
@@ -7,6 +8,7 @@ mod queue;
 mod scope;
 mod snapshot;
 
+pub use acquire::Acquire;
 pub use controller::{AdmissionController, ControllerBuilder};
 pub use lease::{Admission, Lease};
 pub use snapshot::{ScopeSnapshot, Snapshot};

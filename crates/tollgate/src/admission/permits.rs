@@ -17,7 +17,6 @@
 //! * A waiter that is dropped after being handed a permit gives it back
 //!   through the same path, so a permit is never lost (cancel safety).
 
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
@@ -161,57 +160,101 @@ impl Permits {
     ///
     /// Dropping the future removes the waiter; a permit handed to it in the
     /// meantime goes to the next waiter or back to the pool.
+    #[cfg(test)]
     pub(crate) async fn acquire(&self) -> Result<(), Closed> {
-        let mut waiting = Waiting { permits: self, key: None };
-        poll_fn(|cx| waiting.poll(cx)).await
+        struct Waiting<'a>(&'a Permits, Option<usize>);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if let Some(key) = self.1.take() {
+                    self.0.cancel(key);
+                }
+            }
+        }
+        let mut waiting = Waiting(self, None);
+        std::future::poll_fn(|cx| waiting.0.poll_acquire(cx, &mut waiting.1)).await
     }
-}
 
-/// A registered waiter; removes itself on drop.
-struct Waiting<'a> {
-    permits: &'a Permits,
-    key: Option<usize>,
-}
+    /// Takes a free permit, or joins the queue without a waker yet (the
+    /// first [`poll_acquire`](Self::poll_acquire) adds it). `Ok(None)`: a
+    /// permit is now held; `Ok(Some(key))`: queued under `key`. Lets a caller
+    /// fix its place in line while holding a lock of its own.
+    pub(crate) fn register(&self) -> Result<Option<usize>, Closed> {
+        let mut list = self.waiters.lock();
+        let s = self.state.fetch_or(WAITERS, Ordering::AcqRel);
+        if s & CLOSED != 0 {
+            if list.is_empty() {
+                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            }
+            return Err(Closed);
+        }
+        if list.is_empty() && s >= ONE {
+            self.state.fetch_sub(ONE, Ordering::AcqRel);
+            self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            return Ok(None);
+        }
+        match list.push_back(Waiter::default()) {
+            Ok(key) => Ok(Some(key)),
+            Err(_) => {
+                if list.is_empty() {
+                    self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                }
+                Err(Closed)
+            }
+        }
+    }
 
-impl Waiting<'_> {
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
-        let permits = self.permits;
-        let mut list = permits.waiters.lock();
-        let Some(key) = self.key else {
+    /// Polls for a permit in FIFO order. `key` starts as `None`; while it
+    /// is `Some` the caller is queued and must call [`cancel`](Self::cancel)
+    /// if it gives up. It is `None` again once this returns `Ready`.
+    pub(crate) fn poll_acquire(
+        &self,
+        cx: &mut Context<'_>,
+        key: &mut Option<usize>,
+    ) -> Poll<Result<(), Closed>> {
+        let mut list = self.waiters.lock();
+        let Some(k) = *key else {
             // First poll: join the queue unless a permit is free right now.
-            let s = permits.state.fetch_or(WAITERS, Ordering::AcqRel);
+            let s = self.state.fetch_or(WAITERS, Ordering::AcqRel);
             if s & CLOSED != 0 {
                 if list.is_empty() {
-                    permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                    self.state.fetch_and(!WAITERS, Ordering::AcqRel);
                 }
                 return Poll::Ready(Err(Closed));
             }
             if list.is_empty() && s >= ONE {
-                // Nobody waits and a permit is free: take it, reopen the
+                // Nobody waits and a permit is free: take it and reopen the
                 // fast path.
-                permits.state.fetch_sub(ONE, Ordering::AcqRel);
-                permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                self.state.fetch_sub(ONE, Ordering::AcqRel);
+                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
                 return Poll::Ready(Ok(()));
             }
-            let key = list.push_back(Waiter {
+            match list.push_back(Waiter {
                 waker: Some(cx.waker().clone()),
                 granted: false,
-            });
-            self.key = Some(key);
+            }) {
+                Ok(k) => *key = Some(k),
+                // Four billion waiters: refuse rather than lose track.
+                Err(_) => {
+                    if list.is_empty() {
+                        self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                    }
+                    return Poll::Ready(Err(Closed));
+                }
+            }
             return Poll::Pending;
         };
-        let Some(w) = list.get_mut(key) else {
-            self.key = None;
+        let Some(w) = list.get_mut(k) else {
+            *key = None;
             return Poll::Ready(Err(Closed));
         };
         if w.granted {
-            list.remove(key);
-            self.key = None;
+            list.remove(k);
+            *key = None;
             return Poll::Ready(Ok(()));
         }
-        if permits.state.load(Ordering::Acquire) & CLOSED != 0 {
-            list.remove(key);
-            self.key = None;
+        if self.state.load(Ordering::Acquire) & CLOSED != 0 {
+            list.remove(k);
+            *key = None;
             return Poll::Ready(Err(Closed));
         }
         match &w.waker {
@@ -220,21 +263,17 @@ impl Waiting<'_> {
         }
         Poll::Pending
     }
-}
 
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let Some(key) = self.key.take() else {
-            return;
-        };
-        let permits = self.permits;
-        let mut list = permits.waiters.lock();
+    /// Withdraws a queued waiter; a permit it was handed but never took
+    /// goes to the next waiter or back to the pool.
+    pub(crate) fn cancel(&self, key: usize) {
+        let mut list = self.waiters.lock();
         let granted = list.get(key).is_some_and(|w| w.granted);
         list.remove(key);
         if granted {
-            permits.hand_over(&mut list);
+            self.hand_over(&mut list);
         } else if list.is_empty() {
-            permits.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            self.state.fetch_and(!WAITERS, Ordering::AcqRel);
         }
     }
 }

@@ -8,12 +8,25 @@
 
 use slab::Slab;
 
+/// "No node": links are `u32` to keep nodes small.
+const NIL: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct Node<T> {
     value: T,
-    prev: Option<usize>,
-    next: Option<usize>,
+    prev: u32,
+    next: u32,
     linked: bool,
+}
+
+fn key_of(link: u32) -> Option<usize> {
+    (link != NIL).then_some(link as usize)
+}
+
+fn link(key: Option<usize>) -> u32 {
+    // Queues are bounded far below 2^32 entries; a larger key is never
+    // produced because `push_back` refuses it (see there).
+    key.and_then(|k| u32::try_from(k).ok()).unwrap_or(NIL)
 }
 
 /// See the module documentation.
@@ -49,21 +62,25 @@ impl<T> WaitList<T> {
         self.head
     }
 
-    /// Appends `value` at the tail; returns its key.
-    pub(crate) fn push_back(&mut self, value: T) -> usize {
+    /// Appends `value` at the tail; returns its key, or gives the value
+    /// back when the list already holds `u32::MAX - 1` nodes.
+    pub(crate) fn push_back(&mut self, value: T) -> Result<usize, T> {
+        if self.nodes.len() >= (NIL - 1) as usize {
+            return Err(value);
+        }
         let key = self.nodes.insert(Node {
             value,
-            prev: self.tail,
-            next: None,
+            prev: link(self.tail),
+            next: NIL,
             linked: true,
         });
         match self.tail.and_then(|t| self.nodes.get_mut(t)) {
-            Some(tail) => tail.next = Some(key),
+            Some(tail) => tail.next = link(Some(key)),
             None => self.head = Some(key),
         }
         self.tail = Some(key);
         self.linked += 1;
-        key
+        Ok(key)
     }
 
     /// Takes `key` out of the FIFO order, keeping its storage. Returns
@@ -72,16 +89,19 @@ impl<T> WaitList<T> {
         let (prev, next) = match self.nodes.get_mut(key) {
             Some(n) if n.linked => {
                 n.linked = false;
-                (n.prev.take(), n.next.take())
+                let links = (key_of(n.prev), key_of(n.next));
+                n.prev = NIL;
+                n.next = NIL;
+                links
             }
             _ => return false,
         };
         match prev.and_then(|p| self.nodes.get_mut(p)) {
-            Some(p) => p.next = next,
+            Some(p) => p.next = link(next),
             None => self.head = next,
         }
         match next.and_then(|n| self.nodes.get_mut(n)) {
-            Some(n) => n.prev = prev,
+            Some(n) => n.prev = link(prev),
             None => self.tail = prev,
         }
         self.linked -= 1;
@@ -108,7 +128,7 @@ impl<T> WaitList<T> {
         std::iter::from_fn(move || {
             let key = cursor?;
             let node = self.nodes.get(key)?;
-            cursor = node.next;
+            cursor = key_of(node.next);
             Some((key, &node.value))
         })
     }
@@ -131,9 +151,9 @@ mod tests {
     #[test]
     fn keeps_fifo_order_across_removals() {
         let mut l = WaitList::new();
-        let a = l.push_back(1);
-        let b = l.push_back(2);
-        let c = l.push_back(3);
+        let a = l.push_back(1).unwrap();
+        let b = l.push_back(2).unwrap();
+        let c = l.push_back(3).unwrap();
         assert_eq!(values(&l), [1, 2, 3]);
         assert_eq!(l.remove(b), Some(2));
         assert_eq!(values(&l), [1, 3]);
@@ -142,7 +162,7 @@ mod tests {
         assert_eq!(l.front(), Some(c));
         assert_eq!(l.get(a), Some(&1));
         assert_eq!(l.len(), 1);
-        let d = l.push_back(4);
+        let d = l.push_back(4).unwrap();
         assert_eq!(values(&l), [3, 4]);
         assert_eq!(l.remove(c), Some(3));
         assert_eq!(l.front(), Some(d));

@@ -20,15 +20,15 @@
 //!   permit and is leased; the waiter keeps its node (unlinked) until it
 //!   collects the grant, so a cancelled waiter can always give it back.
 
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
-use parking_lot::Mutex;
 
+use super::permits::{Closed, Permits};
 use super::queue::WaitList;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
-use crate::error::AdmissionError;
 use crate::quota::{Demand, Hold, LimitedBy, QuotaStore, Reservation};
 
 /// Queue lengths up to which a stale projection is rebuilt for an early
@@ -38,20 +38,54 @@ const REBUILD_LIMIT: usize = 256;
 /// Steps a projection may take per demand before it gives up.
 const PROJECTION_STEPS: usize = 1024;
 
+/// A granted call's concurrency permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitSlot {
+    /// Held (or no concurrency limit).
+    Held,
+    /// Queued for a permit under this key, in grant order.
+    Queued(u32),
+}
+
+impl PermitSlot {
+    /// Permit queue keys fit in `u32`: the queue refuses to grow past it.
+    pub(crate) fn queued(key: usize) -> Self {
+        PermitSlot::Queued(u32::try_from(key).unwrap_or(u32::MAX))
+    }
+}
+
+/// What a queued waiter learns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    /// Still waiting.
+    Waiting,
+    /// Granted a pending reservation of its demand at `stamp`, with its
+    /// place for a concurrency permit.
+    Granted {
+        stamp: Instant,
+        generation: u64,
+        order: u64,
+        permit: PermitSlot,
+    },
+    /// The controller closed.
+    Closed,
+}
+
 /// A granted reservation and the cooldown generation it was granted under.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
     pub(crate) reservation: Reservation,
     pub(crate) generation: u64,
+    /// Its place in the scope's grant order.
+    pub(crate) order: u64,
 }
 
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    pub(crate) demand: Demand,
+    /// The demand's tokens (every attempt takes one request unit).
+    pub(crate) tokens: u64,
     pub(crate) waker: Option<Waker>,
-    pub(crate) outcome: Option<Result<Grant, AdmissionError>>,
-    /// The instant the head last armed its timer for.
-    pub(crate) armed: Option<Instant>,
+    pub(crate) outcome: Outcome,
     pub(crate) limited_by: LimitedBy,
     pub(crate) waited_for_cooldown: bool,
 }
@@ -59,16 +93,43 @@ pub(crate) struct Waiter {
 impl Waiter {
     pub(crate) fn new(demand: Demand) -> Self {
         Waiter {
-            demand,
+            tokens: demand.tokens,
             waker: None,
-            outcome: None,
-            armed: None,
+            outcome: Outcome::Waiting,
             limited_by: LimitedBy::default(),
             waited_for_cooldown: false,
         }
     }
 
-    fn wake(&mut self) {
+    /// The grant this waiter collects, if any.
+    pub(crate) fn grant(&self) -> Option<(Grant, PermitSlot)> {
+        match self.outcome {
+            Outcome::Granted {
+                stamp,
+                generation,
+                order,
+                permit,
+            } => Some((
+                Grant {
+                    reservation: Reservation {
+                        stamp,
+                        demand: self.demand(),
+                        hold: Hold::Pending,
+                    },
+                    generation,
+                    order,
+                },
+                permit,
+            )),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn demand(&self) -> Demand {
+        Demand::new(self.tokens)
+    }
+
+    pub(crate) fn wake(&mut self) {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
@@ -114,11 +175,19 @@ pub(crate) struct ScopeState {
     /// When the head's demand may fit (`None`: when a pending reservation is
     /// leased or refunded).
     pub(crate) ready_at: Option<Instant>,
+    /// The instant the head last armed its timer for.
+    pub(crate) head_armed: Option<Instant>,
     /// Granted reservations not yet leased or refunded.
     pub(crate) pending: usize,
+    /// Arrivals so far (the next arrival's ticket).
+    pub(crate) tickets: u64,
+    /// Grants so far (the next grant's order).
+    pub(crate) grants: u64,
     pub(crate) closed: bool,
     pub(crate) counters: ScopeCounters,
     projection: Projection,
+    /// The controller's concurrency permits, joined in grant order.
+    pub(crate) permits: Option<Arc<Permits>>,
 }
 
 /// See the module documentation.
@@ -132,7 +201,13 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    pub(crate) fn new(id: ScopeId, config: &ScopeConfig, capacity: usize, store: Box<dyn QuotaStore>) -> Self {
+    pub(crate) fn new(
+        id: ScopeId,
+        config: &ScopeConfig,
+        capacity: usize,
+        store: Box<dyn QuotaStore>,
+        permits: Option<Arc<Permits>>,
+    ) -> Self {
         Scope {
             id,
             name: Arc::from(config.name()),
@@ -143,10 +218,14 @@ impl Scope {
                 queue: WaitList::new(),
                 cooldown: Cooldown::default(),
                 ready_at: None,
+                head_armed: None,
                 pending: 0,
+                tickets: 0,
+                grants: 0,
                 closed: false,
                 counters: ScopeCounters::default(),
                 projection: Projection::default(),
+                permits,
             }),
         }
     }
@@ -170,19 +249,38 @@ impl ScopeState {
                 self.arm_head(key, Some(until), LimitedBy::default(), true);
                 return;
             }
-            let Some(demand) = self.queue.get(key).map(|w| w.demand) else {
+            let Some(demand) = self.queue.get(key).map(Waiter::demand) else {
                 return;
             };
             match self.store.try_reserve(&demand, now, Hold::Pending) {
                 Ok(reservation) => {
                     self.queue.unlink(key);
-                    self.pending += 1;
-                    let generation = self.cooldown.generation;
+                    self.head_armed = None;
+                    // Join the permit queue now, under the scope lock, so
+                    // permits follow the grant order (SPEC ADM-4).
+                    let permit = match self.permits.as_ref().map(|p| p.register()) {
+                        None | Some(Ok(None)) => Some(PermitSlot::Held),
+                        Some(Ok(Some(k))) => Some(PermitSlot::queued(k)),
+                        Some(Err(Closed)) => None,
+                    };
+                    let outcome = match permit {
+                        Some(permit) => {
+                            self.pending += 1;
+                            self.grants += 1;
+                            Outcome::Granted {
+                                stamp: reservation.stamp,
+                                generation: self.cooldown.generation,
+                                order: self.grants - 1,
+                                permit,
+                            }
+                        }
+                        None => {
+                            self.store.refund(&reservation, now);
+                            Outcome::Closed
+                        }
+                    };
                     if let Some(w) = self.queue.get_mut(key) {
-                        w.outcome = Some(Ok(Grant {
-                            reservation,
-                            generation,
-                        }));
+                        w.outcome = outcome;
                         w.wake();
                     }
                 }
@@ -196,10 +294,11 @@ impl ScopeState {
 
     fn arm_head(&mut self, key: usize, at: Option<Instant>, limited_by: LimitedBy, cooldown: bool) {
         self.ready_at = at;
+        let changed = self.head_armed != at;
         if let Some(w) = self.queue.get_mut(key) {
             w.limited_by = w.limited_by.union(limited_by);
             w.waited_for_cooldown |= cooldown;
-            if w.armed != at {
+            if changed {
                 w.wake();
             }
         }
@@ -215,6 +314,16 @@ impl ScopeState {
         self.drain(now);
     }
 
+    /// Gives back a granted call's permit or its place in the permit queue.
+    pub(crate) fn return_permit(&self, permit: PermitSlot) {
+        if let Some(p) = &self.permits {
+            match permit {
+                PermitSlot::Held => p.release(),
+                PermitSlot::Queued(key) => p.cancel(key as usize),
+            }
+        }
+    }
+
     /// Something gave room back: projections made before are too late.
     pub(crate) fn invalidate_projection(&mut self) {
         self.projection = Projection::default();
@@ -224,17 +333,16 @@ impl ScopeState {
     /// any grant it had not collected.
     pub(crate) fn abandon(&mut self, key: usize, now: Instant) {
         let was_head = self.queue.front() == Some(key);
-        let waiter = self.queue.remove(key);
-        if let Some(Waiter {
-            outcome: Some(Ok(grant)),
-            ..
-        }) = waiter
-        {
+        let grant = self.queue.get(key).and_then(Waiter::grant);
+        self.queue.remove(key);
+        if let Some((grant, permit)) = grant {
+            self.return_permit(permit);
             self.refund_pending(&grant, now);
             return;
         }
         self.invalidate_projection();
         if was_head {
+            self.head_armed = None;
             self.drain(now);
         }
     }
@@ -249,7 +357,7 @@ impl ScopeState {
             let mut tail = start;
             if self.queue.len() <= REBUILD_LIMIT {
                 for (_, w) in self.queue.iter() {
-                    tail = schedule(shadow.as_mut(), &w.demand, tail)?;
+                    tail = schedule(shadow.as_mut(), &w.demand(), tail)?;
                 }
             } else {
                 // Judge the demand alone: a valid but looser lower bound.

@@ -101,7 +101,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(err(&c).field, "scopes.main.limits[0].amount");
-        c.scopes = vec![ScopeConfig::new("main").requests(5, MINUTE).tokens(0, MINUTE)];
+        c.scopes = vec![
+            ScopeConfig::new("main")
+                .requests(5, MINUTE)
+                .tokens(0, MINUTE),
+        ];
         assert_eq!(err(&c).field, "scopes.main.limits[1].amount");
         c.scopes.clear();
         c.concurrency = Some(0);
@@ -117,13 +121,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(err(&c).field, "scopes.main.limits[0].window");
-        c.scopes = vec![
-            ScopeConfig::new("main")
-                .tokens(5, MINUTE)
-                .algorithm(Algorithm::TokenBucket {
-                    burst: Some(Duration::ZERO),
-                }),
-        ];
+        c.scopes =
+            vec![
+                ScopeConfig::new("main")
+                    .tokens(5, MINUTE)
+                    .algorithm(Algorithm::TokenBucket {
+                        burst: Some(Duration::ZERO),
+                    }),
+            ];
         assert_eq!(err(&c).field, "scopes.main.burst");
         c.scopes = vec![ScopeConfig::new("main").queue_capacity(0)];
         assert_eq!(err(&c).field, "scopes.main.queue_capacity");

@@ -145,7 +145,10 @@ impl ScopeConfig {
             non_zero(&at("burst".into()), b)?;
         }
         if self.queue_capacity == Some(0) {
-            return Err(ConfigError::new(at("queue_capacity".into()), "must be at least 1"));
+            return Err(ConfigError::new(
+                at("queue_capacity".into()),
+                "must be at least 1",
+            ));
         }
         Ok(())
     }

@@ -6,6 +6,13 @@
 //! go negative (debt) and is capped at the capacity
 //! `C = max(1, limit * burst / window)`; the bucket starts full. A demand
 //! larger than `C` is admitted when the bucket is full and leaves debt.
+//!
+//! A reservation still waiting for its lease is *pending*: it holds room
+//! (`level - pending` is what others may take) but leaves the bucket level
+//! alone until its attempt starts. Refunding it then restores exactly the
+//! state in which it never existed, and the bound of SPEC Q-7
+//! (`max(C, E_max) + limit` per window) holds at the instants attempts
+//! start.
 
 use super::Nanos;
 
@@ -17,12 +24,15 @@ pub(crate) struct TokenBucket {
     /// Level in units × `window` nanoseconds.
     level: i128,
     updated: Nanos,
+    /// Units held by pending reservations.
+    pending: u64,
 }
 
 impl TokenBucket {
     pub(crate) fn new(limit: u64, window: Nanos, burst: Nanos, now: Nanos) -> Self {
         let window = u128::from(window.max(1));
-        let capacity = (u128::from(limit) * u128::from(burst) / window).clamp(1, u128::from(u64::MAX)) as u64;
+        let capacity =
+            (u128::from(limit) * u128::from(burst) / window).clamp(1, u128::from(u64::MAX)) as u64;
         // Lossless: `window` came from a u64.
         let window = window as i128;
         TokenBucket {
@@ -31,6 +41,7 @@ impl TokenBucket {
             capacity,
             level: i128::from(capacity) * window,
             updated: now,
+            pending: 0,
         }
     }
 
@@ -57,9 +68,14 @@ impl TokenBucket {
         self.updated = now;
     }
 
-    /// Whole units available now (negative: debt).
+    /// Whole units available to new reservations now (negative: debt).
     pub(crate) fn available(&self) -> i128 {
-        self.level.div_euclid(self.window)
+        self.free().div_euclid(self.window)
+    }
+
+    /// The level minus what pending reservations hold.
+    fn free(&self) -> i128 {
+        self.level.saturating_sub(self.scaled(self.pending))
     }
 
     fn need(&self, amount: u64) -> i128 {
@@ -69,19 +85,44 @@ impl TokenBucket {
     /// Whether `amount` fits now. Nothing always fits, even in debt.
     #[inline]
     pub(crate) fn fits(&self, amount: u64) -> bool {
-        amount == 0 || self.level >= self.need(amount)
+        amount == 0 || self.free() >= self.need(amount)
     }
 
-    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Nanos {
-        let deficit = self.need(amount) - self.level;
+    /// When `amount` fits by refill alone; `None` when the bucket cannot
+    /// hold it next to the pending reservations (their lease or refund
+    /// decides).
+    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Option<Nanos> {
+        let need = self.need(amount);
+        let deficit = need - self.free();
         if deficit <= 0 || amount == 0 {
-            return now.max(self.updated);
+            return Some(now.max(self.updated));
+        }
+        if need.saturating_add(self.scaled(self.pending)) > self.scaled(self.capacity) {
+            return None;
         }
         let limit = i128::from(self.limit.max(1));
         let wait = (deficit + limit - 1) / limit;
-        self.updated
-            .saturating_add(u64::try_from(wait).unwrap_or(u64::MAX))
-            .max(now)
+        Some(
+            self.updated
+                .saturating_add(u64::try_from(wait).unwrap_or(u64::MAX))
+                .max(now),
+        )
+    }
+
+    /// Holds `amount` for a reservation that has not started yet.
+    pub(crate) fn hold(&mut self, amount: u64) {
+        self.pending = self.pending.saturating_add(amount);
+    }
+
+    /// A pending reservation starts: its amount leaves the bucket now.
+    pub(crate) fn lease(&mut self, amount: u64) {
+        self.pending = self.pending.saturating_sub(amount);
+        self.take(amount);
+    }
+
+    /// A pending reservation is given up: as if it never was.
+    pub(crate) fn release(&mut self, amount: u64) {
+        self.pending = self.pending.saturating_sub(amount);
     }
 
     #[inline]
@@ -117,8 +158,8 @@ mod tests {
         assert_eq!(b.capacity(), 60);
         b.take(60);
         assert!(!b.fits(1));
-        assert_eq!(b.earliest(1, 0), S);
-        assert_eq!(b.earliest(3, 0), 3 * S);
+        assert_eq!(b.earliest(1, 0), Some(S));
+        assert_eq!(b.earliest(3, 0), Some(3 * S));
         b.refill(2_500_000_000);
         assert_eq!(b.available(), 2);
     }
@@ -138,8 +179,25 @@ mod tests {
         assert!(b.fits(5));
         b.take(5);
         assert_eq!(b.available(), -4);
-        assert_eq!(b.earliest(1, 0), 5 * S);
+        assert_eq!(b.earliest(1, 0), Some(5 * S));
         b.give(100);
         assert_eq!(b.available(), 1);
+    }
+
+    // proves: Q-9 (a pending reservation holds room without touching the
+    // level; its refund leaves the bucket as if it never was)
+    #[test]
+    fn pending_reservations_hold_room() {
+        let mut b = TokenBucket::new(60, 60 * S, 60 * S, 0);
+        b.hold(50);
+        assert!(!b.fits(20));
+        assert_eq!(b.earliest(20, 0), None);
+        assert_eq!(b.earliest(5, 0), Some(0));
+        b.release(50);
+        assert_eq!(b.available(), 60);
+        b.hold(50);
+        b.lease(50);
+        assert_eq!(b.available(), 10);
+        assert_eq!(b.earliest(20, 0), Some(10 * S));
     }
 }

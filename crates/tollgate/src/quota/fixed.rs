@@ -2,9 +2,13 @@
 //!
 //! Boundaries are aligned to the scope's epoch (its creation). A reservation
 //! refunded or reconciled in a later window than the one it was taken in
-//! changes nothing: that window's counter is already gone. A pending
-//! reservation leased in a later window is counted again in the window in
-//! which its attempt starts, as a provider counting arrivals would.
+//! changes nothing: that window's counter is already gone.
+//!
+//! A reservation waiting for its lease is *pending*: it holds room in every
+//! window until its attempt starts, and is then counted in the window in
+//! which it starts, as a provider counting arrivals would. `used + pending`
+//! never exceeds the limit (before debt), so at most `limit` attempts start
+//! per window (SPEC Q-7).
 
 use super::Nanos;
 
@@ -14,6 +18,8 @@ pub(crate) struct FixedWindow {
     window: Nanos,
     index: u64,
     used: u64,
+    /// Units held by pending reservations.
+    pending: u64,
 }
 
 impl FixedWindow {
@@ -23,11 +29,13 @@ impl FixedWindow {
             window: window.max(1),
             index: 0,
             used: 0,
+            pending: 0,
         }
     }
 
+    /// Counted plus held units.
     pub(crate) fn used(&self) -> u64 {
-        self.used
+        self.used.saturating_add(self.pending)
     }
 
     fn index_of(&self, at: Nanos) -> u64 {
@@ -47,37 +55,47 @@ impl FixedWindow {
     /// Whether `amount` fits now. Nothing always fits, even in debt.
     #[inline]
     pub(crate) fn fits(&self, amount: u64) -> bool {
-        amount == 0 || self.used.saturating_add(amount) <= self.limit
+        amount == 0 || self.used().saturating_add(amount) <= self.limit
     }
 
-    /// The next boundary (a demand that fits a fresh window fits then).
-    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Nanos {
+    /// The next boundary, if a fresh window next to the pending
+    /// reservations can hold `amount`; `None` if only their lease or refund
+    /// can make room.
+    pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Option<Nanos> {
         if self.fits(amount) {
-            return now;
+            return Some(now);
         }
-        self.window.saturating_mul(self.index + 1).max(now)
+        if self.pending.saturating_add(amount) > self.limit {
+            return None;
+        }
+        Some(self.window.saturating_mul(self.index + 1).max(now))
     }
 
     #[inline]
-    pub(crate) fn add(&mut self, amount: u64) {
-        self.used = self.used.saturating_add(amount);
+    pub(crate) fn add(&mut self, amount: u64, pending: bool) {
+        if pending {
+            self.pending = self.pending.saturating_add(amount);
+        } else {
+            self.used = self.used.saturating_add(amount);
+        }
     }
 
     fn same_window(&self, stamp: Nanos) -> bool {
         self.index_of(stamp) == self.index
     }
 
-    pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64) {
-        if self.same_window(stamp) {
+    pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, pending: bool) {
+        if pending {
+            self.pending = self.pending.saturating_sub(amount);
+        } else if self.same_window(stamp) {
             self.used = self.used.saturating_sub(amount);
         }
     }
 
-    pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
+    pub(crate) fn lease(&mut self, amount: u64, now: Nanos) {
         self.roll(now);
-        if !self.same_window(stamp) {
-            self.add(amount);
-        }
+        self.pending = self.pending.saturating_sub(amount);
+        self.used = self.used.saturating_add(amount);
     }
 
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
@@ -97,14 +115,21 @@ mod tests {
     #[test]
     fn resets_at_each_boundary() {
         let mut w = FixedWindow::new(3, 60 * S);
-        w.add(3);
+        w.add(3, false);
         assert!(!w.fits(1));
-        assert_eq!(w.earliest(1, 10 * S), 60 * S);
+        assert_eq!(w.earliest(1, 10 * S), Some(60 * S));
         w.roll(60 * S);
         assert!(w.fits(3));
         // A refund for the previous window changes nothing now.
-        w.add(2);
-        w.refund(0, 2);
+        w.add(2, false);
+        w.refund(0, 2, false);
         assert_eq!(w.used(), 2);
+        // A pending reservation holds room until it starts, then counts in
+        // the window where it starts.
+        w.add(1, true);
+        assert_eq!(w.earliest(1, 70 * S), Some(120 * S));
+        assert_eq!(w.earliest(3, 70 * S), None);
+        w.lease(1, 130 * S);
+        assert_eq!(w.used(), 1);
     }
 }

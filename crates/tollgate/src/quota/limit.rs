@@ -69,8 +69,8 @@ impl LimitState {
     pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Option<Nanos> {
         match &self.algo {
             Algo::Sliding(w) => w.earliest(amount, now),
-            Algo::Bucket(b) => Some(b.earliest(amount, now)),
-            Algo::Fixed(w) => Some(w.earliest(amount, now)),
+            Algo::Bucket(b) => b.earliest(amount, now),
+            Algo::Fixed(w) => w.earliest(amount, now),
         }
     }
 
@@ -78,24 +78,26 @@ impl LimitState {
     pub(crate) fn add(&mut self, amount: u64, now: Nanos, hold: Hold) {
         match &mut self.algo {
             Algo::Sliding(w) => w.add(amount, now, hold == Hold::Pending),
+            Algo::Bucket(b) if hold == Hold::Pending => b.hold(amount),
             Algo::Bucket(b) => b.take(amount),
-            Algo::Fixed(w) => w.add(amount),
+            Algo::Fixed(w) => w.add(amount, hold == Hold::Pending),
         }
     }
 
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, hold: Hold) {
         match &mut self.algo {
             Algo::Sliding(w) => w.refund(stamp, amount, hold == Hold::Pending),
+            Algo::Bucket(b) if hold == Hold::Pending => b.release(amount),
             Algo::Bucket(b) => b.give(amount),
-            Algo::Fixed(w) => w.refund(stamp, amount),
+            Algo::Fixed(w) => w.refund(stamp, amount, hold == Hold::Pending),
         }
     }
 
     pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
         match &mut self.algo {
             Algo::Sliding(w) => w.lease(stamp, amount, now),
-            Algo::Bucket(_) => {}
-            Algo::Fixed(w) => w.lease(stamp, amount, now),
+            Algo::Bucket(b) => b.lease(amount),
+            Algo::Fixed(w) => w.lease(amount, now),
         }
     }
 

@@ -71,7 +71,12 @@ impl QuotaStore for LocalQuota {
     }
 
     #[inline]
-    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Result<Reservation, NotUntil> {
+    fn try_reserve(
+        &mut self,
+        demand: &Demand,
+        now: Instant,
+        hold: Hold,
+    ) -> Result<Reservation, NotUntil> {
         let t = self.since_epoch(now);
         let mut fits = true;
         for l in &mut self.limits {
@@ -108,7 +113,11 @@ impl QuotaStore for LocalQuota {
         let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
         self.advance(t);
         for l in &mut self.limits {
-            l.refund(stamp, reservation.demand.amount(l.dimension()), reservation.hold);
+            l.refund(
+                stamp,
+                reservation.demand.amount(l.dimension()),
+                reservation.hold,
+            );
         }
     }
 

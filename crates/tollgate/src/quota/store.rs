@@ -26,7 +26,12 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
 
     /// Takes `demand` from every limit at `now`, all or nothing (SPEC Q-1).
-    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Result<Reservation, NotUntil>;
+    fn try_reserve(
+        &mut self,
+        demand: &Demand,
+        now: Instant,
+        hold: Hold,
+    ) -> Result<Reservation, NotUntil>;
 
     /// Turns a pending reservation into a leased one stamped `now`.
     fn lease(&mut self, reservation: &mut Reservation, now: Instant);

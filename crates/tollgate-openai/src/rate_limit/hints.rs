@@ -1,0 +1,157 @@
+//! The hints struct and its header extraction.
+
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+
+use super::parse;
+
+/// What a provider said about one limited dimension (requests, tokens, …).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DimensionHints {
+    /// The limit of the window.
+    pub limit: Option<u64>,
+    /// What is left in the current window.
+    pub remaining: Option<u64>,
+    /// Time until the dimension is fully replenished (OpenAI) or until it
+    /// resets (Anthropic), measured from the response.
+    pub reset: Option<Duration>,
+}
+
+impl DimensionHints {
+    /// `true` when nothing is known about the dimension.
+    pub fn is_empty(&self) -> bool {
+        self.limit.is_none() && self.remaining.is_none() && self.reset.is_none()
+    }
+
+    /// `true` when the provider reported fewer than `needed` units left
+    /// (`needed` is treated as at least 1, so a reported zero always counts).
+    pub fn is_short_of(&self, needed: u64) -> bool {
+        self.remaining.is_some_and(|r| r < needed.max(1))
+    }
+
+    /// Fills the fields that are still `None` from `other`.
+    fn or(self, other: DimensionHints) -> DimensionHints {
+        DimensionHints {
+            limit: self.limit.or(other.limit),
+            remaining: self.remaining.or(other.remaining),
+            reset: self.reset.or(other.reset),
+        }
+    }
+}
+
+/// Rate-limit hints of one provider response (SPEC RT-3).
+///
+/// OpenAI and Anthropic headers fill the same dimensions; when a response
+/// carries both spellings, OpenAI's wins field by field. Anthropic's
+/// `input-tokens`/`output-tokens` have no OpenAI counterpart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RateLimitHints {
+    /// `retry-after` (delta seconds, decimal accepted, or HTTP-date).
+    pub retry_after: Option<Duration>,
+    /// `retry-after-ms`.
+    pub retry_after_ms: Option<Duration>,
+    /// Request dimension: `x-ratelimit-*-requests`,
+    /// `anthropic-ratelimit-requests-*`.
+    pub requests: DimensionHints,
+    /// Token dimension: `x-ratelimit-*-tokens`, `anthropic-ratelimit-tokens-*`.
+    pub tokens: DimensionHints,
+    /// `anthropic-ratelimit-input-tokens-*`.
+    pub input_tokens: DimensionHints,
+    /// `anthropic-ratelimit-output-tokens-*`.
+    pub output_tokens: DimensionHints,
+}
+
+impl RateLimitHints {
+    /// Reads every known rate-limit header. `now` is the wall-clock time of
+    /// the response, used to turn absolute dates (HTTP-date `retry-after`,
+    /// Anthropic RFC 3339 resets) into durations. Headers that are missing,
+    /// not UTF-8 or invalid leave their field `None`; when a header is
+    /// repeated, the first value counts.
+    pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Self {
+        let get = |name: &str| -> Option<&str> {
+            headers
+                .get(name)
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        };
+        let openai = |dim: &str| DimensionHints {
+            limit: get(&format!("x-ratelimit-limit-{dim}")).and_then(parse::count),
+            remaining: get(&format!("x-ratelimit-remaining-{dim}")).and_then(parse::count),
+            reset: get(&format!("x-ratelimit-reset-{dim}")).and_then(parse::go_duration),
+        };
+        let anthropic = |dim: &str| DimensionHints {
+            limit: get(&format!("anthropic-ratelimit-{dim}-limit")).and_then(parse::count),
+            remaining: get(&format!("anthropic-ratelimit-{dim}-remaining")).and_then(parse::count),
+            reset: get(&format!("anthropic-ratelimit-{dim}-reset"))
+                .and_then(|v| parse::rfc3339_until(v, now)),
+        };
+        RateLimitHints {
+            retry_after: get("retry-after").and_then(|v| parse::retry_after(v, now)),
+            retry_after_ms: get("retry-after-ms").and_then(parse::retry_after_ms),
+            requests: openai("requests").or(anthropic("requests")),
+            tokens: openai("tokens").or(anthropic("tokens")),
+            input_tokens: anthropic("input-tokens"),
+            output_tokens: anthropic("output-tokens"),
+        }
+    }
+
+    /// `true` when no hint at all was found.
+    pub fn is_empty(&self) -> bool {
+        self.retry_after.is_none()
+            && self.retry_after_ms.is_none()
+            && self.requests.is_empty()
+            && self.tokens.is_empty()
+            && self.input_tokens.is_empty()
+            && self.output_tokens.is_empty()
+    }
+
+    /// The server's floor for the next retry delay or cooldown (SPEC RT-3,
+    /// CD-1), in this order of precedence:
+    ///
+    /// 1. `retry-after-ms` (the most precise explicit answer);
+    /// 2. `retry-after`;
+    /// 3. the longest `reset` among the dimensions reported as exhausted
+    ///    (`remaining == 0`);
+    /// 4. `None`: no usable hint (the caller falls back to its backoff).
+    ///
+    /// An explicit retry-after wins over resets even when a reset is longer:
+    /// it is the server's answer for this very request, while the reset
+    /// headers describe windows that may not be what blocked it.
+    pub fn retry_floor(&self) -> Option<Duration> {
+        self.retry_floor_for(0)
+    }
+
+    /// As [`RateLimitHints::retry_floor`], but a token dimension
+    /// (`tokens`, `input_tokens`) also counts as exhausted when its
+    /// `remaining` is below `needed_tokens`: a request estimated at 3,000
+    /// tokens cannot start while 1,000 remain. `output_tokens` counts only
+    /// when it reports zero (the output a request will use is not known).
+    pub fn retry_floor_for(&self, needed_tokens: u64) -> Option<Duration> {
+        self.retry_after_ms.or(self.retry_after).or_else(|| {
+            [
+                (self.requests, 1),
+                (self.tokens, needed_tokens),
+                (self.input_tokens, needed_tokens),
+                (self.output_tokens, 1),
+            ]
+            .into_iter()
+            .filter(|(dim, needed)| dim.is_short_of(*needed))
+            .filter_map(|(dim, _)| dim.reset)
+            .max()
+        })
+    }
+
+    /// The longest `reset` of any dimension, exhausted or not: when every
+    /// reported window will be full again.
+    pub fn longest_reset(&self) -> Option<Duration> {
+        [
+            self.requests,
+            self.tokens,
+            self.input_tokens,
+            self.output_tokens,
+        ]
+        .into_iter()
+        .filter_map(|d| d.reset)
+        .max()
+    }
+}

@@ -1,0 +1,403 @@
+//! Chat and embeddings request estimation.
+
+use serde_json::Value;
+
+use super::encoding::TokenizerKind;
+use crate::wire::{
+    ChatCompletionRequest, ChatMessage, ContentPart, EmbeddingInput, EmbeddingsRequest,
+    MessageContent,
+};
+
+/// Framing tokens around every message (`<|start|>role…<|end|>`), as in
+/// OpenAI's published counting recipe for current chat models.
+pub const TOKENS_PER_MESSAGE: u64 = 3;
+/// Extra token when a message has a `name`.
+pub const TOKENS_PER_NAME: u64 = 1;
+/// Tokens that prime the reply (`<|start|>assistant<|message|>`), once per
+/// request.
+pub const REPLY_PRIMING_TOKENS: u64 = 3;
+/// Framing of one tool call (or legacy function call) in a message, on top
+/// of its name and arguments.
+pub const TOKENS_PER_TOOL_CALL: u64 = 3;
+/// Once per request with tool or function definitions: the preamble the
+/// provider wraps them in. Each definition is then counted as its compact
+/// JSON text, which is a little more than the provider's own rendering.
+pub const DEFINITIONS_OVERHEAD_TOKENS: u64 = 10;
+/// Default allowance for one non-text content part (image, audio, file):
+/// 765 is a 1024×1024 image at high detail on gpt-4o (85 + 4 tiles × 170).
+pub const DEFAULT_NON_TEXT_PART_TOKENS: u64 = 765;
+/// Default output allowance when a request sets neither
+/// `max_completion_tokens` nor `max_tokens`.
+pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
+
+/// An estimate: tokens the request sends and tokens it may generate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct TokenEstimate {
+    /// Prompt tokens.
+    pub input: u64,
+    /// Output allowance (all choices).
+    pub output: u64,
+}
+
+impl TokenEstimate {
+    /// `input + output`, saturating: the amount to reserve.
+    pub fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// Estimates requests. Cheap to copy; the tokenizers are process-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenEstimator {
+    default_output: u64,
+    non_text_part: u64,
+}
+
+impl Default for TokenEstimator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TokenEstimator {
+    /// An estimator with [`DEFAULT_OUTPUT_TOKENS`] and
+    /// [`DEFAULT_NON_TEXT_PART_TOKENS`].
+    pub fn new() -> Self {
+        TokenEstimator {
+            default_output: DEFAULT_OUTPUT_TOKENS,
+            non_text_part: DEFAULT_NON_TEXT_PART_TOKENS,
+        }
+    }
+
+    /// Output allowance per choice for requests without an output cap.
+    pub fn with_default_output(mut self, tokens: u64) -> Self {
+        self.default_output = tokens;
+        self
+    }
+
+    /// Allowance for each non-text content part.
+    pub fn with_non_text_part_tokens(mut self, tokens: u64) -> Self {
+        self.non_text_part = tokens;
+        self
+    }
+
+    /// The configured default output allowance.
+    pub fn default_output(&self) -> u64 {
+        self.default_output
+    }
+
+    /// Tokens of `text` for `model`.
+    pub fn count_text(&self, model: &str, text: &str) -> u64 {
+        TokenizerKind::for_model(model).count(text)
+    }
+
+    /// Estimates a chat completion request.
+    ///
+    /// Input: for every message [`TOKENS_PER_MESSAGE`] + role + content
+    /// (text, text parts, and [`TokenEstimator::with_non_text_part_tokens`]
+    /// per other part) + name ([`TOKENS_PER_NAME`] extra) + refusal + tool
+    /// call id + each tool call's name and arguments
+    /// ([`TOKENS_PER_TOOL_CALL`] extra each); then [`REPLY_PRIMING_TOKENS`];
+    /// then tool and function definitions and a `response_format` JSON
+    /// schema as compact JSON text ([`DEFINITIONS_OVERHEAD_TOKENS`] once
+    /// when there is any).
+    ///
+    /// Output: `max_completion_tokens`, else `max_tokens`, else the default
+    /// allowance, times `n`.
+    pub fn chat(&self, request: &ChatCompletionRequest) -> TokenEstimate {
+        let kind = TokenizerKind::for_model(&request.model);
+        let mut input = REPLY_PRIMING_TOKENS;
+        for message in &request.messages {
+            input = input.saturating_add(self.message(kind, message));
+        }
+        let definitions: Vec<&Value> = request
+            .tools
+            .iter()
+            .flatten()
+            .chain(request.functions.iter().flatten())
+            .chain(
+                request
+                    .extra
+                    .get("response_format")
+                    .and_then(|f| f.get("json_schema")),
+            )
+            .collect();
+        if !definitions.is_empty() {
+            input = input.saturating_add(DEFINITIONS_OVERHEAD_TOKENS);
+            for definition in definitions {
+                input = input.saturating_add(json_tokens(kind, definition));
+            }
+        }
+        let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
+        TokenEstimate {
+            input,
+            output: per_choice.saturating_mul(request.choice_count()),
+        }
+    }
+
+    /// Estimates an embeddings request: the tokens of every input (a
+    /// pre-tokenised input counts its length), no framing, no output.
+    pub fn embeddings(&self, request: &EmbeddingsRequest) -> TokenEstimate {
+        let kind = TokenizerKind::for_model(&request.model);
+        let input = match &request.input {
+            EmbeddingInput::Text(text) => kind.count(text),
+            EmbeddingInput::Texts(texts) => texts
+                .iter()
+                .map(|t| kind.count(t))
+                .fold(0, u64::saturating_add),
+            EmbeddingInput::Tokens(tokens) => tokens.len() as u64,
+            EmbeddingInput::TokenBatches(batches) => batches
+                .iter()
+                .map(|b| b.len() as u64)
+                .fold(0, u64::saturating_add),
+        };
+        TokenEstimate { input, output: 0 }
+    }
+
+    fn message(&self, kind: TokenizerKind, message: &ChatMessage) -> u64 {
+        let mut tokens = TOKENS_PER_MESSAGE.saturating_add(kind.count(&message.role));
+        if let Some(content) = &message.content {
+            tokens = tokens.saturating_add(self.content(kind, content));
+        }
+        if let Some(name) = &message.name {
+            tokens = tokens
+                .saturating_add(kind.count(name))
+                .saturating_add(TOKENS_PER_NAME);
+        }
+        if let Some(refusal) = &message.refusal {
+            tokens = tokens.saturating_add(kind.count(refusal));
+        }
+        if let Some(id) = &message.tool_call_id {
+            tokens = tokens.saturating_add(kind.count(id));
+        }
+        let calls = message
+            .tool_calls
+            .iter()
+            .flatten()
+            .filter_map(|c| c.function.as_ref())
+            .chain(message.function_call.as_ref());
+        for call in calls {
+            tokens = tokens
+                .saturating_add(TOKENS_PER_TOOL_CALL)
+                .saturating_add(call.name.as_deref().map_or(0, |n| kind.count(n)))
+                .saturating_add(call.arguments.as_deref().map_or(0, |a| kind.count(a)));
+        }
+        tokens
+    }
+
+    fn content(&self, kind: TokenizerKind, content: &MessageContent) -> u64 {
+        match content {
+            MessageContent::Text(text) => kind.count(text),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .map(|part| self.part(kind, part))
+                .fold(0, u64::saturating_add),
+            MessageContent::Other(value) => json_tokens(kind, value),
+        }
+    }
+
+    fn part(&self, kind: TokenizerKind, part: &ContentPart) -> u64 {
+        match part {
+            ContentPart::Text { text, .. } => kind.count(text),
+            // Text-bearing parts of other spellings (`input_text`,
+            // `refusal`) count their text; everything else gets the
+            // allowance.
+            ContentPart::Other(value) => ["text", "refusal"]
+                .iter()
+                .find_map(|key| value.get(key).and_then(Value::as_str))
+                .map_or(self.non_text_part, |text| kind.count(text)),
+        }
+    }
+}
+
+fn json_tokens(kind: TokenizerKind, value: &Value) -> u64 {
+    // Serialising a `Value` cannot fail (its map keys are strings).
+    let text = serde_json::to_string(value).unwrap_or_default();
+    kind.count(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat(raw: Value) -> ChatCompletionRequest {
+        serde_json::from_value(raw).expect("request")
+    }
+
+    fn count(model: &str, text: &str) -> u64 {
+        TokenizerKind::for_model(model).count(text)
+    }
+
+    // proves: GW-5
+    #[test]
+    fn framing_overhead_per_message_name_and_priming() {
+        let est = TokenEstimator::new();
+        let req = chat(json!({"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "name": "ann", "content": "hello world"}
+        ]}));
+        let expected = REPLY_PRIMING_TOKENS
+            + (TOKENS_PER_MESSAGE + count("gpt-4o", "system") + count("gpt-4o", "You are terse."))
+            + (TOKENS_PER_MESSAGE
+                + count("gpt-4o", "user")
+                + count("gpt-4o", "hello world")
+                + count("gpt-4o", "ann")
+                + TOKENS_PER_NAME);
+        assert_eq!(est.chat(&req).input, expected);
+        // An empty conversation is just the priming.
+        let empty = chat(json!({"model": "gpt-4o", "messages": []}));
+        assert_eq!(est.chat(&empty).input, REPLY_PRIMING_TOKENS);
+    }
+
+    // The classic two-message conversation, worked by hand with the
+    // published recipe and cl100k_base token counts.
+    // proves: GW-5
+    #[test]
+    fn matches_the_cookbook_reference_for_a_simple_conversation() {
+        let req = chat(json!({"model": "gpt-4-0613", "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Hello!"}
+        ]}));
+        // 3+1+6 (system) + 3+1+2 (user) + 3 priming = 19.
+        assert_eq!(TokenEstimator::new().chat(&req).input, 19);
+    }
+
+    // proves: GW-5
+    #[test]
+    fn output_allowance_uses_caps_default_and_n() {
+        let est = TokenEstimator::new().with_default_output(500);
+        let base = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+        let with = |extra: Value| {
+            let mut raw = base.clone();
+            if let (Some(obj), Some(add)) = (raw.as_object_mut(), extra.as_object()) {
+                obj.extend(add.clone());
+            }
+            est.chat(&chat(raw)).output
+        };
+        assert_eq!(with(json!({})), 500);
+        assert_eq!(with(json!({"n": 3})), 1500);
+        assert_eq!(with(json!({"max_tokens": 100})), 100);
+        assert_eq!(with(json!({"max_tokens": 100, "n": 2})), 200);
+        assert_eq!(
+            with(json!({"max_tokens": 100, "max_completion_tokens": 40})),
+            40
+        );
+        assert_eq!(with(json!({"max_completion_tokens": 40, "n": 4})), 160);
+        assert_eq!(
+            with(json!({"max_completion_tokens": u64::MAX, "n": 2})),
+            u64::MAX
+        );
+        assert_eq!(
+            TokenEstimator::new().default_output(),
+            DEFAULT_OUTPUT_TOKENS
+        );
+    }
+
+    #[test]
+    fn content_parts_tools_and_calls_are_counted() {
+        let est = TokenEstimator::new().with_non_text_part_tokens(100);
+        let m = "gpt-4o";
+        let tool = json!({"type": "function", "function": {"name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}});
+        let req = chat(json!({"model": m, "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+            ]},
+            {"role": "assistant", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":\"cat\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a cat"}
+        ], "tools": [tool]}));
+        let tool_text = serde_json::to_string(&tool).expect("json");
+        let expected = REPLY_PRIMING_TOKENS
+            + (TOKENS_PER_MESSAGE + count(m, "user") + count(m, "what is this") + 200)
+            + (TOKENS_PER_MESSAGE
+                + count(m, "assistant")
+                + TOKENS_PER_TOOL_CALL
+                + count(m, "lookup")
+                + count(m, "{\"q\":\"cat\"}"))
+            + (TOKENS_PER_MESSAGE + count(m, "tool") + count(m, "call_1") + count(m, "a cat"))
+            + DEFINITIONS_OVERHEAD_TOKENS
+            + count(m, &tool_text);
+        assert_eq!(est.chat(&req).input, expected);
+    }
+
+    #[test]
+    fn legacy_functions_and_json_schema_are_counted() {
+        let est = TokenEstimator::new();
+        let plain =
+            chat(json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}));
+        let schema = chat(
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s",
+                "schema": {"type": "object", "properties": {"answer": {"type": "string"}}}}}}),
+        );
+        let functions = chat(json!({"model": "gpt-4o", "messages": [
+            {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{}"}}
+        ], "functions": [{"name": "f", "parameters": {}}]}));
+        let base = est.chat(&plain).input;
+        assert!(est.chat(&schema).input > base + DEFINITIONS_OVERHEAD_TOKENS);
+        assert!(est.chat(&functions).input > REPLY_PRIMING_TOKENS + DEFINITIONS_OVERHEAD_TOKENS);
+        // A json_object response format adds nothing.
+        let json_mode = chat(
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_object"}}),
+        );
+        assert_eq!(est.chat(&json_mode).input, base);
+    }
+
+    // proves: Q-3 (every model gets an estimate, unknown ones by ratio)
+    #[test]
+    fn unknown_models_fall_back_to_the_character_ratio() {
+        let est = TokenEstimator::new();
+        let text = "a".repeat(41);
+        let req = chat(json!({"model": "claude-3-haiku", "messages": [
+            {"role": "user", "content": text}
+        ], "max_tokens": 7}));
+        // role "user" = ceil(4/4) = 1; content = ceil(41/4) = 11.
+        assert_eq!(
+            est.chat(&req),
+            TokenEstimate {
+                input: REPLY_PRIMING_TOKENS + TOKENS_PER_MESSAGE + 1 + 11,
+                output: 7
+            }
+        );
+        assert_eq!(est.count_text("mystery-model", "abcdefgh"), 2);
+    }
+
+    #[test]
+    fn embeddings_count_every_input_shape() {
+        let est = TokenEstimator::new();
+        let m = "text-embedding-3-small";
+        let cases = [
+            (json!("hello world"), 2),
+            (json!(["hello world", "hello world"]), 4),
+            (json!([1, 2, 3, 4]), 4),
+            (json!([[1, 2], [3], []]), 3),
+            (json!([]), 0),
+        ];
+        for (input, expected) in cases {
+            let req: EmbeddingsRequest =
+                serde_json::from_value(json!({"model": m, "input": input})).expect("request");
+            assert_eq!(
+                est.embeddings(&req),
+                TokenEstimate {
+                    input: expected,
+                    output: 0
+                },
+                "{input}"
+            );
+        }
+        assert_eq!(
+            TokenEstimate {
+                input: u64::MAX,
+                output: 1
+            }
+            .total(),
+            u64::MAX
+        );
+    }
+}

@@ -1,0 +1,419 @@
+//! The part of an admission that may wait, as one hand-written future.
+//!
+//! Keeping every waiting stage in one small struct (rather than nested
+//! `async fn`s) keeps a queued call's memory small and puts all of its
+//! cleanup in a single `Drop`, whatever stage it is dropped in.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::Sleep;
+
+use super::controller::{AdmissionController, Entered, Inner};
+use super::lease::{Admission, Lease};
+use super::scope::{Grant, Outcome, PermitSlot, Scope};
+use crate::call::{Call, CallId};
+use crate::clock::Instant;
+use crate::deadline::{Deadline, Phase};
+use crate::error::AdmissionError;
+use crate::quota::Demand;
+
+enum Stage {
+    /// Linked in the scope's queue under `key`.
+    Queued { key: usize },
+    /// Holding a pending reservation and a place in the permit queue (or
+    /// the permit itself).
+    Permit {
+        grant: Grant,
+        granted_at: Instant,
+        permit: PermitSlot,
+    },
+    /// Nothing held.
+    Done,
+}
+
+/// What a successful wait hands to the lease.
+pub(crate) struct Admitted {
+    pub(crate) grant: Grant,
+    pub(crate) admission: Admission,
+    pub(crate) id: Option<CallId>,
+}
+
+/// The future returned by [`AdmissionController::acquire`].
+///
+/// Its first poll validates the call and takes the fast path when the
+/// scope's queue is empty and quota and a permit are free; otherwise it
+/// waits in the queue and for a permit. See
+/// [`AdmissionController::acquire`] for cancel safety.
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a> {
+    controller: &'a AdmissionController,
+    state: State<'a>,
+}
+
+enum State<'a> {
+    Start { call: Call, deadline: Deadline },
+    Waiting(SlowAcquire<'a>),
+    Done,
+}
+
+impl<'a> Acquire<'a> {
+    pub(crate) fn new(controller: &'a AdmissionController, call: Call, deadline: Deadline) -> Self {
+        Acquire {
+            controller,
+            state: State::Start { call, deadline },
+        }
+    }
+}
+
+impl std::fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Start { .. } => "start",
+            State::Waiting(_) => "waiting",
+            State::Done => "done",
+        };
+        f.debug_struct("Acquire").field("state", &state).finish()
+    }
+}
+
+impl Future for Acquire<'_> {
+    type Output = Result<Lease, AdmissionError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.state {
+                State::Start { call, deadline } => match this.controller.start(call, *deadline) {
+                    Err(e) => {
+                        this.state = State::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                    Ok(Ok(lease)) => {
+                        this.state = State::Done;
+                        return Poll::Ready(Ok(lease));
+                    }
+                    Ok(Err(slow)) => this.state = State::Waiting(slow),
+                },
+                State::Waiting(slow) => {
+                    let admitted = match slow.poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(r) => r,
+                    };
+                    let result = admitted.map(|a| this.controller.admit(slow, a));
+                    this.state = State::Done;
+                    return Poll::Ready(result);
+                }
+                State::Done => return Poll::Ready(Err(AdmissionError::Closed)),
+            }
+        }
+    }
+}
+
+/// The waiting part of an admission.
+///
+/// # Cancel safety
+///
+/// Dropping it at any point leaves nothing behind: a queue entry is removed
+/// (the next call is armed if it was the head), an uncollected or pending
+/// reservation is refunded in full exactly once (SPEC Q-9), a permit handed
+/// to it but not yet taken passes on, and its id is released.
+pub(crate) struct SlowAcquire<'a> {
+    inner: &'a Inner,
+    scope: &'a Scope,
+    demand: Demand,
+    deadline: Deadline,
+    arrived: Instant,
+    stage: Stage,
+    admission: Admission,
+    id: Option<CallId>,
+    /// One timer for the head's refill instant and the deadline, created
+    /// only when needed.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<'a> SlowAcquire<'a> {
+    pub(crate) fn scope(&self) -> &'a Scope {
+        self.scope
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        inner: &'a Inner,
+        scope: &'a Scope,
+        demand: Demand,
+        deadline: Deadline,
+        arrived: Instant,
+        entered: Entered,
+        id: Option<CallId>,
+        admission: Admission,
+    ) -> Self {
+        let mut this = SlowAcquire {
+            inner,
+            scope,
+            demand,
+            deadline,
+            arrived,
+            stage: Stage::Done,
+            admission,
+            id,
+            timer: None,
+        };
+        this.stage = this.stage_for(entered, arrived);
+        this
+    }
+
+    /// The stage after entering the scope. `Entered::Leased` never gets
+    /// here: the caller turns it into a lease at once.
+    fn stage_for(&mut self, entered: Entered, now: Instant) -> Stage {
+        match entered {
+            Entered::Queued(key) => Stage::Queued { key },
+            Entered::Granted(grant, permit) => {
+                self.admission.quota_wait = now - self.arrived;
+                Stage::Permit {
+                    grant,
+                    granted_at: now,
+                    permit,
+                }
+            }
+            Entered::Leased(grant) => {
+                self.admission.quota_wait = now - self.arrived;
+                Stage::Permit {
+                    grant,
+                    granted_at: now,
+                    permit: PermitSlot::Held,
+                }
+            }
+        }
+    }
+
+    /// Polls the shared timer armed for `at`. `Ready` when it fired.
+    fn poll_timer(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if timer.deadline() != at {
+            timer.as_mut().reset(at);
+        }
+        timer.as_mut().poll(cx)
+    }
+
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Admitted, AdmissionError>> {
+        loop {
+            let step = match self.stage {
+                Stage::Queued { key } => self.poll_queue(cx, key),
+                Stage::Permit { .. } => self.poll_permit(cx),
+                Stage::Done => return Poll::Ready(Err(AdmissionError::Closed)),
+            };
+            match step {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => {
+                    self.release_all();
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Ready(Ok(Some(grant))) => {
+                    self.stage = Stage::Done;
+                    return Poll::Ready(Ok(Admitted {
+                        grant,
+                        admission: self.admission,
+                        id: self.id.take(),
+                    }));
+                }
+                // Moved to another stage: go on.
+                Poll::Ready(Ok(None)) => {}
+            }
+        }
+    }
+
+    /// Waiting in the queue (SPEC ADM-4, Q-4, Q-11).
+    fn poll_queue(
+        &mut self,
+        cx: &mut Context<'_>,
+        key: usize,
+    ) -> Poll<Result<Option<Grant>, AdmissionError>> {
+        loop {
+            let now = self.inner.clock.now();
+            let mut guard = self.scope.state.lock();
+            let st = &mut *guard;
+            let Some(w) = st.queue.get_mut(key) else {
+                self.stage = Stage::Done;
+                return Poll::Ready(Err(AdmissionError::Closed));
+            };
+            if !matches!(w.outcome, Outcome::Waiting) {
+                self.admission.limited_by = self.admission.limited_by.union(w.limited_by);
+                self.admission.cooldown |= w.waited_for_cooldown;
+                let grant = w.grant();
+                st.queue.remove(key);
+                drop(guard);
+                self.stage = Stage::Done;
+                let Some((grant, permit)) = grant else {
+                    return Poll::Ready(Err(AdmissionError::Closed));
+                };
+                self.stage = self.stage_for(Entered::Granted(grant, permit), now);
+                return Poll::Ready(Ok(None));
+            }
+            let is_head = st.queue.front() == Some(key);
+            let mut phase = Phase::Queue;
+            let mut wake_at = self.deadline.instant();
+            if is_head {
+                let cooling = st.cooldown.active(now);
+                phase = if cooling.is_some() {
+                    Phase::Cooldown
+                } else {
+                    Phase::Rate
+                };
+                if let Some(t) = st.ready_at {
+                    if t <= now {
+                        st.drain(now);
+                        continue;
+                    }
+                    // it cannot be admitted in time; say so now.
+                    if let Err(e) = self.inner.verdict(t, now, self.deadline, cooling) {
+                        st.abandon(key, now);
+                        self.stage = Stage::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                    wake_at = Some(wake_at.map_or(t, |d| d.min(t)));
+                }
+            }
+            if is_head {
+                st.head_armed = st.ready_at;
+            }
+            if let Some(w) = st.queue.get_mut(key) {
+                match &w.waker {
+                    Some(old) if old.will_wake(cx.waker()) => {}
+                    _ => w.waker = Some(cx.waker().clone()),
+                }
+            }
+            drop(guard);
+            let Some(at) = wake_at else {
+                return Poll::Pending;
+            };
+            if self.poll_timer(cx, at).is_pending() {
+                return Poll::Pending;
+            }
+            let now = self.inner.clock.now();
+            if self.deadline.is_expired(now) {
+                let mut st = self.scope.state.lock();
+                // A grant that landed first wins over the deadline (LC-6).
+                if st
+                    .queue
+                    .get(key)
+                    .is_some_and(|w| !matches!(w.outcome, Outcome::Waiting))
+                {
+                    continue;
+                }
+                let retry_at = if is_head { st.ready_at } else { None };
+                st.abandon(key, now);
+                drop(st);
+                self.stage = Stage::Done;
+                return Poll::Ready(Err(AdmissionError::DeadlineExceeded { phase, retry_at }));
+            }
+        }
+    }
+
+    /// Holding a reservation, waiting for a concurrency permit (ADM-1).
+    fn poll_permit(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Grant>, AdmissionError>> {
+        let Stage::Permit {
+            grant,
+            granted_at,
+            permit,
+        } = &mut self.stage
+        else {
+            return Poll::Ready(Ok(None));
+        };
+        let (grant, granted_at) = (*grant, *granted_at);
+        if let (PermitSlot::Queued(key), Some(permits)) = (*permit, &self.inner.concurrency) {
+            self.admission.concurrency = true;
+            let mut waiter = Some(key as usize);
+            let polled = permits.poll_acquire(cx, &mut waiter);
+            // Once `poll_acquire` is ready the key is spent either way.
+            match polled {
+                Poll::Ready(Ok(())) => *permit = PermitSlot::Held,
+                Poll::Ready(Err(_)) => {
+                    self.stage = Stage::Done;
+                    let now = self.inner.clock.now();
+                    self.scope.state.lock().refund_pending(&grant, now);
+                    return Poll::Ready(Err(AdmissionError::Closed));
+                }
+                Poll::Pending => {
+                    if self.deadline.is_expired(self.inner.clock.now()) {
+                        return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
+                            phase: Phase::Concurrency,
+                            retry_at: None,
+                        }));
+                    }
+                    return self.poll_permit_deadline(cx);
+                }
+            }
+        }
+        // The permit is ours: from here on it must reach a lease or go back.
+        self.stage = Stage::Done;
+        let now = self.inner.clock.now();
+        self.admission.concurrency_wait += now - granted_at;
+        match self.inner.finish(self.scope, grant, now) {
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(Some(grant)) => Poll::Ready(Ok(Some(grant))),
+            Ok(None) => {
+                // Preempted by a cooldown (SPEC CD-3): back to the tail.
+                self.admission.preemptions += 1;
+                self.admission.cooldown = true;
+                let ticket = &mut self.admission.ticket;
+                match self
+                    .inner
+                    .enter(self.scope, &self.demand, self.deadline, now, ticket)?
+                {
+                    // Reserved and permitted at once: the fast path again.
+                    Entered::Leased(grant) => Poll::Ready(Ok(Some(grant))),
+                    entered => {
+                        self.stage = self.stage_for(entered, now);
+                        Poll::Ready(Ok(None))
+                    }
+                }
+            }
+        }
+    }
+
+    fn poll_permit_deadline(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Grant>, AdmissionError>> {
+        let Some(d) = self.deadline.instant() else {
+            return Poll::Pending;
+        };
+        if self.poll_timer(cx, d).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(AdmissionError::DeadlineExceeded {
+            phase: Phase::Concurrency,
+            retry_at: None,
+        }))
+    }
+
+    /// Gives back whatever the current stage holds.
+    fn release_all(&mut self) {
+        match std::mem::replace(&mut self.stage, Stage::Done) {
+            Stage::Queued { key } => {
+                let now = self.inner.clock.now();
+                self.scope.state.lock().abandon(key, now);
+            }
+            Stage::Permit { grant, permit, .. } => {
+                let now = self.inner.clock.now();
+                let mut st = self.scope.state.lock();
+                st.return_permit(permit);
+                st.refund_pending(&grant, now);
+            }
+            Stage::Done => {}
+        }
+        if let Some(id) = self.id.take() {
+            self.inner.forget_id(id);
+        }
+    }
+}
+
+impl Drop for SlowAcquire<'_> {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}

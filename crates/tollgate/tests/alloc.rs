@@ -1,0 +1,127 @@
+//! Allocation budgets of the admission path, counted by a global allocator
+//! (deterministic byte and call counts, not timings).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use tollgate::config::{MINUTE, ScopeConfig};
+use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+
+struct Counting;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if ENABLED.load(Ordering::Relaxed) {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn controller() -> AdmissionController {
+    AdmissionController::builder()
+        .scope(
+            ScopeConfig::new("main")
+                .requests(1 << 40, MINUTE)
+                .tokens(1 << 50, MINUTE),
+        )
+        .concurrency(64)
+        .build()
+        .unwrap()
+}
+
+fn call() -> Call {
+    Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(120, 80))
+}
+
+// The two tests share the counters, so they run one after the other.
+#[test]
+fn allocation_budgets() {
+    uncontended_acquire_and_release_do_not_allocate();
+    queued_waiters_stay_within_the_memory_budget();
+}
+
+// proves: ADM-1 fast path (an uncontended admission allocates nothing, in
+// real time so that window slots are created and recycled)
+fn uncontended_acquire_and_release_do_not_allocate() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = controller();
+        let call = call();
+        for _ in 0..1_000 {
+            drop(c.acquire(&call, Deadline::NONE).await.unwrap());
+        }
+        ENABLED.store(true, Ordering::SeqCst);
+        for _ in 0..100_000 {
+            let lease = c.acquire(&call, Deadline::NONE).await.unwrap();
+            drop(lease);
+        }
+        ENABLED.store(false, Ordering::SeqCst);
+    });
+    assert_eq!(CALLS.load(Ordering::SeqCst), 0, "the fast path allocated");
+}
+
+// proves: ADM-5 (the queue is physically bounded; each queued waiter costs a
+// fixed, small amount of memory: budget 64 MiB per 100,000 waiters)
+fn queued_waiters_stay_within_the_memory_budget() {
+    const WAITERS: usize = 100_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = AdmissionController::builder()
+            .scope(ScopeConfig::new("main").requests(1, MINUTE))
+            .queue_capacity(WAITERS)
+            .concurrency(8)
+            .build()
+            .unwrap();
+        let _first = c
+            .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
+            .await
+            .unwrap();
+        common::settle().await;
+        let before = LIVE.load(Ordering::SeqCst);
+        let mut tasks = Vec::with_capacity(WAITERS);
+        for _ in 0..WAITERS {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let _ = c.acquire(&Call::new(ScopeId::FIRST), Deadline::NONE).await;
+            }));
+        }
+        while c.snapshot().scopes[0].queued < WAITERS {
+            tokio::task::yield_now().await;
+        }
+        let per_waiter = (LIVE.load(Ordering::SeqCst) - before) / WAITERS;
+        println!("bytes per queued waiter (task, future, queue node, join handle): {per_waiter}");
+        assert!(
+            per_waiter * WAITERS <= 64 << 20,
+            "{per_waiter} bytes per waiter"
+        );
+        for t in &tasks {
+            t.abort();
+        }
+        while c.snapshot().scopes[0].queued > 0 {
+            tokio::task::yield_now().await;
+        }
+    });
+}

@@ -1,0 +1,73 @@
+//! Rate-limit header parsing: arbitrary values under every header name, and
+//! the value parsers directly. Checks no panic and the duration cap.
+#![no_main]
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderValue};
+use libfuzzer_sys::fuzz_target;
+use tollgate_openai::rate_limit::{MAX_HINT, RateLimitHints, parse};
+
+const NAMES: [&str; 20] = [
+    "retry-after",
+    "retry-after-ms",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&clock, rest)) = data.split_first() else {
+        return;
+    };
+    // A wall clock anywhere from 1970 to ~2100.
+    let now = UNIX_EPOCH + Duration::from_secs(u64::from(clock) * 16_000_000);
+
+    // Values separated by NUL go to successive header names.
+    let mut headers = HeaderMap::new();
+    for (name, value) in NAMES.iter().zip(rest.split(|&b| b == 0)) {
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.append(*name, value);
+        }
+    }
+    let hints = RateLimitHints::from_headers(&headers, now);
+    for d in [
+        hints.retry_floor(),
+        hints.retry_floor_for(u64::MAX),
+        hints.longest_reset(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        assert!(d <= MAX_HINT);
+    }
+
+    let text = String::from_utf8_lossy(rest);
+    for d in [
+        parse::go_duration(&text),
+        parse::retry_after(&text, now),
+        parse::retry_after_ms(&text),
+        parse::rfc3339_until(&text, now),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        assert!(d <= MAX_HINT);
+    }
+    let _ = parse::count(&text);
+});
