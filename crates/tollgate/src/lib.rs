@@ -17,11 +17,16 @@ pub mod clock;
 pub mod config;
 mod deadline;
 mod error;
+pub mod estimate;
 pub mod quota;
+mod usage;
 
 pub use admission::{
-    Admission, AdmissionController, ControllerBuilder, Lease, ScopeSnapshot, Snapshot,
+    Acquire, Admission, AdmissionController, ControllerBuilder, CooldownOutcome, Lease,
+    ScopeCounters, ScopeSnapshot, Snapshot,
 };
 pub use call::{Call, CallId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
+pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
+pub use usage::{AlreadySettled, Counter, Settlement, Usage};

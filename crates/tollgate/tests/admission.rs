@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tollgate::config::{MINUTE, Overflow, ScopeConfig};
 use tollgate::quota::Dimension;
-use tollgate::{AdmissionController, AdmissionError, CallId, Deadline, ScopeId};
+use tollgate::{AdmissionController, AdmissionError, CallId, Deadline, ScopeId, Usage};
 
 fn rpm(n: u64) -> AdmissionController {
     AdmissionController::builder()
@@ -356,7 +356,7 @@ async fn permits_follow_the_order_of_reservations() {
     }
     // All three are granted their tokens in one step, in queue order, and
     // line up for the single permit in that order.
-    holder.reconcile_tokens(Some(0));
+    holder.reconcile(Usage::known(0)).unwrap();
     assert_eq!(c.snapshot().scopes[0].pending, 3);
     drop(holder);
     for t in tasks {

@@ -7,7 +7,7 @@ use common::*;
 use tokio::time::Instant;
 use tollgate::config::{DAY, MINUTE, ScopeConfig};
 use tollgate::quota::Dimension;
-use tollgate::{AdmissionController, AdmissionError, Deadline, Phase};
+use tollgate::{AdmissionController, AdmissionError, Deadline, Phase, Usage};
 
 fn build(scope: ScopeConfig) -> AdmissionController {
     AdmissionController::builder().scope(scope).build().unwrap()
@@ -162,7 +162,7 @@ async fn deadline_behind_the_head_is_phase_queue() {
     // ...but then a cooldown longer than its deadline begins. The head has
     // no deadline and keeps waiting; the follower, still behind it, runs out
     // of time in the queue.
-    big.reconcile_tokens(Some(100));
+    big.reconcile(Usage::known(100)).unwrap();
     c.start_cooldown(tollgate::ScopeId::FIRST, secs(200))
         .unwrap();
     let err = follower.await.unwrap().unwrap_err();
@@ -240,7 +240,7 @@ async fn uncollected_grant_is_refunded() {
     let waiter = tokio::spawn(async move { c2.acquire(&tokens(40), Deadline::NONE).await });
     settle().await;
     // Known zero usage refunds the tokens and grants the waiter right here...
-    first.reconcile_tokens(Some(0));
+    first.reconcile(Usage::known(0)).unwrap();
     assert_eq!(c.snapshot().scopes[0].pending, 1);
     // ...which is cancelled before it ever runs again.
     waiter.abort();

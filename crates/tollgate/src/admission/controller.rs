@@ -16,10 +16,11 @@ use super::scope::{Grant, Outcome, PermitSlot, Scope, Waiter};
 use super::snapshot::{ScopeSnapshot, Snapshot};
 use crate::call::{Call, CallId, ScopeId};
 use crate::clock::{Instant, SharedClock, TokioClock};
-use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
+use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow, ScopeConfig};
 use crate::deadline::{Deadline, Phase, far_future};
 use crate::error::AdmissionError;
 use crate::quota::{Demand, Hold, LocalBackend, Reservation, SharedBackend};
+use crate::usage::{Settlement, Usage};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
 /// reservation, a concurrency limit, one deadline (SPEC ADM-1).
@@ -29,7 +30,7 @@ use crate::quota::{Demand, Hold, LocalBackend, Reservation, SharedBackend};
 /// ```
 /// use std::time::Duration;
 /// use tollgate::config::{ScopeConfig, MINUTE};
-/// use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+/// use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate, Usage};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let controller = AdmissionController::builder()
@@ -41,7 +42,7 @@ use crate::quota::{Demand, Hold, LocalBackend, Reservation, SharedBackend};
 /// let deadline = Deadline::from_timeout(Some(Duration::from_secs(30)), tokio::time::Instant::now());
 /// let mut lease = controller.acquire(&call, deadline).await?;
 /// // ... call the provider ...
-/// lease.reconcile_tokens(Some(1_350));
+/// lease.reconcile(Usage::from_io(1_200, 150))?;
 /// drop(lease);
 /// # Ok(()) }
 /// ```
@@ -59,6 +60,7 @@ pub(crate) struct Inner {
     queue_capacity: usize,
     overflow: Overflow,
     max_wait: Option<Duration>,
+    cooldown: CooldownConfig,
     closed: AtomicBool,
     active: AtomicUsize,
     idle: Notify,
@@ -161,6 +163,7 @@ impl ControllerBuilder {
                 queue_capacity: config.queue_capacity,
                 overflow: config.overflow,
                 max_wait: config.max_wait,
+                cooldown: config.cooldown,
                 closed: AtomicBool::new(false),
                 active: AtomicUsize::new(0),
                 idle: Notify::new(),
@@ -169,6 +172,37 @@ impl ControllerBuilder {
                 backend: backend.name(),
             }),
         })
+    }
+}
+
+/// What a reported 429 did to its scope's cooldown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CooldownOutcome {
+    /// A new cooldown started (generation bumped).
+    Started {
+        /// The new generation.
+        generation: u64,
+        /// When it ends.
+        until: Instant,
+    },
+    /// A running cooldown already lasts at least as long.
+    Running {
+        /// When it ends.
+        until: Instant,
+    },
+    /// The attempt started before the running cooldown: ignored (CD-2).
+    Stale,
+}
+
+impl CooldownOutcome {
+    /// When the scope's cooldown ends, if one runs.
+    pub fn until(&self) -> Option<Instant> {
+        match self {
+            CooldownOutcome::Started { until, .. } | CooldownOutcome::Running { until } => {
+                Some(*until)
+            }
+            CooldownOutcome::Stale => None,
+        }
     }
 }
 
@@ -288,10 +322,35 @@ impl AdmissionController {
         )
     }
 
+    /// Reports a provider 429 to `scope`, seen by an attempt that started
+    /// under cooldown `generation` ([`Lease::generation`]), with the
+    /// server's hint if any (SPEC CD-1, CD-2).
+    ///
+    /// A 429 from an attempt older than the running cooldown is stale: it
+    /// neither starts nor extends one. Otherwise a cooldown of the hinted
+    /// length (capped by the configuration), or of a short exponential
+    /// backoff from 1 s without a hint, pauses the whole scope: waiting
+    /// calls start no provider work until it ends, and calls granted but
+    /// not yet started are preempted (CD-3).
+    pub fn rate_limited(
+        &self,
+        scope: ScopeId,
+        generation: u64,
+        hint: Option<Duration>,
+    ) -> CooldownOutcome {
+        self.inner.rate_limited(scope, generation, hint)
+    }
+
+    /// An attempt of `scope` succeeded: the next hintless 429 starts again
+    /// from the base cooldown.
+    pub fn clear_backoff(&self, scope: ScopeId) {
+        if let Some(scope) = self.inner.scopes.get(scope.index()) {
+            scope.state.lock().cooldown.strikes = 0;
+        }
+    }
+
     /// Starts a cooldown of `scope` lasting `duration` unless one already
-    /// runs longer (SPEC CD-1). Returns the new generation. Waiting calls
-    /// do not start provider work until it ends; calls granted but not yet
-    /// started are preempted (CD-3).
+    /// runs longer, whatever the generation (an operator's pause).
     pub fn start_cooldown(&self, scope: ScopeId, duration: Duration) -> Option<u64> {
         let inner = &*self.inner;
         let scope = inner.scopes.get(scope.index())?;
@@ -304,6 +363,7 @@ impl AdmissionController {
         st.cooldown.until = Some(until);
         st.cooldown.generation += 1;
         let generation = st.cooldown.generation;
+        st.mark_cooldown();
         st.drain(now);
         Some(generation)
     }
@@ -380,9 +440,7 @@ impl AdmissionController {
                     limits,
                     cooldown_generation: st.cooldown.generation,
                     cooldown_remaining: st.cooldown.active(now).map(|u| u - now),
-                    admitted: st.counters.admitted,
-                    preempted: st.counters.preempted,
-                    refunded_reservations: st.counters.refunded_reservations,
+                    counters: st.counters,
                 }
             })
             .collect();
@@ -480,6 +538,7 @@ impl Inner {
                     st.grants += 1;
                     if permit {
                         st.counters.admitted += 1;
+                        st.counters.tokens_reserved += demand.tokens;
                         return Ok(Entered::Leased(grant));
                     }
                     // Take a place in the permit queue under the scope lock,
@@ -498,6 +557,7 @@ impl Inner {
                         None | Some(Ok(None)) => {
                             st.store.lease(&mut grant.reservation, now);
                             st.counters.admitted += 1;
+                            st.counters.tokens_reserved += demand.tokens;
                             return Ok(Entered::Leased(grant));
                         }
                     }
@@ -534,9 +594,11 @@ impl Inner {
             st.invalidate_projection();
             return Err(e);
         }
+        let mut waiter = Waiter::new(*demand);
+        waiter.waited_for_cooldown = cooling.is_some();
         let key = st
             .queue
-            .push_back(Waiter::new(*demand))
+            .push_back(waiter)
             .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
         if st.queue.front() == Some(key) {
             st.drain(now);
@@ -571,6 +633,7 @@ impl Inner {
         grant.generation = st.cooldown.generation;
         st.pending = st.pending.saturating_sub(1);
         st.counters.admitted += 1;
+        st.counters.tokens_reserved += grant.reservation.demand.tokens;
         if st.ready_at.is_none() && !st.queue.is_empty() {
             st.drain(now);
         }
@@ -620,22 +683,67 @@ impl Inner {
         self.ids.lock().remove(&id);
     }
 
+    /// See [`AdmissionController::rate_limited`].
+    pub(crate) fn rate_limited(
+        &self,
+        scope: ScopeId,
+        generation: u64,
+        hint: Option<Duration>,
+    ) -> CooldownOutcome {
+        let inner = self;
+        let Some(scope) = inner.scopes.get(scope.index()) else {
+            return CooldownOutcome::Stale;
+        };
+        let now = inner.clock.now();
+        let mut st = scope.state.lock();
+        if generation < st.cooldown.generation {
+            st.counters.stale_rate_limits += 1;
+            return CooldownOutcome::Stale;
+        }
+        let length = inner.cooldown.length(hint, st.cooldown.strikes);
+        if hint.is_none() {
+            st.cooldown.strikes = st.cooldown.strikes.saturating_add(1);
+        }
+        let until = now.checked_add(length).unwrap_or_else(|| far_future(now));
+        if let Some(running) = st.cooldown.active(now)
+            && running >= until
+        {
+            return CooldownOutcome::Running { until: running };
+        }
+        st.cooldown.until = Some(until);
+        st.cooldown.generation += 1;
+        st.counters.cooldowns += 1;
+        let generation = st.cooldown.generation;
+        st.mark_cooldown();
+        st.drain(now);
+        tracing::debug!(scope = %scope.id, generation, cooldown_ms = length.as_millis() as u64, "cooldown started");
+        CooldownOutcome::Started { generation, until }
+    }
+
     /// Settles a started attempt's tokens (SPEC Q-5).
-    pub(crate) fn reconcile(&self, scope: ScopeId, reservation: &Reservation, actual: u64) {
+    pub(crate) fn reconcile(
+        &self,
+        scope: ScopeId,
+        reservation: &Reservation,
+        usage: Usage,
+    ) -> Settlement {
+        let settlement = Settlement::new(reservation.demand.tokens, usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
-            return;
+            return settlement;
         };
         let now = self.clock.now();
         let mut st = scope.state.lock();
-        if actual == 0 {
-            st.store.refund_tokens(reservation, now);
-        } else {
-            st.store.reconcile(reservation, actual, now);
-        }
-        if actual < reservation.demand.tokens {
+        st.counters.settle(&settlement);
+        let Some(actual) = settlement.reported else {
+            // Unknown usage keeps the estimate: nothing changes.
+            return settlement;
+        };
+        st.store.reconcile(reservation, actual, now);
+        if settlement.refunded > 0 {
             st.invalidate_projection();
         }
         st.drain(now);
+        settlement
     }
 }
 

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::controller::Inner;
+use super::controller::{CooldownOutcome, Inner};
 use crate::call::{CallId, ScopeId};
 use crate::quota::{LimitedBy, Reservation};
+use crate::usage::{AlreadySettled, Settlement, Usage};
 
 /// What an admission waited for and which limit bound the wait (SPEC OBS-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,7 +44,7 @@ impl Admission {
 /// The lease holds the call's concurrency permit and its quota reservation.
 /// Dropping it, or calling [`release`](Lease::release), returns the permit;
 /// the request unit stays spent (SPEC Q-9) and the reserved tokens stay
-/// counted until [`reconcile_tokens`](Lease::reconcile_tokens) settles them
+/// counted until [`reconcile`](Lease::reconcile) settles them
 /// with the provider's reported usage (SPEC Q-5).
 #[derive(Debug)]
 #[must_use = "dropping the lease releases the admission at once"]
@@ -90,20 +91,32 @@ impl Lease {
         self.released
     }
 
-    /// Settles the reserved tokens with the provider's count (SPEC Q-5):
-    /// `Some(n)` replaces the estimate by `n` (a refund below it, debt above
-    /// it, a full token refund for zero); `None` (unknown usage) keeps the
-    /// estimate. Only the first call per lease counts; later calls return
-    /// `false` and change nothing.
-    pub fn reconcile_tokens(&mut self, actual: Option<u64>) -> bool {
-        if self.reconciled {
-            return false;
+    /// Settles the reserved tokens with what the provider reported
+    /// (SPEC Q-5): known usage below the estimate refunds the difference,
+    /// above it records debt, known zero refunds every token (the request
+    /// unit stays spent), unknown usage keeps the estimate. The change lands
+    /// where the estimate was counted, and a call waiting for room is
+    /// admitted at once if it now fits.
+    ///
+    /// Each attempt settles once: a second call changes nothing and returns
+    /// [`AlreadySettled`]. Settling does not release the lease.
+    pub fn reconcile(&mut self, usage: Usage) -> Result<Settlement, AlreadySettled> {
+        if std::mem::replace(&mut self.reconciled, true) {
+            return Err(AlreadySettled);
         }
-        self.reconciled = true;
-        if let Some(actual) = actual {
-            self.inner.reconcile(self.scope, &self.reservation, actual);
-        }
-        true
+        Ok(self.inner.reconcile(self.scope, &self.reservation, usage))
+    }
+
+    /// Reports a provider 429 answered to this attempt, with the server's
+    /// hint if any (SPEC CD-1, CD-2): see
+    /// [`AdmissionController::rate_limited`](crate::AdmissionController::rate_limited).
+    pub fn rate_limited(&self, hint: Option<Duration>) -> CooldownOutcome {
+        self.inner.rate_limited(self.scope, self.generation, hint)
+    }
+
+    /// Whether the usage was settled.
+    pub fn is_reconciled(&self) -> bool {
+        self.reconciled
     }
 
     /// Returns the concurrency permit. Idempotent; also done on drop.

@@ -9,6 +9,7 @@ mod scope;
 mod snapshot;
 
 pub use acquire::Acquire;
-pub use controller::{AdmissionController, ControllerBuilder};
+pub use controller::{AdmissionController, ControllerBuilder, CooldownOutcome};
 pub use lease::{Admission, Lease};
+pub use scope::ScopeCounters;
 pub use snapshot::{ScopeSnapshot, Snapshot};

@@ -142,6 +142,8 @@ pub(crate) struct Cooldown {
     pub(crate) until: Option<Instant>,
     /// Bumped each time a cooldown starts.
     pub(crate) generation: u64,
+    /// Consecutive hintless cooldowns (the backoff exponent).
+    pub(crate) strikes: u32,
 }
 
 impl Cooldown {
@@ -159,12 +161,47 @@ struct Projection {
     tail: Option<Instant>,
 }
 
-/// Counters kept per scope for the snapshot.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct ScopeCounters {
-    pub(crate) admitted: u64,
-    pub(crate) preempted: u64,
-    pub(crate) refunded_reservations: u64,
+/// Counters kept per scope for the snapshot (SPEC OBS-1, issue of tokens).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeCounters {
+    /// Attempts leased.
+    pub admitted: u64,
+    /// Attempts preempted by a cooldown before they started (CD-3).
+    pub preempted: u64,
+    /// Reservations refunded in full before their lease.
+    pub refunded_reservations: u64,
+    /// Tokens reserved by leased attempts.
+    pub tokens_reserved: u64,
+    /// Tokens providers reported for settled attempts.
+    pub tokens_reported: u64,
+    /// Tokens given back by settlements below the estimate.
+    pub tokens_refunded: u64,
+    /// Tokens charged beyond the estimate.
+    pub tokens_debt: u64,
+    /// Settlements with unknown usage (the estimate was kept).
+    pub unknown_usage: u64,
+    /// Settlements with known zero usage.
+    pub known_zero: u64,
+    /// Cooldowns started by 429s.
+    pub cooldowns: u64,
+    /// 429s from attempts older than the running cooldown (CD-2).
+    pub stale_rate_limits: u64,
+}
+
+impl ScopeCounters {
+    pub(crate) fn settle(&mut self, s: &crate::usage::Settlement) {
+        match s.reported {
+            None => self.unknown_usage += 1,
+            Some(r) => {
+                self.tokens_reported += r;
+                self.tokens_refunded += s.refunded;
+                self.tokens_debt += s.debt;
+                if r == 0 {
+                    self.known_zero += 1;
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -177,6 +214,9 @@ pub(crate) struct ScopeState {
     pub(crate) ready_at: Option<Instant>,
     /// The instant the head last armed its timer for.
     pub(crate) head_armed: Option<Instant>,
+    /// Why the queue last had to wait for quota (reported to waiters that
+    /// waited behind the head, SPEC OBS-4).
+    last_limited: LimitedBy,
     /// Granted reservations not yet leased or refunded.
     pub(crate) pending: usize,
     /// Arrivals so far (the next arrival's ticket).
@@ -219,6 +259,7 @@ impl Scope {
                 cooldown: Cooldown::default(),
                 ready_at: None,
                 head_armed: None,
+                last_limited: LimitedBy::default(),
                 pending: 0,
                 tickets: 0,
                 grants: 0,
@@ -279,7 +320,11 @@ impl ScopeState {
                             Outcome::Closed
                         }
                     };
+                    let last_limited = self.last_limited;
                     if let Some(w) = self.queue.get_mut(key) {
+                        if w.limited_by == LimitedBy::default() {
+                            w.limited_by = last_limited;
+                        }
                         w.outcome = outcome;
                         w.wake();
                     }
@@ -294,6 +339,9 @@ impl ScopeState {
 
     fn arm_head(&mut self, key: usize, at: Option<Instant>, limited_by: LimitedBy, cooldown: bool) {
         self.ready_at = at;
+        if !cooldown {
+            self.last_limited = limited_by;
+        }
         let changed = self.head_armed != at;
         if let Some(w) = self.queue.get_mut(key) {
             w.limited_by = w.limited_by.union(limited_by);
@@ -320,6 +368,15 @@ impl ScopeState {
             match permit {
                 PermitSlot::Held => p.release(),
                 PermitSlot::Queued(key) => p.cancel(key as usize),
+            }
+        }
+    }
+
+    /// A cooldown began: every queued call now waits for it (SPEC OBS-4).
+    pub(crate) fn mark_cooldown(&mut self) {
+        for key in self.queue.keys() {
+            if let Some(w) = self.queue.get_mut(key) {
+                w.waited_for_cooldown = true;
             }
         }
     }

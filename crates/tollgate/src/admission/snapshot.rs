@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::scope::ScopeCounters;
 use crate::call::ScopeId;
 use crate::config::Overflow;
 use crate::quota::LimitSnapshot;
@@ -49,12 +50,8 @@ pub struct ScopeSnapshot {
     pub cooldown_generation: u64,
     /// Time left in the running cooldown.
     pub cooldown_remaining: Option<Duration>,
-    /// Attempts leased so far.
-    pub admitted: u64,
-    /// Attempts preempted by a cooldown so far.
-    pub preempted: u64,
-    /// Reservations refunded before their lease so far.
-    pub refunded_reservations: u64,
+    /// Totals since the controller started.
+    pub counters: ScopeCounters,
 }
 
 impl Snapshot {

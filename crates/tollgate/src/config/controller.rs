@@ -27,8 +27,62 @@ impl Overflow {
     }
 }
 
+/// Coordinated cooldown after a provider 429 (SPEC CD-1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CooldownConfig {
+    /// First cooldown when the 429 carries no hint (default 1 s).
+    pub base: Duration,
+    /// Growth of consecutive hintless cooldowns (default 2, at least 1).
+    pub factor: f64,
+    /// Cap on any cooldown, hinted or not (default 60 s).
+    pub max: Duration,
+}
+
+impl Default for CooldownConfig {
+    fn default() -> Self {
+        CooldownConfig {
+            base: Duration::from_secs(1),
+            factor: 2.0,
+            max: Duration::from_secs(60),
+        }
+    }
+}
+
+impl CooldownConfig {
+    /// Checks every field (SPEC CFG-2).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        non_zero("cooldown.base", self.base)?;
+        non_zero("cooldown.max", self.max)?;
+        if !(self.factor.is_finite() && self.factor >= 1.0) {
+            return Err(ConfigError::new("cooldown.factor", "must be a number >= 1"));
+        }
+        if self.max < self.base {
+            return Err(ConfigError::new(
+                "cooldown.max",
+                "must be at least cooldown.base",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The length of a cooldown: the server's hint capped by `max`, or
+    /// without a hint `base * factor^strikes` capped by `max`.
+    pub fn length(&self, hint: Option<Duration>, strikes: u32) -> Duration {
+        match hint {
+            Some(h) => h.min(self.max),
+            None => {
+                let exp = i32::try_from(strikes).unwrap_or(i32::MAX);
+                let secs = self.base.as_secs_f64() * self.factor.powi(exp);
+                Duration::try_from_secs_f64(secs)
+                    .unwrap_or(self.max)
+                    .min(self.max)
+            }
+        }
+    }
+}
+
 /// Everything an [`AdmissionController`](crate::AdmissionController) needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ControllerConfig {
     /// Quota scopes; an empty list means one unlimited scope named `default`.
     pub scopes: Vec<ScopeConfig>,
@@ -41,6 +95,8 @@ pub struct ControllerConfig {
     /// Longest quota wait accepted before failing early with
     /// `QuotaWaitTooLong`; `None` = only the deadline bounds it.
     pub max_wait: Option<Duration>,
+    /// Cooldown after provider 429s.
+    pub cooldown: CooldownConfig,
 }
 
 impl Default for ControllerConfig {
@@ -51,6 +107,7 @@ impl Default for ControllerConfig {
             overflow: Overflow::Wait,
             concurrency: None,
             max_wait: None,
+            cooldown: CooldownConfig::default(),
         }
     }
 }
@@ -67,6 +124,7 @@ impl ControllerConfig {
         if let Some(w) = self.max_wait {
             non_zero("max_wait", w)?;
         }
+        self.cooldown.validate()?;
         let mut names = HashSet::new();
         for scope in &self.scopes {
             scope.validate()?;
@@ -153,6 +211,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(err(&c).field, "scopes[].name");
+    }
+
+    // proves: CD-1 (hint capped by config; without a hint a short exponential
+    // backoff from 1 s, never a long fixed default)
+    #[test]
+    fn cooldown_lengths() {
+        let c = CooldownConfig::default();
+        assert_eq!(c.length(None, 0), Duration::from_secs(1));
+        assert_eq!(c.length(None, 1), Duration::from_secs(2));
+        assert_eq!(c.length(None, 3), Duration::from_secs(8));
+        assert_eq!(c.length(None, 40), Duration::from_secs(60));
+        assert_eq!(
+            c.length(Some(Duration::from_secs(7)), 5),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            c.length(Some(Duration::from_secs(3600)), 0),
+            Duration::from_secs(60)
+        );
+        let bad = CooldownConfig {
+            factor: 0.5,
+            ..CooldownConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "cooldown.factor");
     }
 
     #[test]

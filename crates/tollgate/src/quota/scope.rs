@@ -121,16 +121,6 @@ impl QuotaStore for LocalQuota {
         }
     }
 
-    fn refund_tokens(&mut self, reservation: &Reservation, now: Instant) {
-        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
-        self.advance(t);
-        for l in &mut self.limits {
-            if l.dimension() == Dimension::Tokens {
-                l.refund(stamp, reservation.demand.tokens, reservation.hold);
-            }
-        }
-    }
-
     fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant) {
         let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
         self.advance(t);

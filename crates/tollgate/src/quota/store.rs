@@ -40,12 +40,9 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     /// only for a reservation whose attempt never started.
     fn refund(&mut self, reservation: &Reservation, now: Instant);
 
-    /// Restores only the tokens of a started attempt (known zero usage,
-    /// SPEC Q-5): the request unit stays spent.
-    fn refund_tokens(&mut self, reservation: &Reservation, now: Instant);
-
     /// Replaces a started attempt's token estimate by what the provider
-    /// reported (SPEC Q-5). Called at most once per reservation.
+    /// reported (SPEC Q-5); zero gives every reserved token back while the
+    /// request unit stays spent. Called at most once per reservation.
     fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant);
 
     /// A detached copy used to project when queued demands will fit
