@@ -39,6 +39,29 @@ impl fmt::Display for ScopeId {
     }
 }
 
+/// The ordinal of a concurrency pool inside its controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolId(pub(crate) u32);
+
+impl PoolId {
+    /// A pool id for a pool created outside a controller (see
+    /// [`Pool`](crate::Pool)).
+    pub const fn new(ordinal: u32) -> Self {
+        PoolId(ordinal)
+    }
+
+    /// The ordinal.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for PoolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pool#{}", self.0)
+    }
+}
+
 /// An attempt's token estimate: input plus expected output (SPEC Q-3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct TokenEstimate {
@@ -69,6 +92,9 @@ pub struct Call {
     pub scope: ScopeId,
     /// Required when the scope has a token limit.
     pub estimate: Option<TokenEstimate>,
+    /// The concurrency pool each attempt takes a permit from; `None` uses
+    /// the controller's default pool, if it has one.
+    pub pool: Option<PoolId>,
 }
 
 impl Call {
@@ -78,6 +104,7 @@ impl Call {
             id: None,
             scope,
             estimate: None,
+            pool: None,
         }
     }
 
@@ -90,6 +117,12 @@ impl Call {
     /// Sets the token estimate.
     pub const fn with_estimate(mut self, estimate: TokenEstimate) -> Self {
         self.estimate = Some(estimate);
+        self
+    }
+
+    /// Sets the concurrency pool.
+    pub const fn with_pool(mut self, pool: PoolId) -> Self {
+        self.pool = Some(pool);
         self
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::call::{CallId, ScopeId};
+use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
 use crate::deadline::{DeadlineExceeded, Phase};
 use crate::quota::Dimension;
@@ -74,6 +74,15 @@ pub enum AdmissionError {
     /// The call names a scope this controller does not have.
     #[error("{0} is not a scope of this controller")]
     UnknownScope(ScopeId),
+    /// The call names a pool this controller does not have.
+    #[error("{0} is not a pool of this controller")]
+    UnknownPool(PoolId),
+    /// The pool's waiting bound is reached (SPEC POOL-3).
+    #[error("the waiting line of {pool} is full")]
+    PoolFull {
+        /// The pool.
+        pool: PoolId,
+    },
 }
 
 impl AdmissionError {
@@ -94,6 +103,7 @@ impl AdmissionError {
                 | AdmissionError::TokenEstimateRequired { .. }
                 | AdmissionError::TokenEstimationFailed { .. }
                 | AdmissionError::UnknownScope(_)
+                | AdmissionError::UnknownPool(_)
         )
     }
 
@@ -118,6 +128,8 @@ impl AdmissionError {
             AdmissionError::TokenEstimateRequired { .. } => "token_estimate_required",
             AdmissionError::TokenEstimationFailed { .. } => "token_estimation_failed",
             AdmissionError::UnknownScope(_) => "unknown_scope",
+            AdmissionError::UnknownPool(_) => "unknown_pool",
+            AdmissionError::PoolFull { .. } => "pool_full",
         }
     }
 }

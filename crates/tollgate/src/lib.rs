@@ -23,10 +23,10 @@ pub mod quota;
 mod usage;
 
 pub use admission::{
-    Acquire, Admission, AdmissionController, ControllerBuilder, CooldownOutcome, Lease,
-    ScopeCounters, ScopeSnapshot, Snapshot,
+    Acquire, Admission, AdmissionController, ControllerBuilder, CooldownOutcome, Lease, Pool,
+    PoolPermit, PoolSnapshot, ScopeCounters, ScopeSnapshot, Snapshot,
 };
-pub use call::{Call, CallId, ScopeId, TokenEstimate};
+pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};

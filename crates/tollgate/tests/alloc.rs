@@ -4,20 +4,25 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
 
 struct Counting;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Counting is per thread: only the measuring thread's allocations count
+    /// (the test harness may allocate on its own threads meanwhile).
+    static ENABLED: Cell<bool> = const { Cell::new(false) };
+}
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ENABLED.load(Ordering::Relaxed) {
+        if ENABLED.with(Cell::get) {
             CALLS.fetch_add(1, Ordering::Relaxed);
         }
         LIVE.fetch_add(layout.size(), Ordering::Relaxed);
@@ -69,12 +74,12 @@ fn uncontended_acquire_and_release_do_not_allocate() {
         for _ in 0..1_000 {
             drop(c.acquire(&call, Deadline::NONE).await.unwrap());
         }
-        ENABLED.store(true, Ordering::SeqCst);
+        ENABLED.with(|e| e.set(true));
         for _ in 0..100_000 {
             let lease = c.acquire(&call, Deadline::NONE).await.unwrap();
             drop(lease);
         }
-        ENABLED.store(false, Ordering::SeqCst);
+        ENABLED.with(|e| e.set(false));
     });
     assert_eq!(CALLS.load(Ordering::SeqCst), 0, "the fast path allocated");
 }

@@ -12,6 +12,7 @@ use tokio::time::Sleep;
 
 use super::controller::{AdmissionController, Entered, Inner};
 use super::lease::{Admission, Lease};
+use super::pools::refused;
 use super::scope::{Grant, Outcome, PermitSlot, Scope};
 use crate::call::{Call, CallId};
 use crate::clock::Instant;
@@ -123,6 +124,7 @@ pub(crate) struct SlowAcquire<'a> {
     inner: &'a Inner,
     scope: &'a Scope,
     demand: Demand,
+    pool: Option<u32>,
     deadline: Deadline,
     arrived: Instant,
     stage: Stage,
@@ -138,11 +140,16 @@ impl<'a> SlowAcquire<'a> {
         self.scope
     }
 
+    pub(crate) fn pool(&self) -> Option<u32> {
+        self.pool
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         inner: &'a Inner,
         scope: &'a Scope,
         demand: Demand,
+        pool: Option<u32>,
         deadline: Deadline,
         arrived: Instant,
         entered: Entered,
@@ -153,6 +160,7 @@ impl<'a> SlowAcquire<'a> {
             inner,
             scope,
             demand,
+            pool,
             deadline,
             arrived,
             stage: Stage::Done,
@@ -244,11 +252,17 @@ impl<'a> SlowAcquire<'a> {
                 self.admission.limited_by = self.admission.limited_by.union(w.limited_by);
                 self.admission.cooldown |= w.waited_for_cooldown;
                 let grant = w.grant();
+                let outcome_kind = w.outcome;
                 st.queue.remove(key);
                 drop(guard);
                 self.stage = Stage::Done;
                 let Some((grant, permit)) = grant else {
-                    return Poll::Ready(Err(AdmissionError::Closed));
+                    return Poll::Ready(Err(match outcome_kind {
+                        Outcome::PoolFull => AdmissionError::PoolFull {
+                            pool: crate::call::PoolId(self.pool.unwrap_or(0)),
+                        },
+                        _ => AdmissionError::Closed,
+                    }));
                 };
                 self.stage = self.stage_for(Entered::Granted(grant, permit), now);
                 return Poll::Ready(Ok(None));
@@ -324,27 +338,28 @@ impl<'a> SlowAcquire<'a> {
             return Poll::Ready(Ok(None));
         };
         let (grant, granted_at) = (*grant, *granted_at);
-        if let (PermitSlot::Queued(key), Some(permits)) = (*permit, &self.inner.concurrency) {
+        if let (PermitSlot::Queued(key), Some(entry)) = (*permit, self.inner.pools.get(self.pool)) {
             self.admission.concurrency = true;
             let mut waiter = Some(key as usize);
-            let polled = permits.poll_acquire(cx, &mut waiter);
+            let polled = entry.permits.poll_acquire(cx, &mut waiter);
             // Once `poll_acquire` is ready the key is spent either way.
             match polled {
                 Poll::Ready(Ok(())) => *permit = PermitSlot::Held,
-                Poll::Ready(Err(_)) => {
+                Poll::Ready(Err(why)) => {
                     self.stage = Stage::Done;
                     let now = self.inner.clock.now();
                     self.scope.state.lock().refund_pending(&grant, now);
-                    return Poll::Ready(Err(AdmissionError::Closed));
+                    return Poll::Ready(Err(refused(why, self.pool)));
                 }
                 Poll::Pending => {
-                    if self.deadline.is_expired(self.inner.clock.now()) {
-                        return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
-                            phase: Phase::Concurrency,
-                            retry_at: None,
-                        }));
-                    }
-                    return self.poll_permit_deadline(cx);
+                    // The pool's own maximum wait is a local cap on this
+                    // phase, clipped by the deadline (SPEC POOL-3, DL-4).
+                    let local = entry.max_wait.and_then(|w| granted_at.checked_add(w));
+                    let until = match (local, self.deadline.instant()) {
+                        (Some(l), Some(d)) => Some(l.min(d)),
+                        (l, d) => l.or(d),
+                    };
+                    return self.poll_permit_until(cx, until);
                 }
             }
         }
@@ -352,7 +367,7 @@ impl<'a> SlowAcquire<'a> {
         self.stage = Stage::Done;
         let now = self.inner.clock.now();
         self.admission.concurrency_wait += now - granted_at;
-        match self.inner.finish(self.scope, grant, now) {
+        match self.inner.finish(self.scope, grant, self.pool, now) {
             Err(e) => Poll::Ready(Err(e)),
             Ok(Some(grant)) => Poll::Ready(Ok(Some(grant))),
             Ok(None) => {
@@ -360,10 +375,14 @@ impl<'a> SlowAcquire<'a> {
                 self.admission.preemptions += 1;
                 self.admission.cooldown = true;
                 let ticket = &mut self.admission.ticket;
-                match self
-                    .inner
-                    .enter(self.scope, &self.demand, self.deadline, now, ticket)?
-                {
+                match self.inner.enter(
+                    self.scope,
+                    &self.demand,
+                    self.pool,
+                    self.deadline,
+                    now,
+                    ticket,
+                )? {
                     // Reserved and permitted at once: the fast path again.
                     Entered::Leased(grant) => Poll::Ready(Ok(Some(grant))),
                     entered => {
@@ -375,14 +394,15 @@ impl<'a> SlowAcquire<'a> {
         }
     }
 
-    fn poll_permit_deadline(
+    fn poll_permit_until(
         &mut self,
         cx: &mut Context<'_>,
+        until: Option<Instant>,
     ) -> Poll<Result<Option<Grant>, AdmissionError>> {
-        let Some(d) = self.deadline.instant() else {
+        let Some(at) = until else {
             return Poll::Pending;
         };
-        if self.poll_timer(cx, d).is_pending() {
+        if at > self.inner.clock.now() && self.poll_timer(cx, at).is_pending() {
             return Poll::Pending;
         }
         Poll::Ready(Err(AdmissionError::DeadlineExceeded {
@@ -401,7 +421,7 @@ impl<'a> SlowAcquire<'a> {
             Stage::Permit { grant, permit, .. } => {
                 let now = self.inner.clock.now();
                 let mut st = self.scope.state.lock();
-                st.return_permit(permit);
+                st.return_permit(self.pool, permit);
                 st.refund_pending(&grant, now);
             }
             Stage::Done => {}

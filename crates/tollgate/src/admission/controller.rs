@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::acquire::{Acquire, Admitted, SlowAcquire};
 use super::lease::{Admission, Lease};
-use super::permits::{Permits, TryAcquire};
+use super::permits::Permits;
+use super::pools::{PoolEntry, PoolSet};
 use super::scope::{Grant, Outcome, PermitSlot, Scope, Waiter};
-use super::snapshot::{ScopeSnapshot, Snapshot};
-use crate::call::{Call, CallId, ScopeId};
+use super::snapshot::{PoolSnapshot, ScopeSnapshot, Snapshot};
+use crate::call::{Call, CallId, PoolId, ScopeId};
 use crate::clock::{Instant, SharedClock, TokioClock};
 use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow, ScopeConfig};
 use crate::deadline::{Deadline, Phase, far_future};
@@ -55,8 +56,7 @@ pub struct AdmissionController {
 pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
     pub(crate) scopes: Box<[Scope]>,
-    pub(crate) concurrency: Option<Arc<Permits>>,
-    concurrency_limit: Option<u64>,
+    pub(crate) pools: Arc<PoolSet>,
     queue_capacity: usize,
     overflow: Overflow,
     max_wait: Option<Duration>,
@@ -103,6 +103,13 @@ impl ControllerBuilder {
         self
     }
 
+    /// Adds a named concurrency pool (ordinals in the order added, after
+    /// the default pool).
+    pub fn pool(mut self, pool: crate::config::PoolConfig) -> Self {
+        self.config.pools.push(pool);
+        self
+    }
+
     /// Fail early with `QuotaWaitTooLong` when quota is further away.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.config.max_wait = Some(max_wait);
@@ -141,9 +148,7 @@ impl ControllerBuilder {
         let clock = clock.unwrap_or_else(|| Arc::new(TokioClock));
         let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
         let now = clock.now();
-        let permits = config
-            .concurrency
-            .map(|c| Arc::new(Permits::new(usize::try_from(c).unwrap_or(usize::MAX))));
+        let pools = Arc::new(build_pools(&config));
         let scopes = config
             .scopes
             .iter()
@@ -151,15 +156,14 @@ impl ControllerBuilder {
             .map(|(i, s)| {
                 let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
                 let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
-                Scope::new(id, s, capacity, backend.open(s, now), permits.clone())
+                Scope::new(id, s, capacity, backend.open(s, now), pools.clone())
             })
             .collect();
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
                 scopes,
-                concurrency: permits,
-                concurrency_limit: config.concurrency,
+                pools,
                 queue_capacity: config.queue_capacity,
                 overflow: config.overflow,
                 max_wait: config.max_wait,
@@ -172,6 +176,34 @@ impl ControllerBuilder {
                 backend: backend.name(),
             }),
         })
+    }
+}
+
+fn build_pools(config: &ControllerConfig) -> PoolSet {
+    let permits = |limit: u64, waiting: Option<usize>| {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Arc::new(Permits::bounded(limit, waiting.unwrap_or(usize::MAX)))
+    };
+    let mut pools = Vec::new();
+    let mut default = None;
+    if let Some(limit) = config.concurrency {
+        default = Some(0);
+        pools.push(PoolEntry {
+            name: Arc::from("default"),
+            permits: permits(limit, None),
+            max_wait: None,
+        });
+    }
+    for p in &config.pools {
+        pools.push(PoolEntry {
+            name: Arc::from(p.name.as_str()),
+            permits: permits(p.limit, p.max_waiting),
+            max_wait: p.max_wait,
+        });
+    }
+    PoolSet {
+        pools: pools.into_boxed_slice(),
+        default,
     }
 }
 
@@ -241,6 +273,16 @@ impl AdmissionController {
         &self.inner.clock
     }
 
+    /// The ordinal of the pool called `name`.
+    pub fn pool_id(&self, name: &str) -> Option<PoolId> {
+        let pools = &self.inner.pools.pools;
+        pools
+            .iter()
+            .position(|p| &*p.name == name)
+            .and_then(|i| u32::try_from(i).ok())
+            .map(PoolId)
+    }
+
     /// Whether `call`'s scope needs a token estimate.
     pub fn needs_estimate(&self, scope: ScopeId) -> bool {
         self.inner
@@ -290,19 +332,35 @@ impl AdmissionController {
             }
             None => Demand::new(0),
         };
+        let pool = inner.pools.resolve(call.pool)?;
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
         let mut id = IdGuard::register(inner, call.id)?;
         let mut admission = Admission::default();
-        let entered = inner.enter(scope, &demand, deadline, arrived, &mut admission.ticket)?;
+        let entered = inner.enter(
+            scope,
+            &demand,
+            pool,
+            deadline,
+            arrived,
+            &mut admission.ticket,
+        )?;
         if let Entered::Leased(grant) = entered {
             // The fast path: no queue, no wait, no timer.
-            return Ok(Ok(inner.lease(self, scope, grant, admission, id.disarm())));
+            return Ok(Ok(inner.lease(
+                self,
+                scope,
+                grant,
+                pool,
+                admission,
+                id.disarm(),
+            )));
         }
         Ok(Err(SlowAcquire::new(
             inner,
             scope,
             demand,
+            pool,
             deadline,
             arrived,
             entered,
@@ -317,6 +375,7 @@ impl AdmissionController {
             self,
             slow.scope(),
             admitted.grant,
+            slow.pool(),
             admitted.admission,
             admitted.id,
         )
@@ -397,9 +456,7 @@ impl AdmissionController {
                 st.ready_at = None;
                 st.invalidate_projection();
             }
-            if let Some(permits) = &inner.concurrency {
-                permits.close();
-            }
+            inner.pools.close();
             inner.shutdown.cancel();
         }
         loop {
@@ -447,8 +504,27 @@ impl AdmissionController {
         Snapshot {
             closed: inner.closed.load(Ordering::Acquire),
             active: inner.active.load(Ordering::Acquire),
-            concurrency_limit: inner.concurrency_limit,
-            concurrency_available: inner.concurrency.as_deref().map(Permits::available),
+            concurrency_limit: inner
+                .pools
+                .get(inner.pools.default)
+                .map(|p| p.permits.limit() as u64),
+            concurrency_available: inner
+                .pools
+                .get(inner.pools.default)
+                .map(|p| p.permits.available()),
+            pools: inner
+                .pools
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PoolSnapshot {
+                    id: PoolId(u32::try_from(i).unwrap_or(u32::MAX)),
+                    name: p.name.to_string(),
+                    limit: p.permits.limit(),
+                    available: p.permits.available(),
+                    waiting: p.permits.waiting(),
+                })
+                .collect(),
             queue_capacity: inner.queue_capacity,
             overflow: inner.overflow,
             backend: inner.backend,
@@ -458,24 +534,6 @@ impl AdmissionController {
 }
 
 impl Inner {
-    /// Takes a concurrency permit if one is free (`true` when unlimited).
-    fn try_permit(&self) -> Result<bool, AdmissionError> {
-        match &self.concurrency {
-            None => Ok(true),
-            Some(permits) => match permits.try_acquire() {
-                Ok(()) => Ok(true),
-                Err(TryAcquire::NoPermits) => Ok(false),
-                Err(TryAcquire::Closed) => Err(AdmissionError::Closed),
-            },
-        }
-    }
-
-    fn return_permit(&self) {
-        if let Some(permits) = &self.concurrency {
-            permits.release();
-        }
-    }
-
     /// Checks a wait against the deadline and `max_wait` (SPEC Q-11).
     pub(crate) fn verdict(
         &self,
@@ -513,6 +571,7 @@ impl Inner {
         &self,
         scope: &Scope,
         demand: &Demand,
+        pool: Option<u32>,
         deadline: Deadline,
         now: Instant,
         ticket: &mut u64,
@@ -526,7 +585,7 @@ impl Inner {
         st.tickets += 1;
         let cooling = st.cooldown.active(now);
         if st.queue.is_empty() && cooling.is_none() {
-            let permit = self.try_permit()?;
+            let permit = self.pools.try_acquire(pool)?;
             let hold = if permit { Hold::Leased } else { Hold::Pending };
             match st.store.try_reserve(demand, now, hold) {
                 Ok(reservation) => {
@@ -543,18 +602,17 @@ impl Inner {
                     }
                     // Take a place in the permit queue under the scope lock,
                     // so permits follow the order of reservations (ADM-4).
-                    let registered = self.concurrency.as_ref().map(|p| p.register());
-                    match registered {
-                        Some(Ok(Some(key))) => {
+                    match self.pools.register(pool) {
+                        Ok(Some(key)) => {
                             st.pending += 1;
                             return Ok(Entered::Granted(grant, PermitSlot::queued(key)));
                         }
-                        Some(Err(_)) => {
+                        Err(e) => {
                             st.store.refund(&grant.reservation, now);
-                            return Err(AdmissionError::Closed);
+                            return Err(e);
                         }
                         // A permit freed up meanwhile: start now.
-                        None | Some(Ok(None)) => {
+                        Ok(None) => {
                             st.store.lease(&mut grant.reservation, now);
                             st.counters.admitted += 1;
                             st.counters.tokens_reserved += demand.tokens;
@@ -564,14 +622,14 @@ impl Inner {
                 }
                 Err(not_until) => {
                     if permit {
-                        self.return_permit();
+                        self.pools.release(pool);
                     }
                     // A demand that never fits fails now (SPEC Q-3).
                     st.store.check(demand)?;
                     if let Some(at) = not_until.at {
                         self.verdict(at, now, deadline, None)?;
                     }
-                    let mut waiter = Waiter::new(*demand);
+                    let mut waiter = Waiter::new(*demand, pool);
                     waiter.limited_by = not_until.limited_by;
                     let key = st
                         .queue
@@ -594,7 +652,7 @@ impl Inner {
             st.invalidate_projection();
             return Err(e);
         }
-        let mut waiter = Waiter::new(*demand);
+        let mut waiter = Waiter::new(*demand, pool);
         waiter.waited_for_cooldown = cooling.is_some();
         let key = st
             .queue
@@ -612,6 +670,7 @@ impl Inner {
         &self,
         scope: &Scope,
         mut grant: Grant,
+        pool: Option<u32>,
         now: Instant,
     ) -> Result<Option<Grant>, AdmissionError> {
         let mut guard = scope.state.lock();
@@ -619,14 +678,14 @@ impl Inner {
         if st.closed {
             st.refund_pending(&grant, now);
             drop(guard);
-            self.return_permit();
+            self.pools.release(pool);
             return Err(AdmissionError::Closed);
         }
         if st.cooldown.generation != grant.generation && st.cooldown.active(now).is_some() {
             st.refund_pending(&grant, now);
             st.counters.preempted += 1;
             drop(guard);
-            self.return_permit();
+            self.pools.release(pool);
             return Ok(None);
         }
         st.store.lease(&mut grant.reservation, now);
@@ -645,6 +704,7 @@ impl Inner {
         controller: &AdmissionController,
         scope: &Scope,
         grant: Grant,
+        pool: Option<u32>,
         admission: Admission,
         id: Option<CallId>,
     ) -> Lease {
@@ -658,17 +718,15 @@ impl Inner {
             generation: grant.generation,
             admission,
             id,
-            permit: self.concurrency.is_some(),
+            pool,
             released: false,
             reconciled: false,
         }
     }
 
     /// Returns a lease's permit (called once per lease).
-    pub(crate) fn release(&self, permit: bool, id: Option<CallId>) {
-        if permit {
-            self.return_permit();
-        }
+    pub(crate) fn release(&self, pool: Option<u32>, id: Option<CallId>) {
+        self.pools.release(pool);
         if let Some(id) = id {
             self.forget_id(id);
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::controller::{CooldownOutcome, Inner};
-use crate::call::{CallId, ScopeId};
+use crate::call::{CallId, PoolId, ScopeId};
 use crate::quota::{LimitedBy, Reservation};
 use crate::usage::{AlreadySettled, Settlement, Usage};
 
@@ -55,7 +55,7 @@ pub struct Lease {
     pub(crate) generation: u64,
     pub(crate) admission: Admission,
     pub(crate) id: Option<CallId>,
-    pub(crate) permit: bool,
+    pub(crate) pool: Option<u32>,
     pub(crate) released: bool,
     pub(crate) reconciled: bool,
 }
@@ -64,6 +64,11 @@ impl Lease {
     /// The scope whose quota this attempt spends.
     pub fn scope(&self) -> ScopeId {
         self.scope
+    }
+
+    /// The pool whose permit it holds, if any.
+    pub fn pool(&self) -> Option<PoolId> {
+        self.pool.map(PoolId)
     }
 
     /// The call's id, if it has one.
@@ -124,7 +129,7 @@ impl Lease {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
-        self.inner.release(self.permit, self.id);
+        self.inner.release(self.pool, self.id);
     }
 
     /// Resolves when the controller is closing, so the holder can stop its

@@ -28,9 +28,14 @@ const WAITERS: usize = 1;
 const CLOSED: usize = 2;
 const ONE: usize = 4;
 
-/// The permits are closed.
+/// Why a waiter was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Closed;
+pub(crate) enum Refused {
+    /// The permits are closed.
+    Closed,
+    /// The waiting bound is reached (SPEC POOL-3).
+    Full,
+}
 
 /// Why a permit was not taken without waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +56,8 @@ struct Waiter {
 #[derive(Debug)]
 pub(crate) struct Permits {
     state: AtomicUsize,
+    limit: usize,
+    max_waiters: usize,
     waiters: Mutex<WaitList<Waiter>>,
 }
 
@@ -58,12 +65,25 @@ impl Permits {
     /// The largest supported number of permits.
     pub(crate) const MAX: usize = usize::MAX / ONE;
 
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Self {
+        Self::bounded(limit, usize::MAX)
+    }
+
+    /// At most `max_waiters` calls wait; more are refused at once.
+    pub(crate) fn bounded(limit: usize, max_waiters: usize) -> Self {
         let limit = limit.min(Self::MAX);
         Permits {
             state: AtomicUsize::new(limit * ONE),
+            limit,
+            max_waiters,
             waiters: Mutex::new(WaitList::new()),
         }
+    }
+
+    /// The configured number of permits.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
     }
 
     /// Free permits now.
@@ -72,7 +92,6 @@ impl Permits {
     }
 
     /// Calls waiting for a permit.
-    #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.waiters.lock().len()
     }
@@ -161,7 +180,7 @@ impl Permits {
     /// Dropping the future removes the waiter; a permit handed to it in the
     /// meantime goes to the next waiter or back to the pool.
     #[cfg(test)]
-    pub(crate) async fn acquire(&self) -> Result<(), Closed> {
+    pub(crate) async fn acquire(&self) -> Result<(), Refused> {
         struct Waiting<'a>(&'a Permits, Option<usize>);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
@@ -178,28 +197,45 @@ impl Permits {
     /// first [`poll_acquire`](Self::poll_acquire) adds it). `Ok(None)`: a
     /// permit is now held; `Ok(Some(key))`: queued under `key`. Lets a caller
     /// fix its place in line while holding a lock of its own.
-    pub(crate) fn register(&self) -> Result<Option<usize>, Closed> {
+    pub(crate) fn register(&self) -> Result<Option<usize>, Refused> {
         let mut list = self.waiters.lock();
+        self.join(&mut list, None)
+    }
+
+    /// With the lock held: takes a free permit (`Ok(None)`) or links a
+    /// waiter (`Ok(Some(key))`), unless closed or full.
+    fn join(
+        &self,
+        list: &mut WaitList<Waiter>,
+        waker: Option<Waker>,
+    ) -> Result<Option<usize>, Refused> {
         let s = self.state.fetch_or(WAITERS, Ordering::AcqRel);
-        if s & CLOSED != 0 {
+        let refuse = |list: &WaitList<Waiter>, why| {
             if list.is_empty() {
                 self.state.fetch_and(!WAITERS, Ordering::AcqRel);
             }
-            return Err(Closed);
+            Err(why)
+        };
+        if s & CLOSED != 0 {
+            return refuse(list, Refused::Closed);
         }
         if list.is_empty() && s >= ONE {
+            // Nobody waits and a permit is free: take it and reopen the
+            // fast path.
             self.state.fetch_sub(ONE, Ordering::AcqRel);
             self.state.fetch_and(!WAITERS, Ordering::AcqRel);
             return Ok(None);
         }
-        match list.push_back(Waiter::default()) {
+        if list.len() >= self.max_waiters {
+            return refuse(list, Refused::Full);
+        }
+        match list.push_back(Waiter {
+            waker,
+            granted: false,
+        }) {
             Ok(key) => Ok(Some(key)),
-            Err(_) => {
-                if list.is_empty() {
-                    self.state.fetch_and(!WAITERS, Ordering::AcqRel);
-                }
-                Err(Closed)
-            }
+            // Four billion waiters: refuse rather than lose track.
+            Err(_) => refuse(list, Refused::Full),
         }
     }
 
@@ -210,42 +246,22 @@ impl Permits {
         &self,
         cx: &mut Context<'_>,
         key: &mut Option<usize>,
-    ) -> Poll<Result<(), Closed>> {
+    ) -> Poll<Result<(), Refused>> {
         let mut list = self.waiters.lock();
         let Some(k) = *key else {
             // First poll: join the queue unless a permit is free right now.
-            let s = self.state.fetch_or(WAITERS, Ordering::AcqRel);
-            if s & CLOSED != 0 {
-                if list.is_empty() {
-                    self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            return match self.join(&mut list, Some(cx.waker().clone())) {
+                Ok(None) => Poll::Ready(Ok(())),
+                Ok(Some(k)) => {
+                    *key = Some(k);
+                    Poll::Pending
                 }
-                return Poll::Ready(Err(Closed));
-            }
-            if list.is_empty() && s >= ONE {
-                // Nobody waits and a permit is free: take it and reopen the
-                // fast path.
-                self.state.fetch_sub(ONE, Ordering::AcqRel);
-                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
-                return Poll::Ready(Ok(()));
-            }
-            match list.push_back(Waiter {
-                waker: Some(cx.waker().clone()),
-                granted: false,
-            }) {
-                Ok(k) => *key = Some(k),
-                // Four billion waiters: refuse rather than lose track.
-                Err(_) => {
-                    if list.is_empty() {
-                        self.state.fetch_and(!WAITERS, Ordering::AcqRel);
-                    }
-                    return Poll::Ready(Err(Closed));
-                }
-            }
-            return Poll::Pending;
+                Err(why) => Poll::Ready(Err(why)),
+            };
         };
         let Some(w) = list.get_mut(k) else {
             *key = None;
-            return Poll::Ready(Err(Closed));
+            return Poll::Ready(Err(Refused::Closed));
         };
         if w.granted {
             list.remove(k);
@@ -255,7 +271,7 @@ impl Permits {
         if self.state.load(Ordering::Acquire) & CLOSED != 0 {
             list.remove(k);
             *key = None;
-            return Poll::Ready(Err(Closed));
+            return Poll::Ready(Err(Refused::Closed));
         }
         match &w.waker {
             Some(old) if old.will_wake(cx.waker()) => {}
@@ -358,7 +374,22 @@ mod tests {
         let w = tokio::spawn(async move { p1.acquire().await });
         settle().await;
         p.close();
-        assert_eq!(w.await.unwrap(), Err(Closed));
+        assert_eq!(w.await.unwrap(), Err(Refused::Closed));
+    }
+
+    // proves: POOL-3 (a finite waiting bound: arrivals beyond it are
+    // refused at once)
+    #[tokio::test]
+    async fn waiting_bound_refuses_at_once() {
+        let p = Arc::new(Permits::bounded(1, 1));
+        p.try_acquire().unwrap();
+        let p1 = p.clone();
+        let first = tokio::spawn(async move { p1.acquire().await });
+        settle().await;
+        assert_eq!(p.acquire().await, Err(Refused::Full));
+        assert_eq!(p.register(), Err(Refused::Full));
+        p.release();
+        assert_eq!(first.await.unwrap(), Ok(()));
     }
 
     // Many threads hammering acquire/release never exceed the limit and

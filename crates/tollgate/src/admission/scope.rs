@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
 
-use super::permits::{Closed, Permits};
+use super::pools::PoolSet;
 use super::queue::WaitList;
 use crate::call::ScopeId;
 use crate::clock::Instant;
@@ -69,6 +69,9 @@ pub(crate) enum Outcome {
     },
     /// The controller closed.
     Closed,
+    /// Granted, but the pool's waiting line was full (SPEC POOL-3): the
+    /// reservation was refunded.
+    PoolFull,
 }
 
 /// A granted reservation and the cooldown generation it was granted under.
@@ -84,6 +87,8 @@ pub(crate) struct Grant {
 pub(crate) struct Waiter {
     /// The demand's tokens (every attempt takes one request unit).
     pub(crate) tokens: u64,
+    /// The pool it takes a permit from once granted.
+    pub(crate) pool: Option<u32>,
     pub(crate) waker: Option<Waker>,
     pub(crate) outcome: Outcome,
     pub(crate) limited_by: LimitedBy,
@@ -91,9 +96,10 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new(demand: Demand) -> Self {
+    pub(crate) fn new(demand: Demand, pool: Option<u32>) -> Self {
         Waiter {
             tokens: demand.tokens,
+            pool,
             waker: None,
             outcome: Outcome::Waiting,
             limited_by: LimitedBy::default(),
@@ -226,8 +232,8 @@ pub(crate) struct ScopeState {
     pub(crate) closed: bool,
     pub(crate) counters: ScopeCounters,
     projection: Projection,
-    /// The controller's concurrency permits, joined in grant order.
-    pub(crate) permits: Option<Arc<Permits>>,
+    /// The controller's concurrency pools, joined in grant order.
+    pub(crate) pools: Arc<PoolSet>,
 }
 
 /// See the module documentation.
@@ -246,7 +252,7 @@ impl Scope {
         config: &ScopeConfig,
         capacity: usize,
         store: Box<dyn QuotaStore>,
-        permits: Option<Arc<Permits>>,
+        pools: Arc<PoolSet>,
     ) -> Self {
         Scope {
             id,
@@ -266,7 +272,7 @@ impl Scope {
                 closed: false,
                 counters: ScopeCounters::default(),
                 projection: Projection::default(),
-                permits,
+                pools,
             }),
         }
     }
@@ -290,7 +296,7 @@ impl ScopeState {
                 self.arm_head(key, Some(until), LimitedBy::default(), true);
                 return;
             }
-            let Some(demand) = self.queue.get(key).map(Waiter::demand) else {
+            let Some((demand, pool)) = self.queue.get(key).map(|w| (w.demand(), w.pool)) else {
                 return;
             };
             match self.store.try_reserve(&demand, now, Hold::Pending) {
@@ -299,13 +305,13 @@ impl ScopeState {
                     self.head_armed = None;
                     // Join the permit queue now, under the scope lock, so
                     // permits follow the grant order (SPEC ADM-4).
-                    let permit = match self.permits.as_ref().map(|p| p.register()) {
-                        None | Some(Ok(None)) => Some(PermitSlot::Held),
-                        Some(Ok(Some(k))) => Some(PermitSlot::queued(k)),
-                        Some(Err(Closed)) => None,
+                    let permit = match self.pools.register(pool) {
+                        Ok(None) => Ok(PermitSlot::Held),
+                        Ok(Some(k)) => Ok(PermitSlot::queued(k)),
+                        Err(e) => Err(e),
                     };
                     let outcome = match permit {
-                        Some(permit) => {
+                        Ok(permit) => {
                             self.pending += 1;
                             self.grants += 1;
                             Outcome::Granted {
@@ -315,9 +321,12 @@ impl ScopeState {
                                 permit,
                             }
                         }
-                        None => {
+                        Err(e) => {
                             self.store.refund(&reservation, now);
-                            Outcome::Closed
+                            match e {
+                                crate::error::AdmissionError::PoolFull { .. } => Outcome::PoolFull,
+                                _ => Outcome::Closed,
+                            }
                         }
                     };
                     let last_limited = self.last_limited;
@@ -363,12 +372,10 @@ impl ScopeState {
     }
 
     /// Gives back a granted call's permit or its place in the permit queue.
-    pub(crate) fn return_permit(&self, permit: PermitSlot) {
-        if let Some(p) = &self.permits {
-            match permit {
-                PermitSlot::Held => p.release(),
-                PermitSlot::Queued(key) => p.cancel(key as usize),
-            }
+    pub(crate) fn return_permit(&self, pool: Option<u32>, permit: PermitSlot) {
+        match permit {
+            PermitSlot::Held => self.pools.release(pool),
+            PermitSlot::Queued(key) => self.pools.cancel(pool, key as usize),
         }
     }
 
@@ -390,10 +397,13 @@ impl ScopeState {
     /// any grant it had not collected.
     pub(crate) fn abandon(&mut self, key: usize, now: Instant) {
         let was_head = self.queue.front() == Some(key);
-        let grant = self.queue.get(key).and_then(Waiter::grant);
+        let grant = self
+            .queue
+            .get(key)
+            .and_then(|w| w.grant().map(|g| (g, w.pool)));
         self.queue.remove(key);
-        if let Some((grant, permit)) = grant {
-            self.return_permit(permit);
+        if let Some(((grant, permit), pool)) = grant {
+            self.return_permit(pool, permit);
             self.refund_pending(&grant, now);
             return;
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::scope::ScopeCounters;
-use crate::call::ScopeId;
+use crate::call::{PoolId, ScopeId};
 use crate::config::Overflow;
 use crate::quota::LimitSnapshot;
 
@@ -19,6 +19,8 @@ pub struct Snapshot {
     pub concurrency_limit: Option<u64>,
     /// Free concurrency permits, if limited.
     pub concurrency_available: Option<usize>,
+    /// Every pool (the default pool first, when configured).
+    pub pools: Vec<PoolSnapshot>,
     /// Default waiting calls per scope.
     pub queue_capacity: usize,
     /// Full-queue policy.
@@ -27,6 +29,21 @@ pub struct Snapshot {
     pub backend: &'static str,
     /// One entry per quota scope.
     pub scopes: Vec<ScopeSnapshot>,
+}
+
+/// The state of one concurrency pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// The pool's ordinal.
+    pub id: PoolId,
+    /// The configured name.
+    pub name: String,
+    /// Permits.
+    pub limit: usize,
+    /// Free permits.
+    pub available: usize,
+    /// Calls waiting for a permit.
+    pub waiting: usize,
 }
 
 /// The state of one quota scope.
@@ -59,7 +76,10 @@ impl Snapshot {
     /// permit is back.
     pub fn is_idle(&self) -> bool {
         self.active == 0
-            && self.concurrency_available.map(|a| a as u64) == self.concurrency_limit
+            && self
+                .pools
+                .iter()
+                .all(|p| p.available == p.limit && p.waiting == 0)
             && self
                 .scopes
                 .iter()

@@ -81,6 +81,57 @@ impl CooldownConfig {
     }
 }
 
+/// A named concurrency pool (SPEC POOL-1, POOL-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// The pool's name (e.g. the model it guards).
+    pub name: String,
+    /// Permits; must be positive.
+    pub limit: u64,
+    /// Calls that may wait for a permit; more are refused at once.
+    /// `None` = no bound beyond the scopes' queues.
+    pub max_waiting: Option<usize>,
+    /// Longest wait for a permit; the effective wait is the smaller of this
+    /// and the call's remaining deadline.
+    pub max_wait: Option<Duration>,
+}
+
+impl PoolConfig {
+    /// A pool of `limit` permits without bounds on waiting.
+    pub fn new(name: impl Into<String>, limit: u64) -> Self {
+        PoolConfig {
+            name: name.into(),
+            limit,
+            max_waiting: None,
+            max_wait: None,
+        }
+    }
+
+    /// Bounds how many calls may wait.
+    pub fn max_waiting(mut self, n: usize) -> Self {
+        self.max_waiting = Some(n);
+        self
+    }
+
+    /// Bounds how long a call may wait.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = Some(d);
+        self
+    }
+
+    /// Checks every field (SPEC CFG-1, CFG-2).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::new("pools[].name", "must not be empty"));
+        }
+        positive(&format!("pools.{}.limit", self.name), self.limit)?;
+        if let Some(w) = self.max_wait {
+            non_zero(&format!("pools.{}.max_wait", self.name), w)?;
+        }
+        Ok(())
+    }
+}
+
 /// Everything an [`AdmissionController`](crate::AdmissionController) needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControllerConfig {
@@ -90,8 +141,11 @@ pub struct ControllerConfig {
     pub queue_capacity: usize,
     /// Full-queue behaviour.
     pub overflow: Overflow,
-    /// Active calls per controller (ADM-7); `None` = unlimited.
+    /// Active calls of the default pool (ADM-7), used by calls that name
+    /// no pool; `None` = unlimited.
     pub concurrency: Option<u64>,
+    /// Named pools calls may choose instead.
+    pub pools: Vec<PoolConfig>,
     /// Longest quota wait accepted before failing early with
     /// `QuotaWaitTooLong`; `None` = only the deadline bounds it.
     pub max_wait: Option<Duration>,
@@ -106,6 +160,7 @@ impl Default for ControllerConfig {
             queue_capacity: 1024,
             overflow: Overflow::Wait,
             concurrency: None,
+            pools: Vec::new(),
             max_wait: None,
             cooldown: CooldownConfig::default(),
         }
@@ -125,6 +180,18 @@ impl ControllerConfig {
             non_zero("max_wait", w)?;
         }
         self.cooldown.validate()?;
+        let mut pool_names = HashSet::new();
+        for pool in &self.pools {
+            pool.validate()?;
+            if pool.name == "default" && self.concurrency.is_some()
+                || !pool_names.insert(pool.name.as_str())
+            {
+                return Err(ConfigError::new(
+                    format!("pools.{}", pool.name),
+                    "is defined twice",
+                ));
+            }
+        }
         let mut names = HashSet::new();
         for scope in &self.scopes {
             scope.validate()?;

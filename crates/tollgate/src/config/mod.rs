@@ -7,6 +7,6 @@ mod controller;
 mod error;
 mod quota;
 
-pub use controller::{ControllerConfig, CooldownConfig, Overflow};
+pub use controller::{ControllerConfig, CooldownConfig, Overflow, PoolConfig};
 pub use error::ConfigError;
 pub use quota::{Algorithm, DAY, Limit, MINUTE, ScopeConfig};

@@ -194,7 +194,10 @@ pub trait Provider: Send + Sync + 'static {
     /// One chunk of streamed output.
     type Chunk: Send + 'static;
     /// An established stream.
-    type Stream: Stream<Item = Result<StreamEvent<Self::Chunk>, ProviderError>> + Send + Unpin + 'static;
+    type Stream: Stream<Item = Result<StreamEvent<Self::Chunk>, ProviderError>>
+        + Send
+        + Unpin
+        + 'static;
 
     /// One one-shot attempt.
     fn call(

@@ -1,0 +1,97 @@
+//! Concurrency pools of a controller (SPEC ADM-7, POOL-1, POOL-3).
+//!
+//! A controller owns a fixed set of pools, each a fair (FIFO) counting
+//! semaphore with an optional waiting bound and maximum wait. Every
+//! attempt takes one permit from its call's pool (or the controller's
+//! default pool, when a controller-wide concurrency limit is configured),
+//! after its quota reservation and in the order reservations were granted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::permits::{Permits, Refused, TryAcquire};
+use crate::call::PoolId;
+use crate::error::AdmissionError;
+
+/// One pool of a controller.
+#[derive(Debug)]
+pub(crate) struct PoolEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) permits: Arc<Permits>,
+    pub(crate) max_wait: Option<Duration>,
+}
+
+/// All pools of a controller, shared with its scopes.
+#[derive(Debug, Default)]
+pub(crate) struct PoolSet {
+    pub(crate) pools: Box<[PoolEntry]>,
+    /// The pool of calls that name none.
+    pub(crate) default: Option<u32>,
+}
+
+impl PoolSet {
+    pub(crate) fn get(&self, pool: Option<u32>) -> Option<&PoolEntry> {
+        self.pools.get(pool? as usize)
+    }
+
+    /// The pool a call uses.
+    #[inline]
+    pub(crate) fn resolve(&self, pool: Option<PoolId>) -> Result<Option<u32>, AdmissionError> {
+        match pool {
+            None => Ok(self.default),
+            Some(p) if (p.0 as usize) < self.pools.len() => Ok(Some(p.0)),
+            Some(p) => Err(AdmissionError::UnknownPool(p)),
+        }
+    }
+
+    /// Takes a permit without waiting (`true` when the call has no pool).
+    #[inline]
+    pub(crate) fn try_acquire(&self, pool: Option<u32>) -> Result<bool, AdmissionError> {
+        match self.get(pool) {
+            None => Ok(true),
+            Some(p) => match p.permits.try_acquire() {
+                Ok(()) => Ok(true),
+                Err(TryAcquire::NoPermits) => Ok(false),
+                Err(TryAcquire::Closed) => Err(AdmissionError::Closed),
+            },
+        }
+    }
+
+    /// Returns a held permit.
+    #[inline]
+    pub(crate) fn release(&self, pool: Option<u32>) {
+        if let Some(p) = self.get(pool) {
+            p.permits.release();
+        }
+    }
+
+    /// Joins the pool's queue (see `Permits::register`). `Ok(None)`: a
+    /// permit is held now (or the call has no pool).
+    pub(crate) fn register(&self, pool: Option<u32>) -> Result<Option<usize>, AdmissionError> {
+        match self.get(pool) {
+            None => Ok(None),
+            Some(p) => p.permits.register().map_err(|why| refused(why, pool)),
+        }
+    }
+
+    /// Withdraws from a pool's queue.
+    pub(crate) fn cancel(&self, pool: Option<u32>, key: usize) {
+        if let Some(p) = self.get(pool) {
+            p.permits.cancel(key);
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        for p in self.pools.iter() {
+            p.permits.close();
+        }
+    }
+}
+
+/// The admission error for a refused permit.
+pub(crate) fn refused(why: Refused, pool: Option<u32>) -> AdmissionError {
+    match (why, pool) {
+        (Refused::Full, Some(p)) => AdmissionError::PoolFull { pool: PoolId(p) },
+        _ => AdmissionError::Closed,
+    }
+}
