@@ -1,0 +1,233 @@
+//! The simulator's configuration and its validation (CFG-1, CFG-2).
+
+use std::time::Duration;
+
+/// Everything the simulated provider can be told.
+///
+/// Limits are `None` (unlimited) or a positive number; zero is a
+/// configuration error, never "unlimited" (CFG-1). Build one with
+/// [`SimConfig::default`] and the struct-update syntax, then hand it to
+/// [`crate::Simulator::new`], which validates it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// Requests admitted per `window` (the "RPM" limit when the window is a
+    /// minute). `None` = unlimited.
+    pub rpm: Option<u64>,
+    /// Tokens (prompt + completion) charged per `window`. `None` = unlimited.
+    pub tpm: Option<u64>,
+    /// Requests in progress at once (a stream counts until it ends).
+    /// `None` = unlimited.
+    pub max_concurrency: Option<u64>,
+    /// Length of the sliding window both limits are enforced over. Must be
+    /// greater than zero.
+    pub window: Duration,
+    /// Delay before the first stream chunk, or before a one-shot body.
+    pub ttft: Duration,
+    /// Delay before each content chunk of a stream; added once per
+    /// completion token to a one-shot response.
+    pub per_token: Duration,
+    /// Completion length the simulator generates when the request allows it;
+    /// the actual length is `min(max_completion_tokens or max_tokens, this)`.
+    /// Must be at least 1.
+    pub completion_tokens: u32,
+    /// Length of the embedding vectors when the request does not ask for
+    /// `dimensions`. Must be at least 1.
+    pub embedding_dim: u32,
+    /// Seed of the fault generator; the same seed and the same sequence of
+    /// requests give the same faults.
+    pub seed: u64,
+    /// Probability in `[0, 1]` that an admitted request fails with 500/503.
+    pub error_rate: f64,
+    /// Probability in `[0, 1]` that a stream is cut mid-way without `[DONE]`.
+    pub disconnect_rate: f64,
+    /// Probability in `[0, 1]` that response headers are delayed by
+    /// `slow_headers_delay`.
+    pub slow_headers_rate: f64,
+    /// How long a "slow headers" fault holds the headers back.
+    pub slow_headers_delay: Duration,
+    /// When set, `/v1/*` routes demand `Authorization: Bearer <key>` and answer
+    /// 401 otherwise.
+    pub require_key: Option<String>,
+    /// Model ids listed by `GET /v1/models` (requests may name any model).
+    pub models: Vec<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            rpm: None,
+            tpm: None,
+            max_concurrency: None,
+            window: Duration::from_secs(60),
+            ttft: Duration::ZERO,
+            per_token: Duration::ZERO,
+            completion_tokens: 16,
+            embedding_dim: 8,
+            seed: 0,
+            error_rate: 0.0,
+            disconnect_rate: 0.0,
+            slow_headers_rate: 0.0,
+            slow_headers_delay: Duration::from_secs(5),
+            require_key: None,
+            models: default_models(),
+        }
+    }
+}
+
+/// The longest window accepted (366 days).
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The model ids `GET /v1/models` lists by default.
+pub fn default_models() -> Vec<String> {
+    vec!["sim-chat".to_owned(), "sim-embedding".to_owned()]
+}
+
+/// A configuration value the simulator refuses, with the field it belongs to.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A limit was set to zero; leave it unset for "unlimited".
+    #[error("simulator config: `{field}` must be a positive number or unset (unlimited), got 0")]
+    ZeroLimit {
+        /// The offending field.
+        field: &'static str,
+    },
+    /// A duration or size that must be positive was zero.
+    #[error("simulator config: `{field}` must be greater than zero")]
+    MustBePositive {
+        /// The offending field.
+        field: &'static str,
+    },
+    /// A probability outside `[0, 1]` (or NaN).
+    #[error("simulator config: `{field}` must be a probability in [0, 1], got {value}")]
+    NotAProbability {
+        /// The offending field.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A window longer than a year.
+    #[error("simulator config: `{field}` must be at most 366 days")]
+    TooLong {
+        /// The offending field.
+        field: &'static str,
+    },
+    /// `require_key` was set to an empty or non-printable string.
+    #[error("simulator config: `require_key` must be a non-empty printable ASCII string")]
+    BadKey,
+}
+
+impl SimConfig {
+    /// Checks every field; the first invalid one is reported with its name.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, limit) in [
+            ("rpm", self.rpm),
+            ("tpm", self.tpm),
+            ("max_concurrency", self.max_concurrency),
+        ] {
+            if limit == Some(0) {
+                return Err(ConfigError::ZeroLimit { field });
+            }
+        }
+        if self.window.is_zero() {
+            return Err(ConfigError::MustBePositive { field: "window" });
+        }
+        if self.window > MAX_WINDOW {
+            return Err(ConfigError::TooLong { field: "window" });
+        }
+        if self.completion_tokens == 0 {
+            return Err(ConfigError::MustBePositive {
+                field: "completion_tokens",
+            });
+        }
+        if self.embedding_dim == 0 {
+            return Err(ConfigError::MustBePositive {
+                field: "embedding_dim",
+            });
+        }
+        for (field, value) in [
+            ("error_rate", self.error_rate),
+            ("disconnect_rate", self.disconnect_rate),
+            ("slow_headers_rate", self.slow_headers_rate),
+        ] {
+            // Written so that NaN fails too.
+            if !(0.0..=1.0).contains(&value) {
+                return Err(ConfigError::NotAProbability { field, value });
+            }
+        }
+        if let Some(key) = &self.require_key
+            && (key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(ConfigError::BadKey);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: CFG-1
+    #[test]
+    fn zero_limits_are_errors_naming_the_field() {
+        for (field, cfg) in [
+            (
+                "rpm",
+                SimConfig {
+                    rpm: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "tpm",
+                SimConfig {
+                    tpm: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "max_concurrency",
+                SimConfig {
+                    max_concurrency: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+        ] {
+            let err = cfg.validate().expect_err(field);
+            assert_eq!(err, ConfigError::ZeroLimit { field });
+            assert!(err.to_string().contains(field));
+        }
+        assert_eq!(SimConfig::default().validate(), Ok(()));
+    }
+
+    // proves: CFG-2
+    #[test]
+    fn zero_window_and_bad_rates_are_errors() {
+        let cfg = SimConfig {
+            window: Duration::ZERO,
+            ..SimConfig::default()
+        };
+        assert_eq!(
+            cfg.validate(),
+            Err(ConfigError::MustBePositive { field: "window" })
+        );
+        for value in [-0.1, 1.5, f64::NAN] {
+            let cfg = SimConfig {
+                disconnect_rate: value,
+                ..SimConfig::default()
+            };
+            assert!(matches!(
+                cfg.validate(),
+                Err(ConfigError::NotAProbability {
+                    field: "disconnect_rate",
+                    ..
+                })
+            ));
+        }
+        let cfg = SimConfig {
+            require_key: Some("has space".into()),
+            ..SimConfig::default()
+        };
+        assert_eq!(cfg.validate(), Err(ConfigError::BadKey));
+    }
+}

@@ -1,0 +1,171 @@
+//! Response headers: `x-ratelimit-*` on every API response, and the 429 and
+//! 5xx responses.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::duration::{ceil_millis, ceil_secs, go_duration};
+use crate::referee::{Dimension, RateState, RejectCause, Rejection};
+use crate::wire::ApiError;
+
+/// Header naming the cause of a simulator 429 (`rpm`, `tpm`, `too_large`,
+/// `concurrency`), for tests and debugging.
+pub const REJECT_CAUSE_HEADER: &str = "x-sim-reject-cause";
+
+/// Writes `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the
+/// limited dimensions, and `x-request-id`.
+pub(crate) fn add_rate_headers(headers: &mut HeaderMap, state: &RateState, seq: u64) {
+    if let Some(d) = state.requests {
+        add_dimension(headers, REQUEST_HEADERS, &d);
+    }
+    if let Some(d) = state.tokens {
+        add_dimension(headers, TOKEN_HEADERS, &d);
+    }
+    insert(
+        headers,
+        HeaderName::from_static("x-request-id"),
+        &format!("req_sim_{seq}"),
+    );
+}
+
+/// The limit, remaining and reset header names of one dimension.
+type Names = [&'static str; 3];
+
+const REQUEST_HEADERS: Names = [
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+];
+
+const TOKEN_HEADERS: Names = [
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+];
+
+fn add_dimension(headers: &mut HeaderMap, [limit, remaining, reset]: Names, d: &Dimension) {
+    insert(
+        headers,
+        HeaderName::from_static(limit),
+        &d.limit.to_string(),
+    );
+    insert(
+        headers,
+        HeaderName::from_static(remaining),
+        &d.remaining.to_string(),
+    );
+    insert(
+        headers,
+        HeaderName::from_static(reset),
+        &go_duration(d.reset),
+    );
+}
+
+fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    // Values are digits, durations or fixed ASCII words: always valid, so a
+    // failed conversion is skipped rather than panicking.
+    if let Ok(value) = HeaderValue::try_from(value) {
+        headers.insert(name, value);
+    }
+}
+
+/// The stats/header name of a cause.
+pub(crate) fn cause_name(cause: RejectCause) -> &'static str {
+    match cause {
+        RejectCause::Requests => "rpm",
+        RejectCause::Tokens => "tpm",
+        RejectCause::TooLarge => "too_large",
+        RejectCause::Concurrency => "concurrency",
+    }
+}
+
+/// The 429 answer to a rejection: OpenAI error body, `retry-after` (whole
+/// seconds, rounded up) and `retry-after-ms` when the wait is known, and the
+/// `x-ratelimit-*` headers.
+pub(crate) fn rejection_response(rejection: &Rejection, tokens: u64, seq: u64) -> Response {
+    let wait = rejection
+        .retry_after
+        .map(|d| format!(" Please try again in {}.", go_duration(d)))
+        .unwrap_or_default();
+    let (message, kind) = match rejection.cause {
+        RejectCause::Requests => (
+            format!(
+                "Rate limit reached for requests: limit {} per window.{wait}",
+                rejection.state.requests.map_or(0, |d| d.limit)
+            ),
+            "requests",
+        ),
+        RejectCause::Tokens => (
+            format!(
+                "Rate limit reached for tokens: limit {} per window, requested {tokens}.{wait}",
+                rejection.state.tokens.map_or(0, |d| d.limit)
+            ),
+            "tokens",
+        ),
+        RejectCause::TooLarge => (
+            format!(
+                "Request too large: {tokens} tokens requested but the limit is {} per window. \
+                 Send a smaller request.",
+                rejection.state.tokens.map_or(0, |d| d.limit)
+            ),
+            "tokens",
+        ),
+        RejectCause::Concurrency => (
+            "Too many concurrent requests: all slots are in use.".to_owned(),
+            "concurrency",
+        ),
+    };
+    let mut response = ApiError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        message,
+        kind,
+        param: None,
+        code: Some("rate_limit_exceeded"),
+    }
+    .into_response();
+    let headers = response.headers_mut();
+    if let Some(d) = rejection.retry_after {
+        insert(
+            headers,
+            HeaderName::from_static("retry-after"),
+            &ceil_secs(d).to_string(),
+        );
+        insert(
+            headers,
+            HeaderName::from_static("retry-after-ms"),
+            &ceil_millis(d).to_string(),
+        );
+    }
+    insert(
+        headers,
+        HeaderName::from_static(REJECT_CAUSE_HEADER),
+        cause_name(rejection.cause),
+    );
+    add_rate_headers(headers, &rejection.state, seq);
+    response
+}
+
+/// A simulated 500 or 503 with an OpenAI error body.
+pub(crate) fn server_error_response(status: u16, state: &RateState, seq: u64) -> Response {
+    let (status, message) = if status == 503 {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The simulated engine is overloaded (injected fault). Please retry.",
+        )
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The simulated server failed while processing the request (injected fault).",
+        )
+    };
+    let mut response = ApiError {
+        status,
+        message: message.to_owned(),
+        kind: "server_error",
+        param: None,
+        code: None,
+    }
+    .into_response();
+    add_rate_headers(response.headers_mut(), state, seq);
+    response
+}

@@ -1,0 +1,422 @@
+//! The referee (SIM-2): request window, token window and concurrency cap,
+//! as a pure struct driven by explicit instants.
+//!
+//! A request is charged once, at arrival: one request unit and its actual
+//! tokens (prompt + the completion it will generate). It is admitted only if,
+//! at that instant, both windows have room for it and a concurrency slot is
+//! free; otherwise nothing is charged. The checks run in this order and the
+//! first failing one names the cause:
+//!
+//! 1. tokens larger than the whole token limit ([`RejectCause::TooLarge`],
+//!    waiting cannot help, no retry hint);
+//! 2. the request window ([`RejectCause::Requests`]);
+//! 3. the token window ([`RejectCause::Tokens`]);
+//! 4. the concurrency cap ([`RejectCause::Concurrency`], no retry hint: the
+//!    simulator cannot know when a slot frees).
+//!
+//! The retry hint of a window rejection is the instant both windows have room
+//! for the request (if nothing else is admitted meanwhile), computed from the
+//! logs: it is exact, never an estimate.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::window::{Fit, SlidingWindow};
+
+/// The limits the referee enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests per window (`None` = unlimited).
+    pub requests: Option<u64>,
+    /// Tokens per window (`None` = unlimited).
+    pub tokens: Option<u64>,
+    /// Requests in progress at once (`None` = unlimited).
+    pub concurrency: Option<u64>,
+    /// Window length of both limits.
+    pub window: Duration,
+}
+
+/// Why a request was refused with 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectCause {
+    /// The request window is full.
+    Requests,
+    /// The token window is full.
+    Tokens,
+    /// The request alone needs more tokens than the whole token limit.
+    TooLarge,
+    /// All concurrency slots are taken.
+    Concurrency,
+}
+
+/// State of one limited dimension, as sent in `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dimension {
+    /// The configured limit.
+    pub limit: u64,
+    /// What is left in the window (after this request's charge, if admitted).
+    pub remaining: u64,
+    /// Admitted: time until the window is empty again ("resets to its initial
+    /// state"). Rejected: time until this request would fit in this
+    /// dimension (zero if it fits now).
+    pub reset: Duration,
+}
+
+/// The `x-ratelimit-*` view of both dimensions; `None` where unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RateState {
+    /// The request dimension.
+    pub requests: Option<Dimension>,
+    /// The token dimension.
+    pub tokens: Option<Dimension>,
+}
+
+/// A refused request: nothing was charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    /// The first limit that failed.
+    pub cause: RejectCause,
+    /// When the request would be admitted if retried unchanged and nothing
+    /// else is admitted meanwhile; `None` when unknowable or never.
+    pub retry_after: Option<Duration>,
+    /// Header view at the instant of the rejection.
+    pub state: RateState,
+}
+
+/// Windows and concurrency of one simulated account.
+#[derive(Debug, Clone)]
+pub struct Referee {
+    limits: Limits,
+    requests: SlidingWindow,
+    tokens: SlidingWindow,
+    /// Requests admitted and not yet finished. Not reset by
+    /// [`clear`](Self::clear): the requests are still running.
+    active: u64,
+    max_active: u64,
+    charged_requests: u64,
+    charged_tokens: u64,
+}
+
+impl Referee {
+    /// A referee with empty windows.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            requests: SlidingWindow::new(limits.window),
+            tokens: SlidingWindow::new(limits.window),
+            active: 0,
+            max_active: 0,
+            charged_requests: 0,
+            charged_tokens: 0,
+        }
+    }
+
+    /// The limits enforced.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Decides whether a request of `tokens` tokens arriving at `now` would be
+    /// admitted, without charging anything.
+    pub fn check(&mut self, now: Instant, tokens: u64) -> Result<(), Rejection> {
+        let request_fit = match self.limits.requests {
+            Some(limit) => self.requests.wait_for(now, 1, limit),
+            None => Fit::Now,
+        };
+        let token_fit = match self.limits.tokens {
+            Some(limit) => self.tokens.wait_for(now, tokens, limit),
+            None => Fit::Now,
+        };
+        let cause = if token_fit == Fit::Never {
+            Some(RejectCause::TooLarge)
+        } else if request_fit != Fit::Now {
+            Some(RejectCause::Requests)
+        } else if token_fit != Fit::Now {
+            Some(RejectCause::Tokens)
+        } else if self
+            .limits
+            .concurrency
+            .is_some_and(|cap| self.active >= cap)
+        {
+            Some(RejectCause::Concurrency)
+        } else {
+            None
+        };
+        let Some(cause) = cause else {
+            return Ok(());
+        };
+        let wait = |fit: Fit| match fit {
+            Fit::Now => Some(Duration::ZERO),
+            Fit::At(at) => Some(at.saturating_duration_since(now)),
+            Fit::Never => None,
+        };
+        let retry_after = match cause {
+            RejectCause::Requests | RejectCause::Tokens => {
+                match (wait(request_fit), wait(token_fit)) {
+                    (Some(r), Some(t)) => Some(r.max(t)),
+                    _ => None,
+                }
+            }
+            RejectCause::TooLarge | RejectCause::Concurrency => None,
+        };
+        let state = RateState {
+            requests: self.limits.requests.map(|limit| Dimension {
+                limit,
+                remaining: limit.saturating_sub(self.requests.used(now)),
+                reset: wait(request_fit).unwrap_or(Duration::ZERO),
+            }),
+            tokens: self.limits.tokens.map(|limit| Dimension {
+                limit,
+                remaining: limit.saturating_sub(self.tokens.used(now)),
+                reset: match wait(token_fit) {
+                    Some(d) => d,
+                    None => self.tokens.until_empty(now),
+                },
+            }),
+        };
+        Err(Rejection {
+            cause,
+            retry_after,
+            state,
+        })
+    }
+
+    /// Checks and, if admitted, charges one request unit and `tokens` tokens
+    /// at `now` and takes a concurrency slot; the caller must call
+    /// [`release`](Self::release) exactly once when the request ends.
+    pub fn try_admit(&mut self, now: Instant, tokens: u64) -> Result<RateState, Rejection> {
+        self.check(now, tokens)?;
+        self.requests.record(now, 1);
+        self.tokens.record(now, tokens);
+        self.charged_requests += 1;
+        self.charged_tokens = self.charged_tokens.saturating_add(tokens);
+        self.active += 1;
+        self.max_active = self.max_active.max(self.active);
+        Ok(self.state(now))
+    }
+
+    /// Gives back the concurrency slot of an admitted request.
+    pub fn release(&mut self) {
+        self.active = self.active.saturating_sub(1);
+    }
+
+    /// Header view at `now` for a request that was admitted (or not
+    /// subject to the referee).
+    pub fn state(&mut self, now: Instant) -> RateState {
+        RateState {
+            requests: self.limits.requests.map(|limit| Dimension {
+                limit,
+                remaining: limit.saturating_sub(self.requests.used(now)),
+                reset: self.requests.until_empty(now),
+            }),
+            tokens: self.limits.tokens.map(|limit| Dimension {
+                limit,
+                remaining: limit.saturating_sub(self.tokens.used(now)),
+                reset: self.tokens.until_empty(now),
+            }),
+        }
+    }
+
+    /// Empties both windows and zeroes the counters; requests in progress
+    /// stay counted as active (they still hold their slot), and the maximum
+    /// concurrency seen restarts from that number.
+    pub fn clear(&mut self) {
+        self.requests.clear();
+        self.tokens.clear();
+        self.max_active = self.active;
+        self.charged_requests = 0;
+        self.charged_tokens = 0;
+    }
+
+    /// Requests in progress.
+    pub fn active(&self) -> u64 {
+        self.active
+    }
+
+    /// The most requests ever in progress at once.
+    pub fn max_active(&self) -> u64 {
+        self.max_active
+    }
+
+    /// Requests charged so far.
+    pub fn charged_requests(&self) -> u64 {
+        self.charged_requests
+    }
+
+    /// Tokens charged so far.
+    pub fn charged_tokens(&self) -> u64 {
+        self.charged_tokens
+    }
+
+    /// The most requests ever admitted inside one window (tracked even when
+    /// the request limit is unlimited).
+    pub fn max_requests_in_window(&self) -> u64 {
+        self.requests.max_used()
+    }
+
+    /// The most tokens ever charged inside one window (tracked even when the
+    /// token limit is unlimited).
+    pub fn max_tokens_in_window(&self) -> u64 {
+        self.tokens.max_used()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_secs(60);
+
+    fn limits(requests: Option<u64>, tokens: Option<u64>, concurrency: Option<u64>) -> Limits {
+        Limits {
+            requests,
+            tokens,
+            concurrency,
+            window: W,
+        }
+    }
+
+    // proves: SIM-2
+    #[test]
+    fn the_first_request_over_rpm_is_rejected_with_an_exact_hint() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(Some(2), None, None));
+        r.try_admit(t0, 10).expect("first");
+        r.release();
+        let state = r
+            .try_admit(t0 + Duration::from_secs(15), 10)
+            .expect("second");
+        r.release();
+        assert_eq!(
+            state.requests,
+            Some(Dimension {
+                limit: 2,
+                remaining: 0,
+                reset: W,
+            })
+        );
+        let at = t0 + Duration::from_millis(20_500);
+        let rej = r.try_admit(at, 10).expect_err("third is over");
+        assert_eq!(rej.cause, RejectCause::Requests);
+        // The first request leaves at t0 + 60 s, 39.5 s later.
+        assert_eq!(rej.retry_after, Some(Duration::from_millis(39_500)));
+        assert_eq!(
+            rej.state.requests,
+            Some(Dimension {
+                limit: 2,
+                remaining: 0,
+                reset: Duration::from_millis(39_500),
+            })
+        );
+        assert_eq!(rej.state.tokens, None);
+        // Nothing was charged by the rejection.
+        assert_eq!(r.charged_requests(), 2);
+        assert_eq!(r.charged_tokens(), 20);
+        // Just before the slide it is still refused, at the instant admitted.
+        assert!(r.try_admit(t0 + W - Duration::from_nanos(1), 10).is_err());
+        assert!(r.try_admit(t0 + W, 10).is_ok());
+        assert_eq!(r.max_requests_in_window(), 2);
+    }
+
+    // proves: SIM-2
+    #[test]
+    fn the_first_request_over_tpm_is_rejected_and_too_large_never_fits() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(Some(100), Some(100), None));
+        r.try_admit(t0, 60).expect("60 of 100");
+        r.try_admit(t0 + Duration::from_secs(1), 30)
+            .expect("90 of 100");
+        r.try_admit(t0 + Duration::from_secs(2), 10)
+            .expect("exactly 100 of 100");
+        let rej = r
+            .try_admit(t0 + Duration::from_secs(3), 1)
+            .expect_err("101 > 100");
+        assert_eq!(rej.cause, RejectCause::Tokens);
+        assert_eq!(rej.retry_after, Some(Duration::from_secs(57)));
+        let tokens = rej.state.tokens.expect("limited");
+        assert_eq!((tokens.limit, tokens.remaining), (100, 0));
+        assert_eq!(tokens.reset, Duration::from_secs(57));
+        // The request dimension had room: its reset is zero.
+        assert_eq!(
+            rej.state.requests.map(|d| (d.remaining, d.reset)),
+            Some((97, Duration::ZERO))
+        );
+
+        let rej = r
+            .try_admit(t0 + Duration::from_secs(3), 101)
+            .expect_err("never fits");
+        assert_eq!(rej.cause, RejectCause::TooLarge);
+        assert_eq!(rej.retry_after, None);
+        assert_eq!(r.max_tokens_in_window(), 100);
+    }
+
+    // proves: SIM-2
+    #[test]
+    fn the_hint_waits_for_both_windows() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(Some(2), Some(100), None));
+        r.try_admit(t0, 5).expect("first");
+        r.try_admit(t0 + Duration::from_secs(30), 90)
+            .expect("second");
+        // At t0+40 the request slot frees at t0+60 (20 s), but 20 more tokens
+        // need both entries gone: t0+90 (50 s). The hint is the later one.
+        let rej = r
+            .try_admit(t0 + Duration::from_secs(40), 20)
+            .expect_err("full");
+        assert_eq!(rej.cause, RejectCause::Requests);
+        assert_eq!(
+            rej.state.requests.map(|d| d.reset),
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            rej.state.tokens.map(|d| d.reset),
+            Some(Duration::from_secs(50))
+        );
+        assert_eq!(rej.retry_after, Some(Duration::from_secs(50)));
+    }
+
+    // proves: SIM-2
+    #[test]
+    fn concurrency_cap_is_enforced_and_released() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(None, None, Some(2)));
+        r.try_admit(t0, 1).expect("one");
+        r.try_admit(t0, 1).expect("two");
+        let rej = r.try_admit(t0, 1).expect_err("three");
+        assert_eq!(rej.cause, RejectCause::Concurrency);
+        assert_eq!(rej.retry_after, None);
+        assert_eq!(rej.state, RateState::default());
+        r.release();
+        r.try_admit(t0, 1).expect("a slot was released");
+        assert_eq!((r.active(), r.max_active()), (2, 2));
+    }
+
+    #[test]
+    fn clear_keeps_active_requests() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(Some(1), Some(10), Some(5)));
+        r.try_admit(t0, 10).expect("one");
+        r.clear();
+        assert_eq!(r.active(), 1);
+        assert_eq!(r.max_active(), 1);
+        assert_eq!(r.charged_tokens(), 0);
+        assert_eq!(r.max_requests_in_window(), 0);
+        r.try_admit(t0, 10).expect("the window is empty again");
+    }
+
+    #[test]
+    fn unlimited_dimensions_still_track_the_maximum() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(None, None, None));
+        for i in 0..5 {
+            r.try_admit(t0 + Duration::from_secs(i * 20), 7)
+                .expect("unlimited");
+            r.release();
+        }
+        // At most three arrivals (0, 20, 40 s) share one 60 s window.
+        assert_eq!(r.max_requests_in_window(), 3);
+        assert_eq!(r.max_tokens_in_window(), 21);
+        assert_eq!(r.state(t0), RateState::default());
+    }
+}

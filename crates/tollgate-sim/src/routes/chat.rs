@@ -1,0 +1,209 @@
+//! `POST /v1/chat/completions`.
+//!
+//! Order of work for every request: count it and take its sequence number →
+//! key check (401) → parse and validate (400) → count tokens → draw the fault
+//! plan → admission in one critical section (429, injected 5xx, or charge)
+//! → slow-headers fault → latency → answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::{FINGERPRINT, parse_json, require_model, unix_now};
+use crate::faults::FaultPlan;
+use crate::headers::{add_rate_headers, rejection_response, server_error_response};
+use crate::state::{Admission, Route, Shared};
+use crate::stream::{StreamPlan, sse_body};
+use crate::tokens::{chat_prompt_tokens, completion_tokens};
+use crate::wire::{
+    ApiError, AssistantMessage, ChatCompletion, ChatRequest, Choice, StreamOptions, Usage,
+};
+
+/// The generated text, one word per completion token.
+const WORDS: [&str; 12] = [
+    " the", " gate", " lets", " each", " token", " through", " at", " its", " own", " pace",
+    " and", " counts",
+];
+
+/// The text of completion token `i` (the first one has no leading space).
+pub(crate) fn token_text(i: u64) -> &'static str {
+    let word = WORDS
+        .get((i % WORDS.len() as u64) as usize)
+        .copied()
+        .unwrap_or(" ");
+    if i == 0 { word.trim_start() } else { word }
+}
+
+/// A validated chat request, with its token counts.
+struct Plan {
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    usage: Usage,
+    finish_reason: &'static str,
+}
+
+fn validate(request: ChatRequest, configured_completion: u32) -> Result<Plan, ApiError> {
+    let model = require_model(request.model)?;
+    let messages = match request.messages {
+        Some(m) if !m.is_empty() => m,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`messages` must contain at least one message.",
+                Some("messages"),
+            ));
+        }
+        None => {
+            return Err(ApiError::invalid(
+                "Missing required parameter: `messages`.",
+                Some("messages"),
+            ));
+        }
+    };
+    if let Some(n) = request.n
+        && n != 1
+    {
+        return Err(ApiError::invalid(
+            "The simulator supports only n = 1.",
+            Some("n"),
+        ));
+    }
+    let (requested, param) = match (request.max_completion_tokens, request.max_tokens) {
+        (Some(m), _) => (Some(m), "max_completion_tokens"),
+        (None, m) => (m, "max_tokens"),
+    };
+    if requested == Some(0) {
+        return Err(ApiError::invalid(
+            format!("`{param}` must be at least 1."),
+            Some(param),
+        ));
+    }
+    let prompt_tokens = chat_prompt_tokens(messages.iter().map(|m| m.content.as_ref()));
+    let completion = completion_tokens(requested, configured_completion);
+    let finish_reason = if requested.is_some_and(|r| r < u64::from(configured_completion)) {
+        "length"
+    } else {
+        "stop"
+    };
+    let stream = request.stream.unwrap_or(false);
+    let include_usage = stream
+        && matches!(
+            request.stream_options,
+            Some(StreamOptions {
+                include_usage: Some(true)
+            })
+        );
+    Ok(Plan {
+        model,
+        stream,
+        include_usage,
+        usage: Usage {
+            prompt_tokens,
+            completion_tokens: completion,
+            total_tokens: prompt_tokens.saturating_add(completion),
+        },
+        finish_reason,
+    })
+}
+
+pub(super) async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seq = shared.begin(Route::ChatCompletions);
+    if let Err(e) = shared.authorize(&headers) {
+        return e.into_response();
+    }
+    let plan = match parse_json::<ChatRequest>(&body)
+        .and_then(|r| validate(r, shared.config.completion_tokens))
+    {
+        Ok(plan) => plan,
+        Err(e) => {
+            shared.count(|c| c.bad_request += 1);
+            return e.into_response();
+        }
+    };
+    let events = if plan.stream {
+        StreamPlan::event_count(plan.usage.completion_tokens, plan.include_usage)
+    } else {
+        0
+    };
+    let faults = FaultPlan::draw(&shared.config, seq, events);
+    let (mut guard, state) = match shared.admit(plan.usage.total_tokens, &faults) {
+        Admission::Admitted { guard, state } => (guard, state),
+        Admission::Rejected(rejection) => {
+            return rejection_response(&rejection, plan.usage.total_tokens, seq);
+        }
+        Admission::ServerError { status, state } => {
+            return server_error_response(status, &state, seq);
+        }
+    };
+    let config = &shared.config;
+    if faults.slow_headers {
+        shared.count(|c| c.faults.slow_headers += 1);
+        tokio::time::sleep(config.slow_headers_delay).await;
+    }
+    let id = format!("chatcmpl-sim-{seq}");
+    let created = unix_now();
+
+    let mut response = if plan.stream {
+        let stream = StreamPlan {
+            id,
+            model: plan.model,
+            created,
+            usage: plan.usage,
+            finish_reason: plan.finish_reason,
+            include_usage: plan.include_usage,
+            ttft: config.ttft,
+            per_token: config.per_token,
+            disconnect_after: faults.disconnect_after,
+        };
+        shared.count(|c| c.ok += 1);
+        let mut response = sse_body(stream, guard).into_response();
+        let h = response.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
+    } else {
+        let tokens = u32::try_from(plan.usage.completion_tokens).unwrap_or(u32::MAX);
+        let delay = config
+            .ttft
+            .saturating_add(config.per_token.saturating_mul(tokens));
+        if delay > Duration::ZERO {
+            tokio::time::sleep(delay).await;
+        }
+        let content: String = (0..plan.usage.completion_tokens).map(token_text).collect();
+        let completion = ChatCompletion {
+            id: &id,
+            object: "chat.completion",
+            created,
+            model: &plan.model,
+            system_fingerprint: FINGERPRINT,
+            choices: [Choice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: &content,
+                    refusal: None,
+                },
+                logprobs: None,
+                finish_reason: plan.finish_reason,
+            }],
+            usage: plan.usage,
+        };
+        let response = Json(&completion).into_response();
+        guard.finish(|c| c.ok += 1);
+        response
+    };
+    add_rate_headers(response.headers_mut(), &state, seq);
+    response
+}

@@ -1,0 +1,158 @@
+//! Counters of `GET /stats` (SIM-4) and the snapshot type both the route and
+//! [`crate::Simulator::stats`] return.
+
+use serde::{Deserialize, Serialize};
+
+use crate::referee::{Referee, RejectCause};
+
+/// A point-in-time copy of the simulator's counters.
+///
+/// Everything counts from start or the last reset, except `active` (requests
+/// running now). To prove that a client never exceeded its quota, check that
+/// `rejected_429` is all zero against a limited simulator, or compare
+/// `max_requests_in_window` / `max_tokens_in_window` with the client's
+/// configured limits against an unlimited one (both maxima are tracked either
+/// way).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SimStats {
+    /// API requests received (chat completions and embeddings), whatever
+    /// their outcome.
+    pub requests_total: u64,
+    /// Successful (200) responses started.
+    pub ok: u64,
+    /// 429 responses, by the limit that refused them (each counted once).
+    pub rejected_429: RejectedStats,
+    /// 401 responses (missing or wrong key).
+    pub unauthorized: u64,
+    /// 400 responses (bad JSON, missing model, …).
+    pub bad_request: u64,
+    /// Injected faults, by kind.
+    pub faults: FaultStats,
+    /// Admitted requests whose client went away before the response was
+    /// complete (the handler or the body stream was dropped early).
+    pub client_disconnects: u64,
+    /// Requests holding a concurrency slot now.
+    pub active: u64,
+    /// The most requests ever in progress at once.
+    pub max_active: u64,
+    /// Requests charged to the window (admitted ones).
+    pub requests_charged: u64,
+    /// Tokens charged to the window (prompt + completion of admitted ones).
+    pub tokens_charged: u64,
+    /// The most requests ever admitted inside one window.
+    pub max_requests_in_window: u64,
+    /// The most tokens ever charged inside one window.
+    pub max_tokens_in_window: u64,
+    /// Requests per route.
+    pub routes: RouteStats,
+    /// The limits in force (`null` = unlimited).
+    pub limits: LimitStats,
+}
+
+/// 429 responses by cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RejectedStats {
+    /// Request window full.
+    pub rpm: u64,
+    /// Token window full.
+    pub tpm: u64,
+    /// One request larger than the whole token limit.
+    pub too_large: u64,
+    /// Concurrency cap reached.
+    pub concurrency: u64,
+}
+
+impl RejectedStats {
+    /// All 429s.
+    pub fn total(&self) -> u64 {
+        self.rpm + self.tpm + self.too_large + self.concurrency
+    }
+}
+
+/// Injected faults by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FaultStats {
+    /// 500/503 answers (not charged).
+    pub server_error: u64,
+    /// Streams cut mid-way by the simulator.
+    pub disconnect: u64,
+    /// Responses whose headers were held back.
+    pub slow_headers: u64,
+}
+
+/// Requests per route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RouteStats {
+    /// `POST /v1/chat/completions`.
+    pub chat_completions: u64,
+    /// `POST /v1/embeddings`.
+    pub embeddings: u64,
+    /// `GET /v1/models`.
+    pub models: u64,
+    /// Any unknown path.
+    pub not_found: u64,
+}
+
+/// The configured limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LimitStats {
+    /// Requests per window.
+    pub rpm: Option<u64>,
+    /// Tokens per window.
+    pub tpm: Option<u64>,
+    /// Concurrent requests.
+    pub max_concurrency: Option<u64>,
+    /// Window length in milliseconds.
+    pub window_ms: u64,
+}
+
+/// The counters that are not derived from the referee.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters {
+    pub(crate) requests_total: u64,
+    pub(crate) ok: u64,
+    pub(crate) rejected: RejectedStats,
+    pub(crate) unauthorized: u64,
+    pub(crate) bad_request: u64,
+    pub(crate) faults: FaultStats,
+    pub(crate) client_disconnects: u64,
+    pub(crate) routes: RouteStats,
+}
+
+impl Counters {
+    pub(crate) fn count_rejection(&mut self, cause: RejectCause) {
+        let slot = match cause {
+            RejectCause::Requests => &mut self.rejected.rpm,
+            RejectCause::Tokens => &mut self.rejected.tpm,
+            RejectCause::TooLarge => &mut self.rejected.too_large,
+            RejectCause::Concurrency => &mut self.rejected.concurrency,
+        };
+        *slot += 1;
+    }
+
+    pub(crate) fn snapshot(&self, referee: &Referee) -> SimStats {
+        let limits = referee.limits();
+        SimStats {
+            requests_total: self.requests_total,
+            ok: self.ok,
+            rejected_429: self.rejected,
+            unauthorized: self.unauthorized,
+            bad_request: self.bad_request,
+            faults: self.faults,
+            client_disconnects: self.client_disconnects,
+            active: referee.active(),
+            max_active: referee.max_active(),
+            requests_charged: referee.charged_requests(),
+            tokens_charged: referee.charged_tokens(),
+            max_requests_in_window: referee.max_requests_in_window(),
+            max_tokens_in_window: referee.max_tokens_in_window(),
+            routes: self.routes,
+            limits: LimitStats {
+                rpm: limits.requests,
+                tpm: limits.tokens,
+                max_concurrency: limits.concurrency,
+                window_ms: u64::try_from(limits.window.as_millis()).unwrap_or(u64::MAX),
+            },
+        }
+    }
+}

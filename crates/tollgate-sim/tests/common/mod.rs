@@ -1,0 +1,106 @@
+//! Helpers shared by the HTTP-level tests: a simulator on 127.0.0.1:0 and a
+//! small SSE reader.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tollgate_sim::{Clock, SimConfig, SimServer, Simulator};
+
+pub async fn start(config: SimConfig) -> SimServer {
+    Simulator::spawn(config, "127.0.0.1:0")
+        .await
+        .expect("simulator starts")
+}
+
+pub async fn start_with_clock(config: SimConfig, clock: Arc<dyn Clock>) -> SimServer {
+    Simulator::with_clock(config, clock)
+        .expect("valid config")
+        .bind("127.0.0.1:0")
+        .await
+        .expect("simulator starts")
+}
+
+/// A client without idle pooling: no background timers that could make
+/// tokio's paused clock auto-advance.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client builds")
+}
+
+pub fn chat(content: &str, max_tokens: Option<u64>) -> Value {
+    let mut body = json!({
+        "model": "sim-chat",
+        "messages": [{"role": "user", "content": content}],
+    });
+    if let Some(m) = max_tokens {
+        body["max_tokens"] = json!(m);
+    }
+    body
+}
+
+pub fn chat_stream(content: &str, max_tokens: Option<u64>, include_usage: bool) -> Value {
+    let mut body = chat(content, max_tokens);
+    body["stream"] = json!(true);
+    if include_usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+pub async fn post(server: &SimServer, path: &str, body: &Value) -> reqwest::Response {
+    client()
+        .post(server.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("request sent")
+}
+
+pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A stream's `data:` payloads, and the transfer error if the body was cut.
+#[derive(Debug, PartialEq)]
+pub struct Sse {
+    pub events: Vec<String>,
+    pub truncated: bool,
+}
+
+pub async fn read_sse(response: reqwest::Response) -> Sse {
+    let mut raw = Vec::new();
+    let mut truncated = false;
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => raw.extend_from_slice(&bytes),
+            Err(_) => {
+                truncated = true;
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8(raw).expect("utf-8 body");
+    let events = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").expect("data: prefix").to_owned())
+        .collect();
+    Sse { events, truncated }
+}
+
+/// Polls the stats until `pred` holds (bounded: panics after 5 s).
+pub async fn wait_for_stats(server: &SimServer, pred: impl Fn(&tollgate_sim::SimStats) -> bool) {
+    for _ in 0..500 {
+        if pred(&server.stats()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("stats never matched: {:?}", server.stats());
+}
