@@ -20,6 +20,8 @@ mod error;
 pub mod estimate;
 pub mod lifecycle;
 pub mod quota;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod usage;
 
 pub use admission::{

@@ -470,6 +470,12 @@ impl AdmissionController {
         }
     }
 
+    /// A token cancelled when the controller closes (for supervisors that
+    /// must stop their active calls, SPEC LC-7).
+    pub(crate) fn closing_token(&self) -> CancellationToken {
+        self.inner.shutdown.child_token()
+    }
+
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)

@@ -9,4 +9,5 @@ mod quota;
 
 pub use controller::{ControllerConfig, CooldownConfig, Overflow, PoolConfig};
 pub use error::ConfigError;
+pub(crate) use error::non_zero;
 pub use quota::{Algorithm, DAY, Limit, MINUTE, ScopeConfig};

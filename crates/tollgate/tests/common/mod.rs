@@ -58,3 +58,5 @@ pub fn secs(s: u64) -> Duration {
 pub fn ms(s: u64) -> Duration {
     Duration::from_millis(s)
 }
+
+pub mod script;

@@ -1,0 +1,126 @@
+//! Ownership of a supervisor's calls until they are terminal and clean
+//! (SPEC LC-1, LC-7).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::outcome::{CallError, CallReport, Terminal};
+use crate::call::CallId;
+
+/// Receives a report for every call once it is terminal and cleaned up.
+pub type Observer = Arc<dyn Fn(&CallReport) + Send + Sync>;
+
+/// The calls a supervisor owns.
+#[derive(Debug)]
+pub(crate) struct Calls {
+    active: AtomicUsize,
+    idle: Notify,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Calls {
+    pub(crate) fn new(shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Calls {
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            shutdown,
+        })
+    }
+
+    pub(crate) fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Resolves once no call is owned.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.active() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// One owned call. Whatever path the call takes, it leaves ownership only
+/// through `finish` or `Drop`, and only once terminal: a call dropped
+/// before it finished is `Cancelled` (SPEC DL-7, LC-5).
+pub(crate) struct CallGuard {
+    calls: Arc<Calls>,
+    observer: Option<Observer>,
+    pub(crate) id: Option<CallId>,
+    pub(crate) attempts: u32,
+    pub(crate) chunks: u64,
+    done: bool,
+}
+
+impl CallGuard {
+    pub(crate) fn begin(
+        calls: &Arc<Calls>,
+        observer: Option<Observer>,
+        id: Option<CallId>,
+    ) -> Self {
+        calls.active.fetch_add(1, Ordering::AcqRel);
+        CallGuard {
+            calls: Arc::clone(calls),
+            observer,
+            id,
+            attempts: 0,
+            chunks: 0,
+            done: false,
+        }
+    }
+
+    /// Marks the call terminal. Call it after the call's capacity was
+    /// released; the report goes out and ownership ends.
+    pub(crate) fn finish(&mut self, result: Result<(), &CallError>) {
+        let (terminal, error, phase) = match result {
+            Ok(()) => (Terminal::Completed, None, None),
+            Err(e) => (e.terminal(), Some(e.kind()), e.phase()),
+        };
+        self.end(terminal, error, phase);
+    }
+
+    fn end(
+        &mut self,
+        terminal: Terminal,
+        error: Option<&'static str>,
+        phase: Option<crate::Phase>,
+    ) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        if let Some(observer) = &self.observer {
+            observer(&CallReport {
+                id: self.id,
+                terminal,
+                error,
+                phase,
+                attempts: self.attempts,
+                chunks: self.chunks,
+            });
+        }
+        tracing::debug!(
+            call = ?self.id,
+            terminal = terminal.as_str(),
+            error,
+            attempts = self.attempts,
+            "call finished"
+        );
+        if self.calls.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.calls.idle.notify_waiters();
+        }
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.end(Terminal::Cancelled, None, None);
+    }
+}

@@ -1,0 +1,572 @@
+//! The supervisor: admission → pre-hook → attempts → post-hook → terminal
+//! state → cleanup → release → removal, for one-shot and streaming calls
+//! alike (SPEC LC-1..LC-8, DL-3..DL-7, RT, CB).
+//!
+//! Everything runs inside the caller's future (or stream): the supervisor
+//! spawns no task, so nothing can outlive a call. Dropping the future or
+//! the stream cancels the attempt in flight, returns every reservation and
+//! permit, and reports the call `Cancelled`.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::breaker::{CircuitBreaker, Probe};
+use super::hooks::{Hook, HookContext, Hooks};
+use super::outcome::{CallError, Completed};
+use super::policy::{AttemptPolicy, Decision, NoJitter, SeededJitter, SharedJitter};
+use super::provider::{AttemptContext, ErrorKind, Provider, ProviderError};
+use super::registry::{CallGuard, Calls, Observer};
+use super::stream::CallStream;
+use crate::admission::{AdmissionController, Lease};
+use crate::call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
+use crate::clock::Instant;
+use crate::config::ConfigError;
+use crate::deadline::{Deadline, Phase};
+use crate::estimate::{EstimateError, validate};
+use crate::usage::Usage;
+
+/// Estimates one attempt's tokens from its request (SPEC ).
+pub type RequestEstimator<R> =
+    Arc<dyn Fn(&R) -> Result<TokenEstimate, EstimateError> + Send + Sync>;
+
+/// Per-call settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Conflict-checked identity (SPEC ADM-6).
+    pub id: Option<CallId>,
+    /// The call's one deadline (SPEC DL-1).
+    pub deadline: Deadline,
+    /// Whether the call may be retried automatically (SPEC RT-5; default
+    /// `true`, as for chat completions and embeddings).
+    pub idempotent: bool,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        CallOptions {
+            id: None,
+            deadline: Deadline::NONE,
+            idempotent: true,
+        }
+    }
+}
+
+impl CallOptions {
+    /// Options with `deadline`.
+    pub fn deadline(deadline: Deadline) -> Self {
+        CallOptions {
+            deadline,
+            ..Self::default()
+        }
+    }
+}
+
+pub(crate) struct Inner<P: Provider> {
+    pub(crate) controller: AdmissionController,
+    pub(crate) provider: P,
+    scope: ScopeId,
+    pool: Option<PoolId>,
+    policy: AttemptPolicy,
+    pub(crate) breaker: Option<CircuitBreaker>,
+    transport_timeout: Option<Duration>,
+    estimator: Option<RequestEstimator<P::Request>>,
+    pub(crate) hooks: Hooks,
+    jitter: SharedJitter,
+    observer: Option<Observer>,
+    pub(crate) calls: Arc<Calls>,
+}
+
+/// Runs calls to one provider under one admission controller.
+/// Cloning is cheap and shares the supervisor.
+pub struct Supervisor<P: Provider> {
+    pub(crate) inner: Arc<Inner<P>>,
+}
+
+impl<P: Provider> Clone for Supervisor<P> {
+    fn clone(&self) -> Self {
+        Supervisor {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<P: Provider> fmt::Debug for Supervisor<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("scope", &self.inner.scope)
+            .field("pool", &self.inner.pool)
+            .field("policy", &self.inner.policy)
+            .field("active", &self.inner.calls.active())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Supervisor`].
+#[must_use]
+pub struct SupervisorBuilder<P: Provider> {
+    controller: AdmissionController,
+    provider: P,
+    scope: ScopeId,
+    pool: Option<PoolId>,
+    policy: AttemptPolicy,
+    breaker: Option<CircuitBreaker>,
+    transport_timeout: Option<Duration>,
+    estimator: Option<RequestEstimator<P::Request>>,
+    hooks: Hooks,
+    jitter: Option<SharedJitter>,
+    observer: Option<Observer>,
+}
+
+impl<P: Provider> SupervisorBuilder<P> {
+    /// The quota scope every attempt spends (default: the first scope).
+    pub fn scope(mut self, scope: ScopeId) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// The concurrency pool every attempt takes a permit from.
+    pub fn pool(mut self, pool: PoolId) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Retry settings (default [`AttemptPolicy::default`]).
+    pub fn policy(mut self, policy: AttemptPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Guards the provider with a circuit breaker (share one breaker
+    /// between supervisors of the same upstream endpoint).
+    pub fn breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// Local cap of one transport attempt (clipped by the deadline, DL-4).
+    pub fn transport_timeout(mut self, timeout: Duration) -> Self {
+        self.transport_timeout = Some(timeout);
+        self
+    }
+
+    /// Estimates each attempt's tokens (needed when the scope has a token
+    /// limit, SPEC Q-3).
+    pub fn estimator(mut self, estimator: RequestEstimator<P::Request>) -> Self {
+        self.estimator = Some(estimator);
+        self
+    }
+
+    /// Hooks around each attempt.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Jitter samples for retry delays (default: randomly seeded).
+    pub fn jitter(mut self, jitter: SharedJitter) -> Self {
+        self.jitter = Some(jitter);
+        self
+    }
+
+    /// No jitter: exact, reproducible delays.
+    pub fn without_jitter(self) -> Self {
+        self.jitter(Arc::new(NoJitter))
+    }
+
+    /// Receives a report of every call once it is terminal.
+    pub fn observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Validates the settings and builds the supervisor.
+    pub fn build(self) -> Result<Supervisor<P>, ConfigError> {
+        self.policy.validate()?;
+        if let Some(t) = self.transport_timeout {
+            crate::config::non_zero("transport_timeout", t)?;
+        }
+        Ok(self.build_validated())
+    }
+
+    /// Builds from settings the caller already validated.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn build_validated(self) -> Supervisor<P> {
+        let calls = Calls::new(self.controller.closing_token());
+        Supervisor {
+            inner: Arc::new(Inner {
+                controller: self.controller,
+                provider: self.provider,
+                scope: self.scope,
+                pool: self.pool,
+                policy: self.policy,
+                breaker: self.breaker,
+                transport_timeout: self.transport_timeout,
+                estimator: self.estimator,
+                hooks: self.hooks,
+                jitter: self
+                    .jitter
+                    .unwrap_or_else(|| Arc::new(SeededJitter::random())),
+                observer: self.observer,
+                calls,
+            }),
+        }
+    }
+}
+
+/// A successful attempt and the lease it still holds.
+pub(crate) struct Attempted<T> {
+    pub(crate) value: T,
+    pub(crate) lease: Lease,
+}
+
+impl<P: Provider> Supervisor<P> {
+    /// A builder for calls to `provider` admitted by `controller`.
+    pub fn builder(controller: AdmissionController, provider: P) -> SupervisorBuilder<P> {
+        SupervisorBuilder {
+            controller,
+            provider,
+            scope: ScopeId::FIRST,
+            pool: None,
+            policy: AttemptPolicy::default(),
+            breaker: None,
+            transport_timeout: None,
+            estimator: None,
+            hooks: Hooks::default(),
+            jitter: None,
+            observer: None,
+        }
+    }
+
+    /// The admission controller.
+    pub fn controller(&self) -> &AdmissionController {
+        &self.inner.controller
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &P {
+        &self.inner.provider
+    }
+
+    /// The circuit breaker, if any.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.inner.breaker.as_ref()
+    }
+
+    /// Calls owned right now (queued or active).
+    pub fn active_calls(&self) -> usize {
+        self.inner.calls.active()
+    }
+
+    /// Closes the controller (SPEC LC-7): queued calls end `Aborted`,
+    /// active ones are cancelled and end `Aborted`; resolves once every
+    /// call of this supervisor is terminal and cleaned up. Idempotent.
+    pub async fn close(&self) {
+        self.inner.controller.close().await;
+        self.inner.calls.idle().await;
+    }
+
+    /// One one-shot call (SPEC LC-2): admitted, attempted and retried under
+    /// one deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the attempt in flight, returns every
+    /// reservation and permit, and reports the call `Cancelled`.
+    pub async fn invoke(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+    ) -> Result<Completed<P::Response>, CallError> {
+        let mut guard =
+            CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
+        let result = self.invoke_owned(request, options, &mut guard).await;
+        guard.finish(result.as_ref().map(|_| ()));
+        result
+    }
+
+    async fn invoke_owned(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+        guard: &mut CallGuard,
+    ) -> Result<Completed<P::Response>, CallError> {
+        let probe = self.open_circuit(options)?;
+        let provider = &self.inner.provider;
+        let attempted = self
+            .attempts(request, options, guard, probe.as_ref(), |ctx| {
+                provider.call(request, ctx)
+            })
+            .await;
+        let Attempted {
+            value: reply,
+            mut lease,
+        } = match attempted {
+            Ok(a) => a,
+            Err(e) => {
+                report_failure(probe, &e);
+                return Err(e);
+            }
+        };
+        let settlement = lease.reconcile(reply.usage).ok();
+        self.inner.controller.clear_backoff(self.inner.scope);
+        let admission = *lease.admission();
+        // The response is stored; the post-hook runs before release.
+        let attempt = guard.attempts;
+        if let Err(e) = self
+            .run_hook(self.inner.hooks.post.as_ref(), options, attempt)
+            .await
+        {
+            drop(lease);
+            report_failure(probe, &e);
+            return Err(e);
+        }
+        drop(lease);
+        if let Some(p) = probe {
+            p.success();
+        }
+        Ok(Completed {
+            response: reply.body,
+            attempts: attempt,
+            settlement,
+            admission,
+        })
+    }
+
+    /// One streaming call (SPEC LC-3): resolves once the first chunk is
+    /// ready (or the stream ended without one), so setup failures are
+    /// retried like one-shot failures; after that the retry window is
+    /// closed for good and every failure surfaces as a typed error item.
+    pub async fn stream(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+    ) -> Result<CallStream<P>, CallError> {
+        let mut guard =
+            CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
+        let probe = match self.open_circuit(options) {
+            Ok(p) => p,
+            Err(e) => {
+                guard.finish(Err(&e));
+                return Err(e);
+            }
+        };
+        let provider = &self.inner.provider;
+        let attempted = self
+            .attempts(request, options, &mut guard, probe.as_ref(), |ctx| {
+                super::stream::open(provider, request, ctx)
+            })
+            .await;
+        match attempted {
+            Ok(Attempted {
+                value: opened,
+                lease,
+            }) => Ok(CallStream::new(
+                self.clone(),
+                opened,
+                lease,
+                probe,
+                guard,
+                options,
+            )),
+            Err(e) => {
+                report_failure(probe, &e);
+                guard.finish(Err(&e));
+                Err(e)
+            }
+        }
+    }
+
+    fn open_circuit(&self, options: CallOptions) -> Result<Option<Probe>, CallError> {
+        let now = self.inner.controller.clock().now();
+        options.deadline.check(now, Phase::Queue)?;
+        match &self.inner.breaker {
+            None => Ok(None),
+            Some(b) => Ok(Some(b.try_acquire()?)),
+        }
+    }
+
+    fn attempt_call(&self, request: &P::Request, options: CallOptions) -> Result<Call, CallError> {
+        let mut call = Call::new(self.inner.scope);
+        call.id = options.id;
+        call.pool = self.inner.pool;
+        if let Some(estimator) = &self.inner.estimator {
+            let estimate = estimator(request)
+                .and_then(validate)
+                .map_err(crate::AdmissionError::from)?;
+            call.estimate = Some(estimate);
+        }
+        Ok(call)
+    }
+
+    /// Admission, pre-hook and attempts with retries, until one attempt
+    /// succeeds (its lease still held) or the call gives up.
+    async fn attempts<T, Fut>(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+        guard: &mut CallGuard,
+        probe: Option<&Probe>,
+        mut attempt: impl FnMut(AttemptContext) -> Fut,
+    ) -> Result<Attempted<T>, CallError>
+    where
+        Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        let inner = &*self.inner;
+        let deadline = options.deadline;
+        let clock = inner.controller.clock().clone();
+        let _ = probe;
+        loop {
+            guard.attempts += 1;
+            let n = guard.attempts;
+            // A fresh estimate and a fresh reservation per attempt.
+            let call = self.attempt_call(request, options)?;
+            let mut lease = self
+                .closable(inner.controller.acquire(&call, deadline))
+                .await??;
+            self.run_hook(inner.hooks.pre.as_ref(), options, n).await?;
+            let now = clock.now();
+            let timeout = deadline.cap(inner.transport_timeout, now);
+            let ctx = AttemptContext {
+                call_id: options.id,
+                attempt: n,
+                deadline,
+                timeout,
+            };
+            let span = tracing::debug_span!("attempt", call = ?options.id, attempt = n, timeout_ms = timeout.map(|t| t.as_millis() as u64));
+            let _enter = span.enter();
+            let work = attempt(ctx);
+            let result = match timeout.and_then(|t| now.checked_add(t)) {
+                None => self.closable(work).await?,
+                Some(end) => match self.closable(tokio::time::timeout_at(end, work)).await? {
+                    Ok(r) => r,
+                    Err(_) if deadline.is_expired(clock.now()) => {
+                        return Err(CallError::Deadline {
+                            phase: Phase::Transport,
+                            retry_at: None,
+                        });
+                    }
+                    Err(_) => Err(ProviderError::new(ErrorKind::Timeout, "attempt timed out")),
+                },
+            };
+            let error = match result {
+                Ok(value) => return Ok(Attempted { value, lease }),
+                Err(e) => e,
+            };
+            // Settle what the failed attempt used; a 429 pauses the scope.
+            let _ = lease.reconcile(error.usage);
+            if error.kind == ErrorKind::RateLimited {
+                lease.rate_limited(error.retry_after);
+            }
+            // The attempt's permit is never held during backoff (POOL-1).
+            drop(lease);
+            let now = clock.now();
+            let decision = inner.policy.decide(
+                n,
+                &error,
+                options.idempotent,
+                now,
+                deadline,
+                inner.jitter.sample(),
+            );
+            tracing::debug!(
+                call = ?options.id,
+                attempt = n,
+                class = error.kind.as_str(),
+                remaining_ms = deadline.remaining(now).map(|r| r.as_millis() as u64),
+                ?decision,
+                "attempt failed"
+            );
+            match decision {
+                Decision::GiveUp(gave_up) => {
+                    return Err(CallError::Provider {
+                        error,
+                        attempts: n,
+                        gave_up,
+                    });
+                }
+                Decision::Retry(delay) => {
+                    let wake = now.checked_add(delay).unwrap_or(now);
+                    self.sleep_until(wake, deadline).await?;
+                }
+            }
+        }
+    }
+
+    /// Sleeps between attempts; a sleep never extends past the deadline
+    /// (SPEC RT-6).
+    async fn sleep_until(&self, wake: Instant, deadline: Deadline) -> Result<(), CallError> {
+        let until = deadline.instant().map_or(wake, |d| d.min(wake));
+        self.closable(tokio::time::sleep_until(until)).await?;
+        let now = self.inner.controller.clock().now();
+        deadline.check(now, Phase::RetryDelay)?;
+        Ok(())
+    }
+
+    /// Runs a hook under `min(hook cap, remaining)` (SPEC DL-4).
+    pub(crate) async fn run_hook(
+        &self,
+        hook: Option<&Hook>,
+        options: CallOptions,
+        attempt: u32,
+    ) -> Result<(), CallError> {
+        let Some(hook) = hook else {
+            return Ok(());
+        };
+        let now = self.inner.controller.clock().now();
+        options.deadline.check(now, Phase::Hook)?;
+        let work = hook(HookContext {
+            call_id: options.id,
+            attempt,
+        });
+        let result = match options.deadline.cap(self.inner.hooks.timeout, now) {
+            None => self.closable(work).await?,
+            Some(cap) => match self.closable(tokio::time::timeout(cap, work)).await? {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(CallError::Deadline {
+                        phase: Phase::Hook,
+                        retry_at: None,
+                    });
+                }
+            },
+        };
+        result.map_err(|e| CallError::Hook { message: e.0 })
+    }
+
+    /// Runs `work` unless the supervisor closes first (SPEC LC-7). A result
+    /// that is ready wins over a close observed at the same time (LC-6).
+    pub(crate) async fn closable<F: Future>(&self, work: F) -> Result<F::Output, CallError> {
+        let shutdown = &self.inner.calls.shutdown;
+        tokio::select! {
+            biased;
+            out = work => Ok(out),
+            () = shutdown.cancelled() => Err(CallError::Closed),
+        }
+    }
+}
+
+/// Tells the breaker how a call that did not complete ended (SPEC CB-2).
+pub(crate) fn report_failure(probe: Option<Probe>, error: &CallError) {
+    let Some(probe) = probe else {
+        return;
+    };
+    match error {
+        CallError::Provider { error, .. } | CallError::Stream { error }
+            if error.kind.is_upstream_failure() =>
+        {
+            probe.failure()
+        }
+        CallError::Deadline {
+            phase: Phase::Transport | Phase::Stream,
+            ..
+        } => probe.failure(),
+        _ => probe.neutral(),
+    }
+}
+
+/// Usage a stream saw, for settlement at its end.
+pub(crate) fn settle_stream(lease: &mut Lease, usage: Option<Usage>) {
+    let _ = lease.reconcile(usage.unwrap_or(Usage::UNKNOWN));
+}
