@@ -13,8 +13,11 @@
 //!   building one takes tens of milliseconds). [`warm_up`] builds both at
 //!   start-up so that no request pays for it.
 //! * [`TokenEstimator`] counts chat and embeddings requests into a
-//!   [`TokenEstimate`] (`input` + `output`).
+//!   [`TokenEstimate`] (`input` + `output`). It is also the engine's
+//!   [`tollgate::TokenEstimator`] for chat, embeddings and already
+//!   serialised [`UpstreamRequest`](crate::provider::UpstreamRequest)s.
 
+mod admission;
 mod encoding;
 mod estimator;
 

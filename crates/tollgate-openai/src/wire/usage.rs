@@ -231,33 +231,51 @@ impl Usage {
     /// The tokens to charge per SPEC Q-6, or `None` when usage is unknown
     /// (the quota layer then keeps the estimate, Q-5).
     ///
-    /// * A valid `total_tokens` wins.
-    /// * A `total_tokens` that is present, not `null` and invalid makes the
-    ///   usage unknown (the provider's own sum is broken; the components are
-    ///   not trusted over it).
-    /// * Otherwise (total absent or `null`) the sum of prompt and completion,
-    ///   when at least one of them is valid and neither is invalid; an absent
-    ///   component counts as zero.
-    /// * Cached tokens never change the charge.
+    /// This is `self.to_engine().total()`: the Q-6 rules themselves live in
+    /// the engine ([`tollgate::Usage::from_counters`]); see
+    /// [`Usage::to_engine`] for how the raw counters are handed over.
     ///
     /// `Some(0)` is "known zero", which differs from `None` ("unknown").
     pub fn known_total(&self) -> Option<u64> {
-        match &self.total_tokens {
-            Some(Value::Null) | None => {}
-            Some(raw) => return Counter::classify(raw).value(),
+        self.to_engine().total()
+    }
+
+    /// The engine's view of this usage (SPEC ).
+    ///
+    /// The four counters are classified as by [`Usage::counters`] and passed
+    /// to [`tollgate::Usage::from_counters`], with one adjustment: an
+    /// explicit `"total_tokens": null` counts as an absent total (the
+    /// provider did not compute one), so the charge falls back to prompt +
+    /// completion. Any other invalid total makes the usage unknown, since the
+    /// provider's own sum is broken and its components are not trusted over
+    /// it. Cached tokens are carried as telemetry, never charged.
+    pub fn to_engine(&self) -> tollgate::Usage {
+        let total = match &self.total_tokens {
+            Some(Value::Null) => Counter::Absent,
+            _ => self.total(),
+        };
+        tollgate::Usage::from_counters(
+            total.into(),
+            self.prompt().into(),
+            self.completion().into(),
+            self.cached().into(),
+        )
+    }
+}
+
+impl From<Counter> for tollgate::Counter {
+    fn from(counter: Counter) -> Self {
+        match counter {
+            Counter::Absent => tollgate::Counter::Absent,
+            Counter::Invalid => tollgate::Counter::Invalid,
+            Counter::Value(v) => tollgate::Counter::Value(v),
         }
-        let (prompt, completion) = (self.prompt(), self.completion());
-        match (prompt, completion) {
-            (Counter::Invalid, _) | (_, Counter::Invalid) | (Counter::Absent, Counter::Absent) => {
-                None
-            }
-            _ => Some(
-                prompt
-                    .value()
-                    .unwrap_or(0)
-                    .saturating_add(completion.value().unwrap_or(0)),
-            ),
-        }
+    }
+}
+
+impl From<&Usage> for tollgate::Usage {
+    fn from(usage: &Usage) -> Self {
+        usage.to_engine()
     }
 }
 
@@ -408,6 +426,28 @@ mod tests {
         let u = Usage::from_prompt(4);
         assert_eq!(u.known_total(), Some(4));
         assert_eq!(u.completion(), Counter::Absent);
+    }
+
+    // proves: Q-6 (the engine's rules decide the charge; cached tokens are
+    // telemetry), Q-5 (unknown and known zero stay apart)
+    #[test]
+    fn engine_view_carries_components_and_cached() {
+        let u = usage(json!({"prompt_tokens": 7, "completion_tokens": 3,
+                             "prompt_tokens_details": {"cached_tokens": 5}}));
+        let engine = u.to_engine();
+        assert_eq!(engine.total(), Some(10));
+        assert_eq!((engine.input(), engine.output()), (Some(7), Some(3)));
+        assert_eq!(engine.cached(), Some(5));
+        assert_eq!(tollgate::Usage::from(&u), engine);
+        assert_eq!(usage(json!({})).to_engine(), tollgate::Usage::UNKNOWN);
+        assert_eq!(
+            usage(json!({"total_tokens": 0})).to_engine().total(),
+            Some(0)
+        );
+        assert_eq!(
+            tollgate::Counter::from(Counter::Invalid),
+            tollgate::Counter::Invalid
+        );
     }
 
     #[test]

@@ -1,0 +1,555 @@
+//! [`HttpProvider`]: the engine's `Provider` over an OpenAI-compatible HTTP
+//! API.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::time::Instant;
+use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
+
+use super::classify::{body_error, declared_message, sanitize, send_error, status_error};
+use super::config::{BuildError, HttpProviderBuilder};
+use super::request::{Endpoint, UpstreamRequest};
+use super::stream::{BodyStream, ChunkStream, engine_usage, parse_object};
+use crate::sse::SseDecoder;
+
+/// The media type of a server-sent-events body.
+const EVENT_STREAM: &[u8] = b"text/event-stream";
+
+/// An OpenAI-compatible upstream reached over HTTP(S).
+///
+/// One provider holds one `reqwest::Client` (connection pooling, rustls)
+/// and the endpoint URLs of one base URL; clones share both. Each attempt
+/// is one `POST` of the request's pre-serialised body:
+///
+/// * the attempt's timeout ([`AttemptContext::timeout`], already
+///   `min(local cap, remaining)`: SPEC DL-4) bounds the whole attempt up to
+///   the response headers, and for a one-shot call the body too;
+/// * a non-2xx answer is classified by its status (SPEC RT-2), with the
+///   server's retry floor from the rate-limit headers (RT-3) and the
+///   provider's message, with keys redacted;
+/// * failing to connect (or losing the connection before a response) is
+///   [`ErrorKind::Connect`], running out of time [`ErrorKind::Timeout`], a
+///   2xx body that is not a JSON object [`ErrorKind::Protocol`].
+///
+/// Dropping a returned future or stream aborts the HTTP request and closes
+/// its connection (SPEC DL-6, LC-5).
+#[derive(Clone)]
+pub struct HttpProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    base_url: String,
+    chat_url: reqwest::Url,
+    embeddings_url: reqwest::Url,
+    /// Sent with one-shot requests (auth, content type, extra headers).
+    one_shot_headers: HeaderMap,
+    /// Sent with stream requests.
+    stream_headers: HeaderMap,
+    /// The key, to redact from any message.
+    secret: Option<Arc<str>>,
+    max_event_size: usize,
+    max_error_body: usize,
+    stream_end_grace: Duration,
+}
+
+impl fmt::Debug for HttpProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("base_url", &self.inner.base_url)
+            .field("api_key", &self.inner.secret.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpProvider {
+    /// Settings for an upstream whose API lives under `base_url` (e.g.
+    /// `https://api.openai.com/v1`; `/chat/completions` and `/embeddings`
+    /// are appended, a query string such as `?api-version=…` is kept).
+    pub fn builder(base_url: impl Into<String>) -> HttpProviderBuilder {
+        HttpProviderBuilder::new(base_url)
+    }
+
+    /// The base URL as configured.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// The URL an endpoint is sent to.
+    pub fn url(&self, endpoint: Endpoint) -> &reqwest::Url {
+        match endpoint {
+            Endpoint::ChatCompletions => &self.inner.chat_url,
+            Endpoint::Embeddings => &self.inner.embeddings_url,
+        }
+    }
+
+    /// The HTTP client (share it with other providers through
+    /// [`HttpProviderBuilder::client`] to share one connection pool).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.inner.client
+    }
+
+    fn secret(&self) -> Option<&str> {
+        self.inner.secret.as_deref()
+    }
+
+    /// Sends the request and waits for the response headers.
+    async fn send(
+        &self,
+        request: &UpstreamRequest,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let headers = if request.is_stream() {
+            &self.inner.stream_headers
+        } else {
+            &self.inner.one_shot_headers
+        };
+        let send = self
+            .inner
+            .client
+            .post(self.url(request.endpoint()).clone())
+            .headers(headers.clone())
+            .body(request.body().clone())
+            .send();
+        within(deadline, timeout, "waiting for the response headers", send)
+            .await?
+            .map_err(|err| send_error(err, self.secret()))
+    }
+
+    /// The error for a non-2xx response, with as much of its body as fits
+    /// in the limit and the time left.
+    async fn status_error(
+        &self,
+        mut response: reqwest::Response,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> ProviderError {
+        let limit = self.inner.max_error_body;
+        let read = async {
+            let mut body = Vec::new();
+            while body.len() < limit {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => {
+                        let take = chunk.len().min(limit - body.len());
+                        body.extend_from_slice(chunk.get(..take).unwrap_or_default());
+                    }
+                    Ok(None) => return Some(body),
+                    Err(_) => return None,
+                }
+            }
+            Some(body)
+        };
+        let body = within(deadline, timeout, "reading an error body", read)
+            .await
+            .ok()
+            .flatten();
+        let err = status_error(
+            response.status(),
+            response.headers(),
+            body.as_deref(),
+            self.secret(),
+        );
+        tracing::debug!(
+            status = err.status,
+            kind = %err.kind,
+            retry_after_ms = err.retry_after.map(|d| d.as_millis() as u64),
+            "upstream refused the attempt"
+        );
+        err
+    }
+
+    async fn one_shot(
+        &self,
+        request: &UpstreamRequest,
+        attempt: AttemptContext,
+    ) -> Result<Reply<Bytes>, ProviderError> {
+        if request.is_stream() {
+            return Err(ProviderError::new(
+                ErrorKind::Client,
+                "a streaming request was sent through the one-shot call",
+            ));
+        }
+        let (deadline, timeout) = attempt_deadline(attempt);
+        let response = self.send(request, deadline, timeout).await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.status_error(response, deadline, timeout).await);
+        }
+        let body = within(
+            deadline,
+            timeout,
+            "reading the response body",
+            response.bytes(),
+        )
+        .await?
+        .map_err(|err| body_error(err, self.secret()))?;
+        let usage = one_shot_usage(&body, status.as_u16(), self.secret())?;
+        Ok(Reply { body, usage })
+    }
+
+    async fn open_stream(
+        &self,
+        request: &UpstreamRequest,
+        attempt: AttemptContext,
+    ) -> Result<ChunkStream, ProviderError> {
+        if !request.is_stream() {
+            return Err(ProviderError::new(
+                ErrorKind::Client,
+                "a one-shot request was sent through the streaming call",
+            ));
+        }
+        let (deadline, timeout) = attempt_deadline(attempt);
+        let response = self.send(request, deadline, timeout).await?;
+        if !response.status().is_success() {
+            return Err(self.status_error(response, deadline, timeout).await);
+        }
+        if let Some(kind) = response.headers().get(CONTENT_TYPE)
+            && !kind
+                .as_bytes()
+                .get(..EVENT_STREAM.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(EVENT_STREAM))
+        {
+            return Err(ProviderError {
+                status: Some(response.status().as_u16()),
+                ..ProviderError::new(
+                    ErrorKind::Protocol,
+                    "upstream answered a stream request without an event stream",
+                )
+            });
+        }
+        // Body errors keep no URL: messages carry no request details.
+        let body: BodyStream = Box::pin(
+            response
+                .bytes_stream()
+                .map(|chunk| chunk.map_err(reqwest::Error::without_url)),
+        );
+        let decoder = SseDecoder::with_max_event_size(self.inner.max_event_size);
+        Ok(
+            ChunkStream::with_decoder(body, decoder, request.forward_usage())
+                .with_end_grace(self.inner.stream_end_grace)
+                .redacting(self.inner.secret.clone()),
+        )
+    }
+}
+
+impl Provider for HttpProvider {
+    type Request = UpstreamRequest;
+    type Response = Bytes;
+    type Chunk = Bytes;
+    type Stream = ChunkStream;
+
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the request; nothing keeps running.
+    fn call(
+        &self,
+        request: &UpstreamRequest,
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
+        self.one_shot(request, attempt)
+    }
+
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the request; nothing keeps running.
+    fn stream(
+        &self,
+        request: &UpstreamRequest,
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
+        self.open_stream(request, attempt)
+    }
+}
+
+impl HttpProviderBuilder {
+    /// Checks the settings and creates the provider (and its client, unless
+    /// one was given).
+    ///
+    /// # Errors
+    /// [`BuildError`] naming what is wrong; no request has been sent.
+    pub fn build(self) -> Result<HttpProvider, BuildError> {
+        let (chat_url, embeddings_url) = endpoint_urls(&self.base_url)?;
+        if self.max_event_size == 0 {
+            return Err(BuildError::MustBePositive {
+                field: "max_event_size",
+            });
+        }
+        if self.pool_idle_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(BuildError::MustBePositive {
+                field: "pool_idle_timeout",
+            });
+        }
+        let mut headers = self.headers.clone();
+        for value in headers.values_mut() {
+            value.set_sensitive(true);
+        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let secret = match &self.api_key {
+            Some(key) => {
+                let key = key.expose();
+                if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(BuildError::ApiKey);
+                }
+                let mut value = HeaderValue::try_from(format!("Bearer {key}"))
+                    .map_err(|_| BuildError::ApiKey)?;
+                value.set_sensitive(true);
+                headers.insert(AUTHORIZATION, value);
+                Some(Arc::<str>::from(key))
+            }
+            None => None,
+        };
+        let mut one_shot_headers = headers.clone();
+        one_shot_headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let mut stream_headers = headers;
+        stream_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let client = match self.client.clone() {
+            Some(client) => client,
+            None => self.build_client()?,
+        };
+        Ok(HttpProvider {
+            inner: Arc::new(Inner {
+                client,
+                base_url: self.base_url,
+                chat_url,
+                embeddings_url,
+                one_shot_headers,
+                stream_headers,
+                secret,
+                max_event_size: self.max_event_size,
+                max_error_body: self.max_error_body,
+                stream_end_grace: self.stream_end_grace,
+            }),
+        })
+    }
+}
+
+/// The chat and embeddings URLs below `base` (its query string kept).
+fn endpoint_urls(base: &str) -> Result<(reqwest::Url, reqwest::Url), BuildError> {
+    let invalid = |reason: &str| BuildError::BaseUrl {
+        url: base.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let url = reqwest::Url::parse(base).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.cannot_be_a_base() || url.host().is_none() {
+        return Err(invalid("it needs a host"));
+    }
+    if url.fragment().is_some() {
+        return Err(invalid("it must not have a #fragment"));
+    }
+    let at = |endpoint: Endpoint| {
+        let mut full = url.clone();
+        let path = format!("{}/{}", url.path().trim_end_matches('/'), endpoint.path());
+        full.set_path(&path);
+        full
+    };
+    Ok((at(Endpoint::ChatCompletions), at(Endpoint::Embeddings)))
+}
+
+/// The instant the attempt's transport must be done by, if it is bounded.
+fn attempt_deadline(attempt: AttemptContext) -> (Option<Instant>, Option<Duration>) {
+    let timeout = attempt.timeout;
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    (deadline, timeout)
+}
+
+/// Runs `work` until `deadline`; past it, the attempt timed out (SPEC DL-4:
+/// the deadline is computed once per attempt and shared by its phases).
+async fn within<T>(
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    phase: &str,
+    work: impl Future<Output = T>,
+) -> Result<T, ProviderError> {
+    match deadline {
+        None => Ok(work.await),
+        Some(deadline) => tokio::time::timeout_at(deadline, work).await.map_err(|_| {
+            let budget = timeout.map(|t| format!(" of {t:?}")).unwrap_or_default();
+            ProviderError::new(
+                ErrorKind::Timeout,
+                format!("attempt timeout{budget} elapsed while {phase}"),
+            )
+        }),
+    }
+}
+
+/// The members of a one-shot body the provider looks at (the body itself
+/// is returned unchanged).
+#[derive(Deserialize)]
+struct BodyProbe {
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// The usage of a 2xx one-shot body (SPEC Q-6). The body must be a JSON
+/// object; one that declares an `error` is a declared failure.
+fn one_shot_usage(
+    body: &[u8],
+    status: u16,
+    secret: Option<&str>,
+) -> Result<tollgate::Usage, ProviderError> {
+    let probe: BodyProbe = parse_object(body).map_err(|reason| ProviderError {
+        status: Some(status),
+        ..ProviderError::new(
+            ErrorKind::Protocol,
+            format!("upstream response body is not a JSON object: {reason}"),
+        )
+    })?;
+    let usage = probe
+        .usage
+        .filter(|u| !u.is_null())
+        .map_or(tollgate::Usage::UNKNOWN, engine_usage);
+    if let Some(error) = probe.error.filter(|e| !e.is_null()) {
+        let message = declared_message(&serde_json::json!({ "error": error }))
+            .unwrap_or_else(|| "upstream declared an error".to_owned());
+        return Err(ProviderError {
+            status: Some(status),
+            ..ProviderError::new(ErrorKind::Declared, sanitize(&message, secret))
+        }
+        .with_usage(usage));
+    }
+    Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: CFG-3 (bad settings fail at build time, typed)
+    #[test]
+    fn bad_settings_fail_at_build() {
+        for url in [
+            "not a url",
+            "ftp://host/v1",
+            "http://host/v1#x",
+            "mailto:x@y",
+        ] {
+            assert!(
+                matches!(
+                    HttpProvider::builder(url).build(),
+                    Err(BuildError::BaseUrl { .. })
+                ),
+                "{url}"
+            );
+        }
+        assert!(matches!(
+            HttpProvider::builder("http://h/v1")
+                .api_key("has space")
+                .build(),
+            Err(BuildError::ApiKey)
+        ));
+        assert!(matches!(
+            HttpProvider::builder("http://h/v1").api_key("").build(),
+            Err(BuildError::ApiKey)
+        ));
+        assert!(matches!(
+            HttpProvider::builder("http://h/v1")
+                .connect_timeout(Duration::ZERO)
+                .build(),
+            Err(BuildError::MustBePositive {
+                field: "connect_timeout"
+            })
+        ));
+        assert!(matches!(
+            HttpProvider::builder("http://h/v1")
+                .max_event_size(0)
+                .build(),
+            Err(BuildError::MustBePositive {
+                field: "max_event_size"
+            })
+        ));
+    }
+
+    #[test]
+    fn endpoint_urls_keep_the_base_path_and_query() {
+        let p = HttpProvider::builder("http://127.0.0.1:9/v1/")
+            .api_key("sk-test")
+            .build()
+            .expect("provider");
+        assert_eq!(
+            p.url(Endpoint::ChatCompletions).as_str(),
+            "http://127.0.0.1:9/v1/chat/completions"
+        );
+        assert_eq!(
+            p.url(Endpoint::Embeddings).as_str(),
+            "http://127.0.0.1:9/v1/embeddings"
+        );
+        let azure = HttpProvider::builder(
+            "https://x.openai.azure.com/openai/deployments/d?api-version=2024-06-01",
+        )
+        .build()
+        .expect("provider");
+        assert_eq!(
+            azure.url(Endpoint::ChatCompletions).as_str(),
+            "https://x.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-06-01"
+        );
+        // The key never shows in debug output.
+        assert!(!format!("{p:?}").contains("sk-test"));
+        let mut extra = HeaderMap::new();
+        extra.insert("api-key", HeaderValue::from_static("azure-secret"));
+        let builder = HttpProvider::builder("http://h/v1")
+            .api_key("sk-test")
+            .headers(extra);
+        let shown = format!("{builder:?}");
+        assert!(
+            !shown.contains("sk-test") && !shown.contains("azure-secret"),
+            "{shown}"
+        );
+    }
+
+    // proves: Q-6 (usage of a one-shot body), Q-5 (unknown vs known zero)
+    #[test]
+    fn one_shot_usage_follows_q6() {
+        let usage = |body: &str| one_shot_usage(body.as_bytes(), 200, None);
+        assert_eq!(
+            usage(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#)
+                .expect("usage")
+                .total(),
+            Some(7)
+        );
+        assert_eq!(
+            usage(r#"{"usage":{"total_tokens":0}}"#)
+                .expect("usage")
+                .total(),
+            Some(0)
+        );
+        assert_eq!(
+            usage(r#"{"id":"x"}"#).expect("usage"),
+            tollgate::Usage::UNKNOWN
+        );
+        assert_eq!(
+            usage(r#"{"usage":null}"#).expect("usage"),
+            tollgate::Usage::UNKNOWN
+        );
+        assert_eq!(
+            usage(r#"{"usage":"lots"}"#).expect("usage"),
+            tollgate::Usage::UNKNOWN
+        );
+        let err = usage("not json").expect_err("protocol");
+        assert_eq!(err.kind, ErrorKind::Protocol);
+        assert_eq!(
+            usage("[1]").expect_err("protocol").kind,
+            ErrorKind::Protocol
+        );
+        let err = usage(r#"{"error":{"message":"overloaded"}}"#).expect_err("declared");
+        assert_eq!(
+            (err.kind, err.message.as_str()),
+            (ErrorKind::Declared, "overloaded")
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! The HTTP provider: the engine's [`tollgate::lifecycle::Provider`] over an
+//! OpenAI-compatible API (SPEC RT-2, RT-3, DL-4, LC-3..5, GW-5).
+//!
+//! * [`UpstreamRequest`]: the body the gateway serialised once per call,
+//!   with its endpoint and stream flags; cheap to clone per attempt.
+//! * [`HttpProvider`]: one shared `reqwest` client with connection pooling;
+//!   one-shot attempts return the upstream body byte for byte with its usage,
+//!   streams yield [`ChunkStream`] events.
+//! * [`HttpProviderBuilder`]: base URL, key, timeouts and pool settings,
+//!   validated at build time ([`BuildError`]).
+
+mod classify;
+mod client;
+mod config;
+mod request;
+mod stream;
+
+pub use client::HttpProvider;
+pub use config::{
+    ApiKey, BuildError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ERROR_BODY, DEFAULT_POOL_IDLE_TIMEOUT,
+    DEFAULT_POOL_MAX_IDLE_PER_HOST, HttpProviderBuilder,
+};
+pub use request::{Endpoint, UpstreamRequest};
+pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};
+
+#[cfg(test)]
+mod tests;

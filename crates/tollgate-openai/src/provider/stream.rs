@@ -1,0 +1,396 @@
+//! The provider stream: an upstream SSE body in, engine stream events out.
+//!
+//! Implementation notes (invariants):
+//! * Every upstream event that reaches the consumer is re-encoded from the
+//!   decoded event. For the events OpenAI sends (`data: <one line of
+//!   JSON>` and a blank line) the bytes are identical to the upstream's;
+//!   other framings (CRLF line ends, `data:` without the space, several
+//!   `data:` lines) come out normalised but carry the same event. Comment
+//!   lines (keep-alives) are not forwarded.
+//! * The stream ends exactly once, and only in one of three ways: after
+//!   `[DONE]` (forwarded as the last chunk), after a provider-declared error
+//!   chunk (forwarded once inside `StreamEvent::Error`, SPEC LC-4), or with
+//!   an `Err` (SPEC LC-3: a body that ends or fails before `[DONE]` is
+//!   `StreamBroken`, never a silent normal end). Afterwards it yields `None`
+//!   for ever.
+//! * The HTTP body is dropped as soon as the stream has ended, and with the
+//!   stream otherwise: a consumer that drops the stream closes the upstream
+//!   connection (SPEC LC-5, GW-6).
+//! * States: `Open` (reading events) → `Draining` (after `[DONE]`: the
+//!   frame is already out; the body is read to its end, at most for a short
+//!   grace, so that its connection goes back to the pool instead of being
+//!   closed) → `Ended`. A declared error or a failure goes from `Open`
+//!   straight to `Ended`. The grace only delays the stream's `None`, never
+//!   the `[DONE]` frame.
+//! * Usage is reported to the engine at most once per stream: from the
+//!   usage-only chunk, else (at `[DONE]` or with the final error) from the
+//!   last usage seen in any chunk.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_core::Stream;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+use tokio::time::Sleep;
+use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
+
+use super::classify::{declared_message, describe, sanitize};
+use crate::sse::{DONE_FRAME, SseDecoder, SseError, SseEvent, SseItem, SseStream, SseStreamError};
+use crate::wire;
+
+/// The body of an upstream response as the HTTP client yields it.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// One item of a [`ChunkStream`].
+pub type ChunkItem = Result<StreamEvent<Bytes>, ProviderError>;
+
+/// Default time an [`HttpProvider`](super::HttpProvider) stream waits, after
+/// `[DONE]`, for the upstream body to end so that its connection can be
+/// reused.
+pub const DEFAULT_END_GRACE: Duration = Duration::from_millis(250);
+
+/// The engine-facing stream of one streamed chat completion.
+///
+/// Each upstream event becomes [`StreamEvent::Chunk`] holding the event
+/// encoded ready to forward (`data: {...}\n\n`); the usage-only chunk becomes
+/// [`StreamEvent::Usage`], followed by the chunk itself only when the client
+/// asked for usage (SPEC GW-5); a chunk carrying an `error` (or an
+/// `event: error`) becomes [`StreamEvent::Error`] and ends the stream
+/// (SPEC LC-4); `data: [DONE]` is forwarded as the last chunk. A body that
+/// ends or fails before `[DONE]` ends the stream with
+/// `Err(ProviderError { kind: StreamBroken, .. })` (SPEC LC-3); an event
+/// that is not a JSON object, or one larger than the decoder's limit, with
+/// `Err(ProviderError { kind: Protocol, .. })`.
+///
+/// After `[DONE]` the stream yields `None` once the upstream body has ended
+/// (normally at once), or after a short grace
+/// ([`ChunkStream::with_end_grace`]; the HTTP provider uses
+/// [`DEFAULT_END_GRACE`]), whichever comes first: reading the body to its
+/// end lets the connection be reused. A non-zero grace needs a tokio
+/// runtime with its timer enabled, as the HTTP client does.
+///
+/// Dropping the stream drops the HTTP response and so closes its
+/// connection (SPEC LC-5).
+pub struct ChunkStream<S = BodyStream> {
+    state: State<S>,
+    forward_usage: bool,
+    end_grace: Duration,
+    /// The upstream key, redacted from any message.
+    secret: Option<Arc<str>>,
+    /// Items decided but not yet yielded (at most three at a time).
+    pending: VecDeque<ChunkItem>,
+    usage_reported: bool,
+    last_usage: Option<tollgate::Usage>,
+}
+
+enum State<S> {
+    /// Reading events (boxed: the decoder is large, the other states small).
+    Open(Box<SseStream<S>>),
+    /// `[DONE]` seen: reading the body to its end, until `grace` fires
+    /// (the timer is started the first time the body is not done yet).
+    Draining {
+        body: S,
+        grace: Option<Pin<Box<Sleep>>>,
+    },
+    /// Over; the body is dropped.
+    Ended,
+}
+
+impl<S> fmt::Debug for ChunkStream<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChunkStream")
+            .field(
+                "state",
+                &match self.state {
+                    State::Open(_) => "open",
+                    State::Draining { .. } => "draining",
+                    State::Ended => "ended",
+                },
+            )
+            .field("forward_usage", &self.forward_usage)
+            .field("pending", &self.pending.len())
+            .field("usage_reported", &self.usage_reported)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, E> ChunkStream<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::error::Error + 'static,
+{
+    /// Decodes `body` with the default event size limit. `forward_usage`
+    /// says whether the usage-only chunk also reaches the consumer.
+    pub fn new(body: S, forward_usage: bool) -> Self {
+        Self::with_decoder(body, SseDecoder::new(), forward_usage)
+    }
+
+    /// Decodes `body` with `decoder` (and its size limit).
+    pub fn with_decoder(body: S, decoder: SseDecoder, forward_usage: bool) -> Self {
+        ChunkStream {
+            state: State::Open(Box::new(SseStream::new(body, decoder))),
+            forward_usage,
+            end_grace: Duration::ZERO,
+            secret: None,
+            pending: VecDeque::with_capacity(2),
+            usage_reported: false,
+            last_usage: None,
+        }
+    }
+
+    /// Sets how long the stream waits, after `[DONE]`, for the upstream body
+    /// to end. Zero (the default of this constructor) ends the stream at
+    /// once, and the body's connection is then closed unless the body had
+    /// already ended.
+    pub fn with_end_grace(mut self, grace: Duration) -> Self {
+        self.end_grace = grace;
+        self
+    }
+
+    /// Redacts `secret` from every error message.
+    pub(super) fn redacting(mut self, secret: Option<Arc<str>>) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// `true` once the stream has yielded its last item (it may still be
+    /// reading the upstream body's end after `[DONE]`).
+    pub fn is_finished(&self) -> bool {
+        !matches!(self.state, State::Open(_)) && self.pending.is_empty()
+    }
+
+    fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
+    /// `[DONE]`: report usage if it is still owed, forward the frame, then
+    /// drain the body.
+    fn on_done(&mut self) {
+        if !self.usage_reported
+            && let Some(usage) = self.last_usage.take()
+        {
+            self.usage_reported = true;
+            self.pending.push_back(Ok(StreamEvent::Usage(usage)));
+        }
+        self.pending
+            .push_back(Ok(StreamEvent::Chunk(Bytes::from_static(DONE_FRAME))));
+        self.state = match std::mem::replace(&mut self.state, State::Ended) {
+            State::Open(sse) => State::Draining {
+                body: sse.into_inner(),
+                grace: None,
+            },
+            other => other,
+        };
+    }
+
+    fn on_event(&mut self, event: SseEvent) {
+        match event.event.as_deref() {
+            None | Some("message") => self.on_data_event(event),
+            Some("error") => {
+                let message = serde_json::from_str::<Value>(&event.data)
+                    .ok()
+                    .and_then(|v| declared_message(&v))
+                    .unwrap_or_else(|| event.data.clone());
+                let err = self.declared(&message, None);
+                self.end_with(Ok(StreamEvent::Error(event.encode(), err)));
+            }
+            // Another named event: not part of the OpenAI protocol, passed
+            // through unchanged for the consumer to judge.
+            Some(_) => self
+                .pending
+                .push_back(Ok(StreamEvent::Chunk(event.encode()))),
+        }
+    }
+
+    fn on_data_event(&mut self, event: SseEvent) {
+        let probe = match parse_object::<ChunkProbe>(event.data.as_bytes()) {
+            Ok(probe) => probe,
+            Err(reason) => {
+                let message = format!("upstream stream event is not a JSON object: {reason}");
+                self.fail(ProviderError::new(ErrorKind::Protocol, message));
+                return;
+            }
+        };
+        let usage = probe.usage.filter(|u| !u.is_null()).map(engine_usage);
+        if let Some(error) = probe.error.filter(|e| !e.is_null()) {
+            let message = declared_message(&serde_json::json!({ "error": error }))
+                .unwrap_or_else(|| "upstream declared an error in the stream".to_owned());
+            let err = self.declared(&message, usage);
+            self.end_with(Ok(StreamEvent::Error(event.encode(), err)));
+            return;
+        }
+        let no_choices = probe.choices.as_ref().is_none_or(Vec::is_empty);
+        match usage {
+            Some(usage) if no_choices => {
+                if !self.usage_reported {
+                    self.usage_reported = true;
+                    self.last_usage = None;
+                    self.pending.push_back(Ok(StreamEvent::Usage(usage)));
+                }
+                if self.forward_usage {
+                    self.pending
+                        .push_back(Ok(StreamEvent::Chunk(event.encode())));
+                }
+            }
+            Some(usage) => {
+                self.last_usage = Some(usage);
+                self.pending
+                    .push_back(Ok(StreamEvent::Chunk(event.encode())));
+            }
+            None => self
+                .pending
+                .push_back(Ok(StreamEvent::Chunk(event.encode()))),
+        }
+    }
+
+    /// A provider-declared error, with the usage it reported, if any.
+    fn declared(&mut self, message: &str, usage: Option<tollgate::Usage>) -> ProviderError {
+        let err = ProviderError::new(ErrorKind::Declared, sanitize(message, self.secret()));
+        match usage.or_else(|| self.owed_usage()) {
+            Some(usage) => err.with_usage(usage),
+            None => err,
+        }
+    }
+
+    /// Usage seen but not yet reported, handed over exactly once.
+    fn owed_usage(&mut self) -> Option<tollgate::Usage> {
+        if self.usage_reported {
+            return None;
+        }
+        let usage = self.last_usage.take()?;
+        self.usage_reported = true;
+        Some(usage)
+    }
+
+    /// Ends the stream with an error (usage still owed goes with it).
+    fn fail(&mut self, err: ProviderError) {
+        let err = match self.owed_usage() {
+            Some(usage) => err.with_usage(usage),
+            None => err,
+        };
+        self.end_with(Err(err));
+    }
+
+    /// Queues the last item and drops the body (closing the connection).
+    fn end_with(&mut self, item: ChunkItem) {
+        self.pending.push_back(item);
+        self.state = State::Ended;
+    }
+
+    fn broken(&self, err: SseStreamError<E>) -> ProviderError {
+        match err {
+            SseStreamError::Body(err) => ProviderError::new(
+                ErrorKind::StreamBroken,
+                format!(
+                    "upstream stream failed before [DONE]: {}",
+                    describe(&err, self.secret())
+                ),
+            ),
+            SseStreamError::Sse(SseError::Truncated { .. }) => ProviderError::new(
+                ErrorKind::StreamBroken,
+                "upstream stream was cut inside an event, before [DONE]",
+            ),
+            SseStreamError::Sse(err @ SseError::EventTooLarge { .. }) => {
+                ProviderError::new(ErrorKind::Protocol, err.to_string())
+            }
+        }
+    }
+}
+
+impl<S, E> Stream for ChunkStream<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::error::Error + 'static,
+{
+    type Item = ChunkItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ChunkItem>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(item) = this.pending.pop_front() {
+                return Poll::Ready(Some(item));
+            }
+            match &mut this.state {
+                State::Ended => return Poll::Ready(None),
+                State::Draining { body, grace } => {
+                    match Pin::new(body).poll_next(cx) {
+                        // Bytes after [DONE] are not forwarded.
+                        Poll::Ready(Some(Ok(_))) => continue,
+                        Poll::Ready(Some(Err(_)) | None) => this.state = State::Ended,
+                        Poll::Pending if this.end_grace.is_zero() => this.state = State::Ended,
+                        Poll::Pending => {
+                            let end_grace = this.end_grace;
+                            let timer = grace
+                                .get_or_insert_with(|| Box::pin(tokio::time::sleep(end_grace)));
+                            if timer.as_mut().poll(cx).is_pending() {
+                                return Poll::Pending;
+                            }
+                            this.state = State::Ended;
+                        }
+                    }
+                }
+                State::Open(sse) => match Pin::new(sse.as_mut()).poll_next(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(SseItem::Done))) => this.on_done(),
+                    Poll::Ready(Some(Ok(SseItem::Event(event)))) => this.on_event(event),
+                    Poll::Ready(Some(Err(err))) => {
+                        let err = this.broken(err);
+                        this.fail(err);
+                    }
+                    Poll::Ready(None) => this.fail(ProviderError::new(
+                        ErrorKind::StreamBroken,
+                        "upstream stream ended before [DONE]",
+                    )),
+                },
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let pending = self.pending.len();
+        match self.state {
+            State::Open(_) => (pending, None),
+            State::Draining { .. } | State::Ended => (pending, Some(pending)),
+        }
+    }
+}
+
+/// The members of a stream chunk the adapter looks at. Unknown members are
+/// skipped (still checked to be valid JSON); `choices` elements are not
+/// materialised.
+#[derive(Deserialize)]
+struct ChunkProbe {
+    #[serde(default)]
+    choices: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// A raw `usage` value in the engine's terms (SPEC Q-6): a value that is
+/// not a usage object is unknown usage.
+pub(super) fn engine_usage(raw: Value) -> tollgate::Usage {
+    serde_json::from_value::<wire::Usage>(raw)
+        .map(|u| u.to_engine())
+        .unwrap_or(tollgate::Usage::UNKNOWN)
+}
+
+/// Parses `json` as `T`, which must come from a JSON object (serde would
+/// also accept an array for a struct). The error names the position of the
+/// fault, never the content.
+pub(super) fn parse_object<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, String> {
+    let first = json.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err("expected an object".to_owned());
+    }
+    serde_json::from_slice(json).map_err(|err| err.to_string())
+}
