@@ -365,3 +365,21 @@ async fn permits_follow_the_order_of_reservations() {
     assert_eq!(*order.lock(), ["first", "second", "third"]);
     assert_idle(&c);
 }
+
+// proves: GW-8, LC-7 (stop_admitting aborts queued calls and refuses new
+// ones while active leases keep running; close then finishes them)
+#[tokio::test(start_paused = true)]
+async fn stop_admitting_keeps_active_calls() {
+    let c = rpm(1);
+    let active = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let c2 = c.clone();
+    let queued = tokio::spawn(async move { c2.acquire(&plain(), Deadline::NONE).await });
+    settle().await;
+    c.stop_admitting();
+    assert_eq!(queued.await.unwrap().unwrap_err(), AdmissionError::Closed);
+    assert_eq!(c.acquire(&plain(), Deadline::NONE).await.unwrap_err(), AdmissionError::Closed);
+    assert_eq!(c.snapshot().active, 1);
+    drop(active);
+    c.close().await;
+    assert_eq!(c.snapshot().active, 0);
+}

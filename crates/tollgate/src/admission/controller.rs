@@ -436,29 +436,46 @@ impl AdmissionController {
         Some((st.cooldown.generation, st.cooldown.active(now)))
     }
 
+    /// Stops admitting without touching active calls (the first step of a
+    /// graceful shutdown, SPEC GW-8): new acquisitions fail with `Closed`
+    /// and every queued call, or call waiting for a permit, is woken with
+    /// `Closed`. Leases already held keep running. Idempotent.
+    pub fn stop_admitting(&self) {
+        let inner = &*self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for scope in inner.scopes.iter() {
+            let mut st = scope.state.lock();
+            st.closed = true;
+            for key in st.queue.keys() {
+                st.queue.unlink(key);
+                if let Some(w) = st.queue.get_mut(key) {
+                    w.outcome = Outcome::Closed;
+                    w.wake();
+                }
+            }
+            st.ready_at = None;
+            st.invalidate_projection();
+        }
+        inner.pools.close();
+    }
+
     /// Closes admission (SPEC LC-7): new acquisitions fail with `Closed`,
     /// queued ones are woken with `Closed`, holders of leases are told
-    /// through [`Lease::closing`], and this resolves once every lease is
-    /// dropped. Idempotent; immediate when nothing is active.
+    /// through [`Lease::closing`] (supervised calls are cancelled), and this
+    /// resolves once every lease is dropped. Idempotent; immediate when
+    /// nothing is active.
     pub async fn close(&self) {
         let inner = &*self.inner;
-        if !inner.closed.swap(true, Ordering::AcqRel) {
-            for scope in inner.scopes.iter() {
-                let mut st = scope.state.lock();
-                st.closed = true;
-                for key in st.queue.keys() {
-                    st.queue.unlink(key);
-                    if let Some(w) = st.queue.get_mut(key) {
-                        w.outcome = Outcome::Closed;
-                        w.wake();
-                    }
-                }
-                st.ready_at = None;
-                st.invalidate_projection();
-            }
-            inner.pools.close();
-            inner.shutdown.cancel();
-        }
+        self.stop_admitting();
+        inner.shutdown.cancel();
+        self.idle().await;
+    }
+
+    /// Resolves once no lease is held.
+    pub async fn idle(&self) {
+        let inner = &*self.inner;
         loop {
             let idle = inner.idle.notified();
             tokio::pin!(idle);
