@@ -153,6 +153,11 @@ impl<P: Provider> CallStream<P> {
         self.guard.chunks
     }
 
+    /// The usage the provider reported so far, if any.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
     /// The lease of the attempt being streamed (e.g. for its admission
     /// timings).
     pub fn lease(&self) -> Option<&Lease> {

@@ -1,0 +1,102 @@
+//! `tollgate`: the gateway (`serve`), the simulated provider (`sim`) and a
+//! helper to hash API keys for the configuration (`hash-key`).
+#![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+/// Admission, deadlines and resilience for rate-limited LLM APIs.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the OpenAI-compatible gateway. Without --config it starts on a
+    /// built-in default in front of an in-process simulated provider.
+    Serve {
+        /// The gateway's TOML configuration.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Listen on this address instead of the configured one.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Log as JSON lines (overrides server.log_format).
+        #[arg(long)]
+        json_logs: bool,
+    },
+    /// Run the strict simulated OpenAI provider.
+    Sim(tollgate_sim::SimArgs),
+    /// Print the SHA-256 of an API key, as `keys_sha256` in the
+    /// configuration expects it. Reads the key from stdin when omitted.
+    HashKey {
+        /// The key (prefer stdin: arguments can end up in shell history).
+        key: Option<String>,
+    },
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            json_logs,
+        } => {
+            let json = json_logs
+                || config
+                    .as_ref()
+                    .and_then(|p| tollgate_gateway::config::GatewayConfig::load(p).ok())
+                    .is_some_and(|c| {
+                        c.server.log_format == tollgate_gateway::config::LogFormat::Json
+                    });
+            init_logs(json);
+            tollgate_gateway::run(
+                config.as_deref(),
+                listen,
+                tollgate_gateway::server::signal(),
+            )
+            .await?;
+        }
+        Command::Sim(args) => {
+            init_logs(false);
+            tollgate_sim::run(&args, tollgate_gateway::server::signal())
+                .await
+                .context("simulator failed")?;
+        }
+        Command::HashKey { key } => {
+            let key = match key {
+                Some(k) => k,
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .context("reading the key from stdin")?;
+                    s.trim_end_matches(['\n', '\r']).to_owned()
+                }
+            };
+            println!("{}", tollgate_gateway::auth::hash_key_for_config(&key)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The built-in configuration of `tollgate serve` without `--config`
+//! (SPEC GW-9): everything routes to the in-process simulator, so a new user
+//! can `curl` the gateway at once.
+
+use std::time::Duration;
+
+use tollgate::config::{Algorithm, CooldownConfig};
+use tollgate::lifecycle::CircuitConfig;
+
+use super::types::{
+    AdmissionConfig, AnonymousConfig, GatewayConfig, ModelConfig, ModelKind, ProviderConfig,
+    QuotaScope, ServerConfig, TenantConfig, default_retry,
+};
+use crate::auth::KeyHash;
+
+/// The `origin` (file name in errors) of the embedded configuration.
+pub const EMBEDDED_ORIGIN: &str = "<built-in default>";
+
+impl GatewayConfig {
+    /// The built-in default: provider `sim` at `sim_base_url` (the
+    /// simulator's OpenAI base URL, e.g. `http://127.0.0.1:PORT/v1`), quota
+    /// scope `sim` (600 requests and 60,000 tokens per minute, sliding
+    /// window), models `sim-chat` and `sim-embed` on that scope, and tenant
+    /// `demo` authenticated by `demo_key`; listening on `127.0.0.1:8080`.
+    /// Every other setting has its documented default. It passes
+    /// [`validate`](Self::validate) for any http(s) `sim_base_url`.
+    pub fn embedded(sim_base_url: &str, demo_key: &str) -> GatewayConfig {
+        let model =
+            |name: &str, upstream: &str, kind, concurrency, default_max_tokens| ModelConfig {
+                name: name.to_owned(),
+                provider: "sim".to_owned(),
+                upstream_model: upstream.to_owned(),
+                scope: Some("sim".to_owned()),
+                concurrency: Some(concurrency),
+                max_waiting: Some(64),
+                max_wait: Some(Duration::from_secs(10)),
+                fallbacks: Vec::new(),
+                default_max_tokens,
+                kind,
+            };
+        GatewayConfig {
+            origin: EMBEDDED_ORIGIN.to_owned(),
+            server: ServerConfig::default(),
+            admission: AdmissionConfig::default(),
+            retry: default_retry(),
+            cooldown: CooldownConfig::default(),
+            providers: vec![ProviderConfig {
+                name: "sim".to_owned(),
+                base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
+                api_key_env: None,
+                connect_timeout: Duration::from_secs(5),
+                attempt_timeout: Duration::from_secs(120),
+                circuit: CircuitConfig::default(),
+            }],
+            scopes: vec![QuotaScope {
+                name: "sim".to_owned(),
+                algorithm: Algorithm::SlidingWindow,
+                rpm: Some(600),
+                tpm: Some(60_000),
+                limits: Vec::new(),
+                queue_capacity: None,
+            }],
+            models: vec![
+                model("sim-chat", "sim-chat", ModelKind::Chat, 16, 256),
+                model(
+                    "sim-embed",
+                    "sim-embedding",
+                    ModelKind::Embeddings,
+                    8,
+                    super::types::DEFAULT_MAX_TOKENS,
+                ),
+            ],
+            tenants: vec![TenantConfig {
+                name: "demo".to_owned(),
+                keys_sha256: vec![KeyHash::of(demo_key)],
+                concurrency: Some(8),
+                max_waiting: Some(32),
+                max_wait: Some(Duration::from_secs(5)),
+                rpm: None,
+                tpm: None,
+            }],
+            anonymous: AnonymousConfig::default(),
+        }
+    }
+}

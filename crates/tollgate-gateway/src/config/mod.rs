@@ -1,0 +1,33 @@
+//! The gateway's configuration: one TOML file, validated at start with
+//! errors naming the file, the setting and the reason (SPEC GW-9, CFG-1..3).
+//!
+//! [`GatewayConfig::load`] reads a file, [`GatewayConfig::from_toml`] a
+//! string, [`GatewayConfig::embedded`] builds the built-in default. The
+//! result holds typed values (durations, addresses, enums, key hashes) and
+//! converts into the engine's own settings ([`QuotaScope::to_scope_config`],
+//! [`GatewayConfig::controller_config`], [`ModelConfig::pool_config`], ...),
+//! so nothing is parsed twice. `examples/tollgate.toml` at the repository
+//! root documents every option.
+//!
+//! Every table denies unknown fields, so a misspelt setting is an error, not
+//! a silently ignored line. A limit is unset (unlimited) or positive; zero is
+//! an error, never "unlimited" (CFG-1).
+
+mod embedded;
+mod error;
+mod load;
+mod locate;
+mod raw;
+mod types;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use embedded::EMBEDDED_ORIGIN;
+pub use error::{ConfigError, ConfigErrorKind};
+pub use types::{
+    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MODEL_PREFIX,
+    ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX, TenantConfig,
+};
+pub use validate::MAX_POOLS;

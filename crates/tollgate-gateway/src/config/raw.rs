@@ -1,0 +1,528 @@
+//! The file as written: serde structs that reject unknown fields, and their
+//! conversion into typed values (durations, addresses, hashes).
+//!
+//! Only parsing happens here; rules between values (zero limits,
+//! references, cycles) are checked on the typed configuration by
+//! `validate`, so that configurations built in code are checked the same
+//! way.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate::config::{Algorithm, CooldownConfig, Limit, Overflow};
+use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
+use tollgate::quota::Dimension;
+
+use super::error::{FieldPath, Problem};
+use super::types::{
+    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, ModelConfig,
+    ModelKind, ProviderConfig, QuotaScope, ServerConfig, TenantConfig, default_retry,
+};
+use crate::auth::KeyHash;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    admission: RawAdmission,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    cooldown: RawCooldown,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    scopes: BTreeMap<String, RawScope>,
+    #[serde(default)]
+    models: BTreeMap<String, RawModel>,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTenant>,
+    #[serde(default)]
+    anonymous: RawAnonymous,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_header_bytes: Option<usize>,
+    header_read_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    shutdown_grace: Option<String>,
+    admin_key_env: Option<String>,
+    log_format: Option<RawLogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawLogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmission {
+    queue_capacity: Option<usize>,
+    overflow: Option<RawOverflow>,
+    default_timeout: Option<String>,
+    max_timeout: Option<String>,
+    max_wait: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawOverflow {
+    Reject,
+    Wait,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    max_attempts: Option<u32>,
+    base_delay: Option<String>,
+    factor: Option<f64>,
+    max_delay: Option<String>,
+    jitter: Option<f64>,
+    max_wait: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCooldown {
+    base: Option<String>,
+    factor: Option<f64>,
+    max: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    base_url: String,
+    api_key_env: Option<String>,
+    connect_timeout: Option<String>,
+    attempt_timeout: Option<String>,
+    #[serde(default)]
+    circuit: RawCircuit,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCircuit {
+    failure_threshold: Option<u32>,
+    recovery_time: Option<String>,
+    half_open_calls: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScope {
+    algorithm: Option<RawAlgorithm>,
+    burst: Option<String>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+    queue_capacity: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawAlgorithm {
+    SlidingWindow,
+    TokenBucket,
+    FixedWindow,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    requests: Option<u64>,
+    tokens: Option<u64>,
+    per: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    provider: String,
+    upstream_model: Option<String>,
+    scope: Option<String>,
+    concurrency: Option<u64>,
+    max_waiting: Option<usize>,
+    max_wait: Option<String>,
+    #[serde(default)]
+    fallbacks: Vec<String>,
+    default_max_tokens: Option<u64>,
+    kind: Option<RawKind>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawKind {
+    Chat,
+    Embeddings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    keys_sha256: Vec<String>,
+    concurrency: Option<u64>,
+    max_waiting: Option<usize>,
+    max_wait: Option<String>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnonymous {
+    #[serde(default)]
+    enabled: bool,
+    concurrency: Option<u64>,
+    max_waiting: Option<usize>,
+    max_wait: Option<String>,
+}
+
+/// Parses a humantime duration such as `500ms`, `10s`, `1m`, `1d`.
+pub(super) fn duration(path: &FieldPath, text: &str) -> Result<Duration, Problem> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        Problem::invalid(
+            path,
+            format!(
+                "{text:?} is not a duration ({e}); write a number with a unit, \
+                 such as \"500ms\", \"10s\", \"1m\" or \"1d\""
+            ),
+        )
+    })
+}
+
+/// An optional duration with a default.
+fn duration_or(
+    path: &FieldPath,
+    text: Option<&String>,
+    default: Duration,
+) -> Result<Duration, Problem> {
+    text.map_or(Ok(default), |t| duration(path, t))
+}
+
+/// An optional duration without a default.
+fn duration_opt(path: &FieldPath, text: Option<&String>) -> Result<Option<Duration>, Problem> {
+    text.map(|t| duration(path, t)).transpose()
+}
+
+impl RawConfig {
+    /// Typed values, or the first value that does not parse.
+    pub(super) fn into_config(self, origin: &str) -> Result<GatewayConfig, Problem> {
+        Ok(GatewayConfig {
+            origin: origin.to_owned(),
+            server: self.server.convert()?,
+            admission: self.admission.convert()?,
+            retry: self.retry.convert()?,
+            cooldown: self.cooldown.convert()?,
+            providers: self
+                .providers
+                .into_iter()
+                .map(|(name, p)| p.convert(name))
+                .collect::<Result<_, _>>()?,
+            scopes: self
+                .scopes
+                .into_iter()
+                .map(|(name, s)| s.convert(name))
+                .collect::<Result<_, _>>()?,
+            models: self
+                .models
+                .into_iter()
+                .map(|(name, m)| m.convert(name))
+                .collect::<Result<_, _>>()?,
+            tenants: self
+                .tenants
+                .into_iter()
+                .map(|(name, t)| t.convert(name))
+                .collect::<Result<_, _>>()?,
+            anonymous: self.anonymous.convert()?,
+        })
+    }
+}
+
+impl RawServer {
+    fn convert(self) -> Result<ServerConfig, Problem> {
+        let at = FieldPath::top("server");
+        let d = ServerConfig::default();
+        let listen = match &self.listen {
+            None => d.listen,
+            Some(text) => text.trim().parse::<SocketAddr>().map_err(|_| {
+                Problem::invalid(
+                    &at.key("listen"),
+                    format!(
+                        "{text:?} is not an IP address with a port, such as \
+                         \"127.0.0.1:8080\" or \"[::]:8080\" (host names are not resolved)"
+                    ),
+                )
+            })?,
+        };
+        Ok(ServerConfig {
+            listen,
+            max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
+            max_header_bytes: self.max_header_bytes.unwrap_or(d.max_header_bytes),
+            header_read_timeout: duration_or(
+                &at.key("header_read_timeout"),
+                self.header_read_timeout.as_ref(),
+                d.header_read_timeout,
+            )?,
+            idle_timeout: duration_or(
+                &at.key("idle_timeout"),
+                self.idle_timeout.as_ref(),
+                d.idle_timeout,
+            )?,
+            shutdown_grace: duration_or(
+                &at.key("shutdown_grace"),
+                self.shutdown_grace.as_ref(),
+                d.shutdown_grace,
+            )?,
+            admin_key_env: self.admin_key_env,
+            log_format: match self.log_format {
+                None => d.log_format,
+                Some(RawLogFormat::Text) => LogFormat::Text,
+                Some(RawLogFormat::Json) => LogFormat::Json,
+            },
+        })
+    }
+}
+
+impl RawAdmission {
+    fn convert(self) -> Result<AdmissionConfig, Problem> {
+        let at = FieldPath::top("admission");
+        let d = AdmissionConfig::default();
+        Ok(AdmissionConfig {
+            queue_capacity: self.queue_capacity.unwrap_or(d.queue_capacity),
+            overflow: match self.overflow {
+                None => d.overflow,
+                Some(RawOverflow::Reject) => Overflow::Reject,
+                Some(RawOverflow::Wait) => Overflow::Wait,
+            },
+            default_timeout: duration_or(
+                &at.key("default_timeout"),
+                self.default_timeout.as_ref(),
+                d.default_timeout,
+            )?,
+            max_timeout: duration_or(
+                &at.key("max_timeout"),
+                self.max_timeout.as_ref(),
+                d.max_timeout,
+            )?,
+            max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
+        })
+    }
+}
+
+impl RawRetry {
+    fn convert(self) -> Result<AttemptPolicy, Problem> {
+        let at = FieldPath::top("retry");
+        let d = default_retry();
+        Ok(AttemptPolicy {
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            base_delay: duration_or(
+                &at.key("base_delay"),
+                self.base_delay.as_ref(),
+                d.base_delay,
+            )?,
+            factor: self.factor.unwrap_or(d.factor),
+            max_delay: duration_or(&at.key("max_delay"), self.max_delay.as_ref(), d.max_delay)?,
+            jitter: self.jitter.unwrap_or(d.jitter),
+            max_wait: duration_or(&at.key("max_wait"), self.max_wait.as_ref(), d.max_wait)?,
+        })
+    }
+}
+
+impl RawCooldown {
+    fn convert(self) -> Result<CooldownConfig, Problem> {
+        let at = FieldPath::top("cooldown");
+        let d = CooldownConfig::default();
+        Ok(CooldownConfig {
+            base: duration_or(&at.key("base"), self.base.as_ref(), d.base)?,
+            factor: self.factor.unwrap_or(d.factor),
+            max: duration_or(&at.key("max"), self.max.as_ref(), d.max)?,
+        })
+    }
+}
+
+impl RawProvider {
+    fn convert(self, name: String) -> Result<ProviderConfig, Problem> {
+        let at = FieldPath::top("providers").key(&name);
+        let circuit_at = at.key("circuit");
+        let d = CircuitConfig::default();
+        let circuit = CircuitConfig {
+            failure_threshold: self
+                .circuit
+                .failure_threshold
+                .unwrap_or(d.failure_threshold),
+            recovery_time: duration_or(
+                &circuit_at.key("recovery_time"),
+                self.circuit.recovery_time.as_ref(),
+                d.recovery_time,
+            )?,
+            half_open_calls: self.circuit.half_open_calls.unwrap_or(d.half_open_calls),
+        };
+        Ok(ProviderConfig {
+            base_url: self.base_url.trim().trim_end_matches('/').to_owned(),
+            api_key_env: self.api_key_env,
+            connect_timeout: duration_or(
+                &at.key("connect_timeout"),
+                self.connect_timeout.as_ref(),
+                Duration::from_secs(5),
+            )?,
+            attempt_timeout: duration_or(
+                &at.key("attempt_timeout"),
+                self.attempt_timeout.as_ref(),
+                Duration::from_secs(120),
+            )?,
+            circuit,
+            name,
+        })
+    }
+}
+
+impl RawScope {
+    fn convert(self, name: String) -> Result<QuotaScope, Problem> {
+        let at = FieldPath::top("scopes").key(&name);
+        let burst = duration_opt(&at.key("burst"), self.burst.as_ref())?;
+        let algorithm = match (self.algorithm, burst) {
+            (Some(RawAlgorithm::TokenBucket), burst) => Algorithm::TokenBucket { burst },
+            (other, Some(_)) => {
+                let algorithm = match other {
+                    Some(RawAlgorithm::FixedWindow) => "fixed_window",
+                    _ => "sliding_window (the default)",
+                };
+                return Err(Problem::invalid(
+                    &at.key("burst"),
+                    format!(
+                        "applies only to algorithm = \"token_bucket\", but this scope uses \
+                         {algorithm}; remove burst or change the algorithm"
+                    ),
+                ));
+            }
+            (None | Some(RawAlgorithm::SlidingWindow), None) => Algorithm::SlidingWindow,
+            (Some(RawAlgorithm::FixedWindow), None) => Algorithm::FixedWindow,
+        };
+        let limits = self
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| l.convert(&at.key("limits").index(i)))
+            .collect::<Result<_, _>>()?;
+        Ok(QuotaScope {
+            name,
+            algorithm,
+            rpm: self.rpm,
+            tpm: self.tpm,
+            limits,
+            queue_capacity: self.queue_capacity,
+        })
+    }
+}
+
+impl RawLimit {
+    fn convert(&self, at: &FieldPath) -> Result<Limit, Problem> {
+        let (dimension, amount) = match (self.requests, self.tokens) {
+            (Some(n), None) => (Dimension::Requests, n),
+            (None, Some(n)) => (Dimension::Tokens, n),
+            (Some(_), Some(_)) => {
+                return Err(Problem::invalid(
+                    at,
+                    "sets both requests and tokens; write one limit per entry, \
+                     e.g. { requests = 10000, per = \"1d\" }",
+                ));
+            }
+            (None, None) => {
+                return Err(Problem::invalid(
+                    at,
+                    "needs requests or tokens, e.g. { tokens = 5000000, per = \"1d\" }",
+                ));
+            }
+        };
+        Ok(Limit {
+            dimension,
+            amount,
+            window: duration(&at.key("per"), &self.per)?,
+        })
+    }
+}
+
+impl RawModel {
+    fn convert(self, name: String) -> Result<ModelConfig, Problem> {
+        let at = FieldPath::top("models").key(&name);
+        let kind = match self.kind {
+            None | Some(RawKind::Chat) => ModelKind::Chat,
+            Some(RawKind::Embeddings) => ModelKind::Embeddings,
+        };
+        if kind == ModelKind::Embeddings && self.default_max_tokens.is_some() {
+            return Err(Problem::invalid(
+                &at.key("default_max_tokens"),
+                "applies only to chat models (embeddings produce no output tokens); remove it",
+            ));
+        }
+        Ok(ModelConfig {
+            provider: self.provider,
+            upstream_model: self.upstream_model.unwrap_or_else(|| name.clone()),
+            scope: self.scope,
+            concurrency: self.concurrency,
+            max_waiting: self.max_waiting,
+            max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
+            fallbacks: self.fallbacks,
+            default_max_tokens: self.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            kind,
+            name,
+        })
+    }
+}
+
+impl RawTenant {
+    fn convert(self, name: String) -> Result<TenantConfig, Problem> {
+        let at = FieldPath::top("tenants").key(&name);
+        let keys_sha256 = self
+            .keys_sha256
+            .iter()
+            .enumerate()
+            .map(|(i, hex)| {
+                KeyHash::from_hex(hex.trim()).map_err(|e| {
+                    Problem::invalid(
+                        &at.key("keys_sha256").index(i),
+                        format!(
+                            "{e}; store the SHA-256 of the key, as printed by \
+                             `tollgate hash-key`, never the key itself"
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(TenantConfig {
+            keys_sha256,
+            concurrency: self.concurrency,
+            max_waiting: self.max_waiting,
+            max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
+            rpm: self.rpm,
+            tpm: self.tpm,
+            name,
+        })
+    }
+}
+
+impl RawAnonymous {
+    fn convert(self) -> Result<AnonymousConfig, Problem> {
+        let at = FieldPath::top("anonymous");
+        Ok(AnonymousConfig {
+            enabled: self.enabled,
+            concurrency: self.concurrency,
+            max_waiting: self.max_waiting,
+            max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
+        })
+    }
+}

@@ -1,0 +1,532 @@
+//! The validated configuration: plain data with typed values, plus the
+//! conversions into the engine's own settings.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tollgate::config::{
+    Algorithm, ControllerConfig, CooldownConfig, Limit, MINUTE, Overflow, PoolConfig, ScopeConfig,
+};
+use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
+use tollgate::quota::Dimension;
+
+use crate::auth::{ANONYMOUS_TENANT, KeyHash, TenantId};
+
+/// Prefix of the private quota scope of a model that names no scope, and of
+/// every model pool.
+pub const MODEL_PREFIX: &str = "model:";
+/// Prefix of a tenant's own quota scope and pool.
+pub const TENANT_PREFIX: &str = "tenant:";
+
+/// The whole gateway configuration, validated (SPEC GW-9).
+///
+/// Tables keyed by name in the file (`providers`, `scopes`, `models`,
+/// `tenants`) are vectors here, sorted by name; the `find` methods look
+/// names up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayConfig {
+    /// Where the configuration came from (a path, or `<embedded>`); the
+    /// `file` of every error.
+    pub origin: String,
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[admission]`.
+    pub admission: AdmissionConfig,
+    /// `[retry]`: the engine's retry policy (SPEC RT-1).
+    pub retry: AttemptPolicy,
+    /// `[cooldown]`: the engine's cooldown after provider 429s (SPEC CD-1).
+    pub cooldown: CooldownConfig,
+    /// `[providers.<name>]`, at least one.
+    pub providers: Vec<ProviderConfig>,
+    /// `[scopes.<name>]`: the configured quota scopes (private scopes of
+    /// models without one are not listed; see
+    /// [`GatewayConfig::scope_configs`]).
+    pub scopes: Vec<QuotaScope>,
+    /// `[models.<name>]`, at least one.
+    pub models: Vec<ModelConfig>,
+    /// `[tenants.<name>]`; a tenant's [`TenantId`] is its index here.
+    pub tenants: Vec<TenantConfig>,
+    /// `[anonymous]`.
+    pub anonymous: AnonymousConfig,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// `text` or `json`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// `[server]`: the HTTP listener and its bounds (SPEC GW-7, GW-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Listening address (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Largest accepted request body in bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Largest accepted request head in bytes (default 16 KiB).
+    pub max_header_bytes: usize,
+    /// Time allowed to receive a request's headers (default 10 s).
+    pub header_read_timeout: Duration,
+    /// Idle keep-alive connections close after this (default 60 s).
+    pub idle_timeout: Duration,
+    /// On SIGTERM/SIGINT, active calls may finish within this (default
+    /// 30 s; zero aborts them at once).
+    pub shutdown_grace: Duration,
+    /// Name of the environment variable holding the admin key of
+    /// `/admin/snapshot`; `None` keeps that endpoint closed.
+    pub admin_key_env: Option<String>,
+    /// Log format (default text).
+    pub log_format: LogFormat,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 1 << 20,
+            max_header_bytes: 16 << 10,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
+            admin_key_env: None,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// `[admission]`: queueing and deadlines (SPEC ADM-5, GW-3, Q-11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    /// Waiting calls per quota scope (default 256, at least 1).
+    pub queue_capacity: usize,
+    /// Full-queue behaviour (gateway default: reject with 429).
+    pub overflow: Overflow,
+    /// Deadline of a request without `x-request-timeout` (default 60 s).
+    pub default_timeout: Duration,
+    /// Cap on `x-request-timeout` (default 300 s, at least the default).
+    pub max_timeout: Duration,
+    /// Longest quota wait accepted before failing early; `None` =
+    /// only the deadline bounds it.
+    pub max_wait: Option<Duration>,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            queue_capacity: 256,
+            overflow: Overflow::Reject,
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(300),
+            max_wait: None,
+        }
+    }
+}
+
+impl AdmissionConfig {
+    /// The relative timeout of a request (SPEC GW-3): the client's
+    /// `x-request-timeout` capped by `max_timeout`, or `default_timeout`
+    /// without one.
+    pub fn request_timeout(&self, requested: Option<Duration>) -> Duration {
+        requested.map_or(self.default_timeout, |r| r.min(self.max_timeout))
+    }
+}
+
+/// The gateway's retry defaults, gentler than the engine's library defaults.
+pub(crate) fn default_retry() -> AttemptPolicy {
+    AttemptPolicy {
+        max_attempts: 3,
+        base_delay: Duration::from_millis(500),
+        factor: 2.0,
+        max_delay: Duration::from_secs(10),
+        jitter: 0.2,
+        max_wait: Duration::from_secs(30),
+    }
+}
+
+/// `[providers.<name>]`: one upstream API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// The table key.
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Name of the environment variable holding the upstream key; `None`
+    /// sends no key.
+    pub api_key_env: Option<String>,
+    /// Cap on connecting (default 5 s).
+    pub connect_timeout: Duration,
+    /// Local cap of one transport attempt (DL-4; default 120 s).
+    pub attempt_timeout: Duration,
+    /// The provider's circuit breaker (SPEC RT-8).
+    pub circuit: CircuitConfig,
+}
+
+impl ProviderConfig {
+    /// `base_url` joined with `path` by exactly one slash, e.g.
+    /// `url("/chat/completions")`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/{}", self.base_url, path.trim_start_matches('/'))
+    }
+}
+
+/// `[scopes.<name>]`: a named quota scope (SPEC ).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaScope {
+    /// The table key.
+    pub name: String,
+    /// The algorithm; `burst` lives in [`Algorithm::TokenBucket`].
+    pub algorithm: Algorithm,
+    /// `rpm`: requests per minute.
+    pub rpm: Option<u64>,
+    /// `tpm`: tokens per minute.
+    pub tpm: Option<u64>,
+    /// The `limits` array, in file order.
+    pub limits: Vec<Limit>,
+    /// Per-scope override of `admission.queue_capacity`.
+    pub queue_capacity: Option<usize>,
+}
+
+impl QuotaScope {
+    /// Every limit: `rpm`, then `tpm`, then the `limits` array.
+    pub fn all_limits(&self) -> Vec<Limit> {
+        minute_limits(self.rpm, self.tpm)
+            .chain(self.limits.iter().copied())
+            .collect()
+    }
+
+    /// Whether any limit counts tokens (requests then need an estimate).
+    pub fn has_token_limit(&self) -> bool {
+        self.all_limits()
+            .iter()
+            .any(|l| l.dimension == Dimension::Tokens)
+    }
+
+    /// The engine's scope settings.
+    pub fn to_scope_config(&self) -> ScopeConfig {
+        let mut scope = self
+            .all_limits()
+            .into_iter()
+            .fold(ScopeConfig::new(&self.name), ScopeConfig::limit)
+            .algorithm(self.algorithm);
+        if let Some(capacity) = self.queue_capacity {
+            scope = scope.queue_capacity(capacity);
+        }
+        scope
+    }
+}
+
+/// The per-minute limits of `rpm` / `tpm` shortcuts.
+fn minute_limits(rpm: Option<u64>, tpm: Option<u64>) -> impl Iterator<Item = Limit> {
+    let requests = rpm.map(|amount| Limit {
+        dimension: Dimension::Requests,
+        amount,
+        window: MINUTE,
+    });
+    let tokens = tpm.map(|amount| Limit {
+        dimension: Dimension::Tokens,
+        amount,
+        window: MINUTE,
+    });
+    requests.into_iter().chain(tokens)
+}
+
+/// Which route a model serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelKind {
+    /// `POST /v1/chat/completions` (default).
+    #[default]
+    Chat,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+}
+
+impl ModelKind {
+    /// `chat` or `embeddings`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Chat => "chat",
+            ModelKind::Embeddings => "embeddings",
+        }
+    }
+}
+
+/// Output allowance of a chat request without `max_tokens`, by default.
+pub const DEFAULT_MAX_TOKENS: u64 = 1024;
+
+/// `[models.<name>]`: a model clients may name (SPEC GW-1, GW-10, POOL-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// The table key: what clients send in `"model"`.
+    pub name: String,
+    /// The provider serving it.
+    pub provider: String,
+    /// The model name sent upstream (default: `name`).
+    pub upstream_model: String,
+    /// The configured quota scope; `None` = a private unlimited scope (see
+    /// [`ModelConfig::scope_name`]).
+    pub scope: Option<String>,
+    /// Model pool permits (POOL-1); `None` = unlimited, no pool.
+    pub concurrency: Option<u64>,
+    /// Calls that may wait for a permit (POOL-3); `None` = unbounded;
+    /// `Some(0)` = never wait.
+    pub max_waiting: Option<usize>,
+    /// Longest wait for a permit.
+    pub max_wait: Option<Duration>,
+    /// Models tried in order when this one fails retryably (GW-10).
+    pub fallbacks: Vec<String>,
+    /// Output allowance when a chat request gives no `max_tokens` (GW-5;
+    /// default [`DEFAULT_MAX_TOKENS`]).
+    pub default_max_tokens: u64,
+    /// The route it serves.
+    pub kind: ModelKind,
+}
+
+impl ModelConfig {
+    /// The name of the quota scope this model's calls spend: the configured
+    /// scope, or `model:<name>` for its private unlimited scope.
+    pub fn scope_name(&self) -> String {
+        self.scope
+            .clone()
+            .unwrap_or_else(|| format!("{MODEL_PREFIX}{}", self.name))
+    }
+
+    /// The name of this model's pool: `model:<name>`.
+    pub fn pool_name(&self) -> String {
+        format!("{MODEL_PREFIX}{}", self.name)
+    }
+
+    /// The engine pool of this model, when `concurrency` is set.
+    pub fn pool_config(&self) -> Option<PoolConfig> {
+        pool(
+            self.pool_name(),
+            self.concurrency,
+            self.max_waiting,
+            self.max_wait,
+        )
+    }
+}
+
+/// A pool of `limit` permits with optional bounds.
+fn pool(
+    name: String,
+    limit: Option<u64>,
+    max_waiting: Option<usize>,
+    max_wait: Option<Duration>,
+) -> Option<PoolConfig> {
+    limit.map(|limit| PoolConfig {
+        name,
+        limit,
+        max_waiting,
+        max_wait,
+    })
+}
+
+/// `[tenants.<name>]`: a client identity (SPEC GW-2, POOL-1, POOL-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantConfig {
+    /// The table key; used in logs and metric labels.
+    pub name: String,
+    /// Hashes of the tenant's API keys (at least one). Redacted in `Debug`.
+    pub keys_sha256: Vec<KeyHash>,
+    /// Tenant pool permits; `None` = unlimited.
+    pub concurrency: Option<u64>,
+    /// Calls that may wait for a tenant permit; `Some(0)` = never wait.
+    pub max_waiting: Option<usize>,
+    /// Longest wait for a tenant permit.
+    pub max_wait: Option<Duration>,
+    /// Tenant quota: requests per minute.
+    pub rpm: Option<u64>,
+    /// Tenant quota: tokens per minute.
+    pub tpm: Option<u64>,
+}
+
+impl TenantConfig {
+    /// The name of this tenant's pool and quota scope: `tenant:<name>`.
+    pub fn pool_name(&self) -> String {
+        format!("{TENANT_PREFIX}{}", self.name)
+    }
+
+    /// The engine pool of this tenant, when `concurrency` is set.
+    pub fn pool_config(&self) -> Option<PoolConfig> {
+        pool(
+            self.pool_name(),
+            self.concurrency,
+            self.max_waiting,
+            self.max_wait,
+        )
+    }
+
+    /// The tenant's own quota scope `tenant:<name>` (sliding window), when
+    /// `rpm` or `tpm` is set.
+    pub fn quota_scope(&self) -> Option<ScopeConfig> {
+        if self.rpm.is_none() && self.tpm.is_none() {
+            return None;
+        }
+        Some(
+            minute_limits(self.rpm, self.tpm)
+                .fold(ScopeConfig::new(self.pool_name()), ScopeConfig::limit),
+        )
+    }
+}
+
+/// `[anonymous]`: unauthenticated traffic, one shared pool (SPEC POOL-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AnonymousConfig {
+    /// Whether requests without a valid key are served (default false).
+    pub enabled: bool,
+    /// Permits of the shared anonymous pool; `None` = unlimited.
+    pub concurrency: Option<u64>,
+    /// Calls that may wait for an anonymous permit; `Some(0)` = never wait.
+    pub max_waiting: Option<usize>,
+    /// Longest wait for an anonymous permit.
+    pub max_wait: Option<Duration>,
+}
+
+impl AnonymousConfig {
+    /// The name of the anonymous pool: `tenant:anonymous`.
+    pub fn pool_name(&self) -> String {
+        format!("{TENANT_PREFIX}{ANONYMOUS_TENANT}")
+    }
+
+    /// The engine pool of anonymous traffic, when enabled with a
+    /// `concurrency`.
+    pub fn pool_config(&self) -> Option<PoolConfig> {
+        if !self.enabled {
+            return None;
+        }
+        pool(
+            self.pool_name(),
+            self.concurrency,
+            self.max_waiting,
+            self.max_wait,
+        )
+    }
+}
+
+impl GatewayConfig {
+    /// The provider called `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The configured quota scope called `name`.
+    pub fn scope(&self, name: &str) -> Option<&QuotaScope> {
+        self.scopes.iter().find(|s| s.name == name)
+    }
+
+    /// The model clients call `name`.
+    pub fn model(&self, name: &str) -> Option<&ModelConfig> {
+        self.models.iter().find(|m| m.name == name)
+    }
+
+    /// The provider serving `model` (always present after validation).
+    pub fn provider_of(&self, model: &ModelConfig) -> Option<&ProviderConfig> {
+        self.provider(&model.provider)
+    }
+
+    /// The id of the tenant called `name`.
+    pub fn tenant_id(&self, name: &str) -> Option<TenantId> {
+        let index = self.tenants.iter().position(|t| t.name == name)?;
+        TenantId::from_index(index)
+    }
+
+    /// The id of the anonymous tenant, when enabled: one past the last
+    /// configured tenant.
+    pub fn anonymous_tenant(&self) -> Option<TenantId> {
+        if self.anonymous.enabled {
+            TenantId::from_index(self.tenants.len())
+        } else {
+            None
+        }
+    }
+
+    /// The configured tenant with id `id` (`None` for the anonymous one).
+    pub fn tenant(&self, id: TenantId) -> Option<&TenantConfig> {
+        self.tenants.get(id.index())
+    }
+
+    /// The name of tenant `id`: its table key, or `anonymous`.
+    pub fn tenant_name(&self, id: TenantId) -> Option<&str> {
+        match self.tenant(id) {
+            Some(t) => Some(&t.name),
+            None if self.anonymous_tenant() == Some(id) => Some(ANONYMOUS_TENANT),
+            None => None,
+        }
+    }
+
+    /// The pool of tenant `id` (anonymous included), when it has a
+    /// `concurrency`.
+    pub fn tenant_pool(&self, id: TenantId) -> Option<PoolConfig> {
+        match self.tenant(id) {
+            Some(t) => t.pool_config(),
+            None if self.anonymous_tenant() == Some(id) => self.anonymous.pool_config(),
+            None => None,
+        }
+    }
+
+    /// Every quota scope the models spend, as engine settings: the
+    /// configured scopes, then a private unlimited `model:<name>` scope for
+    /// each model that names none.
+    pub fn scope_configs(&self) -> Vec<ScopeConfig> {
+        self.scopes
+            .iter()
+            .map(QuotaScope::to_scope_config)
+            .chain(
+                self.models
+                    .iter()
+                    .filter(|m| m.scope.is_none())
+                    .map(|m| ScopeConfig::new(m.scope_name())),
+            )
+            .collect()
+    }
+
+    /// The tenants' own quota scopes (`tenant:<name>`), for tenants with
+    /// `rpm` or `tpm`.
+    pub fn tenant_scope_configs(&self) -> Vec<ScopeConfig> {
+        self.tenants
+            .iter()
+            .filter_map(TenantConfig::quota_scope)
+            .collect()
+    }
+
+    /// Every concurrency pool (models, tenants, anonymous) with a
+    /// `concurrency`, named `model:<name>` / `tenant:<name>`.
+    pub fn pool_configs(&self) -> Vec<PoolConfig> {
+        self.models
+            .iter()
+            .filter_map(ModelConfig::pool_config)
+            .chain(self.tenants.iter().filter_map(TenantConfig::pool_config))
+            .chain(self.anonymous.pool_config())
+            .collect()
+    }
+
+    /// One engine controller configuration holding everything: model and
+    /// tenant scopes, every pool, the queue and cooldown settings.
+    pub fn controller_config(&self) -> ControllerConfig {
+        let mut scopes = self.scope_configs();
+        scopes.extend(self.tenant_scope_configs());
+        ControllerConfig {
+            scopes,
+            queue_capacity: self.admission.queue_capacity,
+            overflow: self.admission.overflow,
+            concurrency: None,
+            pools: self.pool_configs(),
+            max_wait: self.admission.max_wait,
+            cooldown: self.cooldown,
+        }
+    }
+}

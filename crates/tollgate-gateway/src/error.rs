@@ -1,0 +1,291 @@
+//! HTTP errors in the OpenAI format (SPEC GW-1, GW-4).
+//!
+//! | what | status | `error.code` |
+//! |---|---|---|
+//! | queue or pool full | 429 | `admission_rejected` |
+//! | deadline passed (or cannot be met) while waiting for admission | 429 | `admission_wait_deadline_exceeded` |
+//! | quota further away than `max_wait` | 429 | `admission_wait_deadline_exceeded` |
+//! | estimate larger than a whole token limit | 400 | `estimate_exceeds_limit` |
+//! | circuit open | 503 | `circuit_open` |
+//! | deadline passed upstream (hook, retry delay, transport, stream) | 504 | `deadline_exceeded` |
+//! | upstream 429 after the retries | 429 | `upstream_rate_limited` |
+//! | upstream 4xx (the request itself) | same status | `upstream_rejected` |
+//! | upstream 5xx, connection, protocol, auth | 502 | `upstream_error` |
+//! | shutting down | 503 | `shutting_down` |
+//!
+//! A 429 or 503 carries `retry-after` (whole seconds) when a time is known.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use tollgate::clock::Instant;
+use tollgate::lifecycle::{CallError, ErrorKind};
+use tollgate::{AdmissionError, Phase};
+use tollgate_openai::ErrorResponse;
+
+/// An error response.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The OpenAI error body.
+    pub body: Box<ErrorResponse>,
+    /// `retry-after`, when known.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error with `status` and `body`.
+    pub fn new(status: StatusCode, body: ErrorResponse) -> Self {
+        ApiError {
+            status,
+            body: Box::new(body),
+            retry_after: None,
+        }
+    }
+
+    /// 400 with an `invalid_request_error`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(message),
+        )
+    }
+
+    /// 401 for a missing or unknown key.
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, ErrorResponse::invalid_api_key())
+    }
+
+    /// 404 for an unknown model.
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, ErrorResponse::model_not_found(model))
+    }
+
+    /// 413 for an oversized body.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorResponse::invalid_request(format!("The request body exceeds {limit} bytes."))
+                .with_code("request_too_large"),
+        )
+    }
+
+    /// 503 while shutting down.
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorResponse::server_error("shutting_down", "The gateway is shutting down."),
+        )
+    }
+
+    fn retry_at(mut self, at: Option<Instant>, now: Instant) -> Self {
+        self.retry_after = at.map(|t| t.saturating_duration_since(now));
+        self
+    }
+
+    /// The stable reason label of this error for metrics.
+    pub fn reason(&self) -> &str {
+        self.body.error.code.as_deref().unwrap_or("error")
+    }
+
+    /// The response for an admission refusal (tenant or model side).
+    pub fn from_admission(e: &AdmissionError, now: Instant) -> Self {
+        let rejected = |msg: String| {
+            Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorResponse::rate_limited("admission_rejected", msg),
+            )
+        };
+        let wait_deadline = |msg: String| {
+            Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorResponse::rate_limited("admission_wait_deadline_exceeded", msg),
+            )
+        };
+        match e {
+            AdmissionError::QueueFull { .. } => {
+                rejected("Too many requests are waiting; try again later.".into())
+            }
+            AdmissionError::PoolFull { .. } => {
+                rejected("Too many requests are waiting for capacity.".into())
+            }
+            AdmissionError::DeadlineExceeded { phase, retry_at } => wait_deadline(format!(
+                "The request's deadline ran out while waiting for admission ({phase})."
+            ))
+            .retry_at(*retry_at, now),
+            AdmissionError::QuotaWaitTooLong { ready_at, .. } => wait_deadline(
+                "Quota would be available only after the longest accepted wait.".into(),
+            )
+            .retry_at(Some(*ready_at), now),
+            AdmissionError::EstimateExceedsLimit(x) => Self::new(
+                StatusCode::BAD_REQUEST,
+                ErrorResponse::invalid_request(format!(
+                    "The request needs about {} tokens, more than the whole limit of {}.",
+                    x.demand, x.limit
+                ))
+                .with_code("estimate_exceeds_limit"),
+            ),
+            AdmissionError::Closed => Self::shutting_down(),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorResponse::server_error("admission_error", other.to_string()),
+            ),
+        }
+    }
+
+    /// The response for a supervised call that did not complete.
+    pub fn from_call(e: &CallError, now: Instant) -> Self {
+        match e {
+            CallError::Admission(a) => Self::from_admission(a, now),
+            CallError::Deadline { phase, retry_at } => match phase {
+                Phase::Queue | Phase::Cooldown | Phase::Rate | Phase::Concurrency => {
+                    Self::from_admission(
+                        &AdmissionError::DeadlineExceeded {
+                            phase: *phase,
+                            retry_at: *retry_at,
+                        },
+                        now,
+                    )
+                }
+                _ => Self::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ErrorResponse::deadline_exceeded(format!(
+                        "The request's deadline ran out ({phase})."
+                    )),
+                ),
+            },
+            CallError::CircuitOpen(open) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorResponse::server_error(
+                    "circuit_open",
+                    "The upstream is failing; its circuit is open.",
+                ),
+            )
+            .retry_at(open.retry_at, now),
+            CallError::Provider { error, .. } | CallError::Stream { error } => match error.kind {
+                ErrorKind::RateLimited => {
+                    let mut e = Self::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        ErrorResponse::rate_limited(
+                            "upstream_rate_limited",
+                            "The upstream is rate limiting.",
+                        ),
+                    );
+                    e.retry_after = error.retry_after;
+                    e
+                }
+                ErrorKind::Client => Self::new(
+                    error
+                        .status
+                        .and_then(|s| StatusCode::from_u16(s).ok())
+                        .unwrap_or(StatusCode::BAD_REQUEST),
+                    ErrorResponse::invalid_request(error.message.clone())
+                        .with_code("upstream_rejected"),
+                ),
+                ErrorKind::Timeout => Self::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ErrorResponse::server_error(
+                        "upstream_timeout",
+                        "The upstream did not answer in time.",
+                    ),
+                ),
+                _ => Self::new(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorResponse::server_error(
+                        "upstream_error",
+                        format!("The upstream failed ({}).", error.kind),
+                    ),
+                ),
+            },
+            CallError::Hook { message } => Self::new(
+                StatusCode::FORBIDDEN,
+                ErrorResponse::new("permission_error", message.clone()).with_code("hook_refused"),
+            ),
+            CallError::Closed => Self::shutting_down(),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorResponse::server_error("internal_error", other.to_string()),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(*self.body)).into_response();
+        if let Some(after) = self.retry_after {
+            // Whole seconds, rounded up, at least one.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                response.headers_mut().insert(http::header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::ScopeId;
+    use tollgate::lifecycle::{CircuitOpen, GiveUp, ProviderError};
+
+    // proves: GW-4 (status codes and codes of rejections)
+    #[test]
+    fn status_table() {
+        let now = Instant::now();
+        let adm = |e: AdmissionError| ApiError::from_admission(&e, now);
+        let full = adm(AdmissionError::QueueFull {
+            scope: ScopeId::FIRST,
+        });
+        assert_eq!(
+            (full.status.as_u16(), full.reason()),
+            (429, "admission_rejected")
+        );
+        let late = adm(AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(now + Duration::from_millis(1_500)),
+        });
+        assert_eq!(
+            (late.status.as_u16(), late.reason()),
+            (429, "admission_wait_deadline_exceeded")
+        );
+        assert_eq!(late.retry_after, Some(Duration::from_millis(1_500)));
+        let call = |e: CallError| ApiError::from_call(&e, now);
+        let open = call(CallError::CircuitOpen(CircuitOpen { retry_at: None }));
+        assert_eq!((open.status.as_u16(), open.reason()), (503, "circuit_open"));
+        let upstream = call(CallError::Deadline {
+            phase: Phase::Transport,
+            retry_at: None,
+        });
+        assert_eq!(upstream.status.as_u16(), 504);
+        let limited = call(CallError::Provider {
+            error: ProviderError::from_status(429, "x")
+                .with_retry_after(Some(Duration::from_secs(7))),
+            attempts: 3,
+            gave_up: GiveUp::Exhausted,
+        });
+        assert_eq!(
+            (limited.status.as_u16(), limited.retry_after),
+            (429, Some(Duration::from_secs(7)))
+        );
+        let rejected = call(CallError::Provider {
+            error: ProviderError::from_status(422, "bad schema"),
+            attempts: 1,
+            gave_up: GiveUp::NotRetryable,
+        });
+        assert_eq!(rejected.status.as_u16(), 422);
+    }
+
+    // proves: GW-4 (retry-after is whole seconds, rounded up)
+    #[test]
+    fn retry_after_header_rounds_up() {
+        let mut e = ApiError::shutting_down();
+        e.retry_after = Some(Duration::from_millis(1_200));
+        let r = e.into_response();
+        assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
+    }
+}

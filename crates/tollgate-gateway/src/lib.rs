@@ -1,0 +1,19 @@
+//! tollgate's gateway: an OpenAI-compatible multi-tenant HTTP proxy that
+//! puts the admission engine in front of upstream providers (SPEC §11).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod build;
+pub mod config;
+pub mod deadline;
+pub mod error;
+pub mod metrics;
+pub mod provider;
+pub mod routes;
+mod run;
+pub mod server;
+pub mod sse;
+pub mod state;
+
+pub use run::{DEMO_KEY, RunError, embedded_sim_config, run};

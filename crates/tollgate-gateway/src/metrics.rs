@@ -1,0 +1,155 @@
+//! Prometheus metrics (SPEC OBS-2): bounded labels only, i.e. configured
+//! model, scope and provider names and reason enums; never keys, tenants'
+//! raw identities or payloads.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tollgate::Snapshot;
+use tollgate::lifecycle::{CallReport, CircuitState};
+
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The process's metrics recorder and helpers. Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    handle: Option<PrometheusHandle>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::install()
+    }
+}
+
+impl Metrics {
+    /// Installs the Prometheus recorder once per process (later calls share
+    /// it). Without it (another recorder is installed) metrics are dropped.
+    pub fn install() -> Self {
+        let handle = RECORDER
+            .get_or_init(|| {
+                let builder = PrometheusBuilder::new()
+                    .set_buckets(&[
+                        0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                        2.5, 5.0, 10.0, 30.0, 60.0,
+                    ])
+                    .ok()?;
+                builder.install_recorder().ok()
+            })
+            .clone();
+        Metrics { handle }
+    }
+
+    /// The exposition text for `GET /metrics`.
+    pub fn render(&self) -> String {
+        self.handle
+            .as_ref()
+            .map(PrometheusHandle::render)
+            .unwrap_or_default()
+    }
+
+    /// A request finished with an HTTP status.
+    pub fn request(&self, route: &'static str, model: &str, status: u16) {
+        counter!("tollgate_requests_total", "route" => route, "model" => model.to_owned(), "status" => status.to_string())
+            .increment(1);
+    }
+
+    /// A request was refused before any upstream work (SPEC GW-4).
+    pub fn rejected(&self, reason: &str) {
+        counter!("tollgate_rejected_total", "reason" => reason.to_owned()).increment(1);
+    }
+
+    /// A stream failed after output began.
+    pub fn stream_failed(&self, model: &str, reason: &str) {
+        counter!("tollgate_stream_failures_total", "model" => model.to_owned(), "reason" => reason.to_owned())
+            .increment(1);
+    }
+
+    /// A model moved to its fallback (SPEC GW-10).
+    pub fn fallback(&self, from: &str, to: &str) {
+        counter!("tollgate_fallbacks_total", "from" => from.to_owned(), "to" => to.to_owned())
+            .increment(1);
+    }
+
+    /// Upstream time: whole response (one-shot) or first chunk (stream).
+    pub fn upstream_latency(&self, model: &str, stream: bool, took: Duration) {
+        let name = if stream {
+            "tollgate_time_to_first_token_seconds"
+        } else {
+            "tollgate_upstream_latency_seconds"
+        };
+        histogram!(name, "model" => model.to_owned()).record(took.as_secs_f64());
+    }
+
+    /// What one admission waited for (SPEC OBS-4).
+    pub fn admission(&self, model: &str, quota: Duration, concurrency: Duration) {
+        histogram!("tollgate_quota_wait_seconds", "model" => model.to_owned())
+            .record(quota.as_secs_f64());
+        histogram!("tollgate_concurrency_wait_seconds", "model" => model.to_owned())
+            .record(concurrency.as_secs_f64());
+    }
+
+    /// A call of `model` ended (from the supervisor's observer).
+    pub fn call(&self, model: &Arc<str>, report: &CallReport) {
+        let model = model.to_string();
+        counter!("tollgate_calls_total", "model" => model.clone(), "terminal" => report.terminal.as_str()).increment(1);
+        if report.attempts > 1 {
+            counter!("tollgate_retries_total", "model" => model.clone())
+                .increment(u64::from(report.attempts - 1));
+        }
+        if let Some(phase) = report.phase {
+            counter!("tollgate_deadline_exceeded_total", "phase" => phase.as_str()).increment(1);
+        }
+    }
+
+    /// Publishes controller state: queue depths, availability and token
+    /// accounting per scope, pool occupancy per pool.
+    pub fn snapshot(&self, side: &'static str, s: &Snapshot) {
+        for scope in &s.scopes {
+            let name = scope.name.clone();
+            gauge!("tollgate_queued", "side" => side, "scope" => name.clone())
+                .set(scope.queued as f64);
+            let k = &scope.counters;
+            counter!("tollgate_admitted_total", "side" => side, "scope" => name.clone())
+                .absolute(k.admitted);
+            counter!("tollgate_tokens_reserved_total", "side" => side, "scope" => name.clone())
+                .absolute(k.tokens_reserved);
+            counter!("tollgate_tokens_reported_total", "side" => side, "scope" => name.clone())
+                .absolute(k.tokens_reported);
+            counter!("tollgate_tokens_refunded_total", "side" => side, "scope" => name.clone())
+                .absolute(k.tokens_refunded);
+            counter!("tollgate_tokens_debt_total", "side" => side, "scope" => name.clone())
+                .absolute(k.tokens_debt);
+            counter!("tollgate_cooldowns_total", "side" => side, "scope" => name.clone())
+                .absolute(k.cooldowns);
+            for l in &scope.limits {
+                gauge!(
+                    "tollgate_quota_available",
+                    "side" => side,
+                    "scope" => name.clone(),
+                    "dimension" => l.dimension.as_str(),
+                    "window_seconds" => l.window.as_secs().to_string()
+                )
+                .set(l.available as f64);
+            }
+        }
+        for p in &s.pools {
+            gauge!("tollgate_pool_in_use", "side" => side, "pool" => p.name.clone())
+                .set((p.limit - p.available) as f64);
+            gauge!("tollgate_pool_waiting", "side" => side, "pool" => p.name.clone())
+                .set(p.waiting as f64);
+        }
+    }
+
+    /// Publishes a provider's circuit state: 0 closed, 1 half-open, 2 open.
+    pub fn circuit(&self, provider: &str, state: CircuitState) {
+        let v = match state {
+            CircuitState::Closed => 0.0,
+            CircuitState::HalfOpen => 1.0,
+            CircuitState::Open => 2.0,
+        };
+        gauge!("tollgate_circuit_state", "provider" => provider.to_owned()).set(v);
+    }
+}

@@ -1,0 +1,119 @@
+//! `tollgate serve`: load (or make up) the configuration, build the
+//! runtime, serve until a signal.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tollgate_sim::{SimConfig, SimServer, Simulator};
+
+use crate::build::{BuildFailure, build};
+use crate::config::{ConfigError, GatewayConfig};
+use crate::metrics::Metrics;
+use crate::server::{ServeOptions, bind, serve};
+
+/// The API key of the built-in default's `demo` tenant.
+pub const DEMO_KEY: &str = "tollgate-demo-key";
+
+/// Why the gateway stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Invalid configuration (file, field, reason).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The runtime could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildFailure),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The embedded simulator failed.
+    #[error("the built-in simulated provider failed: {0}")]
+    Sim(#[from] tollgate_sim::SimError),
+    /// Serving failed.
+    #[error("serving failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// The simulated provider behind the built-in default: the same budget the
+/// default configuration spends, enforced strictly.
+pub fn embedded_sim_config() -> SimConfig {
+    SimConfig {
+        rpm: Some(600),
+        tpm: Some(60_000),
+        ttft: Duration::from_millis(20),
+        per_token: Duration::from_millis(2),
+        completion_tokens: 24,
+        ..SimConfig::default()
+    }
+}
+
+/// Runs the gateway until `shutdown` resolves. Without `config_path` it
+/// starts an in-process simulated provider and the built-in default
+/// configuration, and prints how to call it (SPEC GW-9).
+pub async fn run(
+    config_path: Option<&Path>,
+    listen: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    let (mut config, sim): (GatewayConfig, Option<SimServer>) = match config_path {
+        Some(path) => (GatewayConfig::load(path)?, None),
+        None => {
+            let sim = Simulator::spawn(embedded_sim_config(), "127.0.0.1:0").await?;
+            (
+                GatewayConfig::embedded(&sim.openai_base_url(), DEMO_KEY),
+                Some(sim),
+            )
+        }
+    };
+    if let Some(addr) = listen {
+        config.server.listen = addr;
+    }
+    let app = build(&config, Metrics::install())?;
+    let addr = config.server.listen;
+    let listener = bind(addr)
+        .await
+        .map_err(|source| RunError::Bind { addr, source })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    print_banner(local, sim.as_ref(), &config);
+    let options = ServeOptions {
+        max_header_bytes: config.server.max_header_bytes,
+        header_read_timeout: config.server.header_read_timeout,
+        shutdown_grace: config.server.shutdown_grace,
+    };
+    serve(listener, app, options, shutdown)
+        .await
+        .map_err(RunError::Serve)?;
+    if let Some(sim) = sim {
+        sim.shutdown().await?;
+    }
+    Ok(())
+}
+
+fn print_banner(addr: SocketAddr, sim: Option<&SimServer>, config: &GatewayConfig) {
+    let base = format!("http://{addr}");
+    println!("tollgate gateway listening on {base} ({})", config.origin);
+    let mut models: Vec<&str> = config.models.iter().map(|m| m.name.as_str()).collect();
+    models.sort_unstable();
+    println!("models: {}", models.join(", "));
+    if let Some(sim) = sim {
+        println!(
+            "upstream: built-in simulated provider at {}",
+            sim.openai_base_url()
+        );
+        println!("demo API key: {DEMO_KEY}");
+        println!("try:");
+        println!(
+            "  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \
+             -H 'Content-Type: application/json' \
+             -d '{{\"model\":\"sim-chat\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'"
+        );
+    }
+    println!("metrics: {base}/metrics   health: {base}/healthz   stop: Ctrl-C");
+}
