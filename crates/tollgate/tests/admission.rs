@@ -377,7 +377,10 @@ async fn stop_admitting_keeps_active_calls() {
     settle().await;
     c.stop_admitting();
     assert_eq!(queued.await.unwrap().unwrap_err(), AdmissionError::Closed);
-    assert_eq!(c.acquire(&plain(), Deadline::NONE).await.unwrap_err(), AdmissionError::Closed);
+    assert_eq!(
+        c.acquire(&plain(), Deadline::NONE).await.unwrap_err(),
+        AdmissionError::Closed
+    );
     assert_eq!(c.snapshot().active, 1);
     drop(active);
     c.close().await;

@@ -50,30 +50,30 @@ pub(crate) struct Admitted {
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a> {
     controller: &'a AdmissionController,
-    state: State<'a>,
-}
-
-enum State<'a> {
-    Start { call: Call, deadline: Deadline },
-    Waiting(SlowAcquire<'a>),
-    Done,
+    call: Call,
+    deadline: Deadline,
+    started: bool,
+    slow: Option<SlowAcquire<'a>>,
 }
 
 impl<'a> Acquire<'a> {
     pub(crate) fn new(controller: &'a AdmissionController, call: Call, deadline: Deadline) -> Self {
         Acquire {
             controller,
-            state: State::Start { call, deadline },
+            call,
+            deadline,
+            started: false,
+            slow: None,
         }
     }
 }
 
 impl std::fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
-            State::Start { .. } => "start",
-            State::Waiting(_) => "waiting",
-            State::Done => "done",
+        let state = match (self.started, self.slow.is_some()) {
+            (false, _) => "start",
+            (true, true) => "waiting",
+            (true, false) => "done",
         };
         f.debug_struct("Acquire").field("state", &state).finish()
     }
@@ -84,31 +84,25 @@ impl Future for Acquire<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        loop {
-            match &mut this.state {
-                State::Start { call, deadline } => match this.controller.start(call, *deadline) {
-                    Err(e) => {
-                        this.state = State::Done;
-                        return Poll::Ready(Err(e));
-                    }
-                    Ok(Ok(lease)) => {
-                        this.state = State::Done;
-                        return Poll::Ready(Ok(lease));
-                    }
-                    Ok(Err(slow)) => this.state = State::Waiting(slow),
-                },
-                State::Waiting(slow) => {
-                    let admitted = match slow.poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(r) => r,
-                    };
-                    let result = admitted.map(|a| this.controller.admit(slow, a));
-                    this.state = State::Done;
-                    return Poll::Ready(result);
-                }
-                State::Done => return Poll::Ready(Err(AdmissionError::Closed)),
+        if !this.started {
+            this.started = true;
+            if let Some(done) = this
+                .controller
+                .start(&this.call, this.deadline, &mut this.slow)
+            {
+                return Poll::Ready(done);
             }
         }
+        let Some(slow) = this.slow.as_mut() else {
+            return Poll::Ready(Err(AdmissionError::Closed));
+        };
+        let admitted = match slow.poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(r) => r,
+        };
+        let result = admitted.map(|a| this.controller.admit(slow, a));
+        this.slow = None;
+        Poll::Ready(result)
     }
 }
 

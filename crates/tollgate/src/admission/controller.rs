@@ -310,13 +310,29 @@ impl AdmissionController {
         Acquire::new(self, *call, deadline)
     }
 
-    /// The first step of an admission: validation and the fast path.
-    /// `Ok(Err(slow))`: the call must wait.
-    pub(crate) fn start(
-        &self,
+    /// The first step of an admission: validation and the fast path. When
+    /// the call must wait, its waiting state is written to `slow` (in place:
+    /// the fast path moves nothing large) and `None` is returned.
+    #[inline]
+    pub(crate) fn start<'a>(
+        &'a self,
         call: &Call,
         deadline: Deadline,
-    ) -> Result<Result<Lease, SlowAcquire<'_>>, AdmissionError> {
+        slow: &mut Option<SlowAcquire<'a>>,
+    ) -> Option<Result<Lease, AdmissionError>> {
+        match self.try_start(call, deadline, slow) {
+            Ok(lease) => lease.map(Ok),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    #[inline]
+    fn try_start<'a>(
+        &'a self,
+        call: &Call,
+        deadline: Deadline,
+        slow: &mut Option<SlowAcquire<'a>>,
+    ) -> Result<Option<Lease>, AdmissionError> {
         let inner = &*self.inner;
         let scope = inner
             .scopes
@@ -336,18 +352,15 @@ impl AdmissionController {
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
         let mut id = IdGuard::register(inner, call.id)?;
-        let mut admission = Admission::default();
-        let entered = inner.enter(
-            scope,
-            &demand,
-            pool,
-            deadline,
-            arrived,
-            &mut admission.ticket,
-        )?;
+        let mut ticket = 0;
+        let entered = inner.enter(scope, &demand, pool, deadline, arrived, &mut ticket)?;
         if let Entered::Leased(grant) = entered {
             // The fast path: no queue, no wait, no timer.
-            return Ok(Ok(inner.lease(
+            let admission = Admission {
+                ticket,
+                ..Admission::default()
+            };
+            return Ok(Some(inner.lease(
                 self,
                 scope,
                 grant,
@@ -356,7 +369,11 @@ impl AdmissionController {
                 id.disarm(),
             )));
         }
-        Ok(Err(SlowAcquire::new(
+        let admission = Admission {
+            ticket,
+            ..Admission::default()
+        };
+        *slow = Some(SlowAcquire::new(
             inner,
             scope,
             demand,
@@ -366,7 +383,8 @@ impl AdmissionController {
             entered,
             id.disarm(),
             admission,
-        )))
+        ));
+        Ok(None)
     }
 
     /// Turns a finished wait into a lease.
