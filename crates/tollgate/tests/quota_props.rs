@@ -135,7 +135,7 @@ proptest! {
             match op {
                 Op::Arrive { dt, tokens: n } => {
                     now += Duration::from_millis(dt);
-                    if let Ok(r) = store.try_reserve(&Demand::new(n), now, Hold::Pending) {
+                    if let Ok(r) = store.reserve(&Demand::new(n), now, Hold::Pending) {
                         pending.push(r);
                     }
                 }
@@ -197,7 +197,7 @@ proptest! {
         let (mut requests, mut tokens) = (Vec::new(), Vec::new());
         for (dt, n) in arrivals {
             now += Duration::from_millis(dt);
-            if store.try_reserve(&Demand::new(n), now, Hold::Leased).is_ok() {
+            if store.try_reserve(&Demand::new(n), now, Hold::Leased) {
                 requests.push((now, 1));
                 tokens.push((now, n));
             }
@@ -225,7 +225,7 @@ proptest! {
         let before = available(&mut store, now);
         for (dt, n) in demands {
             now += Duration::from_millis(dt % 50);
-            if let Ok(r) = store.try_reserve(&Demand::new(n), now, Hold::Pending) {
+            if let Ok(r) = store.reserve(&Demand::new(n), now, Hold::Pending) {
                 held.push(r);
             }
         }

@@ -62,7 +62,8 @@ pub(crate) struct Inner {
     max_wait: Option<Duration>,
     cooldown: CooldownConfig,
     closed: AtomicBool,
-    active: AtomicUsize,
+    /// Leases without a pool (a pool's permits count the others).
+    unpooled: AtomicUsize,
     idle: Notify,
     pub(crate) shutdown: CancellationToken,
     ids: Mutex<HashSet<CallId>>,
@@ -169,7 +170,7 @@ impl ControllerBuilder {
                 max_wait: config.max_wait,
                 cooldown: config.cooldown,
                 closed: AtomicBool::new(false),
-                active: AtomicUsize::new(0),
+                unpooled: AtomicUsize::new(0),
                 idle: Notify::new(),
                 shutdown: CancellationToken::new(),
                 ids: Mutex::new(HashSet::new()),
@@ -498,7 +499,7 @@ impl AdmissionController {
             let idle = inner.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
-            if inner.active.load(Ordering::Acquire) == 0 {
+            if inner.active() == 0 {
                 return;
             }
             idle.await;
@@ -544,7 +545,7 @@ impl AdmissionController {
             .collect();
         Snapshot {
             closed: inner.closed.load(Ordering::Acquire),
-            active: inner.active.load(Ordering::Acquire),
+            active: inner.active(),
             concurrency_limit: inner
                 .pools
                 .get(inner.pools.default)
@@ -628,8 +629,14 @@ impl Inner {
         if st.queue.is_empty() && cooling.is_none() {
             let permit = self.pools.try_acquire(pool)?;
             let hold = if permit { Hold::Leased } else { Hold::Pending };
-            match st.store.try_reserve(demand, now, hold) {
-                Ok(reservation) => {
+            let reserved = st.store.try_reserve(demand, now, hold);
+            match reserved {
+                true => {
+                    let reservation = Reservation {
+                        stamp: now,
+                        demand: *demand,
+                        hold,
+                    };
                     let mut grant = Grant {
                         reservation,
                         generation: st.cooldown.generation,
@@ -661,10 +668,11 @@ impl Inner {
                         }
                     }
                 }
-                Err(not_until) => {
+                false => {
                     if permit {
                         self.pools.release(pool);
                     }
+                    let not_until = st.store.not_until(demand, now);
                     // A demand that never fits fails now (SPEC Q-3).
                     st.store.check(demand)?;
                     if let Some(at) = not_until.at {
@@ -751,7 +759,9 @@ impl Inner {
     ) -> Lease {
         let mut admission = admission;
         admission.grant_order = grant.order;
-        self.active.fetch_add(1, Ordering::AcqRel);
+        if pool.is_none() {
+            self.unpooled.fetch_add(1, Ordering::AcqRel);
+        }
         Lease {
             inner: Arc::clone(&controller.inner),
             scope: scope.id,
@@ -766,15 +776,39 @@ impl Inner {
     }
 
     /// Returns a lease's permit (called once per lease).
+    #[inline]
     pub(crate) fn release(&self, pool: Option<u32>, id: Option<CallId>) {
-        self.pools.release(pool);
+        match pool {
+            Some(_) => self.pools.release(pool),
+            None => {
+                self.unpooled.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         if let Some(id) = id {
             self.forget_id(id);
         }
-        let before = self.active.fetch_sub(1, Ordering::AcqRel);
-        if before == 1 && self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) {
+            self.notify_if_idle();
+        }
+    }
+
+    #[cold]
+    fn notify_if_idle(&self) {
+        if self.active() == 0 {
             self.idle.notify_waiters();
         }
+    }
+
+    /// Leases held (a pool's permits in use count as leases: a permit is
+    /// only ever held on the way to a lease or by one).
+    pub(crate) fn active(&self) -> usize {
+        let pooled: usize = self
+            .pools
+            .pools
+            .iter()
+            .map(|p| p.permits.limit().saturating_sub(p.permits.available()))
+            .sum();
+        pooled + self.unpooled.load(Ordering::Acquire)
     }
 
     #[cold]

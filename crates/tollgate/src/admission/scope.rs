@@ -299,7 +299,7 @@ impl ScopeState {
             let Some((demand, pool)) = self.queue.get(key).map(|w| (w.demand(), w.pool)) else {
                 return;
             };
-            match self.store.try_reserve(&demand, now, Hold::Pending) {
+            match self.store.reserve(&demand, now, Hold::Pending) {
                 Ok(reservation) => {
                     self.queue.unlink(key);
                     self.head_armed = None;
@@ -454,7 +454,7 @@ impl ScopeState {
 /// at which it fits.
 fn schedule(shadow: &mut dyn QuotaStore, demand: &Demand, mut from: Instant) -> Option<Instant> {
     for _ in 0..PROJECTION_STEPS {
-        match shadow.try_reserve(demand, from, Hold::Leased) {
+        match shadow.reserve(demand, from, Hold::Leased) {
             Ok(_) => return Some(from),
             Err(n) => match n.at {
                 Some(t) if t > from => from = t,

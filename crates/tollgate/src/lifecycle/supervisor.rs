@@ -452,6 +452,15 @@ impl<P: Provider> Supervisor<P> {
             };
             let error = match result {
                 Ok(value) => return Ok(Attempted { value, lease }),
+                // The provider enforces the same `min(cap, remaining)` and
+                // its timer can fire first: a timeout at the call's deadline
+                // is the deadline (DL-6), not a retryable attempt timeout.
+                Err(e) if e.kind == ErrorKind::Timeout && deadline.is_expired(clock.now()) => {
+                    return Err(CallError::Deadline {
+                        phase: Phase::Transport,
+                        retry_at: None,
+                    });
+                }
                 Err(e) => e,
             };
             // Settle what the failed attempt used; a 429 pauses the scope.

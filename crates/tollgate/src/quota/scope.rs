@@ -71,29 +71,42 @@ impl QuotaStore for LocalQuota {
     }
 
     #[inline]
-    fn try_reserve(
-        &mut self,
-        demand: &Demand,
-        now: Instant,
-        hold: Hold,
-    ) -> Result<Reservation, NotUntil> {
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> bool {
         let t = self.since_epoch(now);
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
             fits &= l.fits(demand.amount(l.dimension()));
         }
-        if !fits {
-            return Err(self.not_until(demand, t));
+        if fits {
+            for l in &mut self.limits {
+                l.add(demand.amount(l.dimension()), t, hold);
+            }
         }
-        for l in &mut self.limits {
-            l.add(demand.amount(l.dimension()), t, hold);
+        fits
+    }
+
+    #[cold]
+    fn not_until(&mut self, demand: &Demand, now: Instant) -> NotUntil {
+        let t = self.since_epoch(now);
+        self.advance(t);
+        let mut limited_by = LimitedBy::default();
+        let mut at: Option<Nanos> = None;
+        for l in &self.limits {
+            let amount = demand.amount(l.dimension());
+            if !l.fits(amount) {
+                limited_by.add(l.dimension());
+                // A known instant is still a useful lower bound when another
+                // limit waits on a pending lease: the waiter re-checks then.
+                if let Some(e) = l.earliest(amount, t) {
+                    at = Some(at.map_or(e, |a| a.max(e)));
+                }
+            }
         }
-        Ok(Reservation {
-            stamp: now,
-            demand: *demand,
-            hold,
-        })
+        NotUntil {
+            at: at.map(|a| self.instant(a)),
+            limited_by,
+        }
     }
 
     fn lease(&mut self, reservation: &mut Reservation, now: Instant) {
@@ -145,29 +158,5 @@ impl QuotaStore for LocalQuota {
             available: i64::try_from(l.available()).unwrap_or(i64::MIN),
             algorithm: self.algorithm,
         }));
-    }
-}
-
-impl LocalQuota {
-    /// Why `demand` does not fit at `t` (the limits are brought up to `t`).
-    #[cold]
-    fn not_until(&self, demand: &Demand, t: Nanos) -> NotUntil {
-        let mut limited_by = LimitedBy::default();
-        let mut at: Option<Nanos> = None;
-        for l in &self.limits {
-            let amount = demand.amount(l.dimension());
-            if !l.fits(amount) {
-                limited_by.add(l.dimension());
-                // A known instant is still a useful lower bound when another
-                // limit waits on a pending lease: the waiter re-checks then.
-                if let Some(e) = l.earliest(amount, t) {
-                    at = Some(at.map_or(e, |a| a.max(e)));
-                }
-            }
-        }
-        NotUntil {
-            at: at.map(|a| self.instant(a)),
-            limited_by,
-        }
     }
 }

@@ -26,12 +26,34 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
 
     /// Takes `demand` from every limit at `now`, all or nothing (SPEC Q-1).
-    fn try_reserve(
+    /// On success the reservation is `Reservation { stamp: now, demand,
+    /// hold }`; on failure nothing changed and [`not_until`] tells why.
+    ///
+    /// [`not_until`]: QuotaStore::not_until
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> bool;
+
+    /// Which limits keep `demand` from fitting at `now`, and when it can
+    /// (called after `try_reserve` failed at the same instant).
+    fn not_until(&mut self, demand: &Demand, now: Instant) -> NotUntil;
+
+    /// [`try_reserve`](QuotaStore::try_reserve) returning the reservation or
+    /// the reason.
+    fn reserve(
         &mut self,
         demand: &Demand,
         now: Instant,
         hold: Hold,
-    ) -> Result<Reservation, NotUntil>;
+    ) -> Result<Reservation, NotUntil> {
+        if self.try_reserve(demand, now, hold) {
+            Ok(Reservation {
+                stamp: now,
+                demand: *demand,
+                hold,
+            })
+        } else {
+            Err(self.not_until(demand, now))
+        }
+    }
 
     /// Turns a pending reservation into a leased one stamped `now`.
     fn lease(&mut self, reservation: &mut Reservation, now: Instant);
