@@ -2,7 +2,8 @@
 //!
 //! * `uncontended/*`: one acquire + release of a lease with RPM, TPM and a
 //!   concurrency limit configured, next to a bare `tokio::sync::Semaphore`
-//!   acquire + release measured in the same run.
+//!   acquire + release measured in the same run; the same with the usage
+//!   settled (`reconcile`) before the release, and with a deadline.
 //! * `contended/*`: 10,000 tasks on a 2-thread runtime sharing one scope;
 //!   see `benches/contended.rs` for the FIFO-checked throughput run.
 
@@ -11,7 +12,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::sync::Semaphore;
 use tollgate::config::{MINUTE, ScopeConfig};
-use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate, Usage};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -49,6 +50,13 @@ fn uncontended(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             let lease = controller.acquire(&call, Deadline::NONE).await.unwrap();
             black_box(&lease);
+            drop(lease);
+        })
+    });
+    group.bench_function("tollgate_lease_reconciled", |b| {
+        b.to_async(&rt).iter(|| async {
+            let mut lease = controller.acquire(&call, Deadline::NONE).await.unwrap();
+            black_box(lease.reconcile(Usage::from_io(100, 20)).unwrap());
             drop(lease);
         })
     });

@@ -160,7 +160,7 @@ proptest! {
                     if algorithm == Algorithm::SlidingWindow && !leased.is_empty() {
                         let r = leased.remove(0);
                         let actual = r.demand.tokens * pct / 100;
-                        store.reconcile(&r, actual, now);
+                        store.reconcile(&r, actual);
                         // The reconciled amount replaces the estimate where it was counted.
                         if let Some(e) = tokens.iter_mut().find(|e| e.0 == r.stamp && e.1 == r.demand.tokens) {
                             e.1 = actual;

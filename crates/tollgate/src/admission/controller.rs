@@ -864,18 +864,22 @@ impl Inner {
         let Some(scope) = self.scopes.get(scope.index()) else {
             return settlement;
         };
-        let now = self.clock.now();
         let mut st = scope.state.lock();
         st.counters.settle(&settlement);
         let Some(actual) = settlement.reported else {
             // Unknown usage keeps the estimate: nothing changes.
             return settlement;
         };
-        st.store.reconcile(reservation, actual, now);
+        st.store.reconcile(reservation, actual);
+        // Room given back may admit the head right now; debt only moves the
+        // head's instant later, which its timer finds out by itself.
         if settlement.refunded > 0 {
             st.invalidate_projection();
+            if !st.queue.is_empty() {
+                let now = self.clock.now();
+                st.drain(now);
+            }
         }
-        st.drain(now);
         settlement
     }
 }

@@ -389,8 +389,11 @@ impl ScopeState {
     }
 
     /// Something gave room back: projections made before are too late.
+    #[inline]
     pub(crate) fn invalidate_projection(&mut self) {
-        self.projection = Projection::default();
+        if self.projection.shadow.is_some() || self.projection.tail.is_some() {
+            self.projection = Projection::default();
+        }
     }
 
     /// Removes a waiter that gives up (deadline, cancellation), returning

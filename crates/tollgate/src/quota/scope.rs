@@ -134,9 +134,12 @@ impl QuotaStore for LocalQuota {
         }
     }
 
-    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant) {
-        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
-        self.advance(t);
+    #[inline]
+    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64) {
+        if actual_tokens == reservation.demand.tokens {
+            return;
+        }
+        let stamp = self.since_epoch(reservation.stamp);
         for l in &mut self.limits {
             if l.dimension() == Dimension::Tokens {
                 l.reconcile(stamp, reservation.demand.tokens, actual_tokens);

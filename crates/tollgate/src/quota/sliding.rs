@@ -142,6 +142,12 @@ impl SlidingWindow {
     }
 
     fn locate(&self, stamp: Nanos) -> Option<usize> {
+        // Most lookups are for a recent reservation: try the newest slot.
+        if let Some(back) = self.log.back()
+            && back.opened <= stamp
+        {
+            return Some(self.log.len() - 1);
+        }
         let idx = self.log.partition_point(|s| s.opened <= stamp);
         idx.checked_sub(1)
     }

@@ -64,8 +64,12 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Replaces a started attempt's token estimate by what the provider
     /// reported (SPEC Q-5); zero gives every reserved token back while the
-    /// request unit stays spent. Called at most once per reservation.
-    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64, now: Instant);
+    /// request unit stays spent. Called at most once per reservation. The
+    /// change lands where the reservation was counted, so it needs no
+    /// current time: a window that aged out is not touched, and debt in a
+    /// bucket is charged as of its last refill, which lies between the
+    /// attempt's start and now.
+    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64);
 
     /// A detached copy used to project when queued demands will fit
     /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
