@@ -1,6 +1,9 @@
 //! The gateway's view of an upstream: the HTTP provider, with each
 //! request carrying its own token estimate.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use bytes::Bytes;
 use tollgate::TokenEstimate;
 use tollgate::lifecycle::{AttemptContext, Provider, ProviderError, Reply};
@@ -14,6 +17,28 @@ pub struct GatewayRequest {
     pub upstream: UpstreamRequest,
     /// Input plus output allowance, counted with the model's tokenizer.
     pub estimate: TokenEstimate,
+    /// Counts the attempts handed to an upstream; share one counter across
+    /// the models of a client request's fallback chain.
+    pub started: Started,
+}
+
+/// How many attempts of one client request reached an upstream (the
+/// provider was called: admission passed). Clones share the count.
+///
+/// A request that failed with a count of zero used no upstream tokens, so
+/// its tenant's token reservation is refunded in full (SPEC ).
+#[derive(Debug, Clone, Default)]
+pub struct Started(Arc<AtomicU32>);
+
+impl Started {
+    /// Attempts started so far.
+    pub fn count(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// [`HttpProvider`] taking [`GatewayRequest`]s.
@@ -40,6 +65,7 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
+        request.started.bump();
         Provider::call(&self.http, &request.upstream, attempt)
     }
 
@@ -48,6 +74,7 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
+        request.started.bump();
         Provider::stream(&self.http, &request.upstream, attempt)
     }
 }

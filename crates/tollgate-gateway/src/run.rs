@@ -85,6 +85,7 @@ pub async fn run(
     let options = ServeOptions {
         max_header_bytes: config.server.max_header_bytes,
         header_read_timeout: config.server.header_read_timeout,
+        idle_timeout: config.server.idle_timeout,
         shutdown_grace: config.server.shutdown_grace,
     };
     serve(listener, app, options, shutdown)

@@ -21,9 +21,15 @@ use crate::state::AppState;
 pub struct ServeOptions {
     /// Largest request head (request line and headers); at least 8 KiB.
     pub max_header_bytes: usize,
-    /// Time a client has to send a request head; also bounds idle
-    /// keep-alive connections waiting for their next request.
+    /// Time a client has to send a request head.
     pub header_read_timeout: Duration,
+    /// Time a keep-alive connection may stay idle between requests.
+    ///
+    /// hyper runs one timer from the moment a connection waits for a
+    /// request head (idle keep-alive included) until the head is complete,
+    /// so that timer is set to the smaller of this and
+    /// `header_read_timeout`: each is an upper bound.
+    pub idle_timeout: Duration,
     /// Time active calls get to finish after a shutdown signal.
     pub shutdown_grace: Duration,
 }
@@ -33,6 +39,7 @@ impl Default for ServeOptions {
         ServeOptions {
             max_header_bytes: 16 * 1024,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -55,7 +62,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout)
+        .header_read_timeout(options.header_read_timeout.min(options.idle_timeout))
         .max_buf_size(options.max_header_bytes.max(MIN_BUF))
         .keep_alive(true);
     tokio::pin!(shutdown);

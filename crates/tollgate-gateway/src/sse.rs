@@ -1,11 +1,13 @@
 //! The streaming response body (SPEC GW-5, GW-6, LC-3, LC-5).
 //!
 //! Chunks are forwarded as they arrive, byte for byte. A stream that fails
-//! after output began ends with one OpenAI-style error event and then an
-//! aborted body (the HTTP/1.1 chunked encoding is not terminated), so a
-//! client can never mistake it for a normal completion. When the client
-//! goes away the body is dropped, which drops the supervised stream: the
-//! upstream request is cancelled and every permit returned at once.
+//! after output began ends with one OpenAI-style error event (the
+//! provider's own, when it declared the error in the stream; the gateway's
+//! otherwise) and then an aborted body (the HTTP/1.1 chunked encoding is
+//! not terminated), so a client can never mistake it for a normal
+//! completion. When the client goes away the body is dropped, which drops
+//! the supervised stream: the upstream request is cancelled and every
+//! permit returned at once.
 
 use std::io;
 use std::pin::Pin;
@@ -14,7 +16,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_core::Stream;
 use tollgate::clock::Instant;
-use tollgate::lifecycle::CallStream;
+use tollgate::lifecycle::{CallError, CallStream, ErrorKind};
 use tollgate::{Lease, Usage};
 use tollgate_openai::ErrorResponse;
 
@@ -24,8 +26,13 @@ use crate::provider::GatewayProvider;
 
 enum State {
     Streaming,
-    /// The error event went out; the body aborts next.
-    Failed,
+    /// The error event was handed to hyper; the body yields once (so that
+    /// hyper flushes the event: an abort discards what it still buffers),
+    /// then aborts.
+    Failed {
+        /// Whether the one pending poll happened.
+        yielded: bool,
+    },
     Done,
 }
 
@@ -64,6 +71,12 @@ impl SseBody {
     }
 }
 
+/// Whether the stream failed because the provider declared an error in
+/// it: its error event then already reached the client (SPEC LC-4).
+fn upstream_error_event_sent(e: &CallError) -> bool {
+    matches!(e, CallError::Stream { error } if error.kind == ErrorKind::Declared)
+}
+
 /// One SSE event carrying an OpenAI error body.
 pub fn error_event(body: &ErrorResponse) -> Bytes {
     let json = serde_json::to_string(body)
@@ -78,7 +91,12 @@ impl Stream for SseBody {
         let this = self.get_mut();
         match this.state {
             State::Done => Poll::Ready(None),
-            State::Failed => {
+            State::Failed { yielded: false } => {
+                this.state = State::Failed { yielded: true };
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            State::Failed { yielded: true } => {
                 this.state = State::Done;
                 Poll::Ready(Some(Err(io::Error::other("upstream stream failed"))))
             }
@@ -89,7 +107,15 @@ impl Stream for SseBody {
                     this.settle_tenant();
                     let api = ApiError::from_call(&e, Instant::now());
                     this.metrics.stream_failed(&this.model, api.reason());
-                    this.state = State::Failed;
+                    if upstream_error_event_sent(&e) {
+                        // The provider's own error event (with the real
+                        // cause) was the last chunk out: no second one;
+                        // yield once for it to be flushed, then abort.
+                        this.state = State::Failed { yielded: true };
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    this.state = State::Failed { yielded: false };
                     Poll::Ready(Some(Ok(error_event(&api.body))))
                 }
                 Poll::Ready(None) => {

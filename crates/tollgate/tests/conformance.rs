@@ -737,6 +737,35 @@ async fn past_deadline() {
     env.assert_clean().await;
 }
 
+// proves: DL-6 (a provider enforcing the attempt's timeout, which is the
+// call's remaining time, times out at the deadline: that is the deadline
+// in phase transport and the call is Aborted, not a retryable timeout)
+async fn provider_timeout_at_the_deadline() {
+    let env = Env::simple(vec![Step::Fail {
+        after: secs(2),
+        error: ProviderError::new(ErrorKind::Timeout, "attempt timeout elapsed"),
+    }]);
+    let options = CallOptions {
+        id: Some(ID),
+        deadline: Deadline::from_timeout(Some(secs(2)), Instant::now()),
+        idempotent: true,
+    };
+    let err = env.sup.invoke(&"q".into(), options).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CallError::Deadline {
+                phase: Phase::Transport,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(env.work.started(), 1);
+    expect(&env, Terminal::Aborted, 1).await;
+    env.assert_clean().await;
+}
+
 // proves: LC-2, DL-3 (a failing pre-hook fails the call before any
 // provider work; a post-hook runs after the response)
 async fn hooks_run_around_the_attempt() {
@@ -833,6 +862,7 @@ async fn success_and_failure_rows() {
     row!(half_open_stream_probe);
     row!(stream_setup_failure_is_retried);
     row!(past_deadline);
+    row!(provider_timeout_at_the_deadline);
     row!(hooks_run_around_the_attempt);
     println!("conformance matrix: {rows} success/failure rows");
 }

@@ -16,7 +16,7 @@ use tollgate_openai::{ChatCompletionRequest, UpstreamRequest};
 
 use super::common::{self, fail};
 use crate::error::ApiError;
-use crate::provider::GatewayRequest;
+use crate::provider::{GatewayRequest, Started};
 use crate::sse::SseBody;
 use crate::state::{AppState, ModelKind};
 
@@ -49,6 +49,7 @@ pub async fn chat(
     let options = CallOptions::deadline(deadline);
     let chain = common::chain(&app, &first);
     let mut last = None;
+    let reached = Started::default();
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
@@ -64,6 +65,7 @@ pub async fn chat(
         let call = GatewayRequest {
             upstream,
             estimate: model.estimator.chat(&request).into(),
+            started: reached.clone(),
         };
         let started = Instant::now();
         if request.is_stream() {
@@ -125,7 +127,7 @@ pub async fn chat(
             _ => break,
         }
     }
-    drop(tenant_lease);
+    common::settle_failed(tenant_lease, &reached);
     let err = last.map_or_else(ApiError::shutting_down, |e| {
         ApiError::from_call(&e, Instant::now())
     });

@@ -9,9 +9,10 @@ use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
-use tollgate::{Call, Deadline, Lease, TokenEstimate};
+use tollgate::{Call, Deadline, Lease, TokenEstimate, Usage};
 
 use crate::error::ApiError;
+use crate::provider::Started;
 use crate::state::{AppState, Model, ModelKind};
 
 /// The request's deadline, made once on arrival (SPEC DL-1, GW-3).
@@ -104,6 +105,21 @@ pub fn falls_back(e: &CallError) -> bool {
         }
         _ => false,
     }
+}
+
+/// Settles the tenant's lease of a call that failed: when no attempt
+/// reached an upstream no tokens were used, so the tenant's token
+/// reservation is refunded in full (known zero, SPEC Q-5); otherwise what
+/// the upstream used is unknown and the estimate stays charged. The request
+/// unit stays spent (SPEC Q-9). Dropping the lease then releases the
+/// tenant permit.
+pub fn settle_failed(mut tenant_lease: Lease, started: &Started) {
+    let used = if started.count() == 0 {
+        Usage::known(0)
+    } else {
+        Usage::UNKNOWN
+    };
+    let _ = tenant_lease.reconcile(used);
 }
 
 /// Records and returns an error.

@@ -14,7 +14,7 @@ use tollgate_openai::{EmbeddingsRequest, UpstreamRequest};
 
 use super::common::{self, fail};
 use crate::error::ApiError;
-use crate::provider::GatewayRequest;
+use crate::provider::{GatewayRequest, Started};
 use crate::state::{AppState, ModelKind};
 
 const ROUTE: &str = "embeddings";
@@ -46,6 +46,7 @@ pub async fn embeddings(
     let options = CallOptions::deadline(deadline);
     let chain = common::chain(&app, &first);
     let mut last = None;
+    let reached = Started::default();
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
@@ -62,6 +63,7 @@ pub async fn embeddings(
         let call = GatewayRequest {
             upstream,
             estimate: model.estimator.embeddings(&request).into(),
+            started: reached.clone(),
         };
         let started = Instant::now();
         match model.supervisor.invoke(&call, options).await {
@@ -88,7 +90,7 @@ pub async fn embeddings(
             }
         }
     }
-    drop(tenant_lease);
+    common::settle_failed(tenant_lease, &reached);
     let err = last.map_or_else(ApiError::shutting_down, |e| {
         ApiError::from_call(&e, Instant::now())
     });

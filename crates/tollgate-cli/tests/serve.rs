@@ -1,0 +1,339 @@
+//! `tollgate serve` as a user runs it: the real binary, its exit status,
+//! its messages (SPEC GW-9, GW-8, OBS-1).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// How long the binary may take to start, answer or stop.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Writes `text` to a fresh file called `name` under the target's
+/// scratch directory and returns its path.
+fn write_config(name: &str, text: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Waits (bounded) for `child` to exit; kills it and fails otherwise.
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("tollgate did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `tollgate serve --config <path>` and expects it to refuse to start.
+fn serve_fails(path: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config", path])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child);
+    let output = child.wait_with_output().unwrap();
+    assert!(!status.success(), "serve must fail on {path}");
+    assert_ne!(status.code(), Some(0));
+    output
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Minimal valid content around a model table.
+fn with_model(model: &str) -> String {
+    format!("[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n\n[models.m]\n{model}\n")
+}
+
+// proves: GW-9 (a missing file fails with its name and a clear reason, non-zero exit)
+#[test]
+fn missing_config_file() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("does-not-exist.toml");
+    let out = serve_fails(path.to_str().unwrap());
+    let err = stderr(&out);
+    assert!(err.contains("does-not-exist.toml"), "{err}");
+    assert!(err.contains("no such file"), "{err}");
+}
+
+// proves: GW-9 (bad TOML fails with the file and the place)
+#[test]
+fn bad_toml() {
+    let path = write_config("broken.toml", "[providers.p]\nbase_url = \"http://x\n");
+    let err = stderr(&serve_fails(path.to_str().unwrap()));
+    assert!(err.contains("broken.toml"), "{err}");
+    assert!(err.contains("invalid TOML"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+// proves: GW-9, CFG-1 (a zero limit is an error naming the field, never "unlimited")
+#[test]
+fn zero_limit() {
+    let path = write_config(
+        "zero.toml",
+        &with_model("provider = \"p\"\nconcurrency = 0"),
+    );
+    let err = stderr(&serve_fails(path.to_str().unwrap()));
+    assert!(err.contains("zero.toml"), "{err}");
+    assert!(err.contains("models.m.concurrency"), "{err}");
+    assert!(err.contains("positive integer"), "{err}");
+    assert!(err.contains("line 6"), "{err}");
+}
+
+// proves: GW-9 (a reference to an unknown provider names the field and the known providers)
+#[test]
+fn unknown_provider_reference() {
+    let path = write_config("unknown.toml", &with_model("provider = \"nope\""));
+    let err = stderr(&serve_fails(path.to_str().unwrap()));
+    assert!(err.contains("unknown.toml"), "{err}");
+    assert!(err.contains("models.m.provider"), "{err}");
+    assert!(err.contains("unknown provider \"nope\""), "{err}");
+    assert!(
+        err.contains("\"p\""),
+        "the known providers are listed: {err}"
+    );
+}
+
+/// A running `tollgate serve`, stopped (SIGKILL) on drop if still alive.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Served {
+    /// Starts `tollgate serve` with `args` and `env`, and waits for its
+    /// banner line to learn the address.
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Served {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or("").to_owned();
+                    let _ = tx.send(url);
+                }
+            }
+        });
+        let base = match rx.recv_timeout(PATIENCE) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no banner from tollgate serve");
+            }
+        };
+        Served { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        wait_exit(&mut self.child)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap()
+}
+
+// proves: GW-9 (without a config the gateway serves the built-in default in front of an in-process simulator, at once), GW-8 (SIGTERM ends it cleanly)
+#[tokio::test]
+async fn built_in_default_answers_and_sigterm_stops_it() {
+    let mut served = Served::start(&[], &[]);
+    let client = client();
+    let resp = client
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth("tollgate-demo-key")
+        .json(&serde_json::json!({
+            "model": "sim-chat",
+            "messages": [{"role": "user", "content": "Hello!"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["object"], "chat.completion");
+
+    let resp = client
+        .get(served.url("/v1/models"))
+        .bearer_auth("tollgate-demo-key")
+        .send()
+        .await
+        .unwrap();
+    let body: Value = resp.json().await.unwrap();
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["sim-chat", "sim-embed"]);
+
+    let status = served.terminate();
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+}
+
+// proves: OBS-1 (the admin snapshot needs the admin key from the environment, shows pools and scopes back at zero and holds no keys), OBS-2
+#[tokio::test]
+async fn admin_snapshot_with_key_from_the_environment() {
+    const ADMIN: &str = "admin-secret-for-tests";
+    const TENANT: &str = "sk-cli-tenant-key";
+    let sim = tollgate_sim::Simulator::spawn(tollgate_sim::SimConfig::default(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    let hash = tollgate_gateway::auth::hash_key_for_config(TENANT).unwrap();
+    let path = write_config(
+        "admin.toml",
+        &format!(
+            r#"
+[server]
+admin_key_env = "TOLLGATE_TEST_ADMIN_KEY"
+
+[providers.sim]
+base_url = "{}"
+
+[scopes.main]
+rpm = 100
+tpm = 100000
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+scope = "main"
+concurrency = 2
+
+[tenants.t]
+keys_sha256 = ["{hash}"]
+concurrency = 2
+"#,
+            sim.openai_base_url()
+        ),
+    );
+    let mut served = Served::start(
+        &["--config", path.to_str().unwrap()],
+        &[("TOLLGATE_TEST_ADMIN_KEY", ADMIN)],
+    );
+    let client = client();
+    let resp = client
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth(TENANT)
+        .json(&serde_json::json!({
+            "model": "chat",
+            "messages": [{"role": "user", "content": "Hello!"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+
+    for bad in [None, Some(TENANT), Some("wrong")] {
+        let mut req = client.get(served.url("/admin/snapshot"));
+        if let Some(key) = bad {
+            req = req.bearer_auth(key);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 401, "{bad:?}");
+    }
+    let resp = client
+        .get(served.url("/admin/snapshot"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    for secret in [ADMIN, TENANT, hash.as_str()] {
+        assert!(!text.contains(secret), "snapshot leaks {secret}");
+    }
+    let snap: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(snap["shutting_down"], false);
+    for side in ["upstream", "tenants"] {
+        let s = &snap[side];
+        assert_eq!(s["active"], 0, "{side}: {s}");
+        for pool in s["pools"].as_array().unwrap() {
+            assert_eq!(pool["available"], pool["limit"], "{side}: {pool}");
+            assert_eq!(pool["waiting"], 0);
+        }
+        for scope in s["scopes"].as_array().unwrap() {
+            assert_eq!(scope["queued"], 0);
+            assert_eq!(scope["pending"], 0);
+        }
+    }
+    let main = snap["upstream"]["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "main")
+        .unwrap();
+    assert_eq!(main["admitted"], 1);
+    assert_eq!(snap["circuits"][0]["state"], "closed");
+
+    let metrics = client
+        .get(served.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("tollgate_"));
+    for secret in [ADMIN, TENANT, hash.as_str()] {
+        assert!(!metrics.contains(secret), "metrics leak {secret}");
+    }
+    assert!(served.terminate().success());
+    sim.shutdown().await.unwrap();
+}

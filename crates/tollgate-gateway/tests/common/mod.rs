@@ -1,0 +1,397 @@
+//! The end-to-end harness: a real gateway (built from a TOML string with
+//! `build`, served by `server::serve` on 127.0.0.1:0) in front of real
+//! upstreams (the simulator, or the scripted upstream of [`upstream`]),
+//! driven over real sockets with reqwest.
+//!
+//! The clock is tokio's normal one: tests never assert on wall-clock
+//! durations (except lower bounds that a sleep guarantees) and wait for
+//! conditions with bounded polling ([`eventually`]) instead of fixed
+//! sleeps.
+#![allow(dead_code)]
+
+pub mod upstream;
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate::Snapshot;
+use tollgate::admission::{PoolSnapshot, ScopeSnapshot};
+use tollgate_gateway::auth::{hash_key, to_hex};
+use tollgate_gateway::build::build;
+use tollgate_gateway::config::GatewayConfig;
+use tollgate_gateway::metrics::Metrics;
+use tollgate_gateway::server::{ServeOptions, serve};
+use tollgate_gateway::state::AppState;
+use tollgate_sim::{SimConfig, SimServer, Simulator};
+
+/// Tenant `a`'s API key.
+pub const KEY_A: &str = "sk-test-tenant-a-0001";
+/// Tenant `b`'s API key.
+pub const KEY_B: &str = "sk-test-tenant-b-0002";
+
+/// How long any wait for a condition may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The hex SHA-256 of `key`, as `keys_sha256` wants it.
+pub fn key_hash(key: &str) -> String {
+    to_hex(&hash_key(key))
+}
+
+/// `[tenants.a]` and `[tenants.b]` with the given extra settings (TOML
+/// lines, may be empty).
+pub fn tenants(a_extra: &str, b_extra: &str) -> String {
+    format!(
+        "[tenants.a]\nkeys_sha256 = [\"{}\"]\n{a_extra}\n\n[tenants.b]\nkeys_sha256 = [\"{}\"]\n{b_extra}\n",
+        key_hash(KEY_A),
+        key_hash(KEY_B)
+    )
+}
+
+/// A simulator on 127.0.0.1:0.
+pub async fn sim(config: SimConfig) -> SimServer {
+    Simulator::spawn(config, "127.0.0.1:0")
+        .await
+        .expect("simulator starts")
+}
+
+/// A simulator with no latency and no limits.
+pub async fn fast_sim() -> SimServer {
+    sim(SimConfig::default()).await
+}
+
+/// A simulator whose streams take a while: the first chunk after `ttft`,
+/// then `tokens` content chunks `per_token` apart.
+pub async fn slow_sim(per_token: Duration, tokens: u32) -> SimServer {
+    sim(SimConfig {
+        per_token,
+        completion_tokens: tokens,
+        ..SimConfig::default()
+    })
+    .await
+}
+
+/// A running gateway.
+pub struct Gateway {
+    /// The shared state, for in-process inspection.
+    pub app: Arc<AppState>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Gateway {
+    /// Parses `toml`, builds the state and serves it with the
+    /// configuration's own server bounds.
+    pub async fn start(toml: &str) -> Gateway {
+        let config = GatewayConfig::from_toml(toml, "test.toml")
+            .unwrap_or_else(|e| panic!("test configuration is invalid: {e}"));
+        let options = ServeOptions {
+            max_header_bytes: config.server.max_header_bytes,
+            header_read_timeout: config.server.header_read_timeout,
+            idle_timeout: config.server.idle_timeout,
+            shutdown_grace: config.server.shutdown_grace,
+        };
+        Self::start_config(&config, options).await
+    }
+
+    /// Serves `config` with `options`.
+    pub async fn start_config(config: &GatewayConfig, options: ServeOptions) -> Gateway {
+        let app = build(config, Metrics::install())
+            .unwrap_or_else(|e| panic!("gateway does not build: {e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("local addr"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, Arc::clone(&app), options, async move {
+            let _ = rx.await;
+        }));
+        Gateway {
+            app,
+            base,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// The URL of `path` (starting with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Signals the graceful shutdown (like SIGTERM would).
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits (bounded) for `serve` to return and returns its result.
+    pub async fn stopped(&mut self) -> io::Result<()> {
+        let task = self.task.take().expect("gateway task already awaited");
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("serve returns after shutdown")
+            .expect("serve task does not panic")
+    }
+
+    /// The upstream controller (quota scopes, model pools).
+    pub fn upstream(&self) -> Snapshot {
+        self.app.upstream.snapshot()
+    }
+
+    /// The tenant controller (tenant quotas, tenant pools).
+    pub fn tenants(&self) -> Snapshot {
+        self.app.tenants.snapshot()
+    }
+
+    /// The pool called `name` (`model:<m>` or `tenant:<t>`).
+    pub fn pool(&self, name: &str) -> PoolSnapshot {
+        self.upstream()
+            .pools
+            .into_iter()
+            .chain(self.tenants().pools)
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no pool {name}"))
+    }
+
+    /// Permits of pool `name` in use.
+    pub fn in_use(&self, name: &str) -> usize {
+        let p = self.pool(name);
+        p.limit - p.available
+    }
+
+    /// The upstream quota scope called `name`.
+    pub fn upstream_scope(&self, name: &str) -> ScopeSnapshot {
+        scope_of(&self.upstream(), name)
+    }
+
+    /// The tenant-side quota scope called `name`.
+    pub fn tenant_scope(&self, name: &str) -> ScopeSnapshot {
+        scope_of(&self.tenants(), name)
+    }
+
+    /// Whether every permit is back and every queue empty, on both sides.
+    pub fn is_idle(&self) -> bool {
+        self.upstream().is_idle() && self.tenants().is_idle()
+    }
+
+    /// Waits (bounded) until [`is_idle`](Self::is_idle).
+    pub async fn wait_idle(&self) {
+        eventually("gateway returns to idle", || self.is_idle()).await;
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+fn scope_of(s: &Snapshot, name: &str) -> ScopeSnapshot {
+    s.scopes
+        .iter()
+        .find(|sc| sc.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no scope {name}"))
+}
+
+/// Polls `cond` every few milliseconds until it holds; fails the test after
+/// [`PATIENCE`].
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if cond() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `fut`, failing the test if it takes longer than [`PATIENCE`].
+pub async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A client that talks to 127.0.0.1 directly.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+}
+
+/// A chat request body for `model`.
+pub fn chat(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Say something."}],
+        "max_tokens": 64,
+        "stream": stream,
+    })
+}
+
+/// `POST /v1/chat/completions` with `key` (if any) and `body`.
+pub async fn post_chat(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    key: Option<&str>,
+    body: &Value,
+) -> reqwest::Response {
+    let mut req = client.post(gw.url("/v1/chat/completions")).json(body);
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    bounded("chat request answered", req.send())
+        .await
+        .expect("chat request reaches the gateway")
+}
+
+/// Opens a stream of model `chat` for `key` and reads its first chunk: the
+/// stream then holds its permits until the response is dropped or read to
+/// the end.
+pub async fn hold_stream(gw: &Gateway, key: &str) -> reqwest::Response {
+    let mut resp = post_chat(&client(), gw, Some(key), &chat("chat", true)).await;
+    assert_eq!(resp.status(), 200);
+    bounded("first chunk", resp.chunk())
+        .await
+        .expect("first chunk read")
+        .expect("the stream has a first chunk");
+    resp
+}
+
+/// An error response: its status, `retry-after` and OpenAI error object
+/// (`{"message", "type", "code", ...}`); panics if the body is not in the
+/// OpenAI error format.
+pub async fn error_of(resp: reqwest::Response) -> (u16, Option<String>, Value) {
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body: Value = resp.json().await.expect("error body is JSON");
+    let error = body
+        .get("error")
+        .cloned()
+        .unwrap_or_else(|| panic!("not an OpenAI error body: {body}"));
+    assert!(
+        error.get("message").and_then(Value::as_str).is_some(),
+        "{body}"
+    );
+    assert!(
+        error.get("type").and_then(Value::as_str).is_some(),
+        "{body}"
+    );
+    (status, retry_after, error)
+}
+
+/// The `code` of an OpenAI error object.
+pub fn code(error: &Value) -> &str {
+    error.get("code").and_then(Value::as_str).unwrap_or("")
+}
+
+/// What a client read from an SSE body.
+#[derive(Debug)]
+pub struct SseRead {
+    /// The `data:` payloads in order (`[DONE]` included).
+    pub events: Vec<String>,
+    /// `Err` when reading the body failed (an aborted transfer).
+    pub end: Result<(), String>,
+}
+
+impl SseRead {
+    /// Whether the stream ended with `data: [DONE]` and a clean end.
+    pub fn completed(&self) -> bool {
+        self.end.is_ok() && self.events.last().map(String::as_str) == Some("[DONE]")
+    }
+
+    /// The events carrying an `error` member.
+    pub fn errors(&self) -> Vec<Value> {
+        self.events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .filter(|v| v.get("error").is_some())
+            .collect()
+    }
+
+    /// The concatenated `delta.content` of the chunks.
+    pub fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .filter_map(|v| {
+                v.pointer("/choices/0/delta/content")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
+
+/// Splits complete SSE events off `buf` into `out`.
+fn drain_events(buf: &mut String, out: &mut Vec<String>) {
+    while let Some(end) = buf.find("\n\n") {
+        let event: String = buf.drain(..end + 2).collect();
+        let data: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim_start)
+            .collect();
+        if !data.is_empty() {
+            out.push(data.join("\n"));
+        }
+    }
+}
+
+/// Reads an SSE body to its end (bounded).
+pub async fn read_sse(resp: reqwest::Response) -> SseRead {
+    read_sse_from(resp.bytes_stream(), String::new()).await
+}
+
+/// Reads the rest of an SSE body whose start (`already`) was read.
+pub async fn read_sse_from(
+    mut body: impl futures_core::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    already: String,
+) -> SseRead {
+    let mut read = SseRead {
+        events: Vec::new(),
+        end: Ok(()),
+    };
+    let mut buf = already;
+    drain_events(&mut buf, &mut read.events);
+    bounded("the SSE body ends", async {
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    buf.push_str(&String::from_utf8_lossy(&bytes));
+                    drain_events(&mut buf, &mut read.events);
+                }
+                Err(e) => {
+                    read.end = Err(format!("{e:?}"));
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    if !buf.trim().is_empty() && read.end.is_ok() {
+        read.end = Err(format!("body ended inside an event: {buf:?}"));
+    }
+    read
+}

@@ -1,0 +1,256 @@
+//! Tenant pools and model pools (SPEC POOL-1..POOL-4) seen from outside.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use tollgate_sim::SimConfig;
+use tollgate_sim::faults::FaultPlan;
+
+fn provider(base_url: &str) -> String {
+    format!("[providers.sim]\nbase_url = \"{base_url}\"\n")
+}
+
+/// A short one-shot request (two completion tokens).
+fn short(model: &str) -> serde_json::Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+    })
+}
+
+// proves: POOL-1, POOL-2, POOL-3, POOL-4 (tenant a saturating its pool blocks neither tenant b nor anyone else; a stream holds its tenant permit for its whole life)
+#[tokio::test]
+async fn full_tenant_pool_does_not_block_another_tenant() {
+    let sim = slow_sim(Duration::from_millis(50), 40).await;
+    let gw = Gateway::start(&format!(
+        r#"
+{}
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+concurrency = 8
+
+{}
+"#,
+        provider(&sim.openai_base_url()),
+        tenants(
+            "concurrency = 1\nmax_waiting = 0",
+            "concurrency = 1\nmax_waiting = 0"
+        )
+    ))
+    .await;
+    let client = client();
+
+    // Tenant a's only permit is taken by a long stream.
+    let mut held = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
+    assert_eq!(held.status(), 200);
+    let first = bounded("first chunk", held.chunk()).await.unwrap().unwrap();
+    assert_eq!(gw.in_use("tenant:a"), 1);
+
+    // a is refused at once ...
+    let resp = post_chat(&client, &gw, Some(KEY_A), &short("chat")).await;
+    let (status, _, error) = error_of(resp).await;
+    assert_eq!((status, code(&error)), (429, "admission_rejected"));
+
+    // ... while b is served, with a's stream still running.
+    let resp = post_chat(&client, &gw, Some(KEY_B), &short("chat")).await;
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+    assert_eq!(
+        gw.in_use("tenant:a"),
+        1,
+        "a's stream still holds its permit"
+    );
+    assert_eq!(
+        sim.stats().active,
+        1,
+        "a's stream is still running upstream"
+    );
+
+    let read = read_sse_from(held.bytes_stream(), String::from_utf8_lossy(&first).into()).await;
+    assert!(read.completed(), "{read:?}");
+    gw.wait_idle().await;
+}
+
+// proves: POOL-1, POOL-3 (a model pool caps attempts across tenants; extra calls wait FIFO instead of failing)
+#[tokio::test]
+async fn model_pool_caps_attempts_across_tenants() {
+    let sim = sim(SimConfig {
+        ttft: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await;
+    let gw = Gateway::start(&format!(
+        r#"
+{}
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+concurrency = 2
+max_waiting = 16
+
+{}
+"#,
+        provider(&sim.openai_base_url()),
+        tenants("", "")
+    ))
+    .await;
+    let client = client();
+    let mut calls = Vec::new();
+    for i in 0..6 {
+        let key = if i % 2 == 0 { KEY_A } else { KEY_B };
+        let (client, url) = (client.clone(), gw.url("/v1/chat/completions"));
+        calls.push(tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&short("chat"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    // The pool fills up and the rest wait for it.
+    eventually("two in flight and the others waiting", || {
+        let p = gw.pool("model:chat");
+        p.available == 0 && p.waiting > 0
+    })
+    .await;
+    for call in calls {
+        assert_eq!(bounded("call", call).await.unwrap(), 200);
+    }
+    let stats = sim.stats();
+    assert_eq!(stats.ok, 6);
+    assert_eq!(stats.max_active, 2, "the model pool caps the upstream");
+    gw.wait_idle().await;
+}
+
+/// A simulator seed whose first request fails with a 5xx and whose next
+/// ones succeed (faults are a pure function of seed and sequence number).
+fn seed_failing_first(config: &SimConfig) -> u64 {
+    (0..10_000)
+        .find(|&seed| {
+            let c = SimConfig {
+                seed,
+                ..config.clone()
+            };
+            FaultPlan::draw(&c, 0, 0).server_error.is_some()
+                && (1..4).all(|seq| FaultPlan::draw(&c, seq, 0).server_error.is_none())
+        })
+        .expect("some seed fails only the first request")
+}
+
+// proves: POOL-1 (the model permit is per attempt: released during the backoff, taken again by the retry; the tenant permit is held across the retry), RT-1
+#[tokio::test]
+async fn retry_reacquires_the_model_permit() {
+    let mut config = SimConfig {
+        error_rate: 0.5,
+        ..SimConfig::default()
+    };
+    config.seed = seed_failing_first(&config);
+    let sim = sim(config).await;
+    // A model pool of one with no waiting room: if the failed attempt kept
+    // its permit, the retry would be refused.
+    let gw = Gateway::start(&format!(
+        r#"
+{}
+[retry]
+max_attempts = 3
+base_delay = "1s"
+factor = 1.0
+max_delay = "1s"
+jitter = 0.0
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+concurrency = 1
+max_waiting = 0
+
+{}
+"#,
+        provider(&sim.openai_base_url()),
+        tenants("concurrency = 1\nmax_waiting = 0", "")
+    ))
+    .await;
+    let call = {
+        let (client, url) = (client(), gw.url("/v1/chat/completions"));
+        tokio::spawn(async move {
+            let resp = client
+                .post(url)
+                .bearer_auth(KEY_A)
+                .json(&short("chat"))
+                .send()
+                .await
+                .unwrap();
+            (resp.status(), resp.text().await.unwrap())
+        })
+    };
+    // During the backoff: the first attempt failed, the model permit is
+    // back, the tenant permit is still held.
+    eventually("the backoff after the failed attempt", || {
+        sim.stats().faults.server_error == 1
+            && sim.stats().requests_total == 1
+            && gw.in_use("model:chat") == 0
+            && gw.in_use("tenant:a") == 1
+    })
+    .await;
+    let (status, body) = bounded("the retried call", call).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let stats = sim.stats();
+    assert_eq!((stats.requests_total, stats.ok), (2, 1));
+    // One admission per attempt upstream, one per call for the tenant.
+    assert_eq!(gw.upstream_scope("model:chat").counters.admitted, 2);
+    assert_eq!(gw.tenant_scope("tenant:*").counters.admitted, 1);
+    gw.wait_idle().await;
+}
+
+// proves: POOL-2 (unauthenticated traffic, when allowed, shares one anonymous pool; an authenticated tenant is not part of it)
+#[tokio::test]
+async fn anonymous_callers_share_one_pool() {
+    let sim = slow_sim(Duration::from_millis(50), 40).await;
+    let gw = Gateway::start(&format!(
+        r#"
+{}
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+
+[anonymous]
+enabled = true
+concurrency = 1
+max_waiting = 0
+
+{}
+"#,
+        provider(&sim.openai_base_url()),
+        tenants("", "")
+    ))
+    .await;
+    let client = client();
+    let mut held = post_chat(&client, &gw, None, &chat("chat", true)).await;
+    assert_eq!(held.status(), 200);
+    bounded("first chunk", held.chunk()).await.unwrap().unwrap();
+    assert_eq!(gw.in_use("tenant:anonymous"), 1);
+    // Another caller without a key, or with an unknown one: same pool.
+    for key in [None, Some("sk-unknown")] {
+        let resp = post_chat(&client, &gw, key, &short("chat")).await;
+        let (status, _, error) = error_of(resp).await;
+        assert_eq!(
+            (status, code(&error)),
+            (429, "admission_rejected"),
+            "{key:?}"
+        );
+    }
+    // A known key is its own tenant.
+    let resp = post_chat(&client, &gw, Some(KEY_A), &short("chat")).await;
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+    drop(held);
+    gw.wait_idle().await;
+}
