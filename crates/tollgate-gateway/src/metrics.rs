@@ -105,10 +105,19 @@ impl Metrics {
     }
 
     /// Publishes controller state: queue depths, availability and token
-    /// accounting per scope, pool occupancy per pool.
+    /// accounting per scope, pool occupancy per pool. Upstream scopes and
+    /// pools are labelled with their configured names; the tenant side with
+    /// ordinals (`#3`), so no tenant identity becomes a label (SPEC Q-10).
     pub fn snapshot(&self, side: &'static str, s: &Snapshot) {
-        for scope in &s.scopes {
-            let name = scope.name.clone();
+        let label = |name: &str, ordinal: usize| {
+            if side == "tenant" {
+                format!("#{ordinal}")
+            } else {
+                name.to_owned()
+            }
+        };
+        for (i, scope) in s.scopes.iter().enumerate() {
+            let name = label(&scope.name, i);
             gauge!("tollgate_queued", "side" => side, "scope" => name.clone())
                 .set(scope.queued as f64);
             let k = &scope.counters;
@@ -135,11 +144,11 @@ impl Metrics {
                 .set(l.available as f64);
             }
         }
-        for p in &s.pools {
-            gauge!("tollgate_pool_in_use", "side" => side, "pool" => p.name.clone())
-                .set((p.limit - p.available) as f64);
-            gauge!("tollgate_pool_waiting", "side" => side, "pool" => p.name.clone())
-                .set(p.waiting as f64);
+        for (i, p) in s.pools.iter().enumerate() {
+            let name = label(&p.name, i);
+            gauge!("tollgate_pool_in_use", "side" => side, "pool" => name.clone())
+                .set(p.limit.saturating_sub(p.available) as f64);
+            gauge!("tollgate_pool_waiting", "side" => side, "pool" => name).set(p.waiting as f64);
         }
     }
 

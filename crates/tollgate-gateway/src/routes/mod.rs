@@ -3,6 +3,7 @@
 mod chat;
 mod common;
 mod embeddings;
+mod flow;
 mod info;
 
 use std::sync::Arc;

@@ -434,9 +434,13 @@ impl<P: Provider> Supervisor<P> {
                 deadline,
                 timeout,
             };
-            let span = tracing::debug_span!("attempt", call = ?options.id, attempt = n, timeout_ms = timeout.map(|t| t.as_millis() as u64));
-            let _enter = span.enter();
-            let work = attempt(ctx);
+            let span = tracing::debug_span!(
+                "attempt",
+                call = ?options.id,
+                attempt = n,
+                timeout_ms = timeout.map(|t| t.as_millis() as u64)
+            );
+            let work = tracing::Instrument::instrument(attempt(ctx), span);
             let result = match timeout.and_then(|t| now.checked_add(t)) {
                 None => self.closable(work).await?,
                 Some(end) => match self.closable(tokio::time::timeout_at(end, work)).await? {
