@@ -281,7 +281,10 @@ impl<P: Provider> Supervisor<P> {
     ) -> Result<Completed<P::Response>, CallError> {
         let mut guard =
             CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
-        let result = self.invoke_owned(request, options, &mut guard).await;
+        let span = call_span("invoke", options, self.inner.controller.clock().now());
+        let result =
+            tracing::Instrument::instrument(self.invoke_owned(request, options, &mut guard), span)
+                .await;
         guard.finish(result.as_ref().map(|_| ()));
         result
     }
@@ -353,11 +356,14 @@ impl<P: Provider> Supervisor<P> {
             }
         };
         let provider = &self.inner.provider;
-        let attempted = self
-            .attempts(request, options, &mut guard, probe.as_ref(), |ctx| {
+        let span = call_span("stream", options, self.inner.controller.clock().now());
+        let attempted = tracing::Instrument::instrument(
+            self.attempts(request, options, &mut guard, probe.as_ref(), |ctx| {
                 super::stream::open(provider, request, ctx)
-            })
-            .await;
+            }),
+            span,
+        )
+        .await;
         match attempted {
             Ok(Attempted {
                 value: opened,
@@ -558,6 +564,22 @@ impl<P: Provider> Supervisor<P> {
             () = shutdown.cancelled() => Err(CallError::Closed),
         }
     }
+}
+
+/// The span of one call (SPEC RT-7, OBS-3): its id, shape, idempotency
+/// and remaining budget; never payloads, prompts or keys.
+fn call_span(
+    shape: &'static str,
+    options: CallOptions,
+    now: crate::clock::Instant,
+) -> tracing::Span {
+    tracing::debug_span!(
+        "call",
+        shape,
+        call = ?options.id,
+        idempotent = options.idempotent,
+        budget_ms = options.deadline.remaining(now).map(|r| r.as_millis() as u64)
+    )
 }
 
 /// Tells the breaker how a call that did not complete ended (SPEC CB-2).
