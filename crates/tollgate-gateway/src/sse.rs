@@ -13,7 +13,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallStream, ErrorKind};
@@ -43,6 +43,8 @@ pub struct SseBody {
     /// (SPEC POOL-1, POOL-4).
     tenant: Option<Lease>,
     state: State,
+    /// The end seen while a batch was being filled, handled next poll.
+    deferred: Option<End>,
     metrics: Metrics,
     model: std::sync::Arc<str>,
 }
@@ -59,6 +61,7 @@ impl SseBody {
             stream,
             tenant: Some(tenant),
             state: State::Streaming,
+            deferred: None,
             metrics,
             model,
         }
@@ -84,11 +87,50 @@ pub fn error_event(body: &ErrorResponse) -> Bytes {
     Bytes::from(format!("data: {json}\n\n"))
 }
 
+/// Largest batch of ready events written at once.
+const MAX_BATCH: usize = 64 * 1024;
+
+/// How the upstream stream ended: `None` normally, or with an error.
+type End = Option<Result<Bytes, tollgate::lifecycle::CallError>>;
+
+impl SseBody {
+    /// Handles the end of the supervised stream.
+    fn end(&mut self, end: End, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, io::Error>>> {
+        match end {
+            // A chunk is never deferred (it is part of a batch).
+            Some(Ok(chunk)) => Poll::Ready(Some(Ok(chunk))),
+            Some(Err(e)) => {
+                self.settle_tenant();
+                let api = ApiError::from_call(&e, Instant::now());
+                self.metrics.stream_failed(&self.model, api.reason());
+                if upstream_error_event_sent(&e) {
+                    // The provider's own error event (with the real cause)
+                    // was the last chunk out: no second one; yield once for
+                    // it to be flushed, then abort.
+                    self.state = State::Failed { yielded: true };
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                self.state = State::Failed { yielded: false };
+                Poll::Ready(Some(Ok(error_event(&api.body))))
+            }
+            None => {
+                self.settle_tenant();
+                self.state = State::Done;
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
 impl Stream for SseBody {
     type Item = Result<Bytes, io::Error>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(end) = this.deferred.take() {
+            return this.end(end, cx);
+        }
         match this.state {
             State::Done => Poll::Ready(None),
             State::Failed { yielded: false } => {
@@ -100,30 +142,33 @@ impl Stream for SseBody {
                 this.state = State::Done;
                 Poll::Ready(Some(Err(io::Error::other("upstream stream failed"))))
             }
-            State::Streaming => match Pin::new(&mut this.stream).poll_next(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(Some(Ok(chunk))) => Poll::Ready(Some(Ok(chunk))),
-                Poll::Ready(Some(Err(e))) => {
-                    this.settle_tenant();
-                    let api = ApiError::from_call(&e, Instant::now());
-                    this.metrics.stream_failed(&this.model, api.reason());
-                    if upstream_error_event_sent(&e) {
-                        // The provider's own error event (with the real
-                        // cause) was the last chunk out: no second one;
-                        // yield once for it to be flushed, then abort.
-                        this.state = State::Failed { yielded: true };
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
+            State::Streaming => {
+                // What the upstream already delivered goes out in one write:
+                // nothing waits, but ready events are not flushed one by one.
+                let mut batch: Option<BytesMut> = None;
+                let end = loop {
+                    match Pin::new(&mut this.stream).poll_next(cx) {
+                        Poll::Ready(Some(Ok(chunk))) => {
+                            let b = batch
+                                .get_or_insert_with(|| BytesMut::with_capacity(chunk.len() * 4));
+                            b.extend_from_slice(&chunk);
+                            if b.len() >= MAX_BATCH {
+                                break None;
+                            }
+                        }
+                        Poll::Pending => break None,
+                        Poll::Ready(other) => break Some(other),
                     }
-                    this.state = State::Failed { yielded: false };
-                    Poll::Ready(Some(Ok(error_event(&api.body))))
+                };
+                match (batch, end) {
+                    (Some(b), end) => {
+                        this.deferred = end;
+                        Poll::Ready(Some(Ok(b.freeze())))
+                    }
+                    (None, None) => Poll::Pending,
+                    (None, Some(end)) => this.end(end, cx),
                 }
-                Poll::Ready(None) => {
-                    this.settle_tenant();
-                    this.state = State::Done;
-                    Poll::Ready(None)
-                }
-            },
+            }
         }
     }
 }

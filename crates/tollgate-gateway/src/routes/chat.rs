@@ -9,7 +9,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 use tollgate::TokenEstimate;
-use tollgate_openai::{ChatCompletionRequest, UpstreamRequest};
+use tollgate_openai::{ChatCompletionRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
 use crate::error::ApiError;
@@ -33,8 +33,20 @@ impl Route for Chat {
 
     fn upstream(
         request: &ChatCompletionRequest,
+        body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error> {
+        // The body goes as it came when the model keeps its name and, for a
+        // stream, the client itself asks for the usage chunk (GW-5).
+        let stream = request.is_stream();
+        if request.model == upstream_model && (!stream || request.wants_stream_usage()) {
+            return Ok(UpstreamRequest::new(
+                Endpoint::ChatCompletions,
+                body.clone(),
+                stream,
+                stream,
+            ));
+        }
         UpstreamRequest::chat(request, upstream_model)
     }
 

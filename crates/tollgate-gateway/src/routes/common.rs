@@ -41,13 +41,14 @@ pub fn tenant(app: &AppState, headers: &HeaderMap) -> Result<usize, ApiError> {
 pub fn body<T: DeserializeOwned>(
     app: &AppState,
     body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
+) -> Result<(T, Bytes), ApiError> {
     let bytes = body.map_err(|r| match r {
         BytesRejection::FailedToBufferBody(_) => ApiError::too_large(app.bounds.max_body_bytes),
         other => ApiError::bad_request(other.body_text()),
     })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))
+    let parsed = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
+    Ok((parsed, bytes))
 }
 
 /// The model the request names, served on `kind`'s route (SPEC GW-1).

@@ -8,7 +8,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 use tollgate::TokenEstimate;
-use tollgate_openai::{EmbeddingsRequest, UpstreamRequest};
+use tollgate_openai::{EmbeddingsRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
 use crate::error::ApiError;
@@ -32,8 +32,18 @@ impl Route for Embeddings {
 
     fn upstream(
         request: &EmbeddingsRequest,
+        body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error> {
+        if request.model == upstream_model {
+            let body = body.clone();
+            return Ok(UpstreamRequest::new(
+                Endpoint::Embeddings,
+                body,
+                false,
+                false,
+            ));
+        }
         UpstreamRequest::embeddings(request, upstream_model)
     }
 

@@ -34,9 +34,12 @@ pub trait Route {
     /// Tokens the request will spend on `model` (its tokenizer and output
     /// allowance).
     fn estimate(model: &Model, request: &Self::Request) -> TokenEstimate;
-    /// The request as sent to `upstream_model`.
+    /// The request as sent to `upstream_model`. `body` is the client's
+    /// body as received: when nothing needs rewriting it goes upstream
+    /// unchanged (no re-serialization).
     fn upstream(
         request: &Self::Request,
+        body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error>;
     /// Whether the client asked for a stream.
@@ -56,7 +59,8 @@ pub async fn handle<R: Route>(
         return Err(fail(app, route, "", ApiError::shutting_down()));
     }
     let tenant = common::tenant(app, headers).map_err(|e| fail(app, route, "", e))?;
-    let request: R::Request = common::body(app, body).map_err(|e| fail(app, route, "", e))?;
+    let (request, raw): (R::Request, Bytes) =
+        common::body(app, body).map_err(|e| fail(app, route, "", e))?;
     let first =
         common::model(app, R::model(&request), R::KIND).map_err(|e| fail(app, route, "", e))?;
     let tenant_lease = common::admit_tenant(app, tenant, R::estimate(&first, &request), deadline)
@@ -70,7 +74,7 @@ pub async fn handle<R: Route>(
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
         }
-        let upstream = R::upstream(&request, &model.upstream_model).map_err(|e| {
+        let upstream = R::upstream(&request, &raw, &model.upstream_model).map_err(|e| {
             fail(
                 app,
                 route,

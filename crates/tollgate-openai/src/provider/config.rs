@@ -233,6 +233,9 @@ impl HttpProviderBuilder {
             .connect_timeout(self.connect_timeout)
             .pool_idle_timeout(self.pool_idle_timeout)
             .pool_max_idle_per_host(self.pool_max_idle_per_host)
+            // An API call is never redirected; following one would also
+            // cost a redirect check per request.
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true);
         if let Some(read) = self.read_timeout {
             if read.is_zero() {

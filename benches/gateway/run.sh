@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Gateway overhead benchmark: the same load against the simulator directly,
+# through `tollgate serve` (admission on) and through nginx as a plain
+# reverse proxy. Not run in CI; see BENCHMARKS.md, "Gateway overhead".
+#
+#   benches/gateway/run.sh                 # 5 rounds, about 11 minutes
+#   ROUNDS=3 RATE=2000 benches/gateway/run.sh
+#
+# Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
+# not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
+# (gateway, see gateway.toml) and 18183 (nginx, see nginx.conf); they must
+# be free. Results (every loadgen JSON, /stats, /metrics, RSS samples) stay
+# in the printed work directory.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/benches/gateway
+cd "$ROOT"
+
+ROUNDS=${ROUNDS:-5}
+RATE=${RATE:-2000}                       # one-shot open loop, requests/s
+DURATION=${DURATION:-15s}
+STREAM_RATE=${STREAM_RATE:-1000}         # streaming open loop, streams/s
+STREAM_DURATION=${STREAM_DURATION:-15s}
+MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}   # closed loop, connections
+MAX_DURATION=${MAX_DURATION:-10s}
+SKIP_BUILD=${SKIP_BUILD:-0}
+
+SIM_PORT=18181
+GW_PORT=18182
+NGINX_PORT=18183
+SIM=http://127.0.0.1:$SIM_PORT
+declare -A URL=(
+  [direct]=$SIM/v1/chat/completions
+  [gateway]=http://127.0.0.1:$GW_PORT/v1/chat/completions
+  [nginx]=http://127.0.0.1:$NGINX_PORT/v1/chat/completions
+)
+PATHS=(direct gateway nginx)
+# The gateway's tenant key (gateway.toml holds its hash). Sent on every
+# path so that the three see the same request bytes; the simulator
+# ignores it.
+export TOLLGATE_LOADGEN_API_KEY=sk-bench-gateway
+
+WORK=$(mktemp -d /tmp/tollgate-gateway-bench.XXXXXX)
+PIDS=()
+
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  echo "results: $WORK" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  local i
+  for i in $(seq 100); do
+    port_free "$1" || return 0
+    sleep 0.1
+  done
+  echo "nothing listens on port $1 (see $WORK/*.log)" >&2
+  return 1
+}
+
+for port in $SIM_PORT $GW_PORT $NGINX_PORT; do
+  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
+done
+command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx)" >&2; exit 1; }
+
+if [[ $SKIP_BUILD != 1 ]]; then
+  cargo build --release -p tollgate-cli -p tollgate-loadgen
+fi
+TOLLGATE=$ROOT/target/release/tollgate
+LOADGEN=$ROOT/target/release/tollgate-loadgen
+
+# --- servers -------------------------------------------------------------
+"$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
+PIDS+=($!)
+wait_port $SIM_PORT
+
+"$TOLLGATE" serve --config "$HERE/gateway.toml" >"$WORK/gateway.log" 2>&1 &
+GW_PID=$!
+PIDS+=("$GW_PID")
+wait_port $GW_PORT
+
+mkdir -p "$WORK/nginx"
+nginx -p "$WORK/nginx" -c "$HERE/nginx.conf" >"$WORK/nginx.log" 2>&1 &
+NGINX_PID=$!   # the master (daemon off); it stops its workers on TERM
+PIDS+=("$NGINX_PID")
+wait_port $NGINX_PORT
+
+sleep 1
+grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-idle.txt"
+
+# CPU seconds (user + system) of a process and its children's threads.
+cpu_ticks() {
+  local total=0 pid t
+  for pid in "$@" $(pgrep -P "$1" || true); do
+    # fields 14 and 15 of /proc/PID/stat, after the ")" that ends the name
+    t=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$pid/stat")
+    total=$((total + t))
+  done
+  echo "$total"
+}
+SIM_PID=${PIDS[0]}
+declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [nginx]=$NGINX_PID)
+
+# One loadgen run: NAME PATH [loadgen flags...]. Writes NAME.json plus the
+# simulator's /stats and the proxies' and simulator's CPU ticks.
+run() {
+  local name=$1 path=$2
+  shift 2
+  curl -fsS -XPOST "$SIM/reset" >/dev/null
+  local s0 p0
+  s0=$(cpu_ticks "$SIM_PID")
+  p0=$(cpu_ticks "${PROC[$path]}")
+  "$LOADGEN" --url "${URL[$path]}" "$@" >"$WORK/$name.json"
+  echo "{\"sim_cpu_ticks\": $(($(cpu_ticks "$SIM_PID") - s0)), \"proxy_cpu_ticks\": $(($(cpu_ticks "${PROC[$path]}") - p0))}" \
+    >"$WORK/$name.cpu.json"
+  curl -fsS "$SIM/stats" >"$WORK/$name.stats.json"
+  python3 - "$WORK/$name.json" "$name" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+l = d["latency_ms"]
+t = d["ttft_ms"] or {}
+ttft = f" ttft p50 {t['p50']} p99 {t['p99']}" if t else ""
+print(f"{sys.argv[2]:<20} {d['ok_rate']:>9.1f}/s p50 {l['p50']} p99 {l['p99']}{ttft}"
+      f" non_2xx {d['non_2xx']} errors {d['errors']}")
+PY
+}
+
+# Rotate the order of the paths from round to round.
+order() {
+  local r=$1 i
+  for i in 0 1 2; do echo "${PATHS[$(((i + r) % 3))]}"; done
+}
+
+echo "== warm-up (discarded)"
+for path in "${PATHS[@]}"; do
+  run "warmup-$path" "$path" --rate "$RATE" --duration 3s
+done
+
+echo "== one-shot, open loop, $RATE/s for $DURATION"
+for r in $(seq "$ROUNDS"); do
+  for path in $(order "$r"); do
+    run "fixed-$path-$r" "$path" --rate "$RATE" --duration "$DURATION"
+  done
+done
+
+echo "== streaming, open loop, $STREAM_RATE/s for $STREAM_DURATION"
+for r in $(seq "$ROUNDS"); do
+  for path in $(order "$r"); do
+    run "stream-$path-$r" "$path" --rate "$STREAM_RATE" --duration "$STREAM_DURATION" --stream
+  done
+done
+
+echo "== one-shot, closed loop, $MAX_CONCURRENCY connections for $MAX_DURATION"
+for r in $(seq "$ROUNDS"); do
+  for path in $(order "$r"); do
+    if [[ $path == gateway ]]; then
+      # Sample the gateway's resident set every 100 ms during the run.
+      (while kill -0 "$GW_PID" 2>/dev/null; do
+         awk '/^VmRSS/ {print $2}' /proc/$GW_PID/status
+         sleep 0.1
+       done) >"$WORK/max-gateway-$r.rss.txt" &
+      SAMPLER=$!
+      run "max-$path-$r" "$path" --concurrency "$MAX_CONCURRENCY" --duration "$MAX_DURATION"
+      kill "$SAMPLER"
+      wait "$SAMPLER" 2>/dev/null || true
+    else
+      run "max-$path-$r" "$path" --concurrency "$MAX_CONCURRENCY" --duration "$MAX_DURATION"
+    fi
+  done
+done
+
+sleep 2
+grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-after.txt"
+curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt"
+
+python3 "$HERE/summarize.py" "$WORK" "$ROUNDS"

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Tables for benches/gateway/run.sh: python3 summarize.py WORKDIR ROUNDS.
+
+Each figure is the median of the rounds with the range (min-max) beside
+it. Added latency is computed per round (the paths of one round ran back
+to back) and then summarised the same way.
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+PATHS = ["direct", "gateway", "nginx"]
+TICK_S = 0.01  # USER_HZ = 100
+
+
+def load(work, name):
+    d = json.loads((work / f"{name}.json").read_text())
+    d["cpu"] = json.loads((work / f"{name}.cpu.json").read_text())
+    d["stats"] = json.loads((work / f"{name}.stats.json").read_text())
+    return d
+
+
+def med(xs, fmt="{:.2f}"):
+    xs = list(xs)
+    m = statistics.median(xs)
+    if len(xs) == 1:
+        return fmt.format(m)
+    return f"{fmt.format(m)} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+
+def sim_429(d):
+    return sum(d["stats"]["rejected_429"].values())
+
+
+def not_ok(d):
+    return sum(d["non_2xx"].values()) + d["errors"]
+
+
+def cpu_us_per_req(d):
+    n = max(d["sent"], 1)
+    return d["cpu"]["proxy_cpu_ticks"] * TICK_S * 1e6 / n
+
+
+def table(header, rows):
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
+def main():
+    work = Path(sys.argv[1])
+    rounds = int(sys.argv[2])
+    kinds = {}
+    for kind in ["fixed", "stream", "max"]:
+        kinds[kind] = {p: [load(work, f"{kind}-{p}-{r}") for r in range(1, rounds + 1)] for p in PATHS}
+
+    print(f"\nmedian of {rounds} rounds (min–max); latencies in ms\n")
+
+    # -- one-shot, fixed rate ---------------------------------------------
+    fixed = kinds["fixed"]
+    print(f"### One-shot, open loop, {fixed['direct'][0]['target_rate']:.0f} requests/s\n")
+    rows = []
+    for p in PATHS:
+        runs = fixed[p]
+        rows.append([
+            p,
+            med((r["achieved_rate"] for r in runs), "{:.0f}"),
+            med(r["latency_ms"]["p50"] for r in runs),
+            med(r["latency_ms"]["p90"] for r in runs),
+            med(r["latency_ms"]["p99"] for r in runs),
+            med(r["latency_ms"]["p99.9"] for r in runs),
+            str(sum(not_ok(r) for r in runs)),
+            str(sum(sim_429(r) for r in runs)),
+        ])
+    table(["path", "achieved/s", "p50", "p90", "p99", "p99.9", "non-2xx + errors", "sim 429s"], rows)
+
+    rows = []
+    for p in ["gateway", "nginx"]:
+        d50 = [(x["latency_ms"]["p50"] - y["latency_ms"]["p50"]) * 1000 for x, y in zip(fixed[p], fixed["direct"])]
+        d99 = [(x["latency_ms"]["p99"] - y["latency_ms"]["p99"]) * 1000 for x, y in zip(fixed[p], fixed["direct"])]
+        r50 = [x["latency_ms"]["p50"] / y["latency_ms"]["p50"] for x, y in zip(fixed[p], fixed["direct"])]
+        r99 = [x["latency_ms"]["p99"] / y["latency_ms"]["p99"] for x, y in zip(fixed[p], fixed["direct"])]
+        cpu = [cpu_us_per_req(x) for x in fixed[p]]
+        rows.append([p, med(d50, "{:+.0f}"), med(d99, "{:+.0f}"), med(r50, "{:.2f}×"), med(r99, "{:.2f}×"),
+                     med(cpu, "{:.0f}")])
+    table(["path", "added p50 µs", "added p99 µs", "p50 / direct", "p99 / direct", "proxy CPU µs/request"], rows)
+    ratio = [(g["latency_ms"]["p99"] - d["latency_ms"]["p99"]) / (n["latency_ms"]["p99"] - d["latency_ms"]["p99"])
+             for g, n, d in zip(fixed["gateway"], fixed["nginx"], fixed["direct"])
+             if n["latency_ms"]["p99"] != d["latency_ms"]["p99"]]
+    if ratio:
+        print(f"gateway added p99 / nginx added p99, per round: {med(ratio)}"
+              f" [{', '.join(f'{r:.2f}' for r in ratio)}]\n")
+
+    # -- streaming, fixed rate ----------------------------------------------
+    st = kinds["stream"]
+    print(f"### Streaming, open loop, {st['direct'][0]['target_rate']:.0f} streams/s\n")
+    rows = []
+    for p in PATHS:
+        runs = st[p]
+        rows.append([
+            p,
+            med((r["achieved_rate"] for r in runs), "{:.0f}"),
+            med(r["ttft_ms"]["p50"] for r in runs),
+            med(r["ttft_ms"]["p99"] for r in runs),
+            med(r["latency_ms"]["p50"] for r in runs),
+            med(r["latency_ms"]["p99"] for r in runs),
+            str(sum(not_ok(r) for r in runs)),
+            str(sum(sim_429(r) for r in runs)),
+        ])
+    table(["path", "achieved/s", "TTFT p50", "TTFT p99", "stream p50", "stream p99", "non-2xx + errors",
+           "sim 429s"], rows)
+    rows = []
+    for p in ["gateway", "nginx"]:
+        d50 = [(x["ttft_ms"]["p50"] - y["ttft_ms"]["p50"]) * 1000 for x, y in zip(st[p], st["direct"])]
+        d99 = [(x["ttft_ms"]["p99"] - y["ttft_ms"]["p99"]) * 1000 for x, y in zip(st[p], st["direct"])]
+        cpu = [cpu_us_per_req(x) for x in st[p]]
+        rows.append([p, med(d50, "{:+.0f}"), med(d99, "{:+.0f}"), med(cpu, "{:.0f}")])
+    table(["path", "added TTFT p50 µs", "added TTFT p99 µs", "proxy CPU µs/stream"], rows)
+
+    # -- closed loop ----------------------------------------------------------
+    mx = kinds["max"]
+    print(f"### One-shot, closed loop, {mx['direct'][0]['connections']} connections\n")
+    rows = []
+    for p in PATHS:
+        runs = mx[p]
+        rows.append([
+            p,
+            med((r["ok_rate"] for r in runs), "{:,.0f}"),
+            med(r["latency_ms"]["p50"] for r in runs),
+            med(r["latency_ms"]["p99"] for r in runs),
+            med((cpu_us_per_req(r) for r in runs), "{:.0f}") if p != "direct" else "—",
+            str(sum(not_ok(r) for r in runs)),
+        ])
+    table(["path", "responses/s", "p50", "p99", "proxy CPU µs/request", "non-2xx + errors"], rows)
+    ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
+    print(f"gateway / nginx throughput: {med(ratio)}\n")
+
+    # -- memory ---------------------------------------------------------------
+    def kib(path, key):
+        for line in (work / path).read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+        return 0
+
+    peaks = []
+    for r in range(1, rounds + 1):
+        samples = [int(x) for x in (work / f"max-gateway-{r}.rss.txt").read_text().split()]
+        peaks.append(max(samples) / 1024)
+    print("### Gateway memory\n")
+    table(["when", "MiB"], [
+        ["idle after start (VmRSS)", f"{kib('gateway-rss-idle.txt', 'VmRSS') / 1024:.1f}"],
+        ["peak during the closed-loop runs (VmRSS sampled every 100 ms)", med(peaks, "{:.1f}")],
+        ["after all runs (VmRSS)", f"{kib('gateway-rss-after.txt', 'VmRSS') / 1024:.1f}"],
+        ["high-water mark over the session (VmHWM)", f"{kib('gateway-rss-after.txt', 'VmHWM') / 1024:.1f}"],
+    ])
+
+    statuses = [line for line in (work / "gateway-metrics.txt").read_text().splitlines()
+                if line.startswith("tollgate_requests_total")]
+    print("gateway requests by status (whole session, warm-up included):")
+    for line in statuses:
+        print("  " + line)
+
+
+if __name__ == "__main__":
+    main()
