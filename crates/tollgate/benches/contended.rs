@@ -54,17 +54,14 @@ fn run(concurrency: u64, per_task: usize, serial: bool) -> (f64, usize) {
                 for _ in 0..per_task {
                     let lease = c.acquire(&call, Deadline::NONE).await.expect("admitted");
                     let a = lease.admission();
-                    let entry = if serial {
-                        (0, a.ticket)
-                    } else {
-                        (a.grant_order, a.ticket)
-                    };
-                    drop(lease);
-                    entries.push(entry);
                     if serial {
-                        tickets.lock().push(entry);
-                        entries.clear();
+                        // Recorded while the only permit is held, so the
+                        // recording order is the admission order.
+                        tickets.lock().push((0, a.ticket));
+                    } else {
+                        entries.push((a.grant_order, a.ticket));
                     }
+                    drop(lease);
                 }
                 tickets.lock().extend(entries);
             }));
