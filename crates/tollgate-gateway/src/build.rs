@@ -12,7 +12,7 @@ use tollgate_openai::tokens::TokenEstimator;
 
 use crate::auth::{Authenticator, hash_key};
 use crate::config::{ConfigError, GatewayConfig, ModelKind as ConfiguredKind};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ModelMetrics};
 use crate::provider::{GatewayProvider, GatewayRequest};
 use crate::state::{AppState, Bounds, Model, ModelKind, TenantSlot};
 
@@ -131,8 +131,10 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
         let scope = upstream
             .scope_id(&m.scope_name())
             .unwrap_or(tollgate::ScopeId::FIRST);
+        let handles = ModelMetrics::new(m.kind.as_str(), &m.name);
         let observer_name = Arc::clone(&name);
         let observer_metrics = metrics.clone();
+        let observer_handles = handles.clone();
         let mut sb = Supervisor::builder(upstream.clone(), GatewayProvider::new(http.clone()))
             .scope(scope)
             .policy(config.retry)
@@ -142,7 +144,7 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
                 Ok::<TokenEstimate, _>(r.estimate)
             }))
             .observer(Arc::new(move |report: &CallReport| {
-                observer_metrics.call(&observer_name, report);
+                observer_metrics.call(&observer_name, &observer_handles, report);
             }));
         if let Some(pool) = upstream.pool_id(&m.pool_name()) {
             sb = sb.pool(pool);
@@ -161,6 +163,7 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
                 supervisor,
                 fallbacks: m.fallbacks.iter().map(|f| Arc::from(f.as_str())).collect(),
                 estimator: TokenEstimator::new().with_default_output(m.default_max_tokens),
+                metrics: handles,
             }),
         );
     }

@@ -12,6 +12,54 @@ use tollgate::lifecycle::{CallReport, CircuitState};
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// Metric handles of one model, registered once so that a successful
+/// request records its figures without building label sets or allocating.
+#[derive(Clone, Debug)]
+pub struct ModelMetrics {
+    ok: metrics::Counter,
+    latency: metrics::Histogram,
+    ttft: metrics::Histogram,
+    quota_wait: metrics::Histogram,
+    concurrency_wait: metrics::Histogram,
+    completed: metrics::Counter,
+}
+
+impl ModelMetrics {
+    /// The handles of `model` on `route`.
+    pub fn new(route: &'static str, model: &str) -> Self {
+        let m = || model.to_owned();
+        ModelMetrics {
+            ok: counter!("tollgate_requests_total", "route" => route, "model" => m(), "status" => "200"),
+            latency: histogram!("tollgate_upstream_latency_seconds", "model" => m()),
+            ttft: histogram!("tollgate_time_to_first_token_seconds", "model" => m()),
+            quota_wait: histogram!("tollgate_quota_wait_seconds", "model" => m()),
+            concurrency_wait: histogram!("tollgate_concurrency_wait_seconds", "model" => m()),
+            completed: counter!("tollgate_calls_total", "model" => m(), "terminal" => "completed"),
+        }
+    }
+
+    /// A successful request: status 200, its upstream time (whole response,
+    /// or first chunk of a stream) and its admission waits (SPEC OBS-4).
+    pub fn success(
+        &self,
+        stream: bool,
+        upstream: Duration,
+        quota: Duration,
+        concurrency: Duration,
+    ) {
+        self.ok.increment(1);
+        let h = if stream { &self.ttft } else { &self.latency };
+        h.record(upstream.as_secs_f64());
+        self.quota_wait.record(quota.as_secs_f64());
+        self.concurrency_wait.record(concurrency.as_secs_f64());
+    }
+
+    /// A completed call (the common case of the supervisor's reports).
+    pub fn completed(&self) {
+        self.completed.increment(1);
+    }
+}
+
 /// The process's metrics recorder and helpers. Cloning is cheap.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -73,26 +121,12 @@ impl Metrics {
             .increment(1);
     }
 
-    /// Upstream time: whole response (one-shot) or first chunk (stream).
-    pub fn upstream_latency(&self, model: &str, stream: bool, took: Duration) {
-        let name = if stream {
-            "tollgate_time_to_first_token_seconds"
-        } else {
-            "tollgate_upstream_latency_seconds"
-        };
-        histogram!(name, "model" => model.to_owned()).record(took.as_secs_f64());
-    }
-
-    /// What one admission waited for (SPEC OBS-4).
-    pub fn admission(&self, model: &str, quota: Duration, concurrency: Duration) {
-        histogram!("tollgate_quota_wait_seconds", "model" => model.to_owned())
-            .record(quota.as_secs_f64());
-        histogram!("tollgate_concurrency_wait_seconds", "model" => model.to_owned())
-            .record(concurrency.as_secs_f64());
-    }
-
     /// A call of `model` ended (from the supervisor's observer).
-    pub fn call(&self, model: &Arc<str>, report: &CallReport) {
+    pub fn call(&self, model: &Arc<str>, handles: &ModelMetrics, report: &CallReport) {
+        if report.terminal == tollgate::lifecycle::Terminal::Completed && report.attempts <= 1 {
+            handles.completed();
+            return;
+        }
         let model = model.to_string();
         counter!("tollgate_calls_total", "model" => model.clone(), "terminal" => report.terminal.as_str()).increment(1);
         if report.attempts > 1 {

@@ -38,6 +38,8 @@ pub struct Model {
     pub fallbacks: Vec<Arc<str>>,
     /// Token estimation with this model's default output allowance.
     pub estimator: TokenEstimator,
+    /// Its metric handles.
+    pub metrics: crate::metrics::ModelMetrics,
 }
 
 /// A tenant's admission slot: its quota scope and its pool (SPEC POOL-1).

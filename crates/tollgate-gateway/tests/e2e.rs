@@ -257,6 +257,11 @@ async fn health_readiness_and_metrics() {
         "tollgate_pool_in_use",
         "tollgate_quota_available",
         "tollgate_circuit_state",
+        // The success path records through pre-registered handles (OBS-4).
+        r#"tollgate_requests_total{route="chat",model="chat",status="200"}"#,
+        r#"tollgate_upstream_latency_seconds_count{model="chat"}"#,
+        r#"tollgate_quota_wait_seconds_count{model="chat"}"#,
+        r#"tollgate_concurrency_wait_seconds_count{model="chat"}"#,
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }

@@ -91,14 +91,13 @@ pub async fn handle<R: Route>(
         let result = if R::is_stream(&request) {
             match model.supervisor.stream(&call, options).await {
                 Ok(stream) => {
-                    app.metrics
-                        .upstream_latency(&model.name, true, started.elapsed());
-                    if let Some(lease) = stream.lease() {
-                        let a = lease.admission();
-                        app.metrics
-                            .admission(&model.name, a.quota_wait, a.concurrency_wait);
-                    }
-                    app.metrics.request(route, &model.name, 200);
+                    let a = stream.lease().map(|l| *l.admission()).unwrap_or_default();
+                    model.metrics.success(
+                        true,
+                        started.elapsed(),
+                        a.quota_wait,
+                        a.concurrency_wait,
+                    );
                     let body = SseBody::new(
                         stream,
                         tenant_lease,
@@ -119,9 +118,13 @@ pub async fn handle<R: Route>(
         } else {
             match model.supervisor.invoke(&call, options).await {
                 Ok(done) => {
-                    app.metrics
-                        .upstream_latency(&model.name, false, started.elapsed());
-                    return Ok(one_shot(app, route, model, done, tenant_lease));
+                    model.metrics.success(
+                        false,
+                        started.elapsed(),
+                        done.admission.quota_wait,
+                        done.admission.concurrency_wait,
+                    );
+                    return Ok(one_shot(done, tenant_lease));
                 }
                 Err(e) => e,
             }
@@ -144,24 +147,12 @@ pub async fn handle<R: Route>(
 
 /// The response of a completed one-shot call; the tenant's tokens are
 /// settled with what the upstream reported.
-fn one_shot(
-    app: &AppState,
-    route: &'static str,
-    model: &Model,
-    done: Completed<Bytes>,
-    mut tenant_lease: Lease,
-) -> Response {
-    app.metrics.admission(
-        &model.name,
-        done.admission.quota_wait,
-        done.admission.concurrency_wait,
-    );
+fn one_shot(done: Completed<Bytes>, mut tenant_lease: Lease) -> Response {
     let used = done
         .settlement
         .and_then(|s| s.reported)
         .map_or(Usage::UNKNOWN, Usage::known);
     let _ = tenant_lease.reconcile(used);
-    app.metrics.request(route, &model.name, 200);
     let mut response = (StatusCode::OK, done.response).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
