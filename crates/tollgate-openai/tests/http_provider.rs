@@ -304,6 +304,56 @@ async fn slow_headers_hit_the_attempt_timeout() {
     assert_eq!(err.kind, ErrorKind::Timeout);
 }
 
+// proves: RT-2 (a silent upstream is a retryable timeout), DL-4 (the read
+// timeout bounds the wait for headers even without an attempt timeout)
+#[tokio::test]
+async fn the_read_timeout_bounds_the_wait_for_headers() {
+    let server = sim(SimConfig {
+        slow_headers_rate: 1.0,
+        slow_headers_delay: Duration::from_secs(600),
+        ..SimConfig::default()
+    })
+    .await;
+    let provider = HttpProvider::builder(server.openai_base_url())
+        .read_timeout(Duration::from_millis(200))
+        .build()
+        .expect("provider");
+    let err = bounded(provider.call(&upstream(false, false), attempt(None)))
+        .await
+        .expect_err("timeout");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(err.message.contains("read timeout"), "{}", err.message);
+    let err = open_err(&provider, &upstream(true, false), attempt(None)).await;
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+}
+
+// proves: LC-3 (a stream that stalls past the read timeout ends with
+// StreamBroken, its permits freed instead of held to the deadline)
+#[tokio::test]
+async fn a_stalled_stream_breaks_at_the_read_timeout() {
+    let server = sim(SimConfig {
+        completion_tokens: 4,
+        per_token: Duration::from_secs(600),
+        ..SimConfig::default()
+    })
+    .await;
+    let provider = HttpProvider::builder(server.openai_base_url())
+        .read_timeout(Duration::from_millis(200))
+        .build()
+        .expect("provider");
+    let stream = bounded(provider.stream(&upstream(true, false), attempt(None)))
+        .await
+        .expect("stream opens");
+    let items = drain(stream).await;
+    match items.last() {
+        Some(Err(err)) => {
+            assert_eq!(err.kind, ErrorKind::StreamBroken, "{err:?}");
+            assert!(err.message.contains("read timeout"), "{}", err.message);
+        }
+        other => panic!("stream ended with {other:?}"),
+    }
+}
+
 // proves: RT-2 (connection failures are Connect, retryable)
 #[tokio::test]
 async fn refused_connections_are_connect_failures() {

@@ -7,6 +7,7 @@ use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use tollgate::lifecycle::{ErrorKind, ProviderError};
 
+use super::transport::{BodyError, SendError};
 use crate::rate_limit::RateLimitHints;
 use crate::wire::ErrorResponse;
 
@@ -16,34 +17,23 @@ const MAX_MESSAGE_CHARS: usize = 512;
 /// What replaces a secret in a message.
 const REDACTED: &str = "[redacted]";
 
-/// A failure of `send()` (no response yet): a timeout of the attempt's
-/// transport, or a connection that could not be made or broke before the
-/// response headers (SPEC RT-2: both retryable).
-pub(super) fn send_error(err: reqwest::Error, secret: Option<&str>) -> ProviderError {
-    let kind = if err.is_builder() {
-        ErrorKind::Client
-    } else if err.is_connect() {
-        // A connect timeout is a failure to connect.
-        ErrorKind::Connect
-    } else if err.is_timeout() {
-        ErrorKind::Timeout
-    } else {
-        ErrorKind::Connect
-    };
-    ProviderError::new(kind, describe(&err.without_url(), secret))
+/// A failure of `send()` (no response yet): a connection that could not
+/// be made (a connect timeout included), or that broke before the response
+/// headers (SPEC RT-2: retryable). The attempt's own timeout is applied
+/// around `send()`, not here.
+pub(super) fn send_error(err: &SendError, secret: Option<&str>) -> ProviderError {
+    ProviderError::new(ErrorKind::Connect, describe(err, secret))
 }
 
 /// A failure while reading a one-shot body: the response started but did
 /// not arrive whole.
-pub(super) fn body_error(err: reqwest::Error, secret: Option<&str>) -> ProviderError {
-    let kind = if err.is_timeout() {
-        ErrorKind::Timeout
-    } else if err.is_decode() {
-        ErrorKind::Protocol
-    } else {
-        ErrorKind::Connect
+pub(super) fn body_error(err: &BodyError, secret: Option<&str>) -> ProviderError {
+    let kind = match err {
+        BodyError::ReadTimeout(_) => ErrorKind::Timeout,
+        BodyError::Http(e) if e.is_parse() => ErrorKind::Protocol,
+        _ => ErrorKind::Connect,
     };
-    ProviderError::new(kind, describe(&err.without_url(), secret))
+    ProviderError::new(kind, describe(err, secret))
 }
 
 /// A non-2xx answer: the RT-2 class of its status, the server's retry floor

@@ -9,7 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue, Response, Uri};
+use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -19,6 +20,7 @@ use super::classify::{body_error, declared_message, sanitize, send_error, status
 use super::config::{BuildError, HttpProviderBuilder};
 use super::request::{Endpoint, UpstreamRequest};
 use super::stream::{BodyStream, ChunkStream, engine_usage, parse_object};
+use super::transport::{BodyChunks, BodyError, HttpClient};
 use crate::sse::SseDecoder;
 
 /// The media type of a server-sent-events body.
@@ -26,7 +28,7 @@ const EVENT_STREAM: &[u8] = b"text/event-stream";
 
 /// An OpenAI-compatible upstream reached over HTTP(S).
 ///
-/// One provider holds one `reqwest::Client` (connection pooling, rustls)
+/// One provider holds one [`HttpClient`] (connection pooling, rustls)
 /// and the endpoint URLs of one base URL; clones share both. Each attempt
 /// is one `POST` of the request's pre-serialised body:
 ///
@@ -48,10 +50,10 @@ pub struct HttpProvider {
 }
 
 struct Inner {
-    client: reqwest::Client,
+    client: HttpClient,
     base_url: String,
-    chat_url: reqwest::Url,
-    embeddings_url: reqwest::Url,
+    chat_url: Uri,
+    embeddings_url: Uri,
     /// Sent with one-shot requests (auth, content type, extra headers).
     one_shot_headers: HeaderMap,
     /// Sent with stream requests.
@@ -86,7 +88,7 @@ impl HttpProvider {
     }
 
     /// The URL an endpoint is sent to.
-    pub fn url(&self, endpoint: Endpoint) -> &reqwest::Url {
+    pub fn url(&self, endpoint: Endpoint) -> &Uri {
         match endpoint {
             Endpoint::ChatCompletions => &self.inner.chat_url,
             Endpoint::Embeddings => &self.inner.embeddings_url,
@@ -95,7 +97,7 @@ impl HttpProvider {
 
     /// The HTTP client (share it with other providers through
     /// [`HttpProviderBuilder::client`] to share one connection pool).
-    pub fn client(&self) -> &reqwest::Client {
+    pub fn client(&self) -> &HttpClient {
         &self.inner.client
     }
 
@@ -109,43 +111,64 @@ impl HttpProvider {
         request: &UpstreamRequest,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
-    ) -> Result<reqwest::Response, ProviderError> {
+    ) -> Result<Response<Incoming>, ProviderError> {
         let headers = if request.is_stream() {
             &self.inner.stream_headers
         } else {
             &self.inner.one_shot_headers
         };
-        let send = self
-            .inner
-            .client
-            .post(self.url(request.endpoint()).clone())
-            .headers(headers.clone())
-            .body(request.body().clone())
-            .send();
-        within(deadline, timeout, "waiting for the response headers", send)
+        let send = self.inner.client.post(
+            self.url(request.endpoint()),
+            headers,
+            request.body().clone(),
+        );
+        let response = match self.inner.client.read_timeout() {
+            None => within(deadline, timeout, "waiting for the response headers", send).await?,
+            Some(read) => within(
+                deadline,
+                timeout,
+                "waiting for the response headers",
+                tokio::time::timeout(read, send),
+            )
             .await?
-            .map_err(|err| send_error(err, self.secret()))
+            .map_err(|_| {
+                ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no response headers from the upstream within the read timeout of {read:?}"
+                    ),
+                )
+            })?,
+        };
+        response.map_err(|err| send_error(&err, self.secret()))
+    }
+
+    /// The body of a response as chunks, under the client's read timeout.
+    fn chunks(&self, response: Response<Incoming>) -> BodyChunks {
+        BodyChunks::new(response.into_body(), self.inner.client.read_timeout())
     }
 
     /// The error for a non-2xx response, with as much of its body as fits
     /// in the limit and the time left.
     async fn status_error(
         &self,
-        mut response: reqwest::Response,
+        response: Response<Incoming>,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> ProviderError {
         let limit = self.inner.max_error_body;
+        let (parts, body) = response.into_parts();
+        let mut chunks = BodyChunks::new(body, self.inner.client.read_timeout());
         let read = async {
             let mut body = Vec::new();
             while body.len() < limit {
-                match response.chunk().await {
-                    Ok(Some(chunk)) => {
+                match chunks.next().await {
+                    Some(Ok(chunk)) => {
                         let take = chunk.len().min(limit - body.len());
                         body.extend_from_slice(chunk.get(..take).unwrap_or_default());
                     }
-                    Ok(None) => return Some(body),
-                    Err(_) => return None,
+                    None => return Some(body),
+                    Some(Err(_)) => return None,
                 }
             }
             Some(body)
@@ -154,12 +177,7 @@ impl HttpProvider {
             .await
             .ok()
             .flatten();
-        let err = status_error(
-            response.status(),
-            response.headers(),
-            body.as_deref(),
-            self.secret(),
-        );
+        let err = status_error(parts.status, &parts.headers, body.as_deref(), self.secret());
         tracing::debug!(
             status = err.status,
             kind = %err.kind,
@@ -190,10 +208,10 @@ impl HttpProvider {
             deadline,
             timeout,
             "reading the response body",
-            response.bytes(),
+            collect(self.chunks(response)),
         )
         .await?
-        .map_err(|err| body_error(err, self.secret()))?;
+        .map_err(|err| body_error(&err, self.secret()))?;
         let usage = one_shot_usage(&body, status.as_u16(), self.secret())?;
         Ok(Reply { body, usage })
     }
@@ -228,12 +246,7 @@ impl HttpProvider {
                 )
             });
         }
-        // Body errors keep no URL: messages carry no request details.
-        let body: BodyStream = Box::pin(
-            response
-                .bytes_stream()
-                .map(|chunk| chunk.map_err(reqwest::Error::without_url)),
-        );
+        let body: BodyStream = Box::pin(self.chunks(response));
         let decoder = SseDecoder::with_max_event_size(self.inner.max_event_size);
         Ok(
             ChunkStream::with_decoder(body, decoder, request.forward_usage())
@@ -335,28 +348,62 @@ impl HttpProviderBuilder {
 }
 
 /// The chat and embeddings URLs below `base` (its query string kept).
-fn endpoint_urls(base: &str) -> Result<(reqwest::Url, reqwest::Url), BuildError> {
+fn endpoint_urls(base: &str) -> Result<(Uri, Uri), BuildError> {
     let invalid = |reason: &str| BuildError::BaseUrl {
         url: base.to_owned(),
         reason: reason.to_owned(),
     };
-    let url = reqwest::Url::parse(base).map_err(|e| invalid(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid("the scheme must be http or https"));
-    }
-    if url.cannot_be_a_base() || url.host().is_none() {
-        return Err(invalid("it needs a host"));
-    }
-    if url.fragment().is_some() {
+    if base.contains('#') {
         return Err(invalid("it must not have a #fragment"));
     }
-    let at = |endpoint: Endpoint| {
-        let mut full = url.clone();
-        let path = format!("{}/{}", url.path().trim_end_matches('/'), endpoint.path());
-        full.set_path(&path);
-        full
+    let uri: Uri = base
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    let Some(authority) = uri.authority() else {
+        return Err(invalid("it needs a host"));
     };
-    Ok((at(Endpoint::ChatCompletions), at(Endpoint::Embeddings)))
+    if authority.host().is_empty() {
+        return Err(invalid("it needs a host"));
+    }
+    if authority.as_str().contains('@') {
+        return Err(invalid(
+            "credentials in the URL are not supported (use api_key or headers)",
+        ));
+    }
+    let at = |endpoint: Endpoint| {
+        let path = format!("{}/{}", uri.path().trim_end_matches('/'), endpoint.path());
+        let path_and_query = match uri.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        Uri::builder()
+            .scheme(uri.scheme_str().unwrap_or("http"))
+            .authority(authority.as_str())
+            .path_and_query(path_and_query)
+            .build()
+            .map_err(|e| invalid(&e.to_string()))
+    };
+    Ok((at(Endpoint::ChatCompletions)?, at(Endpoint::Embeddings)?))
+}
+
+/// A one-shot body, whole. A body of one chunk is kept as it arrived.
+async fn collect(mut chunks: BodyChunks) -> Result<Bytes, BodyError> {
+    let Some(first) = chunks.next().await.transpose()? else {
+        return Ok(Bytes::new());
+    };
+    let Some(second) = chunks.next().await.transpose()? else {
+        return Ok(first);
+    };
+    let mut body = Vec::with_capacity(first.len() + second.len());
+    body.extend_from_slice(&first);
+    body.extend_from_slice(&second);
+    while let Some(chunk) = chunks.next().await.transpose()? {
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
 }
 
 /// The instant the attempt's transport must be done by, if it is bounded.
@@ -482,11 +529,11 @@ mod tests {
             .build()
             .expect("provider");
         assert_eq!(
-            p.url(Endpoint::ChatCompletions).as_str(),
+            p.url(Endpoint::ChatCompletions).to_string(),
             "http://127.0.0.1:9/v1/chat/completions"
         );
         assert_eq!(
-            p.url(Endpoint::Embeddings).as_str(),
+            p.url(Endpoint::Embeddings).to_string(),
             "http://127.0.0.1:9/v1/embeddings"
         );
         let azure = HttpProvider::builder(
@@ -495,7 +542,7 @@ mod tests {
         .build()
         .expect("provider");
         assert_eq!(
-            azure.url(Endpoint::ChatCompletions).as_str(),
+            azure.url(Endpoint::ChatCompletions).to_string(),
             "https://x.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-06-01"
         );
         // The key never shows in debug output.

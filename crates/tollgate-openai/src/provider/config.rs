@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::HeaderMap;
 
 use super::stream::DEFAULT_END_GRACE;
+use super::transport::{ClientError, ClientSettings, HttpClient};
 use crate::sse::DEFAULT_MAX_EVENT_SIZE;
 
 /// Default time allowed to establish a connection.
@@ -78,7 +79,7 @@ pub enum BuildError {
     },
     /// The HTTP client could not be created (e.g. no TLS roots).
     #[error("cannot create the upstream HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
+    Client(#[source] ClientError),
 }
 
 /// Settings of an [`HttpProvider`](super::HttpProvider); created by
@@ -96,7 +97,7 @@ pub struct HttpProviderBuilder {
     pub(super) max_error_body: usize,
     pub(super) stream_end_grace: Duration,
     pub(super) headers: HeaderMap,
-    pub(super) client: Option<reqwest::Client>,
+    pub(super) client: Option<HttpClient>,
 }
 
 impl fmt::Debug for HttpProviderBuilder {
@@ -212,39 +213,34 @@ impl HttpProviderBuilder {
     /// connection pool) instead of building one. The connect timeout, read
     /// timeout and pool settings of this builder are then not applied; they
     /// are the client's.
-    pub fn client(mut self, client: reqwest::Client) -> Self {
+    pub fn client(mut self, client: HttpClient) -> Self {
         self.client = Some(client);
         self
     }
 
-    /// The `reqwest::Client` these settings describe (one per process is
-    /// enough: it pools connections per host).
+    /// The [`HttpClient`] these settings describe (one per process and
+    /// host is enough: it pools connections).
     ///
     /// # Errors
     /// [`BuildError::MustBePositive`] for a zero connect or read timeout;
-    /// [`BuildError::Client`] when the client cannot be created.
-    pub fn build_client(&self) -> Result<reqwest::Client, BuildError> {
+    /// [`BuildError::Client`] when the TLS configuration cannot be created.
+    pub fn build_client(&self) -> Result<HttpClient, BuildError> {
         if self.connect_timeout.is_zero() {
             return Err(BuildError::MustBePositive {
                 field: "connect_timeout",
             });
         }
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .pool_idle_timeout(self.pool_idle_timeout)
-            .pool_max_idle_per_host(self.pool_max_idle_per_host)
-            // An API call is never redirected; following one would also
-            // cost a redirect check per request.
-            .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true);
-        if let Some(read) = self.read_timeout {
-            if read.is_zero() {
-                return Err(BuildError::MustBePositive {
-                    field: "read_timeout",
-                });
-            }
-            builder = builder.read_timeout(read);
+        if self.read_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(BuildError::MustBePositive {
+                field: "read_timeout",
+            });
         }
-        builder.build().map_err(BuildError::Client)
+        HttpClient::new(&ClientSettings {
+            connect_timeout: self.connect_timeout,
+            read_timeout: self.read_timeout,
+            pool_idle_timeout: self.pool_idle_timeout,
+            pool_max_idle_per_host: self.pool_max_idle_per_host,
+        })
+        .map_err(BuildError::Client)
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! * [`UpstreamRequest`]: the body the gateway serialised once per call,
 //!   with its endpoint and stream flags; cheap to clone per attempt.
-//! * [`HttpProvider`]: one shared `reqwest` client with connection pooling;
+//! * [`HttpProvider`]: one shared [`HttpClient`] (hyper, rustls) with
+//!   connection pooling;
 //!   one-shot attempts return the upstream body byte for byte with its usage,
 //!   streams yield [`ChunkStream`] events.
 //! * [`HttpProviderBuilder`]: base URL, key, timeouts and pool settings,
@@ -14,6 +15,7 @@ mod client;
 mod config;
 mod request;
 mod stream;
+mod transport;
 
 pub use client::HttpProvider;
 pub use config::{
@@ -22,6 +24,7 @@ pub use config::{
 };
 pub use request::{Endpoint, UpstreamRequest};
 pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};
+pub use transport::{BodyChunks, BodyError, ClientError, HttpClient, SendError};
 
 #[cfg(test)]
 mod tests;

@@ -43,11 +43,12 @@ use tokio::time::Sleep;
 use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
 
 use super::classify::{declared_message, describe, sanitize};
+use super::transport::BodyError;
 use crate::sse::{DONE_FRAME, SseDecoder, SseError, SseEvent, SseItem, SseStream, SseStreamError};
 use crate::wire;
 
 /// The body of an upstream response as the HTTP client yields it.
-pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
 
 /// One item of a [`ChunkStream`].
 pub type ChunkItem = Result<StreamEvent<Bytes>, ProviderError>;

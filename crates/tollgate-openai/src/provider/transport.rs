@@ -1,0 +1,227 @@
+//! The HTTP client under [`HttpProvider`](super::HttpProvider): hyper's
+//! pooling client over TCP or rustls, and the body types it yields.
+//!
+//! A provider sends one `POST` per attempt and nothing else: no redirects,
+//! no proxies, no cookies, no decompression. Using hyper directly keeps the
+//! per-request work to building one request from pre-built parts (a shared
+//! `Uri`, a cloned header map, the body's `Bytes`), which is most of what an
+//! idle gateway spends per call.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_core::Stream;
+use http::{HeaderMap, Method, Request, Response, Uri};
+use http_body_util::{BodyDataStream, Full};
+use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Sleep;
+
+/// Settings of an [`HttpClient`].
+#[derive(Debug, Clone)]
+pub(super) struct ClientSettings {
+    pub(super) connect_timeout: Duration,
+    pub(super) read_timeout: Option<Duration>,
+    pub(super) pool_idle_timeout: Option<Duration>,
+    pub(super) pool_max_idle_per_host: usize,
+}
+
+/// A pooling HTTP/1.1 and HTTP/2 client (TLS by rustls with the platform's
+/// certificate verifier; HTTP/2 when the server offers it through ALPN).
+///
+/// Clones share one connection pool: give one client to several
+/// [`HttpProvider`](super::HttpProvider)s of the same host through
+/// [`HttpProviderBuilder::client`](super::HttpProviderBuilder::client).
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    read_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The TLS configuration could not be created (e.g. the platform's
+/// certificate store is unusable).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ClientError(#[from] rustls::Error);
+
+impl HttpClient {
+    pub(super) fn new(settings: &ClientSettings) -> Result<Self, ClientError> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let tls = {
+            use rustls_platform_verifier::BuilderVerifierExt;
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_platform_verifier()?
+                .with_no_client_auth()
+        };
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(settings.connect_timeout));
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(tcp);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(settings.pool_idle_timeout)
+            .pool_max_idle_per_host(settings.pool_max_idle_per_host)
+            .build(connector);
+        Ok(HttpClient {
+            client,
+            read_timeout: settings.read_timeout,
+        })
+    }
+
+    /// The longest silence allowed between two reads of a response.
+    pub(super) fn read_timeout(&self) -> Option<Duration> {
+        self.read_timeout
+    }
+
+    /// Starts a `POST` of `body` to `uri`; resolves with the response head.
+    pub(super) fn post(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = headers.clone();
+        let sent = self.client.request(request);
+        async move { sent.await.map_err(SendError) }
+    }
+}
+
+/// A request that got no response (connecting failed, or the connection
+/// broke before the response head).
+#[derive(Debug)]
+pub struct SendError(hyper_util::client::legacy::Error);
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_connect() {
+            f.write_str("cannot connect to the upstream")
+        } else {
+            f.write_str("the upstream connection failed before a response")
+        }
+    }
+}
+
+impl StdError for SendError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        // The client's own error only says "client error (…)": its source
+        // is the part worth showing.
+        self.0.source()
+    }
+}
+
+/// A failure while reading a response body.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BodyError {
+    /// The connection failed or the body was malformed.
+    #[error("reading the upstream body failed")]
+    Http(#[source] hyper::Error),
+    /// Nothing arrived for longer than the client's read timeout.
+    #[error("no data from the upstream for {0:?} (read timeout)")]
+    ReadTimeout(Duration),
+}
+
+impl BodyError {
+    /// Whether the read timed out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, BodyError::ReadTimeout(_))
+    }
+}
+
+/// The data of a response body as a stream of chunks, failing with
+/// [`BodyError::ReadTimeout`] when a gap between chunks exceeds the read
+/// timeout.
+pub struct BodyChunks {
+    body: BodyDataStream<Incoming>,
+    read_timeout: Option<Duration>,
+    /// One timer per body, re-armed (not re-created) for each read.
+    timer: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+    done: bool,
+}
+
+impl BodyChunks {
+    pub(super) fn new(body: Incoming, read_timeout: Option<Duration>) -> Self {
+        BodyChunks {
+            body: BodyDataStream::new(body),
+            read_timeout,
+            timer: None,
+            armed: false,
+            done: false,
+        }
+    }
+}
+
+impl fmt::Debug for BodyChunks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyChunks")
+            .field("read_timeout", &self.read_timeout)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for BodyChunks {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(item) = Pin::new(&mut this.body).poll_next(cx) {
+            this.armed = false;
+            if !matches!(item, Some(Ok(_))) {
+                this.done = true;
+            }
+            return Poll::Ready(item.map(|r| r.map_err(BodyError::Http)));
+        }
+        let Some(limit) = this.read_timeout else {
+            return Poll::Pending;
+        };
+        if !this.armed {
+            let at = tokio::time::Instant::now() + limit;
+            match this.timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(at),
+                None => this.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+            }
+            this.armed = true;
+        }
+        let Some(timer) = this.timer.as_mut() else {
+            return Poll::Pending;
+        };
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                this.done = true;
+                Poll::Ready(Some(Err(BodyError::ReadTimeout(limit))))
+            }
+        }
+    }
+}
