@@ -197,7 +197,7 @@ proptest! {
         let (mut requests, mut tokens) = (Vec::new(), Vec::new());
         for (dt, n) in arrivals {
             now += Duration::from_millis(dt);
-            if store.try_reserve(&Demand::new(n), now, Hold::Leased) {
+            if store.try_reserve(&Demand::new(n), now, Hold::Leased).is_some() {
                 requests.push((now, 1));
                 tokens.push((now, n));
             }

@@ -631,9 +631,10 @@ impl Inner {
             let hold = if permit { Hold::Leased } else { Hold::Pending };
             let reserved = st.store.try_reserve(demand, now, hold);
             match reserved {
-                true => {
+                Some(tick) => {
                     let reservation = Reservation {
                         stamp: now,
+                        tick,
                         demand: *demand,
                         hold,
                     };
@@ -668,7 +669,7 @@ impl Inner {
                         }
                     }
                 }
-                false => {
+                None => {
                     if permit {
                         self.pools.release(pool);
                     }

@@ -63,6 +63,7 @@ pub(crate) enum Outcome {
     /// place for a concurrency permit.
     Granted {
         stamp: Instant,
+        tick: u64,
         generation: u64,
         order: u64,
         permit: PermitSlot,
@@ -112,6 +113,7 @@ impl Waiter {
         match self.outcome {
             Outcome::Granted {
                 stamp,
+                tick,
                 generation,
                 order,
                 permit,
@@ -119,6 +121,7 @@ impl Waiter {
                 Grant {
                     reservation: Reservation {
                         stamp,
+                        tick,
                         demand: self.demand(),
                         hold: Hold::Pending,
                     },
@@ -316,6 +319,7 @@ impl ScopeState {
                             self.grants += 1;
                             Outcome::Granted {
                                 stamp: reservation.stamp,
+                                tick: reservation.tick,
                                 generation: self.cooldown.generation,
                                 order: self.grants - 1,
                                 permit,

@@ -68,6 +68,10 @@ pub enum Hold {
 pub struct Reservation {
     /// When the amounts were taken (moved to the lease instant by `lease`).
     pub stamp: Instant,
+    /// The store's own encoding of `stamp` (for the in-process store,
+    /// nanoseconds since its epoch), set by the store whenever it stamps
+    /// the reservation, so that settling needs no clock arithmetic.
+    pub tick: u64,
     /// What was taken.
     pub demand: Demand,
     /// Pending or leased.

@@ -71,19 +71,20 @@ impl QuotaStore for LocalQuota {
     }
 
     #[inline]
-    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> bool {
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64> {
         let t = self.since_epoch(now);
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
             fits &= l.fits(demand.amount(l.dimension()));
         }
-        if fits {
-            for l in &mut self.limits {
-                l.add(demand.amount(l.dimension()), t, hold);
-            }
+        if !fits {
+            return None;
         }
-        fits
+        for l in &mut self.limits {
+            l.add(demand.amount(l.dimension()), t, hold);
+        }
+        Some(t)
     }
 
     #[cold]
@@ -113,17 +114,18 @@ impl QuotaStore for LocalQuota {
         if reservation.hold == Hold::Leased {
             return;
         }
-        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        let (t, stamp) = (self.since_epoch(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
             l.lease(stamp, reservation.demand.amount(l.dimension()), t);
         }
         reservation.stamp = now;
+        reservation.tick = t;
         reservation.hold = Hold::Leased;
     }
 
     fn refund(&mut self, reservation: &Reservation, now: Instant) {
-        let (t, stamp) = (self.since_epoch(now), self.since_epoch(reservation.stamp));
+        let (t, stamp) = (self.since_epoch(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
             l.refund(
@@ -139,7 +141,7 @@ impl QuotaStore for LocalQuota {
         if actual_tokens == reservation.demand.tokens {
             return;
         }
-        let stamp = self.since_epoch(reservation.stamp);
+        let stamp = reservation.tick;
         for l in &mut self.limits {
             if l.dimension() == Dimension::Tokens {
                 l.reconcile(stamp, reservation.demand.tokens, actual_tokens);

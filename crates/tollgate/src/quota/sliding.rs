@@ -141,6 +141,7 @@ impl SlidingWindow {
         });
     }
 
+    #[inline]
     fn locate(&self, stamp: Nanos) -> Option<usize> {
         // Most lookups are for a recent reservation: try the newest slot.
         if let Some(back) = self.log.back()

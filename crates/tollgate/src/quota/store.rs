@@ -26,11 +26,12 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
 
     /// Takes `demand` from every limit at `now`, all or nothing (SPEC Q-1).
-    /// On success the reservation is `Reservation { stamp: now, demand,
-    /// hold }`; on failure nothing changed and [`not_until`] tells why.
+    /// On success it returns the store's tick for `now`, and the
+    /// reservation is `Reservation { stamp: now, tick, demand, hold }`; on
+    /// failure nothing changed and [`not_until`] tells why.
     ///
     /// [`not_until`]: QuotaStore::not_until
-    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> bool;
+    fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64>;
 
     /// Which limits keep `demand` from fitting at `now`, and when it can
     /// (called after `try_reserve` failed at the same instant).
@@ -44,14 +45,14 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
         now: Instant,
         hold: Hold,
     ) -> Result<Reservation, NotUntil> {
-        if self.try_reserve(demand, now, hold) {
-            Ok(Reservation {
+        match self.try_reserve(demand, now, hold) {
+            Some(tick) => Ok(Reservation {
                 stamp: now,
+                tick,
                 demand: *demand,
                 hold,
-            })
-        } else {
-            Err(self.not_until(demand, now))
+            }),
+            None => Err(self.not_until(demand, now)),
         }
     }
 
