@@ -309,19 +309,21 @@ impl Authenticator {
     /// any). The presented key is hashed once and compared in constant time
     /// with every configured hash.
     ///
-    /// A missing, malformed or unknown key is an [`AuthError`], unless
-    /// anonymous access is enabled: then the request belongs to the
-    /// anonymous tenant.
+    /// A request without an `Authorization` header belongs to the
+    /// anonymous tenant when anonymous access is enabled, and is
+    /// [`AuthError::Missing`] otherwise. A presented key that is malformed
+    /// or unknown is always an [`AuthError`] (SPEC GW-2): a client with a
+    /// mistyped or revoked key is told so instead of being served quietly
+    /// as anonymous, and guessing keys shows up as 401s.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<TenantId, AuthError> {
-        let verdict = match authorization {
-            None => Err(AuthError::Missing),
+        match authorization {
+            None => self.anonymous.ok_or(AuthError::Missing),
             Some(header) => bearer_token(header).and_then(|token| {
                 find(&self.entries, &hash_key(token))
                     .map(TenantId)
                     .ok_or(AuthError::InvalidKey)
             }),
-        };
-        verdict.or_else(|e| self.anonymous.ok_or(e))
+        }
     }
 
     /// [`authenticate`](Self::authenticate) for a raw header value (HTTP
@@ -330,7 +332,7 @@ impl Authenticator {
         match authorization.map(std::str::from_utf8) {
             None => self.authenticate(None),
             Some(Ok(header)) => self.authenticate(Some(header)),
-            Some(Err(_)) => self.anonymous.ok_or(AuthError::Malformed),
+            Some(Err(_)) => Err(AuthError::Malformed),
         }
     }
 
@@ -537,7 +539,8 @@ enabled = {anonymous}
         }
     }
 
-    // proves: POOL-2 (unauthenticated traffic shares the one anonymous tenant)
+    // proves: POOL-2 (unauthenticated traffic shares the one anonymous
+    // tenant), GW-2 (a bad key is refused even then)
     #[test]
     fn anonymous_fallback_when_enabled() {
         let cfg = config(true);
@@ -548,8 +551,15 @@ enabled = {anonymous}
         assert_eq!(auth.tenant_name(anon), Some(ANONYMOUS_TENANT));
         assert_eq!(cfg.anonymous_tenant(), Some(anon));
         assert_eq!(auth.authenticate(None), Ok(anon));
-        assert_eq!(auth.authenticate(Some("Bearer sk-nobody")), Ok(anon));
-        assert_eq!(auth.authenticate(Some("Basic xyz")), Ok(anon));
+        assert_eq!(
+            auth.authenticate(Some("Bearer sk-nobody")),
+            Err(AuthError::InvalidKey)
+        );
+        assert!(auth.authenticate(Some("Basic xyz")).is_err());
+        assert_eq!(
+            auth.authenticate_bytes(Some(b"Bearer \xff")),
+            Err(AuthError::Malformed)
+        );
         assert!(auth.is_anonymous(anon));
         // A good key still identifies its own tenant.
         let alice = auth.authenticate(Some(&format!("Bearer {ALICE}"))).unwrap();
