@@ -108,7 +108,9 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
     let mut breakers = Vec::new();
     for p in &config.providers {
         let key = config.provider_api_key(p)?;
-        let mut b = HttpProvider::builder(p.base_url.clone()).connect_timeout(p.connect_timeout);
+        let mut b = HttpProvider::builder(p.base_url.clone())
+            .connect_timeout(p.connect_timeout)
+            .max_response_body(p.max_response_bytes);
         if let Some(key) = key {
             b = b.api_key(key.expose().to_owned());
         }

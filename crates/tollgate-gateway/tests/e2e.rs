@@ -316,3 +316,21 @@ provider = "up"
     assert_eq!(seen[0].body["stream_options"]["include_usage"], true);
     gw.wait_idle().await;
 }
+
+// proves: GW-7 (a provider's one-shot body is bounded by its
+// max_response_bytes: a larger one is a 502, not a body buffered without end)
+#[tokio::test]
+async fn oversized_upstream_bodies_are_a_502() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(&sim.openai_base_url()).replacen(
+        "[providers.sim]\n",
+        "[providers.sim]\nmax_response_bytes = 64\n",
+        1,
+    ))
+    .await;
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
+    let (status, _, error) = error_of(resp).await;
+    assert_eq!((status, code(&error)), (502, "upstream_error"), "{error}");
+    assert_eq!(sim.stats().requests_total, 1, "not retried");
+    gw.wait_idle().await;
+}

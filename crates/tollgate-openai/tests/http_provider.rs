@@ -354,6 +354,28 @@ async fn a_stalled_stream_breaks_at_the_read_timeout() {
     }
 }
 
+// proves: GW-7 (a one-shot upstream body is bounded: past the limit the
+// attempt fails as a protocol error instead of buffering without end)
+#[tokio::test]
+async fn one_shot_bodies_past_the_limit_fail() {
+    let server = sim(SimConfig::default()).await;
+    let provider = HttpProvider::builder(server.openai_base_url())
+        .max_response_body(64)
+        .build()
+        .expect("provider");
+    let err = bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect_err("too large");
+    assert_eq!(err.kind, ErrorKind::Protocol, "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(err.message.contains("max_response_body"), "{}", err.message);
+    // The same body fits under the default limit.
+    let provider = provider_for(&server.openai_base_url());
+    bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect("fits");
+}
+
 // proves: RT-2 (connection failures are Connect, retryable)
 #[tokio::test]
 async fn refused_connections_are_connect_failures() {

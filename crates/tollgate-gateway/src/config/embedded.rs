@@ -50,6 +50,7 @@ impl GatewayConfig {
                 api_key_env: None,
                 connect_timeout: Duration::from_secs(5),
                 attempt_timeout: Duration::from_secs(120),
+                max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
                 circuit: CircuitConfig::default(),
             }],
             scopes: vec![QuotaScope {

@@ -108,6 +108,7 @@ struct RawProvider {
     api_key_env: Option<String>,
     connect_timeout: Option<String>,
     attempt_timeout: Option<String>,
+    max_response_bytes: Option<usize>,
     #[serde(default)]
     circuit: RawCircuit,
 }
@@ -384,6 +385,9 @@ impl RawProvider {
                 self.attempt_timeout.as_ref(),
                 Duration::from_secs(120),
             )?,
+            max_response_bytes: self
+                .max_response_bytes
+                .unwrap_or(tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY),
             circuit,
             name,
         })

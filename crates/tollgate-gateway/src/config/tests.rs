@@ -326,6 +326,14 @@ fn zero_limits_are_errors() {
         "positive",
     );
     fail_at(
+        &base().replace(
+            "base_url = \"http://127.0.0.1:9/v1\"\n",
+            "base_url = \"http://127.0.0.1:9/v1\"\nmax_response_bytes = 0\n",
+        ),
+        "providers.p.max_response_bytes",
+        "positive",
+    );
+    fail_at(
         &with_model("[retry]\nmax_attempts = 0"),
         "retry.max_attempts",
         "at least 1",

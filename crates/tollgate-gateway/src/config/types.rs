@@ -171,6 +171,9 @@ pub struct ProviderConfig {
     pub connect_timeout: Duration,
     /// Local cap of one transport attempt (DL-4; default 120 s).
     pub attempt_timeout: Duration,
+    /// Largest one-shot response body accepted from the provider, in bytes
+    /// (GW-7; default 64 MiB). Streams are bounded per event instead.
+    pub max_response_bytes: usize,
     /// The provider's circuit breaker (SPEC RT-8).
     pub circuit: CircuitConfig,
 }

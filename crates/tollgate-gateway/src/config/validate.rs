@@ -492,6 +492,10 @@ fn check_provider(p: &ProviderConfig) -> Check {
     env_name(&at.key("api_key_env"), p.api_key_env.as_deref())?;
     non_zero(&at.key("connect_timeout"), p.connect_timeout)?;
     non_zero(&at.key("attempt_timeout"), p.attempt_timeout)?;
+    positive(
+        &at.key("max_response_bytes"),
+        Some(p.max_response_bytes as u64),
+    )?;
     let circuit = at.key("circuit");
     at_least_one(
         &circuit.key("failure_threshold"),

@@ -31,6 +31,7 @@ pub(super) fn body_error(err: &BodyError, secret: Option<&str>) -> ProviderError
     let kind = match err {
         BodyError::ReadTimeout(_) => ErrorKind::Timeout,
         BodyError::Http(e) if e.is_parse() => ErrorKind::Protocol,
+        BodyError::TooLarge { .. } => ErrorKind::Protocol,
         _ => ErrorKind::Connect,
     };
     ProviderError::new(kind, describe(err, secret))

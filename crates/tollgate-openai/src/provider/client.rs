@@ -62,6 +62,7 @@ struct Inner {
     secret: Option<Arc<str>>,
     max_event_size: usize,
     max_error_body: usize,
+    max_response_body: usize,
     stream_end_grace: Duration,
 }
 
@@ -208,7 +209,7 @@ impl HttpProvider {
             deadline,
             timeout,
             "reading the response body",
-            collect(self.chunks(response)),
+            collect(self.chunks(response), self.inner.max_response_body),
         )
         .await?
         .map_err(|err| body_error(&err, self.secret()))?;
@@ -298,6 +299,11 @@ impl HttpProviderBuilder {
                 field: "max_event_size",
             });
         }
+        if self.max_response_body == 0 {
+            return Err(BuildError::MustBePositive {
+                field: "max_response_body",
+            });
+        }
         if self.pool_idle_timeout.is_some_and(|t| t.is_zero()) {
             return Err(BuildError::MustBePositive {
                 field: "pool_idle_timeout",
@@ -341,6 +347,7 @@ impl HttpProviderBuilder {
                 secret,
                 max_event_size: self.max_event_size,
                 max_error_body: self.max_error_body,
+                max_response_body: self.max_response_body,
                 stream_end_grace: self.stream_end_grace,
             }),
         })
@@ -389,18 +396,29 @@ fn endpoint_urls(base: &str) -> Result<(Uri, Uri), BuildError> {
     Ok((at(Endpoint::ChatCompletions)?, at(Endpoint::Embeddings)?))
 }
 
-/// A one-shot body, whole. A body of one chunk is kept as it arrived.
-async fn collect(mut chunks: BodyChunks) -> Result<Bytes, BodyError> {
+/// A one-shot body, whole, if it is at most `limit` bytes. A body of one
+/// chunk is kept as it arrived.
+async fn collect(mut chunks: BodyChunks, limit: usize) -> Result<Bytes, BodyError> {
+    let too_large = |len: usize| {
+        if len > limit {
+            Err(BodyError::TooLarge { limit })
+        } else {
+            Ok(())
+        }
+    };
     let Some(first) = chunks.next().await.transpose()? else {
         return Ok(Bytes::new());
     };
+    too_large(first.len())?;
     let Some(second) = chunks.next().await.transpose()? else {
         return Ok(first);
     };
+    too_large(first.len().saturating_add(second.len()))?;
     let mut body = Vec::with_capacity(first.len() + second.len());
     body.extend_from_slice(&first);
     body.extend_from_slice(&second);
     while let Some(chunk) = chunks.next().await.transpose()? {
+        too_large(body.len().saturating_add(chunk.len()))?;
         body.extend_from_slice(&chunk);
     }
     Ok(Bytes::from(body))
@@ -510,6 +528,14 @@ mod tests {
                 .build(),
             Err(BuildError::MustBePositive {
                 field: "connect_timeout"
+            })
+        ));
+        assert!(matches!(
+            HttpProvider::builder("http://h/v1")
+                .max_response_body(0)
+                .build(),
+            Err(BuildError::MustBePositive {
+                field: "max_response_body"
             })
         ));
         assert!(matches!(

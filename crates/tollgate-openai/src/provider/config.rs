@@ -18,6 +18,9 @@ pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const DEFAULT_POOL_MAX_IDLE_PER_HOST: usize = 64;
 /// Default number of bytes of a non-2xx body read to find its message.
 pub const DEFAULT_MAX_ERROR_BODY: usize = 64 * 1024;
+/// Default largest one-shot response body accepted from the upstream
+/// (room for a batch of 2,048 embeddings of 1,536 floats as JSON text).
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
 /// An upstream API key. Its `Debug` output is redacted, so a key never
 /// reaches a log line through a configuration dump.
@@ -95,6 +98,7 @@ pub struct HttpProviderBuilder {
     pub(super) pool_max_idle_per_host: usize,
     pub(super) max_event_size: usize,
     pub(super) max_error_body: usize,
+    pub(super) max_response_body: usize,
     pub(super) stream_end_grace: Duration,
     pub(super) headers: HeaderMap,
     pub(super) client: Option<HttpClient>,
@@ -112,6 +116,7 @@ impl fmt::Debug for HttpProviderBuilder {
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
             .field("max_event_size", &self.max_event_size)
             .field("max_error_body", &self.max_error_body)
+            .field("max_response_body", &self.max_response_body)
             .field("stream_end_grace", &self.stream_end_grace)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("shared_client", &self.client.is_some())
@@ -130,6 +135,7 @@ impl HttpProviderBuilder {
             pool_max_idle_per_host: DEFAULT_POOL_MAX_IDLE_PER_HOST,
             max_event_size: DEFAULT_MAX_EVENT_SIZE,
             max_error_body: DEFAULT_MAX_ERROR_BODY,
+            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
             stream_end_grace: DEFAULT_END_GRACE,
             headers: HeaderMap::new(),
             client: None,
@@ -187,6 +193,17 @@ impl HttpProviderBuilder {
     /// [`DEFAULT_MAX_ERROR_BODY`]. The rest is discarded.
     pub fn max_error_body(mut self, bytes: usize) -> Self {
         self.max_error_body = bytes;
+        self
+    }
+
+    /// Largest one-shot (non-streaming) response body accepted, in bytes;
+    /// default [`DEFAULT_MAX_RESPONSE_BODY`]. A one-shot body is held in
+    /// memory whole (its usage is read before it is returned), so a larger
+    /// one fails the attempt as a protocol error instead of growing without
+    /// bound. Streams are bounded per event instead
+    /// ([`max_event_size`](Self::max_event_size)).
+    pub fn max_response_body(mut self, bytes: usize) -> Self {
+        self.max_response_body = bytes;
         self
     }
 

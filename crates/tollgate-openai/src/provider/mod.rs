@@ -19,8 +19,8 @@ mod transport;
 
 pub use client::HttpProvider;
 pub use config::{
-    ApiKey, BuildError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ERROR_BODY, DEFAULT_POOL_IDLE_TIMEOUT,
-    DEFAULT_POOL_MAX_IDLE_PER_HOST, HttpProviderBuilder,
+    ApiKey, BuildError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ERROR_BODY, DEFAULT_MAX_RESPONSE_BODY,
+    DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_POOL_MAX_IDLE_PER_HOST, HttpProviderBuilder,
 };
 pub use request::{Endpoint, UpstreamRequest};
 pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};

@@ -145,6 +145,12 @@ pub enum BodyError {
     /// Nothing arrived for longer than the client's read timeout.
     #[error("no data from the upstream for {0:?} (read timeout)")]
     ReadTimeout(Duration),
+    /// A one-shot body grew past the provider's `max_response_body`.
+    #[error("the upstream response body exceeds the limit of {limit} bytes (max_response_body)")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl BodyError {
