@@ -10,7 +10,7 @@ use tollgate_openai::HttpProvider;
 use tollgate_openai::provider::BuildError;
 use tollgate_openai::tokens::TokenEstimator;
 
-use crate::auth::{Authenticator, hash_key};
+use crate::auth::{AdminAuth, Authenticator};
 use crate::config::{ConfigError, GatewayConfig, ModelKind as ConfiguredKind};
 use crate::metrics::{Metrics, ModelMetrics};
 use crate::provider::{GatewayProvider, GatewayRequest};
@@ -170,7 +170,7 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
         );
     }
 
-    let admin_key = config.admin_key()?.map(|k| hash_key(k.expose()));
+    let admin = AdminAuth::from_config(config)?;
     let bounds = Bounds {
         default_timeout: config.admission.default_timeout,
         max_timeout: config.admission.max_timeout,
@@ -183,7 +183,7 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
         tenants,
         tenant_slots,
         auth,
-        admin_key,
+        admin,
         breakers,
         bounds,
         metrics,

@@ -9,7 +9,7 @@ use tollgate::lifecycle::{CircuitBreaker, Supervisor};
 use tollgate::{AdmissionController, PoolId, ScopeId};
 use tollgate_openai::tokens::TokenEstimator;
 
-use crate::auth::Authenticator;
+use crate::auth::{AdminAuth, Authenticator};
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
 
@@ -75,8 +75,8 @@ pub struct AppState {
     pub tenant_slots: Vec<TenantSlot>,
     /// API key → tenant.
     pub auth: Authenticator,
-    /// SHA-256 of the admin key, if one is configured.
-    pub admin_key: Option<[u8; 32]>,
+    /// The admin key check, if one is configured.
+    pub admin: Option<AdminAuth>,
     /// Circuit breakers by provider name.
     pub breakers: Vec<(Arc<str>, CircuitBreaker)>,
     /// Request bounds.
@@ -95,7 +95,7 @@ impl AppState {
         tenants: AdmissionController,
         tenant_slots: Vec<TenantSlot>,
         auth: Authenticator,
-        admin_key: Option<[u8; 32]>,
+        admin: Option<AdminAuth>,
         breakers: Vec<(Arc<str>, CircuitBreaker)>,
         bounds: Bounds,
         metrics: Metrics,
@@ -106,7 +106,7 @@ impl AppState {
             tenants,
             tenant_slots,
             auth,
-            admin_key,
+            admin,
             breakers,
             bounds,
             metrics,

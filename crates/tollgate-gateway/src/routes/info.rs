@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
-use subtle::ConstantTimeEq;
 use tollgate::Snapshot;
 use tollgate_openai::ErrorResponse;
 use tollgate_openai::wire::{Model as WireModel, ModelList};
@@ -71,7 +70,7 @@ pub async fn snapshot(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(expected) = app.admin_key else {
+    let Some(admin) = &app.admin else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             ErrorResponse::invalid_request("No admin key is configured.").with_code("not_found"),
@@ -79,14 +78,8 @@ pub async fn snapshot(
     };
     let presented = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(|k| crate::auth::hash_key(k.trim()));
-    let ok = presented.is_some_and(|h| bool::from(h.ct_eq(&expected)));
-    if !ok {
+        .map(|v| v.to_str().unwrap_or_default());
+    if admin.check(presented).is_err() {
         return Err(ApiError::unauthorized());
     }
     let circuits: Vec<Value> = app
