@@ -336,6 +336,9 @@ impl HttpProviderBuilder {
             Some(client) => client,
             None => self.build_client()?,
         };
+        if chat_url.scheme_str() == Some("https") {
+            client.check_https().map_err(BuildError::Client)?;
+        }
         Ok(HttpProvider {
             inner: Arc::new(Inner {
                 client,
@@ -546,6 +549,27 @@ mod tests {
                 field: "max_event_size"
             })
         ));
+    }
+
+    // proves: CFG-3 (an https upstream without usable CA roots fails when
+    // the provider is built, naming why; plain http upstreams, such as the
+    // embedded simulator, do not need them)
+    #[test]
+    fn https_needs_ca_roots() {
+        let builder = HttpProvider::builder("https://api.example.com/v1");
+        let rootless = HttpClient::without_roots(&builder.client_settings());
+        match builder.client(rootless.clone()).build() {
+            Err(err @ BuildError::Client(_)) => {
+                assert!(err.to_string().contains("no CA certificates"), "{err}")
+            }
+            other => panic!("expected a client error, got {other:?}"),
+        }
+        assert!(
+            HttpProvider::builder("http://127.0.0.1:9/v1")
+                .client(rootless)
+                .build()
+                .is_ok()
+        );
     }
 
     #[test]

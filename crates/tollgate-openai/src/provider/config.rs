@@ -252,12 +252,16 @@ impl HttpProviderBuilder {
                 field: "read_timeout",
             });
         }
-        HttpClient::new(&ClientSettings {
+        HttpClient::new(&self.client_settings()).map_err(BuildError::Client)
+    }
+
+    /// The client settings of this builder.
+    pub(super) fn client_settings(&self) -> ClientSettings {
+        ClientSettings {
             connect_timeout: self.connect_timeout,
             read_timeout: self.read_timeout,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
-        })
-        .map_err(BuildError::Client)
+        }
     }
 }

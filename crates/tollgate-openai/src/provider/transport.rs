@@ -44,6 +44,11 @@ pub(super) struct ClientSettings {
 pub struct HttpClient {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     read_timeout: Option<Duration>,
+    /// Why no certificate can be verified (e.g. the system has no CA
+    /// roots), if so: `https` upstreams are then refused when a provider is
+    /// built, while plain `http` ones (a local simulator or model server)
+    /// still work.
+    tls_error: Option<rustls::Error>,
 }
 
 impl fmt::Debug for HttpClient {
@@ -60,16 +65,38 @@ impl fmt::Debug for HttpClient {
 #[error(transparent)]
 pub struct ClientError(#[from] rustls::Error);
 
+/// rustls with the platform's certificate verifier; without usable roots,
+/// a configuration that verifies nothing (so no `https` connection can
+/// succeed) and the reason.
+fn tls_config() -> Result<(rustls::ClientConfig, Option<rustls::Error>), rustls::Error> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = || {
+        rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+    };
+    match builder()?.with_platform_verifier() {
+        Ok(verified) => Ok((verified.with_no_client_auth(), None)),
+        Err(err) => {
+            let none = builder()?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            Ok((none, Some(err)))
+        }
+    }
+}
+
 impl HttpClient {
     pub(super) fn new(settings: &ClientSettings) -> Result<Self, ClientError> {
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = {
-            use rustls_platform_verifier::BuilderVerifierExt;
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()?
-                .with_platform_verifier()?
-                .with_no_client_auth()
-        };
+        let (tls, tls_error) = tls_config()?;
+        Ok(Self::with_tls(settings, tls, tls_error))
+    }
+
+    fn with_tls(
+        settings: &ClientSettings,
+        tls: rustls::ClientConfig,
+        tls_error: Option<rustls::Error>,
+    ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
@@ -85,10 +112,35 @@ impl HttpClient {
             .pool_idle_timeout(settings.pool_idle_timeout)
             .pool_max_idle_per_host(settings.pool_max_idle_per_host)
             .build(connector);
-        Ok(HttpClient {
+        HttpClient {
             client,
             read_timeout: settings.read_timeout,
-        })
+            tls_error,
+        }
+    }
+
+    /// A client as if the system had no CA roots (for tests of that case).
+    #[cfg(test)]
+    pub(super) fn without_roots(settings: &ClientSettings) -> Self {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("default versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        Self::with_tls(
+            settings,
+            tls,
+            Some(rustls::Error::General("no CA certificates".to_owned())),
+        )
+    }
+
+    /// Fails when this client cannot verify any `https` server.
+    pub(super) fn check_https(&self) -> Result<(), ClientError> {
+        match &self.tls_error {
+            None => Ok(()),
+            Some(err) => Err(ClientError(err.clone())),
+        }
     }
 
     /// The longest silence allowed between two reads of a response.
