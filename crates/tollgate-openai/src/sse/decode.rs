@@ -311,7 +311,7 @@ impl SseDecoder {
         };
         let result = match name {
             b"data" => {
-                let value = String::from_utf8_lossy(value);
+                let value = utf8_lossy(value);
                 // The value bytes were counted as part of the line; they now
                 // move into `data` with one newline.
                 if self.data.len() + value.len() + 1 + self.event_type.len() > self.max_event_size {
@@ -327,7 +327,7 @@ impl SseDecoder {
             b"event" => {
                 // Lossy decoding can grow the value (U+FFFD is 3 bytes), so
                 // the limit is checked again on the decoded form.
-                let event_type = String::from_utf8_lossy(value);
+                let event_type = utf8_lossy(value);
                 if self.data.len() + event_type.len() > self.max_event_size {
                     Err(SseError::EventTooLarge {
                         limit: self.max_event_size,
@@ -394,5 +394,15 @@ impl SseDecoder {
             id,
             retry,
         }));
+    }
+}
+
+/// `bytes` as text, invalid sequences replaced by U+FFFD. Valid UTF-8 (the
+/// usual case) takes the standard library's fast validation and is
+/// borrowed.
+fn utf8_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }

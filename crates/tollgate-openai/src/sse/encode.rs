@@ -104,21 +104,32 @@ fn single_line(value: &str, strip_nul: bool) -> Vec<u8> {
 
 /// Splits on LF, CRLF and CR. An empty input is one empty line; a trailing
 /// break yields a trailing empty line (so the decoder restores it).
-fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut lines = Vec::new();
-    let mut rest = bytes;
-    loop {
+fn split_lines(bytes: &[u8]) -> Lines<'_> {
+    Lines { rest: Some(bytes) }
+}
+
+/// The lines of [`split_lines`], without allocating.
+struct Lines<'a> {
+    /// What is left; `None` once the last line was yielded.
+    rest: Option<&'a [u8]>,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let rest = self.rest?;
         match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
             Some(pos) => {
                 // `pos < rest.len()`, so both splits are in bounds.
                 let (line, tail) = rest.split_at(pos);
-                lines.push(line);
                 let skip = if tail.starts_with(b"\r\n") { 2 } else { 1 };
-                rest = tail.get(skip..).unwrap_or_default();
+                self.rest = Some(tail.get(skip..).unwrap_or_default());
+                Some(line)
             }
             None => {
-                lines.push(rest);
-                return lines;
+                self.rest = None;
+                Some(rest)
             }
         }
     }
