@@ -376,6 +376,73 @@ async fn one_shot_bodies_past_the_limit_fail() {
         .expect("fits");
 }
 
+// proves: RT-2 (a proxy that refuses the tunnel is a Connect failure); an
+// https upstream behind a proxy is reached through an HTTP CONNECT tunnel
+// carrying the proxy's credentials, which never reach a message
+#[tokio::test]
+async fn https_upstreams_tunnel_through_the_proxy() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let proxy = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        sock.write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .expect("write");
+        String::from_utf8_lossy(&head).into_owned()
+    });
+    let provider = HttpProvider::builder("https://api.example.invalid/v1")
+        .https_proxy(Some(format!("http://user:secret@{addr}")))
+        .build()
+        .expect("provider");
+    let err = bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect_err("the proxy refuses");
+    assert_eq!(err.kind, ErrorKind::Connect, "{err:?}");
+    assert!(err.is_retryable());
+    assert!(!err.message.contains("secret"), "{}", err.message);
+    let head = bounded(proxy).await.expect("proxy task");
+    assert!(
+        head.starts_with("CONNECT api.example.invalid:443 HTTP/1.1\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("proxy-authorization: basic dxnlcjpzzwnyzxq="),
+        "{head}"
+    );
+}
+
+// proves: CFG-3 (a proxy that cannot be used fails at build time, without
+// its credentials in the message)
+#[tokio::test]
+async fn unusable_proxies_fail_at_build() {
+    let err = HttpProvider::builder("https://api.example.invalid/v1")
+        .https_proxy(Some("socks5://user:secret@127.0.0.1:1080".to_owned()))
+        .build()
+        .expect_err("socks is not supported");
+    let text = err.to_string();
+    assert!(text.contains("only http:// proxies"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+    // Plain-http upstreams never use the proxy.
+    HttpProvider::builder("http://127.0.0.1:9/v1")
+        .https_proxy(Some("socks5://127.0.0.1:1080".to_owned()))
+        .build()
+        .expect("http upstreams connect directly");
+}
+
 // proves: RT-2 (connection failures are Connect, retryable)
 #[tokio::test]
 async fn refused_connections_are_connect_failures() {

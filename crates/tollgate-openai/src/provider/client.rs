@@ -339,6 +339,18 @@ impl HttpProviderBuilder {
         if chat_url.scheme_str() == Some("https") {
             client.check_https().map_err(BuildError::Client)?;
         }
+        if let Some(proxy) = client.proxy_for(&chat_url)
+            && proxy.scheme_str() != Some("http")
+        {
+            return Err(BuildError::Proxy {
+                proxy: format!(
+                    "{}://{}",
+                    proxy.scheme_str().unwrap_or(""),
+                    proxy.authority().map(|a| a.host()).unwrap_or("")
+                ),
+                reason: "only http:// proxies (HTTP CONNECT) are supported",
+            });
+        }
         Ok(HttpProvider {
             inner: Arc::new(Inner {
                 client,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::HeaderMap;
 
 use super::stream::DEFAULT_END_GRACE;
-use super::transport::{ClientError, ClientSettings, HttpClient};
+use super::transport::{ClientError, ClientSettings, HttpClient, ProxySetting};
 use crate::sse::DEFAULT_MAX_EVENT_SIZE;
 
 /// Default time allowed to establish a connection.
@@ -83,6 +83,14 @@ pub enum BuildError {
     /// The HTTP client could not be created (e.g. no TLS roots).
     #[error("cannot create the upstream HTTP client: {0}")]
     Client(#[source] ClientError),
+    /// The proxy an `https` upstream would go through cannot be used.
+    #[error("upstream proxy `{proxy}` cannot be used: {reason}")]
+    Proxy {
+        /// The proxy's scheme, host and port (never its credentials).
+        proxy: String,
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 /// Settings of an [`HttpProvider`](super::HttpProvider); created by
@@ -101,6 +109,7 @@ pub struct HttpProviderBuilder {
     pub(super) max_response_body: usize,
     pub(super) stream_end_grace: Duration,
     pub(super) headers: HeaderMap,
+    pub(super) proxy: ProxySetting,
     pub(super) client: Option<HttpClient>,
 }
 
@@ -119,6 +128,14 @@ impl fmt::Debug for HttpProviderBuilder {
             .field("max_response_body", &self.max_response_body)
             .field("stream_end_grace", &self.stream_end_grace)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field(
+                "proxy",
+                &match &self.proxy {
+                    ProxySetting::FromEnv => "from environment",
+                    ProxySetting::Direct => "none",
+                    ProxySetting::Url(_) => "[configured]",
+                },
+            )
             .field("shared_client", &self.client.is_some())
             .finish()
     }
@@ -138,6 +155,7 @@ impl HttpProviderBuilder {
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
             stream_end_grace: DEFAULT_END_GRACE,
             headers: HeaderMap::new(),
+            proxy: ProxySetting::default(),
             client: None,
         }
     }
@@ -217,6 +235,20 @@ impl HttpProviderBuilder {
         self
     }
 
+    /// The proxy of `https` upstreams: `Some("http://[user:pass@]host:port")`
+    /// tunnels every connection through it with `CONNECT` (TLS runs end to
+    /// end through the tunnel); `None` connects directly. Default: the
+    /// `HTTPS_PROXY`/`https_proxy` (or `ALL_PROXY`) environment variable,
+    /// unless `NO_PROXY` lists the host. Plain-`http` upstreams are always
+    /// reached directly. Not applied to a shared [`client`](Self::client).
+    pub fn https_proxy(mut self, proxy: Option<String>) -> Self {
+        self.proxy = match proxy {
+            Some(url) => ProxySetting::Url(url),
+            None => ProxySetting::Direct,
+        };
+        self
+    }
+
     /// Extra headers sent with every request (e.g. `OpenAI-Organization`,
     /// or Azure's `api-key`). Their values are treated as sensitive (never
     /// shown in debug output). An `Authorization` header here is replaced
@@ -262,6 +294,7 @@ impl HttpProviderBuilder {
             read_timeout: self.read_timeout,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
+            proxy: self.proxy.clone(),
         }
     }
 }

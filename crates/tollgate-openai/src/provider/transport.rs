@@ -22,7 +22,10 @@ use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 /// Settings of an [`HttpClient`].
@@ -32,6 +35,72 @@ pub(super) struct ClientSettings {
     pub(super) read_timeout: Option<Duration>,
     pub(super) pool_idle_timeout: Option<Duration>,
     pub(super) pool_max_idle_per_host: usize,
+    pub(super) proxy: ProxySetting,
+}
+
+/// How `https` upstreams are reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum ProxySetting {
+    /// Through the proxy named by `HTTPS_PROXY`/`https_proxy` (or
+    /// `ALL_PROXY`), unless `NO_PROXY` lists the host; directly when none
+    /// is set.
+    #[default]
+    FromEnv,
+    /// Directly.
+    Direct,
+    /// Through this proxy.
+    Url(String),
+}
+
+impl ProxySetting {
+    fn matcher(&self) -> Matcher {
+        match self {
+            ProxySetting::FromEnv => Matcher::from_env(),
+            ProxySetting::Direct => Matcher::builder().build(),
+            ProxySetting::Url(url) => Matcher::builder().https(url.as_str()).build(),
+        }
+    }
+}
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Opens TCP connections: to the upstream itself, or for an `https`
+/// upstream behind a proxy, to the proxy, asking it with `CONNECT` for a
+/// tunnel (TLS then runs through the tunnel, end to end).
+#[derive(Clone)]
+struct Connector {
+    tcp: HttpConnector,
+    proxies: Arc<Matcher>,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        // Plain-http upstreams (a local simulator or model server) are
+        // always reached directly.
+        let proxy = match dst.scheme_str() {
+            Some("https") => self.proxies.intercept(&dst),
+            _ => None,
+        };
+        let mut tcp = self.tcp.clone();
+        match proxy {
+            None => Box::pin(async move { tcp.call(dst).await.map_err(Into::into) }),
+            Some(proxy) => {
+                let mut tunnel = Tunnel::new(proxy.uri().clone(), tcp);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                Box::pin(async move { tunnel.call(dst).await.map_err(Into::into) })
+            }
+        }
+    }
 }
 
 /// A pooling HTTP/1.1 and HTTP/2 client (TLS by rustls with the platform's
@@ -42,7 +111,8 @@ pub(super) struct ClientSettings {
 /// [`HttpProviderBuilder::client`](super::HttpProviderBuilder::client).
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<HttpsConnector<Connector>, Full<Bytes>>,
+    proxies: Arc<Matcher>,
     read_timeout: Option<Duration>,
     /// Why no certificate can be verified (e.g. the system has no CA
     /// roots), if so: `https` upstreams are then refused when a provider is
@@ -101,11 +171,15 @@ impl HttpClient {
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(settings.connect_timeout));
+        let proxies = Arc::new(settings.proxy.matcher());
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(tcp);
+            .wrap_connector(Connector {
+                tcp,
+                proxies: Arc::clone(&proxies),
+            });
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -114,6 +188,7 @@ impl HttpClient {
             .build(connector);
         HttpClient {
             client,
+            proxies,
             read_timeout: settings.read_timeout,
             tls_error,
         }
@@ -133,6 +208,14 @@ impl HttpClient {
             tls,
             Some(rustls::Error::General("no CA certificates".to_owned())),
         )
+    }
+
+    /// The proxy an `https` upstream at `uri` is reached through, if any.
+    pub(super) fn proxy_for(&self, uri: &Uri) -> Option<Uri> {
+        if uri.scheme_str() != Some("https") {
+            return None;
+        }
+        self.proxies.intercept(uri).map(|p| p.uri().clone())
     }
 
     /// Fails when this client cannot verify any `https` server.
