@@ -74,17 +74,7 @@ async fn client_disconnect_during_one_shot_cancels_upstream() {
     })
     .await;
     let gw = Gateway::start(&config(&sim.openai_base_url(), "concurrency = 2")).await;
-    let call = {
-        let (client, url) = (client(), gw.url("/v1/chat/completions"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(KEY_A)
-                .json(&chat("chat", false))
-                .send()
-                .await
-        })
-    };
+    let call = spawn_chat(&gw, KEY_A, chat("chat", false));
     eventually("the call is upstream", || sim.stats().active == 1).await;
     assert_eq!(gw.in_use("model:chat"), 1);
     call.abort();
@@ -108,17 +98,7 @@ async fn client_disconnect_while_waiting_leaves_the_queue() {
     let client = client();
     let mut held = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
     bounded("first chunk", held.chunk()).await.unwrap().unwrap();
-    let waiting = {
-        let (client, url) = (reqwest::Client::new(), gw.url("/v1/chat/completions"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(KEY_A)
-                .json(&chat("chat", false))
-                .send()
-                .await
-        })
-    };
+    let waiting = spawn_chat(&gw, KEY_A, chat("chat", false));
     eventually("a call waits for the tenant permit", || {
         gw.pool("tenant:a").waiting == 1
     })

@@ -99,21 +99,10 @@ max_waiting = 16
         tenants("", "")
     ))
     .await;
-    let client = client();
     let mut calls = Vec::new();
     for i in 0..6 {
         let key = if i % 2 == 0 { KEY_A } else { KEY_B };
-        let (client, url) = (client.clone(), gw.url("/v1/chat/completions"));
-        calls.push(tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(key)
-                .json(&short("chat"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }));
+        calls.push(spawn_chat(&gw, key, short("chat")));
     }
     // The pool fills up and the rest wait for it.
     eventually("two in flight and the others waiting", || {
@@ -122,7 +111,8 @@ max_waiting = 16
     })
     .await;
     for call in calls {
-        assert_eq!(bounded("call", call).await.unwrap(), 200);
+        let resp = bounded("call", call).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
     }
     let stats = sim.stats();
     assert_eq!(stats.ok, 6);
@@ -178,19 +168,7 @@ max_waiting = 0
         tenants("concurrency = 1\nmax_waiting = 0", "")
     ))
     .await;
-    let call = {
-        let (client, url) = (client(), gw.url("/v1/chat/completions"));
-        tokio::spawn(async move {
-            let resp = client
-                .post(url)
-                .bearer_auth(KEY_A)
-                .json(&short("chat"))
-                .send()
-                .await
-                .unwrap();
-            (resp.status(), resp.text().await.unwrap())
-        })
-    };
+    let call = spawn_chat(&gw, KEY_A, short("chat"));
     // During the backoff: the first attempt failed, the model permit is
     // back, the tenant permit is still held.
     eventually("the backoff after the failed attempt", || {
@@ -200,7 +178,9 @@ max_waiting = 0
             && gw.in_use("tenant:a") == 1
     })
     .await;
-    let (status, body) = bounded("the retried call", call).await.unwrap();
+    let resp = bounded("the retried call", call).await.unwrap().unwrap();
+    let status = resp.status();
+    let body = resp.text().await.unwrap();
     assert_eq!(status, 200, "{body}");
     let stats = sim.stats();
     assert_eq!((stats.requests_total, stats.ok), (2, 1));

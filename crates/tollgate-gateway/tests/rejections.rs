@@ -476,8 +476,7 @@ async fn slow_request_heads_are_cut_off() {
         "[server]\nheader_read_timeout = \"300ms\"\n",
     ))
     .await;
-    let addr = gw.base.trim_start_matches("http://").to_owned();
-    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
     tcp.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();
@@ -531,8 +530,7 @@ async fn idle_keep_alive_connections_are_closed() {
         "[server]\nidle_timeout = \"300ms\"\nheader_read_timeout = \"120s\"\n",
     ))
     .await;
-    let addr = gw.base.trim_start_matches("http://").to_owned();
-    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
     tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();

@@ -77,26 +77,18 @@ async fn queued_calls_get_503_on_shutdown() {
     let client = client();
     let mut resp = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
     let first = bounded("first chunk", resp.chunk()).await.unwrap().unwrap();
-    let queued = {
-        let (client, url) = (client.clone(), gw.url("/v1/chat/completions"));
-        tokio::spawn(async move {
-            let resp = client
-                .post(url)
-                .bearer_auth(KEY_A)
-                .json(&chat("chat", false))
-                .send()
-                .await
-                .unwrap();
-            error_of(resp).await
-        })
-    };
+    let queued = spawn_chat(&gw, KEY_A, chat("chat", false));
     eventually("a call waits for the tenant permit", || {
         gw.pool("tenant:a").waiting == 1
     })
     .await;
 
     gw.begin_shutdown();
-    let (status, _, error) = bounded("queued call answered", queued).await.unwrap();
+    let answer = bounded("queued call answered", queued)
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, _, error) = error_of(answer).await;
     assert_eq!((status, code(&error)), (503, "shutting_down"));
 
     let read = read_sse_from(resp.bytes_stream(), String::from_utf8_lossy(&first).into()).await;

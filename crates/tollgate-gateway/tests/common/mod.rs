@@ -120,6 +120,11 @@ impl Gateway {
         }
     }
 
+    /// `host:port` of the gateway, for raw TCP clients.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     /// The URL of `path` (starting with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
@@ -260,6 +265,18 @@ pub async fn post_chat(
     bounded("chat request answered", req.send())
         .await
         .expect("chat request reaches the gateway")
+}
+
+/// `POST /v1/chat/completions` with `key` and `body` on a task of its own,
+/// for a call that will wait (or be abandoned with `abort`, like a client
+/// that disconnects). Resolves to the response, or the transport error.
+pub fn spawn_chat(
+    gw: &Gateway,
+    key: &'static str,
+    body: Value,
+) -> JoinHandle<reqwest::Result<reqwest::Response>> {
+    let (client, url) = (client(), gw.url("/v1/chat/completions"));
+    tokio::spawn(async move { client.post(url).bearer_auth(key).json(&body).send().await })
 }
 
 /// Opens a stream of model `chat` for `key` and reads its first chunk: the
