@@ -44,6 +44,14 @@ fn provider_for(base_url: &str) -> HttpProvider {
         .expect("provider")
 }
 
+/// A provider for `base_url` whose client gives up after 200 ms of silence.
+fn impatient(base_url: &str) -> HttpProvider {
+    HttpProvider::builder(base_url)
+        .read_timeout(Duration::from_millis(200))
+        .build()
+        .expect("provider")
+}
+
 fn attempt(timeout: Option<Duration>) -> AttemptContext {
     AttemptContext {
         call_id: None,
@@ -314,10 +322,7 @@ async fn the_read_timeout_bounds_the_wait_for_headers() {
         ..SimConfig::default()
     })
     .await;
-    let provider = HttpProvider::builder(server.openai_base_url())
-        .read_timeout(Duration::from_millis(200))
-        .build()
-        .expect("provider");
+    let provider = impatient(&server.openai_base_url());
     let err = bounded(provider.call(&upstream(false, false), attempt(None)))
         .await
         .expect_err("timeout");
@@ -337,10 +342,7 @@ async fn a_stalled_stream_breaks_at_the_read_timeout() {
         ..SimConfig::default()
     })
     .await;
-    let provider = HttpProvider::builder(server.openai_base_url())
-        .read_timeout(Duration::from_millis(200))
-        .build()
-        .expect("provider");
+    let provider = impatient(&server.openai_base_url());
     let stream = bounded(provider.stream(&upstream(true, false), attempt(None)))
         .await
         .expect("stream opens");

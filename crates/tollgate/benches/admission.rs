@@ -11,8 +11,10 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::sync::Semaphore;
-use tollgate::config::{MINUTE, ScopeConfig};
-use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate, Usage};
+use tollgate::{Deadline, Usage};
+
+mod common;
+use common::{uncontended_call, uncontended_controller};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -34,18 +36,8 @@ fn uncontended(c: &mut Criterion) {
         })
     });
 
-    let controller = rt.block_on(async {
-        AdmissionController::builder()
-            .scope(
-                ScopeConfig::new("main")
-                    .requests(1 << 60, MINUTE)
-                    .tokens(1 << 60, MINUTE),
-            )
-            .concurrency(64)
-            .build()
-            .unwrap()
-    });
-    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 50));
+    let controller = rt.block_on(async { uncontended_controller() });
+    let call = uncontended_call();
     group.bench_function("tollgate_lease", |b| {
         b.to_async(&rt).iter(|| async {
             let lease = controller.acquire(&call, Deadline::NONE).await.unwrap();

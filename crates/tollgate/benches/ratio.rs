@@ -22,8 +22,10 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use tollgate::config::{MINUTE, ScopeConfig};
-use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate, Usage};
+use tollgate::{Deadline, Usage};
+
+mod common;
+use common::{uncontended_call, uncontended_controller};
 
 const BATCH: u32 = 20_000;
 const ROUNDS: usize = 60;
@@ -55,16 +57,8 @@ fn main() {
         .build()
         .expect("runtime");
     let sem = Semaphore::new(64);
-    let controller = AdmissionController::builder()
-        .scope(
-            ScopeConfig::new("main")
-                .requests(1 << 60, MINUTE)
-                .tokens(1 << 60, MINUTE),
-        )
-        .concurrency(64)
-        .build()
-        .expect("valid configuration");
-    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 50));
+    let controller = uncontended_controller();
+    let call = uncontended_call();
 
     let variants: Vec<(&str, Op<'_>)> = vec![
         (
