@@ -669,8 +669,9 @@ async fn upstream_messages_are_redacted() {
     assert!(!format!("{provider:?}").contains("secret-123"));
 }
 
-// A completed stream gives its connection back to the pool: three streams
-// in a row use one connection.
+// proves: LC-5 (only a stream dropped early aborts its request: a completed
+// stream gives its connection back to the pool, three streams in a row use
+// one connection)
 #[tokio::test]
 async fn completed_streams_reuse_their_connection() {
     use std::sync::Arc;

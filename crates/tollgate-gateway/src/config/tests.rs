@@ -235,6 +235,7 @@ max_wait = "5s"
     assert_eq!(parsed, c);
 }
 
+// proves: GW-9 (a minimal file is complete: every default is the documented one)
 #[test]
 fn minimal_file_gets_documented_defaults() {
     let c = ok(&with_model(""));
@@ -764,6 +765,7 @@ fn schema_errors_name_the_setting() {
     assert_eq!(e.field.as_deref(), Some("models.m.default_max_tokens"));
 }
 
+// proves: CFG-3 (configurations built in code are validated too, with file and field)
 #[test]
 fn validate_checks_configurations_built_in_code() {
     let mut c = GatewayConfig::embedded("http://127.0.0.1:1/v1", "k");
@@ -784,6 +786,8 @@ fn validate_checks_configurations_built_in_code() {
     );
 }
 
+// proves: GW-2 (the upstream key is the gateway's own, read from the named
+// variable), CFG-3 (a missing variable is an error naming the setting)
 #[test]
 fn secrets_come_from_the_named_environment_variables() {
     use std::env::VarError;
