@@ -23,7 +23,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::Tunnel;
-use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::client::proxy::matcher::{Intercept, Matcher};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -52,12 +52,25 @@ pub(super) enum ProxySetting {
     Url(String),
 }
 
-impl ProxySetting {
-    fn matcher(&self) -> Matcher {
-        match self {
+/// The proxy rules of a client, shared by its connector.
+#[derive(Clone)]
+struct Proxies(Arc<Matcher>);
+
+impl Proxies {
+    fn new(setting: &ProxySetting) -> Self {
+        Proxies(Arc::new(match setting {
             ProxySetting::FromEnv => Matcher::from_env(),
             ProxySetting::Direct => Matcher::builder().build(),
             ProxySetting::Url(url) => Matcher::builder().https(url.as_str()).build(),
+        }))
+    }
+
+    /// The proxy to reach `dst` through. Plain-http upstreams (a local
+    /// simulator or model server) are always reached directly.
+    fn for_upstream(&self, dst: &Uri) -> Option<Intercept> {
+        match dst.scheme_str() {
+            Some("https") => self.0.intercept(dst),
+            _ => None,
         }
     }
 }
@@ -70,7 +83,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 #[derive(Clone)]
 struct Connector {
     tcp: HttpConnector,
-    proxies: Arc<Matcher>,
+    proxies: Proxies,
 }
 
 impl tower_service::Service<Uri> for Connector {
@@ -83,12 +96,7 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        // Plain-http upstreams (a local simulator or model server) are
-        // always reached directly.
-        let proxy = match dst.scheme_str() {
-            Some("https") => self.proxies.intercept(&dst),
-            _ => None,
-        };
+        let proxy = self.proxies.for_upstream(&dst);
         let mut tcp = self.tcp.clone();
         match proxy {
             None => Box::pin(async move { tcp.call(dst).await.map_err(Into::into) }),
@@ -112,7 +120,7 @@ impl tower_service::Service<Uri> for Connector {
 #[derive(Clone)]
 pub struct HttpClient {
     client: Client<HttpsConnector<Connector>, Full<Bytes>>,
-    proxies: Arc<Matcher>,
+    proxies: Proxies,
     read_timeout: Option<Duration>,
     /// Why no certificate can be verified (e.g. the system has no CA
     /// roots), if so: `https` upstreams are then refused when a provider is
@@ -171,14 +179,14 @@ impl HttpClient {
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(settings.connect_timeout));
-        let proxies = Arc::new(settings.proxy.matcher());
+        let proxies = Proxies::new(&settings.proxy);
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(Connector {
                 tcp,
-                proxies: Arc::clone(&proxies),
+                proxies: proxies.clone(),
             });
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
@@ -212,10 +220,7 @@ impl HttpClient {
 
     /// The proxy an `https` upstream at `uri` is reached through, if any.
     pub(super) fn proxy_for(&self, uri: &Uri) -> Option<Uri> {
-        if uri.scheme_str() != Some("https") {
-            return None;
-        }
-        self.proxies.intercept(uri).map(|p| p.uri().clone())
+        self.proxies.for_upstream(uri).map(|p| p.uri().clone())
     }
 
     /// Fails when this client cannot verify any `https` server.
