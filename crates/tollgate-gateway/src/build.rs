@@ -175,6 +175,7 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
         default_timeout: config.admission.default_timeout,
         max_timeout: config.admission.max_timeout,
         max_body_bytes: config.server.max_body_bytes,
+        body_read_timeout: config.server.body_read_timeout,
     };
     tollgate_openai::tokens::warm_up();
     Ok(Arc::new(AppState::new(

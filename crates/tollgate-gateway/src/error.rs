@@ -12,8 +12,12 @@
 //! | upstream 4xx (the request itself) | same status | `upstream_rejected` |
 //! | upstream 5xx, connection, protocol, auth | 502 | `upstream_error` |
 //! | shutting down | 503 | `shutting_down` |
+//! | request body not received in time (body read timeout or deadline) | 408 | `request_timeout` |
+//! | request body too large | 413 | `request_too_large` |
 //!
 //! A 429 or 503 carries `retry-after` (whole seconds) when a time is known.
+//! A 408 or 413 carries `connection: close`: the rest of the body was not
+//! read, so the connection cannot serve another request.
 
 use std::time::Duration;
 
@@ -70,6 +74,14 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorResponse::invalid_request(format!("The request body exceeds {limit} bytes."))
                 .with_code("request_too_large"),
+        )
+    }
+
+    /// 408 for a request body that did not arrive in time (SPEC GW-17).
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorResponse::invalid_request(message).with_code("request_timeout"),
         )
     }
 
@@ -216,6 +228,14 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(*self.body)).into_response();
+        if matches!(
+            self.status,
+            StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE
+        ) {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(after) = self.retry_after {
             // Whole seconds, rounded up, at least one.
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);

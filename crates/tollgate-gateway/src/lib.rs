@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod build;
 pub mod config;
+pub mod connection;
 pub mod deadline;
 pub mod error;
 pub mod metrics;

@@ -82,12 +82,7 @@ pub async fn run(
         .map_err(|source| RunError::Bind { addr, source })?;
     let local = listener.local_addr().unwrap_or(addr);
     print_banner(local, sim.as_ref(), &config);
-    let options = ServeOptions {
-        max_header_bytes: config.server.max_header_bytes,
-        header_read_timeout: config.server.header_read_timeout,
-        idle_timeout: config.server.idle_timeout,
-        shutdown_grace: config.server.shutdown_grace,
-    };
+    let options = ServeOptions::from_config(&config.server);
     serve(listener, app, options, shutdown)
         .await
         .map_err(RunError::Serve)?;

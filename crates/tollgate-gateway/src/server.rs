@@ -7,12 +7,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tollgate::clock::Instant;
+use tower::ServiceExt;
 
+use crate::config::ServerConfig;
+use crate::connection::{self, Arrival, Connection};
 use crate::routes;
 use crate::state::AppState;
 
@@ -30,20 +37,40 @@ pub struct ServeOptions {
     /// so that timer is set to the smaller of this and
     /// `header_read_timeout`: each is an upper bound.
     pub idle_timeout: Duration,
+    /// Client connections served at once (at least 1). The accept loop
+    /// takes a slot before it accepts, so further connections wait in the
+    /// listen backlog until one closes (SPEC GW-7, GW-17).
+    pub max_connections: usize,
     /// Time active calls get to finish after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// After the grace period: how long closing the controllers (every
+    /// permit back) may take before the remaining connections are dropped
+    /// and `serve` returns anyway (SPEC GW-8).
+    pub cleanup_budget: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
+        ServeOptions::from_config(&ServerConfig::default())
+    }
+}
+
+impl ServeOptions {
+    /// The options of `[server]`, with the default cleanup budget.
+    pub fn from_config(server: &ServerConfig) -> Self {
         ServeOptions {
-            max_header_bytes: 16 * 1024,
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            shutdown_grace: Duration::from_secs(30),
+            max_header_bytes: server.max_header_bytes,
+            header_read_timeout: server.header_read_timeout,
+            idle_timeout: server.idle_timeout,
+            max_connections: server.max_connections,
+            shutdown_grace: server.shutdown_grace,
+            cleanup_budget: CLEANUP_BUDGET,
         }
     }
 }
+
+/// Default [`ServeOptions::cleanup_budget`].
+pub const CLEANUP_BUDGET: Duration = Duration::from_secs(5);
 
 /// hyper refuses a smaller read buffer.
 const MIN_BUF: usize = 8 * 1024;
@@ -51,7 +78,13 @@ const MIN_BUF: usize = 8 * 1024;
 /// Serves `app` on `listener` until `shutdown` resolves, then shuts down
 /// gracefully (SPEC GW-8): stop accepting, refuse new requests and abort
 /// queued ones with 503, let active calls finish within the grace period,
-/// then cancel what is left and close.
+/// then cancel what is left (every permit back, within the cleanup
+/// budget), drop the remaining connections and return.
+///
+/// Each connection runs on a task of its own that also drops it when a
+/// response registered a close instant that passed (a stream whose client
+/// stopped reading, see [`crate::connection`]) or when the server gives up
+/// on it after the grace period.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<AppState>,
@@ -60,6 +93,8 @@ pub async fn serve(
 ) -> io::Result<()> {
     let router = routes::router(Arc::clone(&app));
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let dropped = CancellationToken::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout.min(options.idle_timeout))
@@ -67,6 +102,14 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
+        // A slot first: past the cap, connections wait in the backlog.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, _peer) = match accepted {
@@ -79,12 +122,32 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
-                let conn = http.serve_connection(TokioIo::new(stream), service);
+                let (handle, mut close_at) = Connection::new();
+                let router = router.clone();
+                let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
+                    request.extensions_mut().insert(Arrival {
+                        at: Instant::now(),
+                        connection: handle.clone(),
+                    });
+                    router.clone().oneshot(request)
+                });
+                let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
                 let conn = graceful.watch(conn);
+                let dropped = dropped.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
+                    let _slot = slot;
+                    tokio::select! {
+                        ended = conn => {
+                            if let Err(e) = ended {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        }
+                        () = connection::closing(&mut close_at) => {
+                            tracing::debug!("dropping a connection whose response outlived its deadline");
+                        }
+                        () = dropped.cancelled() => {
+                            tracing::debug!("dropping a connection left after shutdown");
+                        }
                     }
                 });
             }
@@ -101,10 +164,25 @@ pub async fn serve(
     if drained.is_err() {
         tracing::warn!("grace period over: cancelling the calls still running");
     }
-    // Cancels whatever still runs (streams end with an error event) and
-    // waits until every permit is back.
-    app.upstream.close().await;
-    app.tenants.close().await;
+    // Cancels whatever still runs — streams end at once, polled or not
+    // (the engine's stream watchdog) — and waits until every permit is
+    // back, but never longer than the cleanup budget.
+    let cleanup = async {
+        app.upstream.close().await;
+        app.tenants.close().await;
+    };
+    if tokio::time::timeout(options.cleanup_budget, cleanup)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            budget_s = options.cleanup_budget.as_secs_f64(),
+            upstream_active = app.upstream.snapshot().active,
+            tenant_active = app.tenants.snapshot().active,
+            "cleanup budget over: stopping without waiting for the remaining permits"
+        );
+    }
+    dropped.cancel();
     Ok(())
 }
 

@@ -8,6 +8,13 @@
 //! completion. When the client goes away the body is dropped, which drops
 //! the supervised stream: the upstream request is cancelled and every
 //! permit returned at once.
+//!
+//! A client that stays connected but stops reading is handled outside the
+//! body, since hyper then stops polling it (SPEC GW-17): the supervised
+//! stream's watchdog ends the call at its deadline (the tenant's lease is
+//! held by the stream, so it comes back too), and the body's
+//! [`CloseAt`] registration makes the server drop the connection shortly
+//! after.
 
 use std::io;
 use std::pin::Pin;
@@ -17,9 +24,9 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallStream, ErrorKind};
-use tollgate::{Lease, Usage};
 use tollgate_openai::ErrorResponse;
 
+use crate::connection::CloseAt;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
@@ -38,38 +45,34 @@ enum State {
 
 /// See the module documentation.
 pub struct SseBody {
+    /// The supervised stream; it also holds the tenant's per-call lease
+    /// for its whole life (SPEC POOL-1, POOL-4).
     stream: CallStream<GatewayProvider>,
-    /// The tenant's per-call lease: held for the stream's whole life
-    /// (SPEC POOL-1, POOL-4).
-    tenant: Option<Lease>,
     state: State,
     /// The end seen while a batch was being filled, handled next poll.
     deferred: Option<End>,
     metrics: Metrics,
     model: std::sync::Arc<str>,
+    /// The connection's drop instant, cleared once the body ended.
+    close: Option<CloseAt>,
 }
 
 impl SseBody {
-    /// A body streaming `stream` while holding `tenant`.
+    /// A body streaming `stream`; `close` (if any) is the connection's
+    /// drop instant, kept until the body ends.
     pub fn new(
         stream: CallStream<GatewayProvider>,
-        tenant: Lease,
         metrics: Metrics,
         model: std::sync::Arc<str>,
+        close: Option<CloseAt>,
     ) -> Self {
         SseBody {
             stream,
-            tenant: Some(tenant),
             state: State::Streaming,
             deferred: None,
             metrics,
             model,
-        }
-    }
-
-    fn settle_tenant(&mut self) {
-        if let Some(mut lease) = self.tenant.take() {
-            let _ = lease.reconcile(self.stream.usage().unwrap_or(Usage::UNKNOWN));
+            close,
         }
     }
 }
@@ -100,7 +103,6 @@ impl SseBody {
             // A chunk is never deferred (it is part of a batch).
             Some(Ok(chunk)) => Poll::Ready(Some(Ok(chunk))),
             Some(Err(e)) => {
-                self.settle_tenant();
                 let api = ApiError::from_call(&e, Instant::now());
                 self.metrics.stream_failed(&self.model, api.reason());
                 if upstream_error_event_sent(&e) {
@@ -115,8 +117,8 @@ impl SseBody {
                 Poll::Ready(Some(Ok(error_event(&api.body))))
             }
             None => {
-                self.settle_tenant();
                 self.state = State::Done;
+                self.close = None;
                 Poll::Ready(None)
             }
         }
@@ -140,6 +142,7 @@ impl Stream for SseBody {
             }
             State::Failed { yielded: true } => {
                 this.state = State::Done;
+                this.close = None;
                 Poll::Ready(Some(Err(io::Error::other("upstream stream failed"))))
             }
             State::Streaming => {

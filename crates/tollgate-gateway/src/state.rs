@@ -60,6 +60,9 @@ pub struct Bounds {
     pub max_timeout: Duration,
     /// Largest accepted body.
     pub max_body_bytes: usize,
+    /// Time a client has to send its body, from when its request head was
+    /// read (SPEC GW-17); the request's deadline bounds it too.
+    pub body_read_timeout: Duration,
 }
 
 /// The gateway's shared state.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tollgate::config::ScopeConfig;
-use tollgate::{AdmissionController, Call, Deadline, TokenEstimate, Usage};
+use tollgate::{AdmissionController, Call, Deadline, Dimension, TokenEstimate, Usage};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,7 +34,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tasks.push(tokio::spawn(async move {
             // 200 prompt tokens plus a 100-token output allowance.
             let call = Call::new(scope).with_estimate(TokenEstimate::new(200, 100));
-            let deadline = Deadline::from_timeout(Some(Duration::from_secs(60)), Instant::now());
+            // The call's one deadline, fixed when it starts (DL-1).
+            let deadline = Deadline::after(Duration::from_secs(60));
             let mut lease = controller.acquire(&call, deadline).await?;
             let waited = lease.admission().total_wait();
             // ... the provider call would go here; it reports 230 tokens.
@@ -53,13 +54,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.await?.map_err(|e| e.to_string())?;
     }
     let snapshot = controller.snapshot();
-    let scope = &snapshot.scopes[0];
+    let scope = snapshot.scope_named("demo-account").ok_or("no scope")?;
     println!(
-        "done in {:.1}s: {} admitted, {} tokens reserved, {} refunded",
+        "done in {:.1}s: {} admitted, {} tokens reserved, {} refunded, {:?} tokens available",
         start.elapsed().as_secs_f64(),
         scope.counters.admitted,
         scope.counters.tokens_reserved,
-        scope.counters.tokens_refunded
+        scope.counters.tokens_refunded,
+        scope.available(Dimension::Tokens, window),
     );
     Ok(())
 }

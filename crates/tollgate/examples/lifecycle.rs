@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use futures_util::StreamExt;
-use tokio::time::Instant;
 use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::lifecycle::{
     AttemptContext, CallOptions, Provider, ProviderError, Reply, StreamEvent, Supervisor,
@@ -68,7 +67,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let supervisor = Supervisor::builder(controller.clone(), Echo::default())
         .transport_timeout(Duration::from_secs(5))
         .build()?;
-    let deadline = || Deadline::from_timeout(Some(Duration::from_secs(10)), Instant::now());
+    // Each call's one deadline, fixed when the call starts (DL-1).
+    let deadline = || Deadline::after(Duration::from_secs(10));
 
     let done = supervisor
         .invoke(

@@ -1,7 +1,8 @@
 //! One absolute deadline per call (SPEC DL-1..DL-6).
 //!
 //! A relative timeout becomes a [`Deadline`] exactly once, at the outermost
-//! boundary ([`Deadline::from_timeout`]); every inner stage receives the same
+//! boundary ([`Deadline::after`], or [`Deadline::from_timeout`] with an
+//! injected clock's instant); every inner stage receives the same
 //! absolute instant and caps its own local timeout with
 //! [`Deadline::cap`], so time spent queueing is never handed back as a fresh
 //! allowance.
@@ -81,6 +82,30 @@ impl Deadline {
     /// A deadline at `instant`.
     pub const fn at(instant: Instant) -> Self {
         Deadline(Some(instant))
+    }
+
+    /// A deadline `timeout` from now, reading tokio's monotonic clock (which
+    /// honours `tokio::time::pause`).
+    ///
+    /// This is the conversion SPEC DL-1 asks for at the outermost boundary
+    /// (a library caller, a batch item's start, a request's arrival): call
+    /// it once per call and hand the resulting absolute deadline to every
+    /// inner stage, never the duration. When the controller runs on an
+    /// injected [`Clock`](crate::clock::Clock), use
+    /// [`from_timeout`](Deadline::from_timeout) with that clock's `now`.
+    /// A huge `timeout` saturates to a deadline that never fires in practice.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Deadline;
+    ///
+    /// # // proves: DL-1 (one absolute deadline from a duration, at the boundary)
+    /// let deadline = Deadline::after(Duration::from_secs(30));
+    /// let left = deadline.remaining(tokio::time::Instant::now());
+    /// assert!(left.is_some_and(|l| l <= Duration::from_secs(30)));
+    /// ```
+    pub fn after(timeout: Duration) -> Self {
+        Deadline::from_timeout(Some(timeout), Instant::now())
     }
 
     /// Converts a relative timeout into an absolute deadline (SPEC DL-1).

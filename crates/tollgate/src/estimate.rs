@@ -46,10 +46,18 @@ pub trait AsyncTokenEstimator<R: ?Sized>: Send + Sync {
 
 impl<R: ?Sized, F> TokenEstimator<R> for F
 where
-    F: Fn(&R) -> Result<TokenEstimate, EstimateError> + Send + Sync,
+    F: Fn(&R) -> Result<TokenEstimate, EstimateError> + Send + Sync + ?Sized,
 {
     fn estimate(&self, request: &R) -> Result<TokenEstimate, EstimateError> {
         self(request)
+    }
+}
+
+/// A shared estimator estimates like the one it shares, so one estimator
+/// can serve several supervisors or layers.
+impl<R: ?Sized, E: TokenEstimator<R> + ?Sized> TokenEstimator<R> for std::sync::Arc<E> {
+    fn estimate(&self, request: &R) -> Result<TokenEstimate, EstimateError> {
+        (**self).estimate(request)
     }
 }
 

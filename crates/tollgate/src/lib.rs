@@ -20,16 +20,18 @@ mod error;
 pub mod estimate;
 pub mod lifecycle;
 pub mod quota;
+mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod usage;
 
 pub use admission::{
-    Acquire, Admission, AdmissionController, ControllerBuilder, CooldownOutcome, Lease, Pool,
-    PoolPermit, PoolSnapshot, ScopeCounters, ScopeSnapshot, Snapshot,
+    Acquire, Admission, AdmissionController, CallClaim, ControllerBuilder, CooldownOutcome, Lease,
+    Pool, PoolPermit, PoolSnapshot, ScopeCounters, ScopeSnapshot, Snapshot,
 };
 pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
+pub use quota::{Dimension, LimitSnapshot, LimitedBy};
 pub use usage::{AlreadySettled, Counter, Settlement, Usage};

@@ -7,6 +7,14 @@
 //! again); errors of the inner service are classified into the retry
 //! classes of SPEC RT-2 by a function you provide.
 //!
+//! A scope with a token limit needs an estimate for every attempt (SPEC
+//! Q-3): give the layer a [`TokenEstimator`] of the request with
+//! [`TollgateLayer::estimator`], or every call fails with
+//! `TokenEstimateRequired`. To settle each reservation with what the
+//! provider really used (SPEC Q-5), give it a [`UsageExtractor`] of the
+//! response with [`TollgateLayer::usage`]; without one, usage is unknown and
+//! the estimate is kept.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tollgate::config::{ScopeConfig, MINUTE};
@@ -32,6 +40,42 @@
 //! assert_eq!(reply, "hello world");
 //! # Ok(()) }
 //! ```
+//!
+//! With a token limit, an estimator and a usage extractor (see also
+//! `cargo run -p tollgate --example tower_tokens --features tower`):
+//!
+//! ```
+//! use tollgate::config::{ScopeConfig, MINUTE};
+//! use tollgate::lifecycle::{ErrorKind, ProviderError};
+//! use tollgate::tower::TollgateLayer;
+//! use tollgate::{AdmissionController, CharRatioEstimator, Dimension, Usage};
+//! use tower::{Layer, Service, ServiceExt};
+//!
+//! # // proves: Q-3, Q-5 (estimated through the layer, settled with usage)
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let controller = AdmissionController::builder()
+//!     .scope(ScopeConfig::new("upstream").tokens(10_000, MINUTE))
+//!     .build()?;
+//! // The inner service answers with its text and the tokens it used.
+//! let inner = tower::service_fn(|prompt: String| async move {
+//!     Ok::<_, std::io::Error>((prompt.to_uppercase(), 40))
+//! });
+//! let mut service = TollgateLayer::new(controller.clone(), |e: &std::io::Error| {
+//!     ProviderError::new(ErrorKind::Connect, e.to_string())
+//! })
+//! // ceil(chars / 4) input tokens plus 100 output tokens are reserved ...
+//! .estimator(CharRatioEstimator::new(4.0, 100)?)
+//! // ... and settled with the tokens the response reports.
+//! .usage(|reply: &(String, u64)| Usage::known(reply.1))
+//! .layer(inner);
+//! let (text, _) = service.ready().await?.call("hello".to_string()).await?;
+//! assert_eq!(text, "HELLO");
+//! let snapshot = controller.snapshot();
+//! let scope = snapshot.scope_named("upstream").ok_or("no scope")?;
+//! // 102 tokens were reserved, 40 used: 62 came back.
+//! assert_eq!(scope.available(Dimension::Tokens, MINUTE), Some(10_000 - 40));
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -48,20 +92,53 @@ use crate::admission::AdmissionController;
 use crate::call::{PoolId, ScopeId};
 use crate::config::ConfigError;
 use crate::deadline::Deadline;
+use crate::estimate::TokenEstimator;
 use crate::lifecycle::{
     AttemptContext, AttemptPolicy, CallError, CallOptions, ErrorKind, Provider, ProviderError,
-    Reply, StreamEvent, Supervisor,
+    Reply, RequestEstimator, StreamEvent, Supervisor,
 };
 use crate::usage::Usage;
 
 /// Classifies an inner service error into a provider error (SPEC RT-2).
 pub type Classify<E> = Arc<dyn Fn(&E) -> ProviderError + Send + Sync>;
 
+/// Reads the usage a provider reported from a response of type `Resp`
+/// (SPEC Q-5, Q-6), so the attempt's token reservation is settled with it.
+///
+/// A closure `Fn(&Resp) -> Usage` is one. Return [`Usage::UNKNOWN`] when the
+/// response says nothing: the estimate is then kept.
+pub trait UsageExtractor<Resp: ?Sized>: Send + Sync {
+    /// The usage `response` reports.
+    fn usage(&self, response: &Resp) -> Usage;
+}
+
+impl<Resp: ?Sized, F> UsageExtractor<Resp> for F
+where
+    F: Fn(&Resp) -> Usage + Send + Sync,
+{
+    fn usage(&self, response: &Resp) -> Usage {
+        self(response)
+    }
+}
+
+/// The default [`UsageExtractor`]: usage is never known, so every
+/// reservation keeps its estimate (SPEC Q-5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoUsage;
+
+impl<Resp: ?Sized> UsageExtractor<Resp> for NoUsage {
+    fn usage(&self, _: &Resp) -> Usage {
+        Usage::UNKNOWN
+    }
+}
+
 /// Wraps services taking `Req` and failing with `E` in admission, a
-/// deadline and retries.
-pub struct TollgateLayer<Req, E> {
+/// deadline and retries; `U` reads usage from their responses.
+pub struct TollgateLayer<Req, E, U = NoUsage> {
     controller: AdmissionController,
     classify: Classify<E>,
+    estimator: Option<RequestEstimator<Req>>,
+    usage: Arc<U>,
     policy: AttemptPolicy,
     scope: ScopeId,
     pool: Option<PoolId>,
@@ -70,11 +147,13 @@ pub struct TollgateLayer<Req, E> {
     _req: PhantomData<fn(Req)>,
 }
 
-impl<Req, E> Clone for TollgateLayer<Req, E> {
+impl<Req, E, U> Clone for TollgateLayer<Req, E, U> {
     fn clone(&self) -> Self {
         TollgateLayer {
             controller: self.controller.clone(),
             classify: Arc::clone(&self.classify),
+            estimator: self.estimator.clone(),
+            usage: Arc::clone(&self.usage),
             policy: self.policy,
             scope: self.scope,
             pool: self.pool,
@@ -85,19 +164,22 @@ impl<Req, E> Clone for TollgateLayer<Req, E> {
     }
 }
 
-impl<Req, E> fmt::Debug for TollgateLayer<Req, E> {
+impl<Req, E, U> fmt::Debug for TollgateLayer<Req, E, U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TollgateLayer")
             .field("scope", &self.scope)
+            .field("pool", &self.pool)
             .field("policy", &self.policy)
             .field("timeout", &self.timeout)
+            .field("estimator", &self.estimator.is_some())
+            .field("usage", &std::any::type_name::<U>())
             .finish_non_exhaustive()
     }
 }
 
 impl<Req, E: 'static> TollgateLayer<Req, E> {
     /// A layer admitting through `controller`, classifying inner errors
-    /// with `classify`.
+    /// with `classify`. It has no estimator and no usage extractor yet.
     pub fn new(
         controller: AdmissionController,
         classify: impl Fn(&E) -> ProviderError + Send + Sync + 'static,
@@ -105,11 +187,44 @@ impl<Req, E: 'static> TollgateLayer<Req, E> {
         TollgateLayer {
             controller,
             classify: Arc::new(classify),
+            estimator: None,
+            usage: Arc::new(NoUsage),
             policy: AttemptPolicy::default(),
             scope: ScopeId::FIRST,
             pool: None,
             timeout: None,
             transport_timeout: None,
+            _req: PhantomData,
+        }
+    }
+}
+
+impl<Req, E, U> TollgateLayer<Req, E, U> {
+    /// Estimates each attempt's tokens from its request (SPEC Q-3, asked
+    /// again for every attempt, Q-8). Needed when the scope has a token
+    /// limit: without it every call fails with `TokenEstimateRequired`. A
+    /// failing estimator fails the call with `TokenEstimationFailed` before
+    /// the inner service is called.
+    pub fn estimator(mut self, estimator: impl TokenEstimator<Req> + 'static) -> Self {
+        self.estimator = Some(Arc::new(estimator));
+        self
+    }
+
+    /// Reads the provider's usage from each response, so its reservation
+    /// is settled (SPEC Q-5): usage below the estimate refunds the
+    /// difference, above it records debt. Without an extractor, usage is
+    /// unknown and the estimate is kept.
+    pub fn usage<U2>(self, extractor: U2) -> TollgateLayer<Req, E, U2> {
+        TollgateLayer {
+            controller: self.controller,
+            classify: self.classify,
+            estimator: self.estimator,
+            usage: Arc::new(extractor),
+            policy: self.policy,
+            scope: self.scope,
+            pool: self.pool,
+            timeout: self.timeout,
+            transport_timeout: self.transport_timeout,
             _req: PhantomData,
         }
     }
@@ -149,20 +264,22 @@ impl<Req, E: 'static> TollgateLayer<Req, E> {
     }
 }
 
-impl<S, Req, E> Layer<S> for TollgateLayer<Req, E>
+impl<S, Req, E, U> Layer<S> for TollgateLayer<Req, E, U>
 where
     S: Service<Req, Error = E> + Clone + Send + Sync + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     Req: Clone + Send + Sync + 'static,
     E: Send + 'static,
+    U: UsageExtractor<S::Response> + 'static,
 {
-    type Service = TollgateService<S, Req, E>;
+    type Service = TollgateService<S, Req, E, U>;
 
     fn layer(&self, service: S) -> Self::Service {
         let provider = ServiceProvider {
             service,
             classify: Arc::clone(&self.classify),
+            usage: Arc::clone(&self.usage),
             _req: PhantomData,
         };
         let mut b = Supervisor::builder(self.controller.clone(), provider)
@@ -170,6 +287,9 @@ where
             .scope(self.scope);
         if let Some(pool) = self.pool {
             b = b.pool(pool);
+        }
+        if let Some(estimator) = &self.estimator {
+            b = b.estimator(Arc::clone(estimator));
         }
         if let Some(t) = self.transport_timeout {
             b = b.transport_timeout(t);
@@ -183,22 +303,24 @@ where
 }
 
 /// An inner service seen as a one-shot provider.
-pub struct ServiceProvider<S, Req, E> {
+pub struct ServiceProvider<S, Req, E, U = NoUsage> {
     service: S,
     classify: Classify<E>,
+    usage: Arc<U>,
     _req: PhantomData<fn(Req)>,
 }
 
 /// Streaming is not offered by plain services.
 pub type NoStream<R> = Pin<Box<dyn Stream<Item = Result<StreamEvent<R>, ProviderError>> + Send>>;
 
-impl<S, Req, E> Provider for ServiceProvider<S, Req, E>
+impl<S, Req, E, U> Provider for ServiceProvider<S, Req, E, U>
 where
     S: Service<Req, Error = E> + Clone + Send + Sync + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     E: Send + 'static,
     Req: Clone + Send + Sync + 'static,
+    U: UsageExtractor<S::Response> + 'static,
 {
     type Request = Req;
     type Response = S::Response;
@@ -212,10 +334,10 @@ where
     ) -> Result<Reply<S::Response>, ProviderError> {
         let service = self.service.clone();
         match service.oneshot(request.clone()).await {
-            Ok(body) => Ok(Reply {
-                body,
-                usage: Usage::UNKNOWN,
-            }),
+            Ok(body) => {
+                let usage = self.usage.usage(&body);
+                Ok(Reply { body, usage })
+            }
             Err(e) => Err((self.classify)(&e)),
         }
     }
@@ -229,25 +351,27 @@ where
 }
 
 /// A service wrapped by [`TollgateLayer`].
-pub struct TollgateService<S, Req, E>
+pub struct TollgateService<S, Req, E, U = NoUsage>
 where
     S: Service<Req, Error = E> + Clone + Send + Sync + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     E: Send + 'static,
     Req: Clone + Send + Sync + 'static,
+    U: UsageExtractor<S::Response> + 'static,
 {
-    supervisor: Supervisor<ServiceProvider<S, Req, E>>,
+    supervisor: Supervisor<ServiceProvider<S, Req, E, U>>,
     timeout: Option<Duration>,
 }
 
-impl<S, Req, E> Clone for TollgateService<S, Req, E>
+impl<S, Req, E, U> Clone for TollgateService<S, Req, E, U>
 where
     S: Service<Req, Error = E> + Clone + Send + Sync + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     E: Send + 'static,
     Req: Clone + Send + Sync + 'static,
+    U: UsageExtractor<S::Response> + 'static,
 {
     fn clone(&self) -> Self {
         TollgateService {
@@ -257,13 +381,14 @@ where
     }
 }
 
-impl<S, Req, E> Service<Req> for TollgateService<S, Req, E>
+impl<S, Req, E, U> Service<Req> for TollgateService<S, Req, E, U>
 where
     S: Service<Req, Error = E> + Clone + Send + Sync + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     E: Send + 'static,
     Req: Clone + Send + Sync + 'static,
+    U: UsageExtractor<S::Response> + 'static,
 {
     type Response = S::Response;
     type Error = CallError;

@@ -1,5 +1,6 @@
 //! Allocation budgets of the admission path, counted by a global allocator
-//! (deterministic byte and call counts, not timings).
+//! (deterministic byte and call counts, not timings). These are performance
+//! properties; only the bounded queue (ADM-5) is a SPEC rule.
 
 mod common;
 
@@ -61,8 +62,10 @@ fn allocation_budgets() {
     queued_waiters_stay_within_the_memory_budget();
 }
 
-// proves: ADM-1 fast path (an uncontended admission allocates nothing, in
-// real time so that window slots are created and recycled)
+// Not a SPEC rule: a performance budget of the uncontended fast path (an
+// admission and its release allocate nothing, in real time so that window
+// slots are created and recycled). The admission order itself (ADM-1) is
+// proven in tests/admission.rs.
 fn uncontended_acquire_and_release_do_not_allocate() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -611,8 +611,9 @@ fn breaker() -> CircuitBreaker {
     .unwrap()
 }
 
-// proves: CB-3, CB-2 (an open circuit fails the call with zero transport
-// attempts; exhausted retries count as one failure)
+// proves: CB-3 (an open circuit fails the call with zero transport
+// attempts). With a threshold of 1 this cannot tell whether exhausted
+// retries count once: tests/breaker.rs proves CB-2 with a threshold of 3.
 async fn circuit_open() {
     let b = breaker();
     let env = Env::new(
@@ -766,8 +767,8 @@ async fn provider_timeout_at_the_deadline() {
     env.assert_clean().await;
 }
 
-// proves: LC-2, DL-3 (a failing pre-hook fails the call before any
-// provider work; a post-hook runs after the response)
+// proves: LC-2 (a failing pre-hook fails the call before any provider
+// work; a post-hook runs after the response)
 async fn hooks_run_around_the_attempt() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let (pre_log, post_log) = (ran.clone(), ran.clone());
@@ -838,7 +839,62 @@ async fn hooks_run_around_the_attempt() {
     env.assert_clean().await;
 }
 
-// proves: LC-1..LC-4, RT-1..RT-5, CB-2..CB-4 (the success and failure rows)
+fn sleeping_hook(d: Duration) -> tollgate::lifecycle::Hook {
+    Arc::new(move |_| {
+        Box::pin(async move {
+            tokio::time::sleep(d).await;
+            Ok(())
+        })
+    })
+}
+
+// proves: DL-3, DL-4 (hooks run under the call's one deadline: a pre- or
+// post-hook that outlasts it fails the call at the deadline instant with
+// DeadlineExceeded{phase: hook}, although its own cap is longer)
+async fn hooks_run_under_the_deadline() {
+    for pre in [true, false] {
+        let hook = Some(sleeping_hook(secs(3_600)));
+        let hooks = Hooks {
+            pre: if pre { hook.clone() } else { None },
+            post: if pre { None } else { hook },
+            timeout: Some(secs(600)),
+        };
+        let env = Env::new(
+            ScopeConfig::new("main").requests(100, MINUTE),
+            None,
+            vec![],
+            hooks,
+            None,
+        );
+        let t0 = Instant::now();
+        let options = CallOptions {
+            id: Some(ID),
+            deadline: Deadline::from_timeout(Some(secs(2)), t0),
+            idempotent: true,
+        };
+        let err = env.sup.invoke(&"q".into(), options).await.unwrap_err();
+        assert_eq!(
+            err,
+            CallError::Deadline {
+                phase: Phase::Hook,
+                retry_at: None
+            },
+            "pre: {pre}"
+        );
+        assert_eq!(Instant::now() - t0, secs(2), "pre: {pre}");
+        assert_eq!(env.work.started(), u32::from(!pre), "pre: {pre}");
+        settle().await;
+        let r = env.report();
+        assert_eq!(
+            (r.terminal, r.phase),
+            (Terminal::Aborted, Some(Phase::Hook))
+        );
+        env.assert_clean().await;
+    }
+}
+
+// proves: LC-1..LC-4, RT-1..RT-5, CB-3, CB-4, DL-3 (the success and
+// failure rows; each row names its own rules)
 #[tokio::test(start_paused = true)]
 async fn success_and_failure_rows() {
     let mut rows = 0;
@@ -864,5 +920,6 @@ async fn success_and_failure_rows() {
     row!(past_deadline);
     row!(provider_timeout_at_the_deadline);
     row!(hooks_run_around_the_attempt);
+    row!(hooks_run_under_the_deadline);
     println!("conformance matrix: {rows} success/failure rows");
 }

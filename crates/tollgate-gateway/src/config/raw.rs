@@ -52,7 +52,9 @@ struct RawServer {
     max_body_bytes: Option<usize>,
     max_header_bytes: Option<usize>,
     header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
     idle_timeout: Option<String>,
+    max_connections: Option<usize>,
     shutdown_grace: Option<String>,
     admin_key_env: Option<String>,
     log_format: Option<RawLogFormat>,
@@ -278,11 +280,17 @@ impl RawServer {
                 self.header_read_timeout.as_ref(),
                 d.header_read_timeout,
             )?,
+            body_read_timeout: duration_or(
+                &at.key("body_read_timeout"),
+                self.body_read_timeout.as_ref(),
+                d.body_read_timeout,
+            )?,
             idle_timeout: duration_or(
                 &at.key("idle_timeout"),
                 self.idle_timeout.as_ref(),
                 d.idle_timeout,
             )?,
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
             shutdown_grace: duration_or(
                 &at.key("shutdown_grace"),
                 self.shutdown_grace.as_ref(),

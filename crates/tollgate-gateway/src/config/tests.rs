@@ -561,6 +561,37 @@ fn bad_urls_and_env_names_are_errors() {
     assert_eq!(c.providers[0].base_url, "http://[::1]:8000/v1");
 }
 
+// proves: GW-17 (the body read timeout and the connection cap have
+// documented defaults; zero is an error naming the field)
+#[test]
+fn body_read_timeout_and_connection_cap() {
+    let c = ok(&with_model(""));
+    assert_eq!(c.server.body_read_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.max_connections, 512);
+    let c = ok(&with_model(
+        "[server]\nbody_read_timeout = \"2500ms\"\nmax_connections = 3",
+    ));
+    assert_eq!(c.server.body_read_timeout, Duration::from_millis(2_500));
+    assert_eq!(c.server.max_connections, 3);
+    fail_at(
+        &with_model("[server]\nbody_read_timeout = \"0s\""),
+        "server.body_read_timeout",
+        "longer than zero",
+    );
+    fail_at(
+        &with_model("[server]\nbody_read_timeout = \"soon\""),
+        "server.body_read_timeout",
+        "is not a duration",
+    );
+    fail_at(
+        &with_model("[server]\nmax_connections = 0"),
+        "server.max_connections",
+        "positive",
+    );
+    let e = fail(&with_model("[server]\nmax_connections = -1"));
+    assert_eq!(e.field.as_deref(), Some("server.max_connections"));
+}
+
 // proves: GW-3 (the cap on x-request-timeout is at least the default)
 #[test]
 fn max_timeout_below_default_timeout_is_an_error() {

@@ -81,8 +81,15 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     /// Time allowed to receive a request's headers (default 10 s).
     pub header_read_timeout: Duration,
+    /// Time allowed to receive a request's body, counted from when its
+    /// headers were read (default 10 s; the request's deadline bounds it
+    /// too). Past it: 408 (SPEC GW-17).
+    pub body_read_timeout: Duration,
     /// Idle keep-alive connections close after this (default 60 s).
     pub idle_timeout: Duration,
+    /// Client connections served at once (default 512). Further
+    /// connections wait in the listen backlog until one closes.
+    pub max_connections: usize,
     /// On SIGTERM/SIGINT, active calls may finish within this (default
     /// 30 s; zero aborts them at once).
     pub shutdown_grace: Duration,
@@ -100,7 +107,9 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             max_header_bytes: 16 << 10,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            max_connections: 512,
             shutdown_grace: Duration::from_secs(30),
             admin_key_env: None,
             log_format: LogFormat::Text,

@@ -244,7 +244,9 @@ impl GatewayConfig {
         positive(&at.key("max_body_bytes"), Some(s.max_body_bytes as u64))?;
         positive(&at.key("max_header_bytes"), Some(s.max_header_bytes as u64))?;
         non_zero(&at.key("header_read_timeout"), s.header_read_timeout)?;
+        non_zero(&at.key("body_read_timeout"), s.body_read_timeout)?;
         non_zero(&at.key("idle_timeout"), s.idle_timeout)?;
+        positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
         env_name(&at.key("admin_key_env"), s.admin_key_env.as_deref())
     }
 

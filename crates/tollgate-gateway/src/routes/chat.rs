@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
-use http::HeaderMap;
 use tollgate::TokenEstimate;
 use tollgate_openai::{ChatCompletionRequest, Endpoint, UpstreamRequest};
 
@@ -58,8 +56,7 @@ impl Route for Chat {
 /// The handler.
 pub async fn chat(
     State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    handle::<Chat>(&app, &headers, body).await
+    handle::<Chat>(&app, request).await
 }

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
-use bytes::Bytes;
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
@@ -26,29 +27,106 @@ pub fn deadline(app: &AppState, headers: &HeaderMap, arrived: Instant) -> Deadli
 }
 
 /// The tenant of the request, from its API key only (SPEC GW-2, POOL-2).
+///
+/// The header is checked as raw bytes: a value that is not UTF-8 is a
+/// malformed key (401), never "no header" (which may mean anonymous).
 pub fn tenant(app: &AppState, headers: &HeaderMap) -> Result<usize, ApiError> {
     let header = headers
         .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+        .map(http::HeaderValue::as_bytes);
     app.auth
-        .authenticate(header)
+        .authenticate_bytes(header)
         .map(|t| t.index())
         .map_err(|_| ApiError::unauthorized())
 }
 
-/// Parses a JSON body, turning an oversized body into 413 and bad JSON into
-/// 400 (SPEC GW-7).
-pub fn body<T: DeserializeOwned>(
+/// Reads the request body (SPEC GW-7, GW-17): at most
+/// `server.max_body_bytes` (413 past it, without reading on when
+/// `content-length` already says so), and only until the earlier of
+/// `server.body_read_timeout` after the head arrived and the request's
+/// deadline (408 `request_timeout` then). Call it after authentication, so
+/// an unauthenticated client never gets to upload.
+///
+/// # Cancel safety
+///
+/// Dropping the future stops reading; nothing is held.
+pub async fn read_body(
     app: &AppState,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(T, Bytes), ApiError> {
-    let bytes = body.map_err(|r| match r {
-        BytesRejection::FailedToBufferBody(_) => ApiError::too_large(app.bounds.max_body_bytes),
-        other => ApiError::bad_request(other.body_text()),
-    })?;
-    let parsed = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
-    Ok((parsed, bytes))
+    headers: &HeaderMap,
+    body: Body,
+    arrived: Instant,
+    deadline: Deadline,
+) -> Result<Bytes, ApiError> {
+    let limit = app.bounds.max_body_bytes;
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    let by_timeout = arrived
+        .checked_add(app.bounds.body_read_timeout)
+        .unwrap_or(arrived);
+    let (until, by_deadline) = match deadline.instant() {
+        Some(d) if d < by_timeout => (d, true),
+        _ => (by_timeout, false),
+    };
+    match tokio::time::timeout_at(until, collect(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(Collect::TooLarge)) => Err(ApiError::too_large(limit)),
+        Ok(Err(Collect::Failed(e))) => Err(ApiError::bad_request(format!(
+            "Failed to read the request body: {e}"
+        ))),
+        Err(_) if by_deadline => Err(ApiError::request_timeout(
+            "The request's deadline ran out while its body was being received.",
+        )),
+        Err(_) => Err(ApiError::request_timeout(format!(
+            "The request body did not arrive within {}.",
+            humantime::format_duration(app.bounds.body_read_timeout)
+        ))),
+    }
+}
+
+enum Collect {
+    TooLarge,
+    Failed(axum::Error),
+}
+
+/// The whole body, refusing more than `limit` bytes.
+async fn collect(body: Body, limit: usize) -> Result<Bytes, Collect> {
+    let mut frames = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    let mut len = 0usize;
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(Collect::Failed)?;
+        len = len.saturating_add(frame.len());
+        if len > limit {
+            return Err(Collect::TooLarge);
+        }
+        match &first {
+            None => first = Some(frame),
+            Some(f) => {
+                if rest.is_empty() {
+                    rest.reserve(len);
+                    rest.extend_from_slice(f);
+                }
+                rest.extend_from_slice(&frame);
+            }
+        }
+    }
+    Ok(if rest.is_empty() {
+        first.unwrap_or_default()
+    } else {
+        rest.freeze()
+    })
+}
+
+/// Parses a JSON body (400 when it is not valid JSON for the route).
+pub fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))
 }
 
 /// The model the request names, served on `kind`'s route (SPEC GW-1).

@@ -2,11 +2,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
-use http::HeaderMap;
 use tollgate::TokenEstimate;
 use tollgate_openai::{EmbeddingsRequest, Endpoint, UpstreamRequest};
 
@@ -55,8 +53,7 @@ impl Route for Embeddings {
 /// The handler.
 pub async fn embeddings(
     State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    handle::<Embeddings>(&app, &headers, body).await
+    handle::<Embeddings>(&app, request).await
 }

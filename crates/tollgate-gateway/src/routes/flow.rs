@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallOptions, Completed};
@@ -16,6 +16,7 @@ use tollgate::{Lease, TokenEstimate, Usage};
 use tollgate_openai::UpstreamRequest;
 
 use super::common::{self, fail};
+use crate::connection::{Arrival, LINGER};
 use crate::error::ApiError;
 use crate::provider::{GatewayRequest, Started};
 use crate::sse::SseBody;
@@ -46,21 +47,25 @@ pub trait Route {
     fn is_stream(request: &Self::Request) -> bool;
 }
 
-/// Serves one request of route `R`.
-pub async fn handle<R: Route>(
-    app: &AppState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
+/// Serves one request of route `R`: the deadline from the instant its
+/// head was read (SPEC DL-1), identity from the headers alone (401 before
+/// any body byte is read), then the body under its size and time bounds
+/// (SPEC GW-17), then admission.
+pub async fn handle<R: Route>(app: &AppState, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let arrival = parts.extensions.get::<Arrival>();
+    let arrived = arrival.map_or_else(Instant::now, |a| a.at);
+    let headers = &parts.headers;
     let deadline = common::deadline(app, headers, arrived);
     let route = R::NAME;
     if app.is_shutting_down() {
         return Err(fail(app, route, "", ApiError::shutting_down()));
     }
     let tenant = common::tenant(app, headers).map_err(|e| fail(app, route, "", e))?;
-    let (request, raw): (R::Request, Bytes) =
-        common::body(app, body).map_err(|e| fail(app, route, "", e))?;
+    let raw = common::read_body(app, headers, body, arrived, deadline)
+        .await
+        .map_err(|e| fail(app, route, "", e))?;
+    let request: R::Request = common::parse(&raw).map_err(|e| fail(app, route, "", e))?;
     let first =
         common::model(app, R::model(&request), R::KIND).map_err(|e| fail(app, route, "", e))?;
     let tenant_lease = common::admit_tenant(app, tenant, R::estimate(&first, &request), deadline)
@@ -90,20 +95,24 @@ pub async fn handle<R: Route>(
         let started = Instant::now();
         let result = if R::is_stream(&request) {
             match model.supervisor.stream(&call, options).await {
-                Ok(stream) => {
-                    let a = stream.lease().map(|l| *l.admission()).unwrap_or_default();
+                Ok(mut stream) => {
+                    let a = *stream.admission();
                     model.metrics.success(
                         true,
                         started.elapsed(),
                         a.quota_wait,
                         a.concurrency_wait,
                     );
-                    let body = SseBody::new(
-                        stream,
-                        tenant_lease,
-                        app.metrics.clone(),
-                        Arc::clone(&model.name),
-                    );
+                    // The tenant's permit lives and ends with the stream,
+                    // even one nobody polls (SPEC POOL-1, GW-17).
+                    stream.hold(tenant_lease);
+                    // A client that stops reading cannot keep its
+                    // connection past the deadline either.
+                    let close = arrival
+                        .zip(deadline.instant())
+                        .map(|(a, at)| a.connection.close_at(at.checked_add(LINGER).unwrap_or(at)));
+                    let body =
+                        SseBody::new(stream, app.metrics.clone(), Arc::clone(&model.name), close);
                     let mut response = Body::from_stream(body).into_response();
                     let h = response.headers_mut();
                     h.insert(

@@ -9,16 +9,15 @@ mod info;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 pub use info::snapshot_json;
 
 use crate::state::AppState;
 
-/// The router serving every route.
+/// The router serving every route. Model routes read their own body,
+/// after authentication and under its bounds (SPEC GW-17).
 pub fn router(state: Arc<AppState>) -> Router {
-    let limit = state.bounds.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/embeddings", post(embeddings::embeddings))
@@ -27,6 +26,5 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(info::readyz))
         .route("/metrics", get(info::metrics))
         .route("/admin/snapshot", get(info::snapshot))
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

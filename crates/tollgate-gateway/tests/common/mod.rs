@@ -93,12 +93,7 @@ impl Gateway {
     pub async fn start(toml: &str) -> Gateway {
         let config = GatewayConfig::from_toml(toml, "test.toml")
             .unwrap_or_else(|e| panic!("test configuration is invalid: {e}"));
-        let options = ServeOptions {
-            max_header_bytes: config.server.max_header_bytes,
-            header_read_timeout: config.server.header_read_timeout,
-            idle_timeout: config.server.idle_timeout,
-            shutdown_grace: config.server.shutdown_grace,
-        };
+        let options = ServeOptions::from_config(&config.server);
         Self::start_config(&config, options).await
     }
 

@@ -2,14 +2,14 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::acquire::{Acquire, Admitted, SlowAcquire};
+use super::claim::CallClaim;
 use super::lease::{Admission, Lease};
 use super::permits::Permits;
 use super::pools::{PoolEntry, PoolSet};
@@ -62,9 +62,6 @@ pub(crate) struct Inner {
     max_wait: Option<Duration>,
     cooldown: CooldownConfig,
     closed: AtomicBool,
-    /// Leases without a pool (a pool's permits count the others).
-    unpooled: AtomicUsize,
-    idle: Notify,
     pub(crate) shutdown: CancellationToken,
     ids: Mutex<HashSet<CallId>>,
     backend: &'static str,
@@ -170,8 +167,6 @@ impl ControllerBuilder {
                 max_wait: config.max_wait,
                 cooldown: config.cooldown,
                 closed: AtomicBool::new(false),
-                unpooled: AtomicUsize::new(0),
-                idle: Notify::new(),
                 shutdown: CancellationToken::new(),
                 ids: Mutex::new(HashSet::new()),
                 backend: backend.name(),
@@ -202,10 +197,7 @@ fn build_pools(config: &ControllerConfig) -> PoolSet {
             max_wait: p.max_wait,
         });
     }
-    PoolSet {
-        pools: pools.into_boxed_slice(),
-        default,
-    }
+    PoolSet::new(pools.into_boxed_slice(), default)
 }
 
 /// What a reported 429 did to its scope's cooldown.
@@ -388,6 +380,18 @@ impl AdmissionController {
         Ok(None)
     }
 
+    /// Holds `id` for a whole call, across its attempts and backoff delays
+    /// (SPEC ADM-6): until the returned claim is dropped, admitting or
+    /// claiming the same id fails with [`AdmissionError::Conflict`]. The
+    /// call's attempts are then admitted without an id.
+    pub fn claim(&self, id: CallId) -> Result<CallClaim, AdmissionError> {
+        IdGuard::insert(&self.inner, id)?;
+        Ok(CallClaim {
+            inner: Arc::clone(&self.inner),
+            id,
+        })
+    }
+
     /// Turns a finished wait into a lease.
     pub(crate) fn admit(&self, slow: &SlowAcquire<'_>, admitted: Admitted) -> Lease {
         self.inner.lease(
@@ -493,17 +497,13 @@ impl AdmissionController {
     }
 
     /// Resolves once no lease is held.
+    ///
+    /// Every way capacity comes back wakes it (a lease released, a grant
+    /// given back uncollected, a preempted or refused attempt), so it
+    /// resolves as soon as the last one is returned, whether or not the
+    /// controller is closed.
     pub async fn idle(&self) {
-        let inner = &*self.inner;
-        loop {
-            let idle = inner.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if inner.active() == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.inner.pools.idle().await;
     }
 
     /// A token cancelled when the controller closes (for supervisors that
@@ -623,6 +623,9 @@ impl Inner {
         if st.closed {
             return Err(AdmissionError::Closed);
         }
+        // A demand that can never fit fails now, on every path, whatever
+        // the algorithm's state (SPEC Q-3).
+        st.store.check(demand)?;
         *ticket = st.tickets;
         st.tickets += 1;
         let cooling = st.cooldown.active(now);
@@ -674,8 +677,6 @@ impl Inner {
                         self.pools.release(pool);
                     }
                     let not_until = st.store.not_until(demand, now);
-                    // A demand that never fits fails now (SPEC Q-3).
-                    st.store.check(demand)?;
                     if let Some(at) = not_until.at {
                         self.verdict(at, now, deadline, None)?;
                     }
@@ -690,7 +691,6 @@ impl Inner {
                 }
             }
         }
-        st.store.check(demand)?;
         if self.overflow == Overflow::Reject && st.queue.len() >= scope.capacity {
             return Err(AdmissionError::QueueFull { scope: scope.id });
         }
@@ -761,7 +761,7 @@ impl Inner {
         let mut admission = admission;
         admission.grant_order = grant.order;
         if pool.is_none() {
-            self.unpooled.fetch_add(1, Ordering::AcqRel);
+            self.pools.hold_unpooled();
         }
         Lease {
             inner: Arc::clone(&controller.inner),
@@ -779,37 +779,19 @@ impl Inner {
     /// Returns a lease's permit (called once per lease).
     #[inline]
     pub(crate) fn release(&self, pool: Option<u32>, id: Option<CallId>) {
-        match pool {
-            Some(_) => self.pools.release(pool),
-            None => {
-                self.unpooled.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
         if let Some(id) = id {
             self.forget_id(id);
         }
-        if self.closed.load(Ordering::Acquire) {
-            self.notify_if_idle();
-        }
-    }
-
-    #[cold]
-    fn notify_if_idle(&self) {
-        if self.active() == 0 {
-            self.idle.notify_waiters();
+        match pool {
+            Some(_) => self.pools.release(pool),
+            None => self.pools.release_unpooled(),
         }
     }
 
     /// Leases held (a pool's permits in use count as leases: a permit is
     /// only ever held on the way to a lease or by one).
     pub(crate) fn active(&self) -> usize {
-        let pooled: usize = self
-            .pools
-            .pools
-            .iter()
-            .map(|p| p.permits.limit().saturating_sub(p.permits.available()))
-            .sum();
-        pooled + self.unpooled.load(Ordering::Acquire)
+        self.pools.active()
     }
 
     #[cold]

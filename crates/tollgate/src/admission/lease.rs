@@ -46,7 +46,6 @@ impl Admission {
 /// the request unit stays spent (SPEC Q-9) and the reserved tokens stay
 /// counted until [`reconcile`](Lease::reconcile) settles them
 /// with the provider's reported usage (SPEC Q-5).
-#[derive(Debug)]
 #[must_use = "dropping the lease releases the admission at once"]
 pub struct Lease {
     pub(crate) inner: Arc<Inner>,
@@ -58,6 +57,22 @@ pub struct Lease {
     pub(crate) pool: Option<u32>,
     pub(crate) released: bool,
     pub(crate) reconciled: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    /// The lease's own state only: never the controller behind it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("scope", &self.scope)
+            .field("id", &self.id)
+            .field("pool", &self.pool())
+            .field("hold", &self.reservation.hold)
+            .field("generation", &self.generation)
+            .field("tokens_reserved", &self.reservation.demand.tokens)
+            .field("released", &self.released)
+            .field("reconciled", &self.reconciled)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lease {

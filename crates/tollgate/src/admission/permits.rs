@@ -16,13 +16,14 @@
 //!   empty is the only reason to clear it.
 //! * A waiter that is dropped after being handed a permit gives it back
 //!   through the same path, so a permit is never lost (cancel safety).
+//! * Every access to `state` is sequentially consistent: idle detection
+//!   (`idle.rs`) pairs a permit's return with a load of its own waiter
+//!   count. On x86 the instructions are those of acquire/release anyway.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
-use parking_lot::Mutex;
-
 use super::queue::WaitList;
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 
 const WAITERS: usize = 1;
 const CLOSED: usize = 2;
@@ -88,7 +89,7 @@ impl Permits {
 
     /// Free permits now.
     pub(crate) fn available(&self) -> usize {
-        self.state.load(Ordering::Acquire) / ONE
+        self.state.load(Ordering::SeqCst) / ONE
     }
 
     /// Calls waiting for a permit.
@@ -99,7 +100,7 @@ impl Permits {
     /// Takes a permit if one is free and nobody waits.
     #[inline]
     pub(crate) fn try_acquire(&self) -> Result<(), TryAcquire> {
-        let mut s = self.state.load(Ordering::Acquire);
+        let mut s = self.state.load(Ordering::SeqCst);
         loop {
             if s & CLOSED != 0 {
                 return Err(TryAcquire::Closed);
@@ -109,7 +110,7 @@ impl Permits {
             }
             match self
                 .state
-                .compare_exchange_weak(s, s - ONE, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(s, s - ONE, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return Ok(()),
                 Err(actual) => s = actual,
@@ -120,11 +121,11 @@ impl Permits {
     /// Returns one permit: to the first waiter if any, else to the pool.
     #[inline]
     pub(crate) fn release(&self) {
-        let mut s = self.state.load(Ordering::Acquire);
+        let mut s = self.state.load(Ordering::SeqCst);
         while s & WAITERS == 0 {
             match self
                 .state
-                .compare_exchange_weak(s, s + ONE, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(s, s + ONE, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return,
                 Err(actual) => s = actual,
@@ -151,17 +152,17 @@ impl Permits {
                 }
             }
             if list.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
             }
             return;
         }
-        self.state.fetch_add(ONE, Ordering::AcqRel);
-        self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+        self.state.fetch_add(ONE, Ordering::SeqCst);
+        self.state.fetch_and(!WAITERS, Ordering::SeqCst);
     }
 
     /// Refuses new acquisitions and wakes every waiter with `Closed`.
     pub(crate) fn close(&self) {
-        self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        self.state.fetch_or(CLOSED, Ordering::SeqCst);
         let mut list = self.waiters.lock();
         for key in list.keys() {
             list.unlink(key);
@@ -209,10 +210,10 @@ impl Permits {
         list: &mut WaitList<Waiter>,
         waker: Option<Waker>,
     ) -> Result<Option<usize>, Refused> {
-        let s = self.state.fetch_or(WAITERS, Ordering::AcqRel);
+        let s = self.state.fetch_or(WAITERS, Ordering::SeqCst);
         let refuse = |list: &WaitList<Waiter>, why| {
             if list.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
             }
             Err(why)
         };
@@ -222,8 +223,8 @@ impl Permits {
         if list.is_empty() && s >= ONE {
             // Nobody waits and a permit is free: take it and reopen the
             // fast path.
-            self.state.fetch_sub(ONE, Ordering::AcqRel);
-            self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            self.state.fetch_sub(ONE, Ordering::SeqCst);
+            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
             return Ok(None);
         }
         if list.len() >= self.max_waiters {
@@ -268,7 +269,7 @@ impl Permits {
             *key = None;
             return Poll::Ready(Ok(()));
         }
-        if self.state.load(Ordering::Acquire) & CLOSED != 0 {
+        if self.state.load(Ordering::SeqCst) & CLOSED != 0 {
             list.remove(k);
             *key = None;
             return Poll::Ready(Err(Refused::Closed));
@@ -289,145 +290,7 @@ impl Permits {
         if granted {
             self.hand_over(&mut list);
         } else if list.is_empty() {
-            self.state.fetch_and(!WAITERS, Ordering::AcqRel);
+            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-
-    async fn settle() {
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-    }
-
-    #[test]
-    fn fast_path_counts_permits() {
-        let p = Permits::new(2);
-        assert_eq!(p.try_acquire(), Ok(()));
-        assert_eq!(p.try_acquire(), Ok(()));
-        assert_eq!(p.try_acquire(), Err(TryAcquire::NoPermits));
-        p.release();
-        assert_eq!(p.available(), 1);
-        p.close();
-        assert_eq!(p.try_acquire(), Err(TryAcquire::Closed));
-    }
-
-    // proves: POOL-3 (waiters are served in FIFO order; no barging)
-    #[tokio::test]
-    async fn waiters_are_served_in_order() {
-        let p = Arc::new(Permits::new(1));
-        p.try_acquire().unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for i in 0..5 {
-            let (p, order) = (p.clone(), order.clone());
-            tasks.push(tokio::spawn(async move {
-                p.acquire().await.unwrap();
-                order.lock().push(i);
-                p.release();
-            }));
-            settle().await;
-        }
-        // A newcomer cannot take the permit around the queue.
-        p.release();
-        assert_eq!(p.try_acquire(), Err(TryAcquire::NoPermits));
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(*order.lock(), [0, 1, 2, 3, 4]);
-        assert_eq!(p.available(), 1);
-        assert_eq!(p.try_acquire(), Ok(()));
-    }
-
-    // proves: DL-7 (a cancelled waiter that was handed a permit passes it on)
-    #[tokio::test]
-    async fn cancelled_waiter_passes_its_permit_on() {
-        let p = Arc::new(Permits::new(1));
-        p.try_acquire().unwrap();
-        let p1 = p.clone();
-        let first = tokio::spawn(async move { p1.acquire().await });
-        settle().await;
-        let p2 = p.clone();
-        let second = tokio::spawn(async move { p2.acquire().await });
-        settle().await;
-        assert_eq!(p.waiting(), 2);
-        p.release(); // handed to `first`, which is cancelled before running
-        first.abort();
-        assert!(second.await.unwrap().is_ok());
-        assert_eq!(p.waiting(), 0);
-        p.release();
-        assert_eq!(p.available(), 1);
-    }
-
-    // proves: LC-7 (close wakes every waiter with an error)
-    #[tokio::test]
-    async fn close_wakes_waiters() {
-        let p = Arc::new(Permits::new(1));
-        p.try_acquire().unwrap();
-        let p1 = p.clone();
-        let w = tokio::spawn(async move { p1.acquire().await });
-        settle().await;
-        p.close();
-        assert_eq!(w.await.unwrap(), Err(Refused::Closed));
-    }
-
-    // proves: POOL-3 (a finite waiting bound: arrivals beyond it are
-    // refused at once)
-    #[tokio::test]
-    async fn waiting_bound_refuses_at_once() {
-        let p = Arc::new(Permits::bounded(1, 1));
-        p.try_acquire().unwrap();
-        let p1 = p.clone();
-        let first = tokio::spawn(async move { p1.acquire().await });
-        settle().await;
-        assert_eq!(p.acquire().await, Err(Refused::Full));
-        assert_eq!(p.register(), Err(Refused::Full));
-        p.release();
-        assert_eq!(first.await.unwrap(), Ok(()));
-    }
-
-    // Many threads hammering acquire/release never exceed the limit and
-    // never lose a permit.
-    #[test]
-    fn stress_never_exceeds_the_limit() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .build()
-            .unwrap();
-        let p = Arc::new(Permits::new(3));
-        let inside = Arc::new(AtomicUsize::new(0));
-        rt.block_on(async {
-            let mut tasks = Vec::new();
-            for _ in 0..64 {
-                let (p, inside) = (p.clone(), inside.clone());
-                tasks.push(tokio::spawn(async move {
-                    for i in 0..500 {
-                        if i % 3 == 0 {
-                            if p.try_acquire().is_err() {
-                                continue;
-                            }
-                        } else {
-                            p.acquire().await.unwrap();
-                        }
-                        let n = inside.fetch_add(1, Ordering::SeqCst);
-                        assert!(n < 3, "limit exceeded");
-                        tokio::task::yield_now().await;
-                        inside.fetch_sub(1, Ordering::SeqCst);
-                        p.release();
-                    }
-                }));
-            }
-            for t in tasks {
-                t.await.unwrap();
-            }
-        });
-        assert_eq!(p.available(), 3);
-        assert_eq!(p.waiting(), 0);
     }
 }

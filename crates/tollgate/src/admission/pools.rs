@@ -7,8 +7,10 @@
 //! after its quota reservation and in the order reservations were granted.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::idle::Idle;
 use super::permits::{Permits, Refused, TryAcquire};
 use crate::call::PoolId;
 use crate::error::AdmissionError;
@@ -22,14 +24,59 @@ pub(crate) struct PoolEntry {
 }
 
 /// All pools of a controller, shared with its scopes.
+///
+/// Every permit that comes back, by whatever path, comes back through
+/// [`release`](Self::release) or [`cancel`](Self::cancel), which wake
+/// whoever waits for the controller to be idle (see `idle.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct PoolSet {
     pub(crate) pools: Box<[PoolEntry]>,
     /// The pool of calls that name none.
     pub(crate) default: Option<u32>,
+    /// Leases without a pool (a pool's permits count the others).
+    unpooled: AtomicUsize,
+    idle: Idle,
 }
 
 impl PoolSet {
+    pub(crate) fn new(pools: Box<[PoolEntry]>, default: Option<u32>) -> Self {
+        PoolSet {
+            pools,
+            default,
+            unpooled: AtomicUsize::new(0),
+            idle: Idle::default(),
+        }
+    }
+
+    /// Capacity held: permits taken from any pool (a permit is only ever
+    /// held on the way to a lease or by one) plus unpooled leases.
+    pub(crate) fn active(&self) -> usize {
+        let pooled: usize = self
+            .pools
+            .iter()
+            .map(|p| p.permits.limit().saturating_sub(p.permits.available()))
+            .sum();
+        pooled + self.unpooled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once no capacity is held.
+    pub(crate) async fn idle(&self) {
+        self.idle.wait(|| self.active()).await;
+    }
+
+    /// A lease without a pool begins.
+    #[inline]
+    pub(crate) fn hold_unpooled(&self) {
+        self.unpooled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A lease without a pool ends.
+    #[inline]
+    pub(crate) fn release_unpooled(&self) {
+        self.unpooled.fetch_sub(1, Ordering::SeqCst);
+        self.idle.released(|| self.active());
+    }
+
     pub(crate) fn get(&self, pool: Option<u32>) -> Option<&PoolEntry> {
         self.pools.get(pool? as usize)
     }
@@ -62,6 +109,7 @@ impl PoolSet {
     pub(crate) fn release(&self, pool: Option<u32>) {
         if let Some(p) = self.get(pool) {
             p.permits.release();
+            self.idle.released(|| self.active());
         }
     }
 
@@ -78,6 +126,7 @@ impl PoolSet {
     pub(crate) fn cancel(&self, pool: Option<u32>, key: usize) {
         if let Some(p) = self.get(pool) {
             p.permits.cancel(key);
+            self.idle.released(|| self.active());
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::scope::ScopeCounters;
 use crate::call::{PoolId, ScopeId};
 use crate::config::Overflow;
-use crate::quota::LimitSnapshot;
+use crate::quota::{Dimension, LimitSnapshot};
 
 /// The state of a controller at one instant. Never contains payloads,
 /// headers, keys, prompts, responses or caller identities.
@@ -72,6 +72,26 @@ pub struct ScopeSnapshot {
 }
 
 impl Snapshot {
+    /// The scope with ordinal `id`, if this controller has it.
+    pub fn scope(&self, id: ScopeId) -> Option<&ScopeSnapshot> {
+        self.scopes.iter().find(|s| s.id == id)
+    }
+
+    /// The scope configured as `name`, if any.
+    pub fn scope_named(&self, name: &str) -> Option<&ScopeSnapshot> {
+        self.scopes.iter().find(|s| s.name == name)
+    }
+
+    /// The pool with ordinal `id`, if this controller has it.
+    pub fn pool(&self, id: PoolId) -> Option<&PoolSnapshot> {
+        self.pools.iter().find(|p| p.id == id)
+    }
+
+    /// The pool configured as `name`, if any.
+    pub fn pool_named(&self, name: &str) -> Option<&PoolSnapshot> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
     /// Whether nothing is queued, pending or active: every reservation and
     /// permit is back.
     pub fn is_idle(&self) -> bool {
@@ -84,5 +104,47 @@ impl Snapshot {
                 .scopes
                 .iter()
                 .all(|s| s.queued == 0 && s.waiting_for_slot == 0 && s.pending == 0)
+    }
+}
+
+impl ScopeSnapshot {
+    /// The limit of `dimension` over `window`, if the scope has one.
+    ///
+    /// ```
+    /// use tollgate::config::{MINUTE, ScopeConfig};
+    /// use tollgate::{AdmissionController, Dimension};
+    ///
+    /// # // proves: OBS-1 (availability per dimension and window)
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let controller = AdmissionController::builder()
+    ///     .scope(ScopeConfig::new("api").requests(60, MINUTE).tokens(10_000, MINUTE))
+    ///     .build()?;
+    /// let snapshot = controller.snapshot();
+    /// let scope = snapshot.scope_named("api").ok_or("no scope")?;
+    /// assert_eq!(scope.limit(Dimension::Tokens, MINUTE).map(|l| l.limit), Some(10_000));
+    /// assert_eq!(scope.available(Dimension::Requests, MINUTE), Some(60));
+    /// assert_eq!(scope.available(Dimension::Requests, 2 * MINUTE), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn limit(&self, dimension: Dimension, window: Duration) -> Option<&LimitSnapshot> {
+        self.limits
+            .iter()
+            .find(|l| l.dimension == dimension && l.window == window)
+    }
+
+    /// What the limit of `dimension` over `window` has available now
+    /// (negative while in debt, SPEC Q-5), if the scope has that limit.
+    pub fn available(&self, dimension: Dimension, window: Duration) -> Option<i64> {
+        self.limit(dimension, window).map(|l| l.available)
+    }
+
+    /// The least available across every limit of `dimension` (the tightest
+    /// window binds), if the scope limits that dimension at all.
+    pub fn min_available(&self, dimension: Dimension) -> Option<i64> {
+        self.limits
+            .iter()
+            .filter(|l| l.dimension == dimension)
+            .map(|l| l.available)
+            .min()
     }
 }

@@ -4,7 +4,7 @@
 //!            failure_threshold consecutive failures
 //!   Closed ─────────────────────────────────────────▶ Open
 //!     ▲                                                │ recovery_time
-//!     │ success                                        ▼
+//!     │ success of a probe of this half-open period    ▼
 //!     └──────────────────────────────────────────── HalfOpen
 //!                      failure ──▶ Open (again)   (at most half_open_calls probes)
 //! ```
@@ -13,6 +13,24 @@
 //! once, and so does a normal response or a normal stream EOF. A streaming
 //! probe keeps its half-open slot until EOF or failure; its first chunk
 //! proves nothing (CB-4).
+//!
+//! # Periods
+//!
+//! Every transition (Closed → Open, Open → HalfOpen, HalfOpen → Open,
+//! HalfOpen → Closed) starts a new *period*, numbered under the state lock.
+//! Each [`Probe`] carries the period it was admitted in, and its report
+//! counts only while that period is still the current one (SPEC CB-2):
+//!
+//! * a success closes the circuit only when reported by a half-open probe
+//!   of the current half-open period; a success of the current closed
+//!   period resets its failure count;
+//! * a failure counts only toward the period it was admitted in;
+//! * a neutral end gives back a half-open slot only of its own period.
+//!
+//! So a late outcome of a call admitted before the circuit opened (or
+//! during an earlier half-open period) changes nothing: it can neither
+//! close an open circuit, nor end a newer half-open period, nor free a
+//! probe slot it does not hold, nor count as a failure of a newer period.
 
 use std::fmt;
 use std::sync::Arc;
@@ -100,10 +118,26 @@ pub struct CircuitOpen {
     pub retry_at: Option<Instant>,
 }
 
+/// The state and the number of its period (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+struct Machine {
+    state: State,
+    /// Bumped on every transition; wraps (never reached in practice).
+    period: u64,
+}
+
+impl Machine {
+    /// Moves to `state`, starting a new period.
+    fn enter(&mut self, state: State) {
+        self.state = state;
+        self.period = self.period.wrapping_add(1);
+    }
+}
+
 struct Shared {
     config: CircuitConfig,
     clock: SharedClock,
-    state: Mutex<State>,
+    machine: Mutex<Machine>,
 }
 
 /// See the module documentation. Cloning shares the breaker.
@@ -133,7 +167,10 @@ impl CircuitBreaker {
             shared: Arc::new(Shared {
                 config,
                 clock,
-                state: Mutex::new(State::Closed { failures: 0 }),
+                machine: Mutex::new(Machine {
+                    state: State::Closed { failures: 0 },
+                    period: 0,
+                }),
             }),
         })
     }
@@ -142,7 +179,7 @@ impl CircuitBreaker {
     /// half-open).
     pub fn state(&self) -> CircuitState {
         let now = self.shared.clock.now();
-        match *self.shared.state.lock() {
+        match self.shared.machine.lock().state {
             State::Closed { .. } => CircuitState::Closed,
             State::Open { until } if until > now => CircuitState::Open,
             State::Open { .. } | State::HalfOpen { .. } => CircuitState::HalfOpen,
@@ -152,56 +189,70 @@ impl CircuitBreaker {
     /// Admits one logical call, or fails with `CircuitOpen` (SPEC CB-3).
     pub fn try_acquire(&self) -> Result<Probe, CircuitOpen> {
         let now = self.shared.clock.now();
-        let mut state = self.shared.state.lock();
-        match *state {
-            State::Closed { .. } => Ok(self.probe(false)),
+        let mut m = self.shared.machine.lock();
+        match m.state {
+            State::Closed { .. } => Ok(self.probe(m.period, false)),
             State::Open { until } if until > now => Err(CircuitOpen {
                 retry_at: Some(until),
             }),
             State::Open { .. } => {
-                *state = State::HalfOpen { probes: 1 };
-                Ok(self.probe(true))
+                m.enter(State::HalfOpen { probes: 1 });
+                Ok(self.probe(m.period, true))
             }
             State::HalfOpen { probes } if probes < self.shared.config.half_open_calls => {
-                *state = State::HalfOpen { probes: probes + 1 };
-                Ok(self.probe(true))
+                m.state = State::HalfOpen { probes: probes + 1 };
+                Ok(self.probe(m.period, true))
             }
             State::HalfOpen { .. } => Err(CircuitOpen { retry_at: None }),
         }
     }
 
-    fn probe(&self, half_open: bool) -> Probe {
+    fn probe(&self, period: u64, half_open: bool) -> Probe {
         Probe {
             breaker: Some(self.clone()),
+            period,
             half_open,
         }
     }
 
-    fn record(&self, half_open: bool, outcome: Outcome) {
+    /// Applies one report of a probe admitted in `period`.
+    fn record(&self, period: u64, outcome: Outcome) {
         let now = self.shared.clock.now();
         let config = self.shared.config;
-        let mut state = self.shared.state.lock();
-        let open = || State::Open {
+        let mut m = self.shared.machine.lock();
+        if m.period != period {
+            // Admitted in an earlier period (before the circuit opened, or
+            // in an earlier half-open period): its outcome is stale (CB-2).
+            return;
+        }
+        let open = State::Open {
             until: now.checked_add(config.recovery_time).unwrap_or(now),
         };
-        *state = match (*state, outcome) {
-            (_, Outcome::Success) => State::Closed { failures: 0 },
+        match (m.state, outcome) {
+            // Closed: a success resets the count of consecutive failures;
+            // the threshold-th failure opens the circuit.
+            (State::Closed { .. }, Outcome::Success) => m.state = State::Closed { failures: 0 },
             (State::Closed { failures }, Outcome::Failure) => {
-                if failures + 1 >= config.failure_threshold {
-                    open()
+                let failures = failures.saturating_add(1);
+                if failures >= config.failure_threshold {
+                    m.enter(open);
                 } else {
-                    State::Closed {
-                        failures: failures + 1,
-                    }
+                    m.state = State::Closed { failures };
                 }
             }
-            (State::HalfOpen { .. }, Outcome::Failure) if half_open => open(),
-            (State::HalfOpen { probes }, Outcome::Neutral) if half_open => State::HalfOpen {
-                probes: probes.saturating_sub(1),
-            },
-            // A late result from before the circuit opened changes nothing.
-            (s, _) => s,
-        };
+            // Half-open: a probe of this period closes or reopens it, or
+            // gives its slot back.
+            (State::HalfOpen { .. }, Outcome::Success) => m.enter(State::Closed { failures: 0 }),
+            (State::HalfOpen { .. }, Outcome::Failure) => m.enter(open),
+            (State::HalfOpen { probes }, Outcome::Neutral) => {
+                m.state = State::HalfOpen {
+                    probes: probes.saturating_sub(1),
+                };
+            }
+            // A closed call that ended neutrally changes nothing; no probe
+            // is ever admitted during an open period.
+            (State::Closed { .. }, Outcome::Neutral) | (State::Open { .. }, _) => {}
+        }
     }
 }
 
@@ -217,12 +268,15 @@ enum Outcome {
 #[must_use = "report the call's outcome to the breaker"]
 pub struct Probe {
     breaker: Option<CircuitBreaker>,
+    /// The breaker's period when the call was admitted.
+    period: u64,
     half_open: bool,
 }
 
 impl fmt::Debug for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Probe")
+            .field("period", &self.period)
             .field("half_open", &self.half_open)
             .finish()
     }
@@ -234,7 +288,9 @@ impl Probe {
         self.half_open
     }
 
-    /// The call ended normally (response or stream EOF).
+    /// The call ended normally (response or stream EOF). Closes a
+    /// half-open circuit only if this probe belongs to the current
+    /// half-open period; a late success changes nothing (SPEC CB-2).
     pub fn success(mut self) {
         self.finish(Outcome::Success);
     }
@@ -251,7 +307,7 @@ impl Probe {
 
     fn finish(&mut self, outcome: Outcome) {
         if let Some(b) = self.breaker.take() {
-            b.record(self.half_open, outcome);
+            b.record(self.period, outcome);
         }
     }
 }
@@ -325,5 +381,86 @@ mod tests {
         assert_eq!(b.state(), CircuitState::HalfOpen);
         b.try_acquire().unwrap().success();
         assert_eq!(b.state(), CircuitState::Closed);
+    }
+
+    // proves: CB-2 (a late success of a call admitted while closed, reported
+    // after the circuit opened, leaves it open; so does a late failure or a
+    // late neutral end: none of them touches the open period)
+    #[test]
+    fn late_outcomes_from_before_the_open_change_nothing() {
+        let clock = ManualClock::new(Instant::now());
+        let b = breaker(&clock);
+        let late_success = b.try_acquire().unwrap();
+        let late_failure = b.try_acquire().unwrap();
+        let late_neutral = b.try_acquire().unwrap();
+        for _ in 0..3 {
+            b.try_acquire().unwrap().failure();
+        }
+        assert_eq!(b.state(), CircuitState::Open);
+        late_success.success();
+        late_failure.failure();
+        late_neutral.neutral();
+        assert_eq!(b.state(), CircuitState::Open);
+        assert!(b.try_acquire().is_err(), "still open");
+    }
+
+    // proves: CB-2 (a probe of an earlier half-open period can neither
+    // close, reopen nor free a slot of a newer half-open period)
+    #[test]
+    fn stale_half_open_probes_change_nothing() {
+        let clock = ManualClock::new(Instant::now());
+        let b = CircuitBreaker::with_clock(
+            CircuitConfig {
+                failure_threshold: 1,
+                recovery_time: Duration::from_secs(30),
+                half_open_calls: 4,
+            },
+            Arc::new(clock.clone()),
+        )
+        .unwrap();
+        b.try_acquire().unwrap().failure();
+        clock.advance(Duration::from_secs(30));
+        let old_success = b.try_acquire().unwrap();
+        let old_failure = b.try_acquire().unwrap();
+        let old_neutral = b.try_acquire().unwrap();
+        // The fourth probe of that period fails: open again.
+        b.try_acquire().unwrap().failure();
+        assert_eq!(b.state(), CircuitState::Open);
+        clock.advance(Duration::from_secs(30));
+        let new: Vec<Probe> = (0..4).map(|_| b.try_acquire().unwrap()).collect();
+        assert!(b.try_acquire().is_err(), "the new period's slots are full");
+        old_neutral.neutral();
+        assert!(b.try_acquire().is_err(), "a stale report frees no slot");
+        old_failure.failure();
+        assert_eq!(b.state(), CircuitState::HalfOpen, "stale failure ignored");
+        old_success.success();
+        assert_eq!(b.state(), CircuitState::HalfOpen, "stale success ignored");
+        let mut new = new.into_iter();
+        new.next().unwrap().success();
+        assert_eq!(b.state(), CircuitState::Closed);
+        // The other probes of that period are stale now.
+        new.next().unwrap().failure();
+        drop(new);
+        assert_eq!(b.state(), CircuitState::Closed);
+    }
+
+    // proves: CB-1, CB-2 (with a threshold of 3: two failures then a success
+    // reset the count; three consecutive failures open)
+    #[test]
+    fn a_success_resets_the_consecutive_count() {
+        let clock = ManualClock::new(Instant::now());
+        let b = breaker(&clock);
+        for _ in 0..2 {
+            b.try_acquire().unwrap().failure();
+        }
+        b.try_acquire().unwrap().success();
+        for _ in 0..2 {
+            b.try_acquire().unwrap().failure();
+        }
+        assert_eq!(b.state(), CircuitState::Closed, "2 after the reset");
+        b.try_acquire().unwrap().neutral();
+        assert_eq!(b.state(), CircuitState::Closed, "neutral counts nothing");
+        b.try_acquire().unwrap().failure();
+        assert_eq!(b.state(), CircuitState::Open);
     }
 }

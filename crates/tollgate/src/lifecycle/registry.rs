@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{CallError, CallReport, Terminal};
+use crate::admission::CallClaim;
 use crate::call::CallId;
 
 /// Receives a report for every call once it is terminal and cleaned up.
@@ -55,6 +56,9 @@ pub(crate) struct CallGuard {
     calls: Arc<Calls>,
     observer: Option<Observer>,
     pub(crate) id: Option<CallId>,
+    /// The id, held from the first admission until the call is terminal,
+    /// across retries and backoff delays (SPEC ADM-6).
+    pub(crate) claim: Option<CallClaim>,
     pub(crate) attempts: u32,
     pub(crate) chunks: u64,
     done: bool,
@@ -71,6 +75,7 @@ impl CallGuard {
             calls: Arc::clone(calls),
             observer,
             id,
+            claim: None,
             attempts: 0,
             chunks: 0,
             done: false,
@@ -96,6 +101,8 @@ impl CallGuard {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
+        // Terminal: the id may be used again (SPEC ADM-6).
+        drop(self.claim.take());
         if let Some(observer) = &self.observer {
             observer(&CallReport {
                 id: self.id,

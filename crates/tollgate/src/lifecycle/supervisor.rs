@@ -20,16 +20,16 @@ use super::provider::{AttemptContext, ErrorKind, Provider, ProviderError};
 use super::registry::{CallGuard, Calls, Observer};
 use super::stream::CallStream;
 use crate::admission::{AdmissionController, Lease};
-use crate::call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
+use crate::call::{Call, CallId, PoolId, ScopeId};
 use crate::clock::Instant;
 use crate::config::ConfigError;
 use crate::deadline::{Deadline, Phase};
-use crate::estimate::{EstimateError, validate};
+use crate::estimate::{TokenEstimator, validate};
 use crate::usage::Usage;
 
-/// Estimates one attempt's tokens from its request (SPEC Q-3, Q-8).
-pub type RequestEstimator<R> =
-    Arc<dyn Fn(&R) -> Result<TokenEstimate, EstimateError> + Send + Sync>;
+/// Estimates one attempt's tokens from its request (SPEC Q-3, Q-8): any
+/// [`TokenEstimator`] of the request, shared.
+pub type RequestEstimator<R> = Arc<dyn TokenEstimator<R>>;
 
 /// Per-call settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,9 +152,48 @@ impl<P: Provider> SupervisorBuilder<P> {
     }
 
     /// Estimates each attempt's tokens (needed when the scope has a token
-    /// limit, SPEC Q-3).
-    pub fn estimator(mut self, estimator: RequestEstimator<P::Request>) -> Self {
-        self.estimator = Some(estimator);
+    /// limit, SPEC Q-3); it is asked again for every attempt (Q-8).
+    ///
+    /// Any [`TokenEstimator`] of the request works: a closure
+    /// `Fn(&Request) -> Result<TokenEstimate, EstimateError>`, a
+    /// [`CharRatioEstimator`](crate::CharRatioEstimator) for text requests,
+    /// or an `Arc` of either shared with other supervisors.
+    ///
+    /// ```
+    /// # use tollgate::lifecycle::{AttemptContext, Provider, ProviderError, Reply, StreamEvent};
+    /// # struct Echo;
+    /// # type Chunks = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<StreamEvent<String>, ProviderError>> + Send>>;
+    /// # impl Provider for Echo {
+    /// #     type Request = String; type Response = String; type Chunk = String; type Stream = Chunks;
+    /// #     async fn call(&self, r: &String, _: AttemptContext) -> Result<Reply<String>, ProviderError> {
+    /// #         Ok(Reply { body: r.clone(), usage: tollgate::Usage::UNKNOWN })
+    /// #     }
+    /// #     async fn stream(&self, _: &String, _: AttemptContext) -> Result<Chunks, ProviderError> {
+    /// #         Err(ProviderError::from_status(501, "no streams"))
+    /// #     }
+    /// # }
+    /// use std::time::Duration;
+    /// use tollgate::config::{MINUTE, ScopeConfig};
+    /// use tollgate::lifecycle::{CallOptions, Supervisor};
+    /// use tollgate::{AdmissionController, CharRatioEstimator, Deadline};
+    ///
+    /// # // proves: Q-3 (a `TokenEstimator` given to the builder is reserved)
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let controller = AdmissionController::builder()
+    ///     .scope(ScopeConfig::new("api").tokens(10_000, MINUTE))
+    ///     .build()?;
+    /// // ceil(chars / 4) input tokens plus 256 output tokens per attempt.
+    /// let supervisor = Supervisor::builder(controller.clone(), Echo)
+    ///     .estimator(CharRatioEstimator::new(4.0, 256)?)
+    ///     .build()?;
+    /// let deadline = Deadline::after(Duration::from_secs(30));
+    /// supervisor.invoke(&"hello".to_string(), CallOptions::deadline(deadline)).await?;
+    /// assert_eq!(controller.snapshot().scopes[0].counters.tokens_reserved, 2 + 256);
+    /// # Ok(()) }
+    /// ```
+    pub fn estimator(mut self, estimator: impl TokenEstimator<P::Request> + 'static) -> Self {
+        self.estimator = Some(Arc::new(estimator));
         self
     }
 
@@ -295,6 +334,7 @@ impl<P: Provider> Supervisor<P> {
         options: CallOptions,
         guard: &mut CallGuard,
     ) -> Result<Completed<P::Response>, CallError> {
+        self.claim_id(options, guard)?;
         let probe = self.open_circuit(options)?;
         let provider = &self.inner.provider;
         let attempted = self
@@ -348,7 +388,10 @@ impl<P: Provider> Supervisor<P> {
     ) -> Result<CallStream<P>, CallError> {
         let mut guard =
             CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
-        let probe = match self.open_circuit(options) {
+        let probe = match self
+            .claim_id(options, &mut guard)
+            .and_then(|()| self.open_circuit(options))
+        {
             Ok(p) => p,
             Err(e) => {
                 guard.finish(Err(&e));
@@ -384,6 +427,15 @@ impl<P: Provider> Supervisor<P> {
         }
     }
 
+    /// Holds the call's id until it is terminal (SPEC ADM-6); its attempts
+    /// are admitted without one.
+    fn claim_id(&self, options: CallOptions, guard: &mut CallGuard) -> Result<(), CallError> {
+        if let Some(id) = options.id {
+            guard.claim = Some(self.inner.controller.claim(id)?);
+        }
+        Ok(())
+    }
+
     fn open_circuit(&self, options: CallOptions) -> Result<Option<Probe>, CallError> {
         let now = self.inner.controller.clock().now();
         options.deadline.check(now, Phase::Queue)?;
@@ -393,12 +445,13 @@ impl<P: Provider> Supervisor<P> {
         }
     }
 
-    fn attempt_call(&self, request: &P::Request, options: CallOptions) -> Result<Call, CallError> {
+    fn attempt_call(&self, request: &P::Request) -> Result<Call, CallError> {
+        // The id is claimed for the whole call (see `claim_id`).
         let mut call = Call::new(self.inner.scope);
-        call.id = options.id;
         call.pool = self.inner.pool;
         if let Some(estimator) = &self.inner.estimator {
-            let estimate = estimator(request)
+            let estimate = estimator
+                .estimate(request)
                 .and_then(validate)
                 .map_err(crate::AdmissionError::from)?;
             call.estimate = Some(estimate);
@@ -427,7 +480,7 @@ impl<P: Provider> Supervisor<P> {
             guard.attempts += 1;
             let n = guard.attempts;
             // A fresh estimate and a fresh reservation per attempt (Q-8).
-            let call = self.attempt_call(request, options)?;
+            let call = self.attempt_call(request)?;
             let mut lease = self
                 .closable(inner.controller.acquire(&call, deadline))
                 .await??;
@@ -582,7 +635,13 @@ fn call_span(
     )
 }
 
-/// Tells the breaker how a call that did not complete ended (SPEC CB-2).
+/// Tells the breaker how a call that did not complete ended (SPEC CB-2,
+/// GW-16): only a failure the provider caused counts, i.e. a provider error
+/// that says the upstream is unhealthy (including an attempt that ran past
+/// the supervisor's own transport timeout, reported as a provider
+/// `Timeout`). Everything else is neutral: a deadline the caller chose
+/// (in any phase, transport and stream included), a close, an admission
+/// rejection, a hook failure, a 429 or a 4xx.
 pub(crate) fn report_failure(probe: Option<Probe>, error: &CallError) {
     let Some(probe) = probe else {
         return;
@@ -593,10 +652,6 @@ pub(crate) fn report_failure(probe: Option<Probe>, error: &CallError) {
         {
             probe.failure()
         }
-        CallError::Deadline {
-            phase: Phase::Transport | Phase::Stream,
-            ..
-        } => probe.failure(),
         _ => probe.neutral(),
     }
 }

@@ -19,6 +19,9 @@ use crate::error::ExceedsLimit;
 pub struct LocalQuota {
     algorithm: Algorithm,
     epoch: Instant,
+    /// The latest instant seen (nanoseconds since `epoch`): the store's
+    /// time never goes backwards (SPEC Q-13).
+    latest: Nanos,
     limits: Vec<LimitState>,
 }
 
@@ -28,6 +31,7 @@ impl LocalQuota {
         LocalQuota {
             algorithm: config.algorithm,
             epoch: now,
+            latest: 0,
             limits: config
                 .limits
                 .iter()
@@ -36,9 +40,24 @@ impl LocalQuota {
         }
     }
 
+    /// The store's time for `at`: nanoseconds since the epoch, never
+    /// earlier than an instant already seen (SPEC Q-13).
+    ///
+    /// Callers read the clock before they take the scope's lock, so two
+    /// threads can hand the store their instants in the opposite order of
+    /// their reads. Every algorithm assumes that time only moves forward
+    /// (a sliding window locates a reservation by the slot open at its
+    /// stamp), so an instant older than the latest one is treated as the
+    /// latest one. The difference is the time between a clock read and the
+    /// lock: an amount is counted that much later, never earlier, which
+    /// keeps every bound of SPEC Q-7.
     #[inline]
-    fn since_epoch(&self, at: Instant) -> Nanos {
-        nanos(at.saturating_duration_since(self.epoch))
+    fn tick(&mut self, at: Instant) -> Nanos {
+        let t = nanos(at.saturating_duration_since(self.epoch));
+        if t > self.latest {
+            self.latest = t;
+        }
+        self.latest
     }
 
     fn instant(&self, at: Nanos) -> Instant {
@@ -72,7 +91,7 @@ impl QuotaStore for LocalQuota {
 
     #[inline]
     fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64> {
-        let t = self.since_epoch(now);
+        let t = self.tick(now);
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
@@ -89,7 +108,7 @@ impl QuotaStore for LocalQuota {
 
     #[cold]
     fn not_until(&mut self, demand: &Demand, now: Instant) -> NotUntil {
-        let t = self.since_epoch(now);
+        let t = self.tick(now);
         self.advance(t);
         let mut limited_by = LimitedBy::default();
         let mut at: Option<Nanos> = None;
@@ -114,18 +133,18 @@ impl QuotaStore for LocalQuota {
         if reservation.hold == Hold::Leased {
             return;
         }
-        let (t, stamp) = (self.since_epoch(now), reservation.tick);
+        let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
             l.lease(stamp, reservation.demand.amount(l.dimension()), t);
         }
-        reservation.stamp = now;
+        reservation.stamp = self.instant(t);
         reservation.tick = t;
         reservation.hold = Hold::Leased;
     }
 
     fn refund(&mut self, reservation: &Reservation, now: Instant) {
-        let (t, stamp) = (self.since_epoch(now), reservation.tick);
+        let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
             l.refund(
@@ -154,7 +173,8 @@ impl QuotaStore for LocalQuota {
     }
 
     fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
-        self.advance(self.since_epoch(now));
+        let t = self.tick(now);
+        self.advance(t);
         out.extend(self.limits.iter().map(|l| LimitSnapshot {
             dimension: l.dimension(),
             window: l.window(),

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Soak of `tollgate serve` (SPEC GW-6, GW-16, GW-17, OBS-1; issue 10): a
+# fixed number of requests, one-shot and streaming, from well-behaved
+# clients and from clients that cancel at random points or stop reading
+# their stream, against two fault-injecting simulators; then the checks of
+# `tollgate-soak` (see crates/tollgate-loadgen/src/soak/main.rs) and a
+# bounded SIGTERM shutdown. Not run in CI; see BENCHMARKS.md, "Soak".
+#
+#   benches/soak/run.sh                          # 200,000 requests, ~5 min
+#   REQUESTS=20000 benches/soak/run.sh           # a quick one (~1.5 min)
+#   SEED=7 RATE=800 SKIP_BUILD=1 benches/soak/run.sh
+#
+# Everything listens on 127.0.0.1 only, on the fixed ports 18281 (slow
+# simulator), 18283 (bulk simulator) and 18282 (gateway, see
+# gateway.toml); they must be free. The run stops by itself: after
+# REQUESTS requests, or at MAX_DURATION. Exit status 0 only when every
+# check held. Needs: cargo, curl, python3, Linux (/proc).
+# Results (report.json, logs, /stats, /metrics) stay in the printed work
+# directory.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/benches/soak
+cd "$ROOT"
+
+REQUESTS=${REQUESTS:-200000}
+RATE=${RATE:-1000}               # requests scheduled per second
+CONCURRENCY=${CONCURRENCY:-256}  # most requests in flight
+SEED=${SEED:-1}
+MAX_DURATION=${MAX_DURATION:-30m}
+SKIP_BUILD=${SKIP_BUILD:-0}
+TOLLGATE=${TOLLGATE:-$ROOT/target/release/tollgate}
+SOAK=${SOAK:-$ROOT/target/release/tollgate-soak}
+
+SLOW_PORT=18281
+GW_PORT=18282
+BULK_PORT=18283
+export TOLLGATE_SOAK_API_KEY=sk-soak          # gateway.toml holds its hash
+export TOLLGATE_SOAK_ADMIN_KEY=soak-admin-key
+
+# Simulator faults, the same on both: 5 % 5xx (500 or 503), 2 % of streams
+# cut mid-way, 2 % of responses with headers held back 300 ms.
+FAULTS=(--error-rate 0.05 --disconnect-rate 0.02 --slow-headers-rate 0.02 --slow-headers-delay 300ms)
+
+WORK=$(mktemp -d /tmp/tollgate-soak.XXXXXX)
+PIDS=()
+
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  echo "results: $WORK" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  local i
+  for i in $(seq 100); do
+    port_free "$1" || return 0
+    sleep 0.1
+  done
+  echo "nothing listens on port $1 (see $WORK/*.log)" >&2
+  return 1
+}
+
+for port in $SLOW_PORT $GW_PORT $BULK_PORT; do
+  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
+done
+
+if [[ $SKIP_BUILD != 1 ]]; then
+  cargo build --release -p tollgate-cli -p tollgate-loadgen
+fi
+
+# --- servers -------------------------------------------------------------
+# slow: 2 ms to the first token, then 1 ms per token (a stalled stream of
+# n tokens cannot end before n ms; the soak's --per-token says so).
+"$TOLLGATE" sim --listen 127.0.0.1:$SLOW_PORT --seed "$SEED" "${FAULTS[@]}" \
+  --ttft 2ms --per-token 1ms --completion-tokens 4000 >"$WORK/sim-slow.log" 2>&1 &
+SLOW_PID=$!
+PIDS+=("$SLOW_PID")
+# bulk: 20 ms to the first token (longer than any impatient client's
+# deadline), then as fast as it can, up to 30,000 tokens (the large
+# stalled streams, megabytes: more than the sockets and the gateway buffer).
+"$TOLLGATE" sim --listen 127.0.0.1:$BULK_PORT --seed "$((SEED + 1))" "${FAULTS[@]}" \
+  --ttft 20ms --per-token 0s --completion-tokens 30000 >"$WORK/sim-bulk.log" 2>&1 &
+BULK_PID=$!
+PIDS+=("$BULK_PID")
+wait_port $SLOW_PORT
+wait_port $BULK_PORT
+
+"$TOLLGATE" serve --config "$HERE/gateway.toml" >"$WORK/gateway.log" 2>&1 &
+GW_PID=$!
+PIDS+=("$GW_PID")
+wait_port $GW_PORT
+sleep 1
+
+echo "== soak: $REQUESTS requests at $RATE/s, seed $SEED (gateway pid $GW_PID, work $WORK)"
+echo "   $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+STATUS=0
+"$SOAK" --url "http://127.0.0.1:$GW_PORT" --gateway-pid "$GW_PID" \
+  --requests "$REQUESTS" --rate "$RATE" --concurrency "$CONCURRENCY" --seed "$SEED" \
+  --max-duration "$MAX_DURATION" --per-token 1ms --bulk-stall-tokens 25000 \
+  --report "$WORK/report.json" >/dev/null || STATUS=$?
+
+curl -fsS "http://127.0.0.1:$SLOW_PORT/stats" >"$WORK/sim-slow.stats.json" || true
+curl -fsS "http://127.0.0.1:$BULK_PORT/stats" >"$WORK/sim-bulk.stats.json" || true
+curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt" || true
+grep -E '^Vm(RSS|HWM)' "/proc/$GW_PID/status" >"$WORK/gateway-rss-end.txt" || true
+
+# --- bounded shutdown: SIGTERM must end the gateway within its grace (5 s)
+# plus 5 s.
+T0=$(date +%s.%N)
+kill -TERM "$GW_PID"
+SHUTDOWN_OK=0
+for _ in $(seq 100); do
+  if ! kill -0 "$GW_PID" 2>/dev/null; then SHUTDOWN_OK=1; break; fi
+  sleep 0.1
+done
+SHUTDOWN_S=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$T0" "$(date +%s.%N)")
+if [[ $SHUTDOWN_OK == 1 ]]; then
+  wait "$GW_PID" 2>/dev/null || true
+  echo "shutdown: the gateway exited ${SHUTDOWN_S} s after SIGTERM"
+else
+  echo "shutdown: FAILED, the gateway still runs ${SHUTDOWN_S} s after SIGTERM" >&2
+  [[ $STATUS != 0 ]] || STATUS=1
+fi
+
+if [[ -s $WORK/report.json ]]; then
+  python3 "$HERE/summarize.py" "$WORK"
+fi
+exit "$STATUS"
