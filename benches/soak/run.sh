@@ -100,6 +100,11 @@ PIDS+=("$GW_PID")
 wait_port $GW_PORT
 sleep 1
 
+# CPU clock ticks (1/100 s, user + system) of a process so far: fields 14
+# and 15 of /proc/PID/stat, after the ")" that ends the name.
+cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
+CPU0=("$(cpu_ticks "$GW_PID")" "$(cpu_ticks "$SLOW_PID")" "$(cpu_ticks "$BULK_PID")")
+
 echo "== soak: $REQUESTS requests at $RATE/s, seed $SEED (gateway pid $GW_PID, work $WORK)"
 echo "   $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 STATUS=0
@@ -108,6 +113,9 @@ STATUS=0
   --max-duration "$MAX_DURATION" --per-token 1ms --bulk-stall-tokens 25000 \
   --report "$WORK/report.json" >/dev/null || STATUS=$?
 
+echo "{\"gateway_cpu_seconds\": $(( $(cpu_ticks "$GW_PID") - CPU0[0] ))e-2, \
+\"sim_slow_cpu_seconds\": $(( $(cpu_ticks "$SLOW_PID") - CPU0[1] ))e-2, \
+\"sim_bulk_cpu_seconds\": $(( $(cpu_ticks "$BULK_PID") - CPU0[2] ))e-2}" >"$WORK/cpu.json"
 curl -fsS "http://127.0.0.1:$SLOW_PORT/stats" >"$WORK/sim-slow.stats.json" || true
 curl -fsS "http://127.0.0.1:$BULK_PORT/stats" >"$WORK/sim-bulk.stats.json" || true
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt" || true

@@ -20,17 +20,19 @@ for cat, classes in r["outcomes"].items():
     print(f"  {cat} ({total:,})")
     for cls, n in sorted(classes.items(), key=lambda kv: -kv[1]):
         print(f"    {n:>8,}  {cls}")
-s = r.get("stall_close_after_deadline")
-if s:
-    print(f"\nstalled streams closed by the gateway after their deadline: {s['count']:,}, "
+for cat, s in (r.get("stall_close_after_deadline") or {}).items():
+    print(f"\n{cat}: connection closed by the gateway after the deadline: {s['count']:,}, "
           f"p50 {s['p50_ms']} ms, p90 {s['p90_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms "
-          f"({s['closed_before_deadline']} ended before it)")
+          f"({s['closed_before_deadline']} closed before it)", end="")
+print()
 rss = r["rss_kib"]
-points = ", ".join(f"{c['requests']:,}: {c['vmrss_kib'] / 1024:.1f} MiB "
-                   f"({(c['under_load_kib'] or 0) / 1024:.1f} under load)"
-                   for c in rss["checkpoints"] if c["vmrss_kib"])
-print(f"\ngateway RSS: start {(rss['start'] or 0) / 1024:.1f} MiB; {points}; "
-      f"growth {rss['growth_pct']} %; after refill {(rss['after_refill'] or 0) / 1024:.1f} MiB")
+mib = lambda kib: f"{kib / 1024:.1f}" if kib else "-"
+print(f"\ngateway RSS (MiB): start {mib(rss['start'])}, peak (VmHWM) {mib(rss.get('hwm_kib'))}, "
+      f"after the refill {mib(rss['after_refill'])}; growth {rss['growth_pct']} % (medians)")
+print("  requests   median of last 10 s   at pause   1 s after the calls ended")
+for c in rss["checkpoints"]:
+    print(f"  {c['requests']:>8,}   {mib(c['median_10s_kib']):>19}   {mib(c['at_pause_kib']):>8}   "
+          f"{mib(c['after_calls_ended_kib']):>25}")
 print(f"idle {r['idle_after_seconds']} s after the load; full {r['full_after_seconds']} s after it")
 snap = r["snapshot"]
 for side in ("upstream", "tenants"):
@@ -48,6 +50,13 @@ for name in ("slow", "bulk"):
     path = os.path.join(work, f"sim-{name}.stats.json")
     if os.path.exists(path) and os.path.getsize(path):
         print(f"sim {name}: {json.dumps(json.load(open(path)), separators=(',', ':'))}")
+cpu_path = os.path.join(work, "cpu.json")
+if os.path.exists(cpu_path):
+    cpu = json.load(open(cpu_path))
+    print(f"CPU seconds over the whole soak (pauses and the refill wait included): gateway "
+          f"{cpu['gateway_cpu_seconds']:.1f} ({cpu['gateway_cpu_seconds'] / r['done'] * 1e6:.0f} µs per request), "
+          f"simulators {cpu['sim_slow_cpu_seconds']:.1f} + {cpu['sim_bulk_cpu_seconds']:.1f}, "
+          f"soak client {r.get('client_cpu_seconds') or 0:.1f}")
 print("\nchecks:")
 for c in r["checks"]:
     print(f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}")

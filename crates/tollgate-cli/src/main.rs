@@ -37,7 +37,7 @@ enum Command {
         json_logs: bool,
     },
     /// Run the strict simulated OpenAI provider.
-    Sim(tollgate_sim::SimArgs),
+    Sim(Box<tollgate_sim::SimArgs>),
     /// Print the SHA-256 of an API key, as `keys_sha256` in the
     /// configuration expects it. Reads the key from stdin when omitted.
     HashKey {

@@ -77,4 +77,8 @@ impl Provider for GatewayProvider {
         request.started.bump();
         Provider::stream(&self.http, &request.upstream, attempt)
     }
+
+    fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {
+        self.http.stream_budget(stream)
+    }
 }

@@ -93,7 +93,11 @@ pub async fn serve(
 ) -> io::Result<()> {
     let router = routes::router(Arc::clone(&app));
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    // Clamped so that `Semaphore::new` and `acquire_many` accept it.
+    let cap = options
+        .max_connections
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let slots = Arc::new(Semaphore::new(cap));
     let dropped = CancellationToken::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -182,6 +186,11 @@ pub async fn serve(
             "cleanup budget over: stopping without waiting for the remaining permits"
         );
     }
+    // Connections still open get a moment to deliver the error events that
+    // ended their streams (every connection returns its slot when it
+    // ends), then whatever is left is dropped.
+    let all = u32::try_from(cap).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(connection::LINGER, slots.acquire_many(all)).await;
     dropped.cancel();
     Ok(())
 }

@@ -431,7 +431,14 @@ async fn client_deadlines_leave_the_circuit_closed() {
     .await;
     let gw = Gateway::start(&config(&sim.openai_base_url(), "", "", "", "")).await;
     let client = client();
-    for timeout in ["0.001", "0.1", "0.001", "0.1", "0.001", "0.1", "0.1"] {
+    // Six 0.1 s budgets run out upstream (504, a transport-phase deadline:
+    // the simulator answers after 300 ms), more than the default failure
+    // threshold of 5; the 0.001 s ones may run out earlier still.
+    let budgets = [
+        "0.1", "0.001", "0.1", "0.1", "0.001", "0.1", "0.1", "0.001", "0.1",
+    ];
+    let mut upstream_timeouts = 0;
+    for timeout in budgets {
         let resp = client
             .post(gw.url("/v1/chat/completions"))
             .bearer_auth(KEY_A)
@@ -443,7 +450,12 @@ async fn client_deadlines_leave_the_circuit_closed() {
         let (status, _, error) = error_of(resp).await;
         assert_ne!(code(&error), "circuit_open", "after {timeout}");
         assert!(matches!(status, 504 | 429 | 408), "{status} {error}");
+        upstream_timeouts += usize::from(status == 504);
     }
+    assert!(
+        upstream_timeouts >= 5,
+        "the threshold was reached: {upstream_timeouts}"
+    );
     let resp = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();

@@ -273,6 +273,49 @@ async fn rate_limited_answers_carry_the_retry_floor() {
     assert_eq!(server.stats().rejected_429.rpm, 2);
 }
 
+// proves: Q-14 (answers, refusals and streams carry the provider's
+// advertised limits and remaining budget for the engine)
+#[tokio::test]
+async fn responses_report_the_providers_budget() {
+    let server = sim(SimConfig {
+        rpm: Some(3),
+        tpm: Some(100_000),
+        ..SimConfig::default()
+    })
+    .await;
+    let provider = provider_for(&server.openai_base_url());
+    let reply = bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect("reply");
+    let requests = reply.budget.requests.expect("request budget");
+    assert_eq!(requests.limit, Some(3));
+    assert_eq!(requests.remaining, Some(2));
+    assert!(requests.reset.is_some());
+    let tokens = reply.budget.tokens.expect("token budget");
+    assert_eq!(tokens.limit, Some(100_000));
+    assert!(tokens.remaining.is_some_and(|r| r < 100_000));
+
+    let stream = bounded(provider.stream(&upstream(true, false), roomy()))
+        .await
+        .expect("stream");
+    assert_eq!(
+        provider
+            .stream_budget(&stream)
+            .requests
+            .and_then(|r| r.remaining),
+        Some(1)
+    );
+    drop(drain(stream).await);
+    bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect("third fits");
+    let refused = bounded(provider.call(&upstream(false, false), roomy()))
+        .await
+        .expect_err("fourth is refused");
+    let budget = refused.budget.expect("a refusal reports the budget too");
+    assert_eq!(budget.requests.and_then(|r| r.remaining), Some(0));
+}
+
 // proves: RT-2 (5xx is Server, retryable)
 #[tokio::test]
 async fn server_errors_are_retryable_server_failures() {

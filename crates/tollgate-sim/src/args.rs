@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::accounting::{ChargeMode, IngressDelay, RefusalCharge};
 use crate::config::{ConfigError, SimConfig, default_models};
 use crate::duration::parse_duration;
 
@@ -87,6 +88,48 @@ pub struct SimArgs {
     /// model). Defaults to sim-chat and sim-embedding.
     #[arg(long = "model")]
     pub models: Vec<String>,
+    /// Delay between receiving a request and counting it against the
+    /// windows, drawn uniformly per request from MIN..MAX (seeded by --seed),
+    /// or a single value (e.g. 20ms..300ms, 100ms).
+    #[arg(long, default_value = "0s", value_name = "MIN..MAX")]
+    pub ingress_delay: IngressDelay,
+    /// What the token window charges at the counting instant: `usage`
+    /// (prompt + generated completion), `chars:N+max_tokens`
+    /// (ceil(characters / N) + max_tokens, or --completion-tokens when the
+    /// request sets none) or `chars:N` (ceil(characters / N)).
+    #[arg(long, default_value = "usage", value_name = "MODE")]
+    pub charge: ChargeMode,
+    /// Replace an admitted request's token charge by its usage once its
+    /// response completes (same window entry). `--reconcile` alone means on.
+    #[arg(
+        long,
+        default_value = "off",
+        default_missing_value = "on",
+        num_args = 0..=1,
+        value_name = "on|off",
+        value_parser = parse_on_off
+    )]
+    pub reconcile: bool,
+    /// What a request refused with 429 still costs in the windows.
+    #[arg(long, value_enum, default_value_t = RefusalCharge::None)]
+    pub charge_refusals: RefusalCharge,
+    /// Requests per window spent by a background consumer of the same
+    /// account, one every window / N (unset = none).
+    #[arg(long)]
+    pub background_rpm: Option<u64>,
+    /// Tokens per window spent by the background consumer, spread over its
+    /// requests (needs --background-rpm).
+    #[arg(long)]
+    pub background_tpm: Option<u64>,
+}
+
+/// `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
 }
 
 impl SimArgs {
@@ -112,6 +155,12 @@ impl SimArgs {
             } else {
                 self.models.clone()
             },
+            ingress_delay: self.ingress_delay,
+            charge: self.charge,
+            reconcile: self.reconcile,
+            charge_refusals: self.charge_refusals,
+            background_rpm: self.background_rpm,
+            background_tpm: self.background_tpm,
         };
         config.validate()?;
         Ok(config)
@@ -180,6 +229,17 @@ mod tests {
             "a",
             "--model",
             "b",
+            "--ingress-delay",
+            "20ms..300ms",
+            "--charge",
+            "chars:4+max_tokens",
+            "--reconcile",
+            "--charge-refusals",
+            "requests",
+            "--background-rpm",
+            "3",
+            "--background-tpm",
+            "300",
         ])
         .expect("all flags parse");
         let c = args.to_config().expect("valid");
@@ -198,6 +258,76 @@ mod tests {
         assert_eq!(c.slow_headers_delay, Duration::from_millis(1500));
         assert_eq!(c.require_key.as_deref(), Some("sk-test"));
         assert_eq!(c.models, vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(
+            c.ingress_delay,
+            IngressDelay::range(Duration::from_millis(20), Duration::from_millis(300))
+        );
+        assert_eq!(
+            c.charge,
+            ChargeMode::Chars {
+                chars_per_token: 4,
+                output: true
+            }
+        );
+        assert!(c.reconcile);
+        assert_eq!(c.charge_refusals, RefusalCharge::Requests);
+        assert_eq!((c.background_rpm, c.background_tpm), (Some(3), Some(300)));
+    }
+
+    // proves: CFG-2 (accounting flags: forms accepted, bad values named)
+    #[test]
+    fn accounting_flags_parse_and_validate() {
+        let c = parse(&[
+            "--ingress-delay",
+            "100ms",
+            "--reconcile",
+            "off",
+            "--charge",
+            "chars:3",
+        ])
+        .expect("parses")
+        .to_config()
+        .expect("valid");
+        assert_eq!(
+            c.ingress_delay,
+            IngressDelay::fixed(Duration::from_millis(100))
+        );
+        assert!(!c.reconcile);
+        assert_eq!(
+            c.charge,
+            ChargeMode::Chars {
+                chars_per_token: 3,
+                output: false
+            }
+        );
+        let c = parse(&["--reconcile", "on", "--charge-refusals", "all"])
+            .expect("parses")
+            .to_config()
+            .expect("valid");
+        assert!(c.reconcile);
+        assert_eq!(c.charge_refusals, RefusalCharge::All);
+        for bad in [
+            &["--charge", "tokens"][..],
+            &["--charge", "chars:4+output"],
+            &["--ingress-delay", "soon"],
+            &["--reconcile", "maybe"],
+            &["--charge-refusals", "some"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        for (flags, field) in [
+            (&["--ingress-delay", "300ms..20ms"][..], "ingress_delay"),
+            (&["--charge", "chars:0"], "charge"),
+            (&["--background-tpm", "10"], "background_tpm"),
+            (&["--background-rpm", "0"], "background_rpm"),
+            (&["--rpm", "5", "--background-rpm", "6"], "background_rpm"),
+        ] {
+            let err = parse(flags)
+                .expect("parses; validation refuses")
+                .to_config()
+                .expect_err(field);
+            assert!(err.to_string().contains(&format!("`{field}`")), "{err}");
+        }
     }
 
     // proves: CFG-1

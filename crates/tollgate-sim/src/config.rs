@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::accounting::{ChargeMode, IngressDelay, MAX_INGRESS_DELAY, RefusalCharge};
+
 /// Everything the simulated provider can be told.
 ///
 /// Limits are `None` (unlimited) or a positive number; zero is a
@@ -50,6 +52,23 @@ pub struct SimConfig {
     pub require_key: Option<String>,
     /// Model ids listed by `GET /v1/models` (requests may name any model).
     pub models: Vec<String>,
+    /// Delay between receiving an API request and counting it against the
+    /// windows, drawn per request (seeded by `seed` and the sequence
+    /// number). Zero by default: counted on receipt.
+    pub ingress_delay: IngressDelay,
+    /// What the token window charges a request at its counting instant.
+    pub charge: ChargeMode,
+    /// When set, the token charge of an admitted request is replaced, in the
+    /// same window entry, by its billing usage once its response completes.
+    pub reconcile: bool,
+    /// What a request refused with 429 still costs in the windows.
+    pub charge_refusals: RefusalCharge,
+    /// Requests per window spent by a background consumer of the same
+    /// account (another client tollgate cannot see). `None` = no consumer.
+    pub background_rpm: Option<u64>,
+    /// Tokens per window spent by the background consumer, spread over its
+    /// `background_rpm` requests. Requires `background_rpm`.
+    pub background_tpm: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -70,6 +89,12 @@ impl Default for SimConfig {
             slow_headers_delay: Duration::from_secs(5),
             require_key: None,
             models: default_models(),
+            ingress_delay: IngressDelay::default(),
+            charge: ChargeMode::default(),
+            reconcile: false,
+            charge_refusals: RefusalCharge::default(),
+            background_rpm: None,
+            background_tpm: None,
         }
     }
 }
@@ -111,6 +136,14 @@ pub enum ConfigError {
         /// The offending field.
         field: &'static str,
     },
+    /// A value that is invalid for the reason given.
+    #[error("simulator config: `{field}` {reason}")]
+    Invalid {
+        /// The offending field.
+        field: &'static str,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// `require_key` was set to an empty or non-printable string.
     #[error("simulator config: `require_key` must be a non-empty printable ASCII string")]
     BadKey,
@@ -123,6 +156,8 @@ impl SimConfig {
             ("rpm", self.rpm),
             ("tpm", self.tpm),
             ("max_concurrency", self.max_concurrency),
+            ("background_rpm", self.background_rpm),
+            ("background_tpm", self.background_tpm),
         ] {
             if limit == Some(0) {
                 return Err(ConfigError::ZeroLimit { field });
@@ -158,6 +193,51 @@ impl SimConfig {
             && (key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(ConfigError::BadKey);
+        }
+        self.validate_accounting()
+    }
+
+    /// The ingress delay, charge mode and background consumer (CFG-1/2).
+    fn validate_accounting(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason| Err(ConfigError::Invalid { field, reason });
+        if self.ingress_delay.min > self.ingress_delay.max {
+            return invalid("ingress_delay", "must be MIN..MAX with MIN <= MAX");
+        }
+        if self.ingress_delay.max > MAX_INGRESS_DELAY {
+            return invalid("ingress_delay", "must be at most 1h");
+        }
+        if let ChargeMode::Chars {
+            chars_per_token: 0, ..
+        } = self.charge
+        {
+            return invalid(
+                "charge",
+                "must count at least 1 character per token (chars:N, N >= 1)",
+            );
+        }
+        if self.background_tpm.is_some() && self.background_rpm.is_none() {
+            return invalid(
+                "background_tpm",
+                "needs `background_rpm` (the consumer spends its tokens over its requests)",
+            );
+        }
+        if let (Some(spent), Some(limit)) = (self.background_rpm, self.rpm)
+            && spent > limit
+        {
+            return invalid("background_rpm", "must be at most `rpm`");
+        }
+        if let (Some(spent), Some(limit)) = (self.background_tpm, self.tpm)
+            && spent > limit
+        {
+            return invalid("background_tpm", "must be at most `tpm`");
+        }
+        if let Some(n) = self.background_rpm
+            && self.window.as_nanos() / u128::from(n) < 1_000_000
+        {
+            return invalid(
+                "background_rpm",
+                "must leave at least 1ms between the consumer's requests (window / background_rpm)",
+            );
         }
         Ok(())
     }
@@ -229,5 +309,96 @@ mod tests {
             ..SimConfig::default()
         };
         assert_eq!(cfg.validate(), Err(ConfigError::BadKey));
+    }
+
+    // proves: CFG-1, CFG-2 (accounting knobs: each bad value names its field)
+    #[test]
+    fn bad_accounting_knobs_name_their_field() {
+        let field = |cfg: SimConfig| match cfg.validate() {
+            Err(ConfigError::Invalid { field, .. } | ConfigError::ZeroLimit { field }) => field,
+            other => panic!("unexpected {other:?}"),
+        };
+        let ms = Duration::from_millis;
+        let base = SimConfig {
+            rpm: Some(60),
+            tpm: Some(1_000),
+            ..SimConfig::default()
+        };
+        let cases = [
+            (
+                SimConfig {
+                    ingress_delay: IngressDelay::range(ms(300), ms(20)),
+                    ..base.clone()
+                },
+                "ingress_delay",
+            ),
+            (
+                SimConfig {
+                    ingress_delay: IngressDelay::fixed(Duration::from_secs(3601)),
+                    ..base.clone()
+                },
+                "ingress_delay",
+            ),
+            (
+                SimConfig {
+                    charge: ChargeMode::Chars {
+                        chars_per_token: 0,
+                        output: true,
+                    },
+                    ..base.clone()
+                },
+                "charge",
+            ),
+            (
+                SimConfig {
+                    background_rpm: Some(0),
+                    ..base.clone()
+                },
+                "background_rpm",
+            ),
+            (
+                SimConfig {
+                    background_rpm: Some(61),
+                    ..base.clone()
+                },
+                "background_rpm",
+            ),
+            (
+                SimConfig {
+                    background_rpm: Some(10),
+                    background_tpm: Some(1_001),
+                    ..base.clone()
+                },
+                "background_tpm",
+            ),
+            (
+                SimConfig {
+                    background_tpm: Some(10),
+                    ..base.clone()
+                },
+                "background_tpm",
+            ),
+            (
+                SimConfig {
+                    rpm: None,
+                    window: ms(100),
+                    background_rpm: Some(101),
+                    ..base.clone()
+                },
+                "background_rpm",
+            ),
+        ];
+        for (cfg, want) in cases {
+            assert_eq!(field(cfg), want);
+        }
+        let fine = SimConfig {
+            ingress_delay: IngressDelay::range(ms(20), ms(300)),
+            background_rpm: Some(60),
+            background_tpm: Some(1_000),
+            reconcile: true,
+            charge_refusals: RefusalCharge::All,
+            ..base
+        };
+        assert_eq!(fine.validate(), Ok(()));
     }
 }

@@ -16,11 +16,18 @@
 //!
 //! # Charging
 //!
-//! A request is charged once, at arrival: one request unit and its actual
-//! tokens — prompt tokens by the simulator's documented count ([`tokens`])
-//! plus the completion tokens it will generate, known up front. The `usage`
-//! it reports is exactly what it charged. A refused request (429) and an
-//! injected 5xx are not charged.
+//! By default a request is charged once, at arrival: one request unit and its
+//! actual tokens — prompt tokens by the simulator's documented count
+//! ([`tokens`]) plus the completion tokens it will generate, known up front.
+//! The `usage` it reports is exactly what it charged. A refused request (429)
+//! and an injected 5xx are not charged.
+//!
+//! To model how a real provider's limiter differs from its billing
+//! ([`accounting`]): an ingress delay with jitter before a request is counted
+//! ([`IngressDelay`]), a character-based token charge with or without later
+//! reconciliation ([`ChargeMode`], `reconcile`), a charge for refusals
+//! ([`RefusalCharge`]) and a background consumer spending from the same
+//! windows (`background_rpm`, `background_tpm`).
 //!
 //! # Embedding in a test
 //!
@@ -41,7 +48,9 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod accounting;
 mod args;
+mod background;
 mod clock;
 mod config;
 pub mod duration;
@@ -57,6 +66,7 @@ pub mod tokens;
 pub mod window;
 mod wire;
 
+pub use accounting::{ChargeMode, IngressDelay, RefusalCharge};
 pub use args::SimArgs;
 pub use clock::{Clock, ManualClock, TokioClock};
 pub use config::{ConfigError, MAX_WINDOW, SimConfig, default_models};

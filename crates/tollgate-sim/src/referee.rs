@@ -17,12 +17,18 @@
 //! The retry hint of a window rejection is the instant both windows have room
 //! for the request (if nothing else is admitted meanwhile), computed from the
 //! logs: it is exact, never an estimate.
+//!
+//! Beyond that plain model, the referee can settle an admitted request's
+//! token charge later ([`Referee::try_admit_settled`], [`Referee::settle`]),
+//! charge a refusal ([`Referee::charge_refusal`]) and let a background
+//! consumer spend from the same windows ([`Referee::try_background`]).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::window::{Fit, SlidingWindow};
+use crate::accounting::RefusalCharge;
+use crate::window::{EntryId, Fit, SlidingWindow};
 
 /// The limits the referee enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +102,29 @@ pub struct Referee {
     max_active: u64,
     charged_requests: u64,
     charged_tokens: u64,
+    background: Background,
+    refused_requests_charged: u64,
+    refused_tokens_charged: u64,
+    reconciled: u64,
+}
+
+/// What the background consumer spent and skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Background {
+    /// Request units spent.
+    pub requests: u64,
+    /// Tokens spent.
+    pub tokens: u64,
+    /// Ticks skipped because the windows had no room for them.
+    pub skipped: u64,
+}
+
+/// The token window entry of a request admitted by
+/// [`Referee::try_admit_settled`], to settle with [`Referee::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    entry: EntryId,
+    charged: u64,
 }
 
 impl Referee {
@@ -109,6 +138,10 @@ impl Referee {
             max_active: 0,
             charged_requests: 0,
             charged_tokens: 0,
+            background: Background::default(),
+            refused_requests_charged: 0,
+            refused_tokens_charged: 0,
+            reconciled: 0,
         }
     }
 
@@ -196,6 +229,120 @@ impl Referee {
         Ok(self.state(now))
     }
 
+    /// Like [`try_admit`](Self::try_admit), but the token charge gets its own
+    /// window entry (even when zero) whose amount [`settle`](Self::settle)
+    /// can later replace.
+    pub fn try_admit_settled(
+        &mut self,
+        now: Instant,
+        tokens: u64,
+    ) -> Result<(RateState, Ticket), Rejection> {
+        self.check(now, tokens)?;
+        self.requests.record(now, 1);
+        let entry = self.tokens.record_entry(now, tokens);
+        self.charged_requests += 1;
+        self.charged_tokens = self.charged_tokens.saturating_add(tokens);
+        self.active += 1;
+        self.max_active = self.max_active.max(self.active);
+        Ok((
+            self.state(now),
+            Ticket {
+                entry,
+                charged: tokens,
+            },
+        ))
+    }
+
+    /// Replaces the token charge of `ticket` by `actual` in its window entry
+    /// (which keeps its counting instant). When the entry has already left
+    /// the window only the counters change. The window may go above its
+    /// limit when `actual` exceeds the charge (later requests then wait).
+    pub fn settle(&mut self, now: Instant, ticket: Ticket, actual: u64) {
+        self.tokens.adjust(now, ticket.entry, actual);
+        self.charged_tokens = self
+            .charged_tokens
+            .saturating_sub(ticket.charged)
+            .saturating_add(actual);
+        self.reconciled += 1;
+    }
+
+    /// Charges a refused request as `mode` says (the refusal was returned by
+    /// [`check`](Self::check) at `now` for a charge of `tokens`), and returns
+    /// the refusal with its hint and header view recomputed after that
+    /// charge; the cause is kept. The charge is recorded without a limit
+    /// check: it can leave a window above its limit.
+    pub fn charge_refusal(
+        &mut self,
+        now: Instant,
+        tokens: u64,
+        mode: RefusalCharge,
+        rejection: Rejection,
+    ) -> Rejection {
+        let paid = match (mode, rejection.cause) {
+            (RefusalCharge::None, _) => return rejection,
+            (RefusalCharge::Requests, _) | (RefusalCharge::All, RejectCause::TooLarge) => 0,
+            (RefusalCharge::All, _) => tokens,
+        };
+        self.requests.record(now, 1);
+        self.tokens.record(now, paid);
+        self.refused_requests_charged += 1;
+        self.refused_tokens_charged = self.refused_tokens_charged.saturating_add(paid);
+        match self.check(now, tokens) {
+            Err(after) => Rejection {
+                cause: rejection.cause,
+                retry_after: match rejection.cause {
+                    RejectCause::Requests | RejectCause::Tokens => after.retry_after,
+                    RejectCause::TooLarge | RejectCause::Concurrency => None,
+                },
+                state: after.state,
+            },
+            // Not reachable (the refusal's cause still holds after charging
+            // more), but the original refusal is a safe answer.
+            Ok(()) => rejection,
+        }
+    }
+
+    /// Lets the background consumer spend one request unit and `tokens`
+    /// tokens at `now` if both windows have room for all of it; otherwise
+    /// nothing is spent and the tick counts as skipped. Concurrency is not
+    /// involved. Returns whether it was spent.
+    pub fn try_background(&mut self, now: Instant, tokens: u64) -> bool {
+        let fits = |window: &mut SlidingWindow, limit: Option<u64>, amount: u64| {
+            limit.is_none_or(|limit| window.wait_for(now, amount, limit) == Fit::Now)
+        };
+        if !(fits(&mut self.requests, self.limits.requests, 1)
+            && fits(&mut self.tokens, self.limits.tokens, tokens))
+        {
+            self.background.skipped += 1;
+            return false;
+        }
+        self.requests.record(now, 1);
+        self.tokens.record(now, tokens);
+        self.background.requests += 1;
+        self.background.tokens = self.background.tokens.saturating_add(tokens);
+        true
+    }
+
+    /// What the background consumer spent and skipped.
+    pub fn background(&self) -> Background {
+        self.background
+    }
+
+    /// Refused requests charged a request unit (by the refusal charge mode).
+    pub fn refused_requests_charged(&self) -> u64 {
+        self.refused_requests_charged
+    }
+
+    /// Tokens charged for refused requests.
+    pub fn refused_tokens_charged(&self) -> u64 {
+        self.refused_tokens_charged
+    }
+
+    /// Admitted requests whose token charge was settled.
+    pub fn reconciled(&self) -> u64 {
+        self.reconciled
+    }
+
     /// Gives back the concurrency slot of an admitted request.
     pub fn release(&mut self) {
         self.active = self.active.saturating_sub(1);
@@ -227,6 +374,10 @@ impl Referee {
         self.max_active = self.active;
         self.charged_requests = 0;
         self.charged_tokens = 0;
+        self.background = Background::default();
+        self.refused_requests_charged = 0;
+        self.refused_tokens_charged = 0;
+        self.reconciled = 0;
     }
 
     /// Requests in progress.
@@ -239,18 +390,20 @@ impl Referee {
         self.max_active
     }
 
-    /// Requests charged so far.
+    /// Client requests charged so far (admitted ones; not the background
+    /// consumer, not charged refusals).
     pub fn charged_requests(&self) -> u64 {
         self.charged_requests
     }
 
-    /// Tokens charged so far.
+    /// Client tokens charged so far (admitted ones, after settlement).
     pub fn charged_tokens(&self) -> u64 {
         self.charged_tokens
     }
 
     /// The most requests ever admitted inside one window (tracked even when
-    /// the request limit is unlimited).
+    /// the request limit is unlimited), counting everything the window holds:
+    /// client requests, charged refusals and the background consumer.
     pub fn max_requests_in_window(&self) -> u64 {
         self.requests.max_used()
     }
@@ -403,6 +556,92 @@ mod tests {
         assert_eq!(r.charged_tokens(), 0);
         assert_eq!(r.max_requests_in_window(), 0);
         r.try_admit(t0, 10).expect("the window is empty again");
+    }
+
+    // proves: SIM-2 (what a refusal costs per mode; Q-16)
+    #[test]
+    fn refusals_are_charged_as_the_mode_says() {
+        let t0 = Instant::now();
+        for (mode, units, tokens) in [
+            (RefusalCharge::None, 0, 0),
+            (RefusalCharge::Requests, 1, 0),
+            (RefusalCharge::All, 1, 30),
+        ] {
+            let mut r = Referee::new(limits(Some(2), Some(100), None));
+            r.try_admit(t0, 80).expect("80 of 100");
+            let rej = r.check(t0, 30).expect_err("110 > 100");
+            assert_eq!(rej.cause, RejectCause::Tokens);
+            let rej = r.charge_refusal(t0, 30, mode, rej);
+            assert_eq!(rej.cause, RejectCause::Tokens);
+            assert_eq!(r.refused_requests_charged(), units);
+            assert_eq!(r.refused_tokens_charged(), tokens);
+            let state = rej.state;
+            assert_eq!(state.requests.map(|d| d.remaining), Some(1 - units));
+            assert_eq!(
+                state.tokens.map(|d| d.remaining),
+                Some(20u64.saturating_sub(tokens))
+            );
+            // The hint is recomputed after the charge: both entries (80 and
+            // the refusal's own 30) must leave when the refusal paid tokens.
+            assert_eq!(rej.retry_after, Some(W));
+            assert_eq!(r.charged_requests(), 1);
+            assert_eq!(r.charged_tokens(), 80);
+        }
+        // A too-large refusal never pays its tokens, only its request unit.
+        let mut r = Referee::new(limits(Some(5), Some(100), None));
+        let rej = r.check(t0, 500).expect_err("too large");
+        let rej = r.charge_refusal(t0, 500, RefusalCharge::All, rej);
+        assert_eq!((rej.cause, rej.retry_after), (RejectCause::TooLarge, None));
+        assert_eq!(
+            (r.refused_requests_charged(), r.refused_tokens_charged()),
+            (1, 0)
+        );
+        assert_eq!(rej.state.requests.map(|d| d.remaining), Some(4));
+    }
+
+    // proves: SIM-2 (the background consumer spends from the same windows, never beyond them)
+    #[test]
+    fn the_background_consumer_shares_the_windows_and_skips_when_full() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(Some(3), Some(100), Some(1)));
+        r.try_admit(t0, 50).expect("client");
+        // The concurrency cap does not apply to the consumer.
+        assert!(r.try_background(t0, 40));
+        assert!(!r.try_background(t0, 20), "60 more tokens do not fit");
+        assert!(r.try_background(t0, 10));
+        assert!(!r.try_background(t0, 0), "no request unit left");
+        assert_eq!(
+            r.background(),
+            Background {
+                requests: 2,
+                tokens: 50,
+                skipped: 2
+            }
+        );
+        assert_eq!((r.charged_requests(), r.charged_tokens()), (1, 50));
+        let state = r.state(t0);
+        assert_eq!(state.requests.map(|d| d.remaining), Some(0));
+        assert_eq!(state.tokens.map(|d| d.remaining), Some(0));
+        assert_eq!(r.max_tokens_in_window(), 100);
+    }
+
+    // proves: SIM-2 (reconciliation replaces the charge in the same entry; Q-16)
+    #[test]
+    fn settling_replaces_the_charge_in_its_entry() {
+        let t0 = Instant::now();
+        let mut r = Referee::new(limits(None, Some(100), None));
+        let (state, ticket) = r.try_admit_settled(t0, 90).expect("90 of 100");
+        assert_eq!(state.tokens.map(|d| d.remaining), Some(10));
+        r.release();
+        r.settle(t0 + Duration::from_secs(1), ticket, 30);
+        assert_eq!(r.charged_tokens(), 30);
+        assert_eq!(r.reconciled(), 1);
+        let later = t0 + Duration::from_secs(2);
+        assert_eq!(r.state(later).tokens.map(|d| d.remaining), Some(70));
+        // The settled entry still leaves at its counting instant + W.
+        r.try_admit(later, 70).expect("exactly full");
+        let rej = r.check(later, 1).expect_err("full");
+        assert_eq!(rej.retry_after, Some(W - Duration::from_secs(2)));
     }
 
     #[test]

@@ -57,9 +57,11 @@ impl Simulator {
     /// `tokio::time`.
     pub fn with_clock(config: SimConfig, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
         config.validate()?;
-        Ok(Self {
-            shared: Arc::new(Shared::new(config, clock)),
-        })
+        let shared = Arc::new(Shared::new(config, clock));
+        // The background consumer, if any, starts now when a runtime runs,
+        // else with `router` / `serve`.
+        shared.ensure_background();
+        Ok(Self { shared })
     }
 
     /// The configuration in force.
@@ -69,6 +71,7 @@ impl Simulator {
 
     /// The simulator's routes, to serve or nest in another router.
     pub fn router(&self) -> Router {
+        self.shared.ensure_background();
         routes::router(Arc::clone(&self.shared))
     }
 

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::HeaderMap;
 use parking_lot::Mutex;
@@ -15,7 +16,7 @@ use parking_lot::Mutex;
 use crate::clock::Clock;
 use crate::config::SimConfig;
 use crate::faults::FaultPlan;
-use crate::referee::{Limits, RateState, Referee, Rejection};
+use crate::referee::{Limits, RateState, Referee, Rejection, Ticket};
 use crate::stats::{Counters, SimStats};
 use crate::wire::ApiError;
 
@@ -32,6 +33,29 @@ pub(crate) struct Shared {
     pub(crate) config: SimConfig,
     clock: Arc<dyn Clock>,
     inner: Mutex<Inner>,
+    /// Whether the background consumer task was started.
+    background_started: AtomicBool,
+    /// Stops the background consumer when the state goes away.
+    background_task: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(task) = self.background_task.get_mut().take() {
+            task.abort();
+        }
+    }
+}
+
+/// What the windows charge an API request at its counting instant, and what
+/// it is billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Charge {
+    /// The rate-limit charge (by the configured charge mode).
+    pub(crate) tokens: u64,
+    /// The billing usage (prompt + generated), which replaces the charge
+    /// when the response completes if reconciliation is on.
+    pub(crate) usage: u64,
 }
 
 struct Inner {
@@ -57,7 +81,7 @@ pub(crate) enum Admission {
         guard: RequestGuard,
         state: RateState,
     },
-    /// Refused with 429; nothing charged.
+    /// Refused with 429; charged only as `charge_refusals` says.
     Rejected(Rejection),
     /// Would have been admitted, but the fault plan fails it with this
     /// status; nothing charged (a real provider does not bill a 5xx).
@@ -80,7 +104,42 @@ impl Shared {
                 counters: Counters::default(),
                 next_seq: 0,
             }),
+            background_started: AtomicBool::new(false),
+            background_task: Mutex::new(None),
         }
+    }
+
+    /// Starts the background consumer, once, when one is configured and a
+    /// tokio runtime is running (otherwise a later call starts it).
+    pub(crate) fn ensure_background(self: &Arc<Self>) {
+        if self.config.background_rpm.is_none()
+            || tokio::runtime::Handle::try_current().is_err()
+            || self.background_started.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let task = crate::background::spawn(self);
+        *self.background_task.lock() = Some(task);
+    }
+
+    /// One tick of the background consumer: spends one request unit and
+    /// `tokens` tokens if the windows have room, else skips.
+    pub(crate) fn background_tick(&self, tokens: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let now = self.clock.now();
+        inner.referee.try_background(now, tokens)
+    }
+
+    /// Waits until API request `seq`, received at `received`, reaches the
+    /// limiter: its ingress delay after receipt. Returns at once when no
+    /// delay is configured.
+    pub(crate) async fn ingress(&self, seq: u64, received: tokio::time::Instant) {
+        let delay = &self.config.ingress_delay;
+        if delay.is_zero() {
+            return;
+        }
+        let wait = delay.draw(self.config.seed, seq);
+        tokio::time::sleep_until(received + wait).await;
     }
 
     /// Counts a request on `route` and returns the sequence number of an API
@@ -137,14 +196,19 @@ impl Shared {
         })
     }
 
-    /// Admits (and charges) a request of `tokens` tokens, refuses it, or
-    /// fails it as the fault plan says — all in one critical section.
-    pub(crate) fn admit(self: &Arc<Self>, tokens: u64, plan: &FaultPlan) -> Admission {
+    /// Admits (and charges) a request, refuses it, or fails it as the fault
+    /// plan says — all in one critical section, at the counting instant.
+    pub(crate) fn admit(self: &Arc<Self>, charge: Charge, plan: &FaultPlan) -> Admission {
+        let tokens = charge.tokens;
         let mut inner = self.inner.lock();
         let now = self.clock.now();
         let inner = &mut *inner;
         if let Err(rejection) = inner.referee.check(now, tokens) {
             inner.counters.count_rejection(rejection.cause);
+            let rejection =
+                inner
+                    .referee
+                    .charge_refusal(now, tokens, self.config.charge_refusals, rejection);
             return Admission::Rejected(rejection);
         }
         if let Some(status) = plan.server_error {
@@ -154,11 +218,23 @@ impl Shared {
                 state: inner.referee.state(now),
             };
         }
-        match inner.referee.try_admit(now, tokens) {
-            Ok(state) => Admission::Admitted {
+        let admitted = if self.config.reconcile {
+            inner
+                .referee
+                .try_admit_settled(now, tokens)
+                .map(|(state, ticket)| (state, Some((ticket, charge.usage))))
+        } else {
+            inner
+                .referee
+                .try_admit(now, tokens)
+                .map(|state| (state, None))
+        };
+        match admitted {
+            Ok((state, settle)) => Admission::Admitted {
                 guard: RequestGuard {
                     shared: Arc::clone(self),
                     done: false,
+                    settle,
                 },
                 state,
             },
@@ -190,6 +266,9 @@ impl Shared {
 pub(crate) struct RequestGuard {
     shared: Arc<Shared>,
     done: bool,
+    /// With reconciliation: the token entry and the usage that replaces its
+    /// charge when the request ends.
+    settle: Option<(Ticket, u64)>,
 }
 
 impl RequestGuard {
@@ -200,6 +279,10 @@ impl RequestGuard {
         }
         self.done = true;
         let mut inner = self.shared.inner.lock();
+        if let Some((ticket, usage)) = self.settle.take() {
+            let now = self.shared.clock.now();
+            inner.referee.settle(now, ticket, usage);
+        }
         inner.referee.release();
         f(&mut inner.counters);
     }

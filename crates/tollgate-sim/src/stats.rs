@@ -35,14 +35,37 @@ pub struct SimStats {
     pub active: u64,
     /// The most requests ever in progress at once.
     pub max_active: u64,
-    /// Requests charged to the window (admitted ones).
+    /// Requests charged to the window (admitted client requests).
     pub requests_charged: u64,
-    /// Tokens charged to the window (prompt + completion of admitted ones).
+    /// Tokens charged to the window for admitted client requests, by the
+    /// charge mode (after reconciliation when it is on).
     pub tokens_charged: u64,
-    /// The most requests ever admitted inside one window.
+    /// The most requests ever inside one window, at the counting instants
+    /// (client requests, charged refusals and the background consumer).
     pub max_requests_in_window: u64,
-    /// The most tokens ever charged inside one window.
+    /// The most tokens ever inside one window, at the counting instants
+    /// (client charges, charged refusals and the background consumer).
     pub max_tokens_in_window: u64,
+    /// Request units spent by the background consumer.
+    #[serde(default)]
+    pub background_requests: u64,
+    /// Tokens spent by the background consumer.
+    #[serde(default)]
+    pub background_tokens: u64,
+    /// Background consumer ticks skipped because the windows had no room.
+    #[serde(default)]
+    pub background_skipped: u64,
+    /// Refused (429) requests that were charged a request unit
+    /// (`charge_refusals` = `requests` or `all`).
+    #[serde(default)]
+    pub refusal_requests_charged: u64,
+    /// Tokens charged for refused requests (`charge_refusals` = `all`).
+    #[serde(default)]
+    pub refusal_tokens_charged: u64,
+    /// Admitted requests whose token charge was replaced by their usage
+    /// (`reconcile`).
+    #[serde(default)]
+    pub reconciled: u64,
     /// Requests per route.
     pub routes: RouteStats,
     /// The limits in force (`null` = unlimited).
@@ -146,6 +169,12 @@ impl Counters {
             tokens_charged: referee.charged_tokens(),
             max_requests_in_window: referee.max_requests_in_window(),
             max_tokens_in_window: referee.max_tokens_in_window(),
+            background_requests: referee.background().requests,
+            background_tokens: referee.background().tokens,
+            background_skipped: referee.background().skipped,
+            refusal_requests_charged: referee.refused_requests_charged(),
+            refusal_tokens_charged: referee.refused_tokens_charged(),
+            reconciled: referee.reconciled(),
             routes: self.routes,
             limits: LimitStats {
                 rpm: limits.requests,

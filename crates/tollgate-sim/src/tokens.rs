@@ -32,6 +32,24 @@ pub fn content_tokens(content: &Value) -> u64 {
     }
 }
 
+/// Characters (Unicode scalar values) of one chat message's `content`: its
+/// string, or the `text` fields of its content parts. What a character-based
+/// charge mode ([`crate::ChargeMode::Chars`]) counts.
+pub fn content_chars(content: &Value) -> u64 {
+    let chars = |s: &str| s.chars().count() as u64;
+    match content {
+        Value::String(s) => chars(s),
+        Value::Array(parts) => parts
+            .iter()
+            .map(|part| match part.get("text") {
+                Some(Value::String(s)) => chars(s),
+                _ => 0,
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// Per-message overhead of the chat prompt count.
 pub const PER_MESSAGE: u64 = 3;
 /// Fixed overhead of every chat prompt (the primed assistant reply).

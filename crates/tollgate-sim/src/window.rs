@@ -20,6 +20,12 @@
 //!   [`SlidingWindow::wait_for`] find by binary search the first entry whose
 //!   departure frees enough room. A unit test checks it against a plain
 //!   linear scan.
+//! * [`SlidingWindow::record_entry`] always logs an entry (even of amount 0)
+//!   and returns its [`EntryId`]: the number of entries logged before it.
+//!   Its position in the log is that id minus the number of entries pruned,
+//!   so [`SlidingWindow::adjust`] finds it in O(1) and rewrites its amount,
+//!   shifting the `cumulative` of the entries after it (O(entries logged
+//!   since), which keeps the cumulative values non-decreasing).
 //! * Instants must not go backwards; an earlier `now` than the newest entry is
 //!   treated as that entry's instant (the caller reads the clock under the
 //!   same lock that records, so this does not happen in practice).
@@ -37,6 +43,11 @@ struct Entry {
     /// including this entry.
     cumulative: u64,
 }
+
+/// Identifies an entry logged by [`SlidingWindow::record_entry`], for a
+/// later [`SlidingWindow::adjust`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryId(u64);
 
 /// When an amount fits under a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +72,10 @@ pub struct SlidingWindow {
     total: u64,
     /// The largest `used` ever observed right after a record.
     max_used: u64,
+    /// Entries ever pushed onto the log.
+    pushed: u64,
+    /// Entries ever removed from the front of the log (pruned or cleared).
+    popped: u64,
 }
 
 impl SlidingWindow {
@@ -72,6 +87,8 @@ impl SlidingWindow {
             used: 0,
             total: 0,
             max_used: 0,
+            pushed: 0,
+            popped: 0,
         }
     }
 
@@ -138,16 +155,77 @@ impl SlidingWindow {
         self.total = self.total.saturating_add(amount);
         self.max_used = self.max_used.max(self.used);
         if amount > 0 {
-            self.log.push_back(Entry {
-                at,
-                amount,
-                cumulative: self.total,
-            });
+            self.push(at, amount);
         }
+    }
+
+    /// Records `amount` at `now` like [`record`](Self::record), but always
+    /// logs an entry (even of amount 0) and returns its id, so that
+    /// [`adjust`](Self::adjust) can rewrite it later.
+    pub fn record_entry(&mut self, now: Instant, amount: u64) -> EntryId {
+        self.prune(now);
+        let at = match self.log.back() {
+            Some(newest) if newest.at > now => newest.at,
+            _ => now,
+        };
+        self.used = self.used.saturating_add(amount);
+        self.total = self.total.saturating_add(amount);
+        self.max_used = self.max_used.max(self.used);
+        let id = EntryId(self.pushed);
+        self.push(at, amount);
+        id
+    }
+
+    /// Replaces the amount of entry `id` by `amount`, keeping its instant
+    /// (the entry still leaves the window at its own departure). Returns
+    /// `false`, changing nothing, when the entry has already left the window
+    /// (or was cleared). The window may end up above a limit: callers that
+    /// settle after the fact accept that, as a provider that reconciles does.
+    pub fn adjust(&mut self, now: Instant, id: EntryId, amount: u64) -> bool {
+        self.prune(now);
+        let Some(index) = id.0.checked_sub(self.popped) else {
+            return false;
+        };
+        let Ok(index) = usize::try_from(index) else {
+            return false;
+        };
+        let Some(entry) = self.log.get_mut(index) else {
+            return false;
+        };
+        let old = entry.amount;
+        entry.amount = amount;
+        if amount >= old {
+            let more = amount - old;
+            for e in self.log.range_mut(index..) {
+                e.cumulative = e.cumulative.saturating_add(more);
+            }
+            self.used = self.used.saturating_add(more);
+            self.total = self.total.saturating_add(more);
+            self.max_used = self.max_used.max(self.used);
+        } else {
+            let less = old - amount;
+            for e in self.log.range_mut(index..) {
+                e.cumulative = e.cumulative.saturating_sub(less);
+            }
+            // Invariant: `used` includes the entry's old amount.
+            self.used = self.used.saturating_sub(less);
+            self.total = self.total.saturating_sub(less);
+        }
+        true
+    }
+
+    fn push(&mut self, at: Instant, amount: u64) {
+        self.log.push_back(Entry {
+            at,
+            amount,
+            cumulative: self.total,
+        });
+        self.pushed += 1;
     }
 
     /// Forgets every entry and the maximum seen.
     pub fn clear(&mut self) {
+        self.popped += self.log.len() as u64;
         self.log.clear();
         self.used = 0;
         self.max_used = 0;
@@ -168,6 +246,7 @@ impl SlidingWindow {
                 // is at least `front.amount`.
                 self.used -= front.amount;
                 self.log.pop_front();
+                self.popped += 1;
             } else {
                 break;
             }
@@ -232,6 +311,32 @@ mod tests {
         assert_eq!(w.until_empty(secs(t0, 62.0)), Duration::ZERO);
         assert_eq!(w.used(secs(t0, 62.0)), 0);
         assert_eq!(w.max_used(), 90);
+    }
+
+    // proves: SIM-2 (a reconciled entry keeps its instant; Q-16 settlement)
+    #[test]
+    fn adjusted_entries_keep_their_instant_and_the_search_stays_exact() {
+        let t0 = Instant::now();
+        let mut w = SlidingWindow::new(W);
+        let a = w.record_entry(t0, 40);
+        let b = w.record_entry(secs(t0, 1.0), 0);
+        w.record(secs(t0, 2.0), 20);
+        assert_eq!(w.used(secs(t0, 3.0)), 60);
+        assert!(w.adjust(secs(t0, 3.0), a, 10));
+        assert!(w.adjust(secs(t0, 3.0), b, 30));
+        assert_eq!(w.used(secs(t0, 3.0)), 60);
+        // 50 more under 100 needs 10 freed: entry a (10) at t0 + W.
+        assert_eq!(w.wait_for(secs(t0, 3.0), 50, 100), Fit::At(t0 + W));
+        // 60 more needs 20: a and b (40) at t0 + 61 s.
+        assert_eq!(w.wait_for(secs(t0, 3.0), 60, 100), Fit::At(secs(t0, 61.0)));
+        assert!(w.adjust(secs(t0, 3.0), b, 95));
+        assert_eq!(w.max_used(), 125);
+        // After a's departure, adjusting it is a no-op.
+        assert!(!w.adjust(t0 + W, a, 1));
+        assert_eq!(w.used(t0 + W), 115);
+        assert_eq!(w.used(secs(t0, 61.0)), 20);
+        w.clear();
+        assert!(!w.adjust(secs(t0, 61.0), b, 1));
     }
 
     #[test]

@@ -41,10 +41,10 @@ impl Provider for Echo {
         if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 {
             return Err(ProviderError::from_status(503, "warming up"));
         }
-        Ok(Reply {
-            body: format!("echo (attempt {}): {prompt}", ctx.attempt),
-            usage: Usage::from_io(5, 5),
-        })
+        Ok(Reply::new(
+            format!("echo (attempt {}): {prompt}", ctx.attempt),
+            Usage::from_io(5, 5),
+        ))
     }
 
     async fn stream(&self, prompt: &String, _: AttemptContext) -> Result<Chunks, ProviderError> {

@@ -33,5 +33,5 @@ pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
-pub use quota::{Dimension, LimitSnapshot, LimitedBy};
+pub use quota::{BudgetReport, Dimension, LimitSnapshot, LimitedBy, Observed, RefusalCost};
 pub use usage::{AlreadySettled, Counter, Settlement, Usage};

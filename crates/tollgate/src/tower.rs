@@ -336,7 +336,7 @@ where
         match service.oneshot(request.clone()).await {
             Ok(body) => {
                 let usage = self.usage.usage(&body);
-                Ok(Reply { body, usage })
+                Ok(Reply::new(body, usage))
             }
             Err(e) => Err((self.classify)(&e)),
         }

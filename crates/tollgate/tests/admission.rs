@@ -19,7 +19,7 @@ fn rpm(n: u64) -> AdmissionController {
         .unwrap()
 }
 
-// proves: Q-1, Q-9 (a request unit is spent by the lease, not refunded on release)
+// proves: Q-9 (a request unit is spent by the lease, not refunded on release)
 #[tokio::test(start_paused = true)]
 async fn fast_path_admits_and_spends_one_request_unit() {
     let c = rpm(2);

@@ -42,10 +42,7 @@ impl Provider for Echo {
         if self.attempts.fetch_add(1, Ordering::SeqCst) < self.fail_first {
             return Err(ProviderError::from_status(503, "warming up"));
         }
-        Ok(Reply {
-            body: r.clone(),
-            usage: Usage::UNKNOWN,
-        })
+        Ok(Reply::new(r.clone(), Usage::UNKNOWN))
     }
 
     async fn stream(&self, _: &String, _: AttemptContext) -> Result<Chunks, ProviderError> {

@@ -382,8 +382,8 @@ impl Client {
                 && end == Some(End::Clean)
                 && reader.error.is_none()
                 && !reader.has_partial();
-            if let Some(problem) = &reader.malformed {
-                return Outcome::violation("malformed_stream", problem.clone());
+            if reader.malformed.is_some() {
+                return classify_stream(&reader, &end);
             }
             let after = closed.map(|at| signed_secs(at, deadline));
             if complete {
@@ -524,6 +524,12 @@ fn classify_whole(status: StatusCode, body: &[u8], end: &End) -> Outcome {
 
 /// A streamed 200 answer that was read to its end.
 fn classify_stream(reader: &StreamReader, end: &Option<End>) -> Outcome {
+    if reader.error_after_done {
+        return Outcome::violation(
+            "error_event_after_done",
+            reader.malformed.clone().unwrap_or_default(),
+        );
+    }
     if let Some(problem) = &reader.malformed {
         return Outcome::violation("malformed_stream", problem.clone());
     }
@@ -572,6 +578,12 @@ mod tests {
             classify_stream(&cut, &Some(End::Aborted("x".into())))
                 .violation
                 .is_some()
+        );
+        let mut late = StreamReader::default();
+        late.feed(b"data: [DONE]\n\ndata: {\"error\":{\"message\":\"m\",\"type\":\"t\"}}\n\n");
+        assert_eq!(
+            classify_stream(&late, &Some(End::Aborted("x".into()))).class,
+            "VIOLATION/error_event_after_done"
         );
         let mut failed = StreamReader::default();
         failed.feed(b"data: {\"error\":{\"message\":\"m\",\"type\":\"t\",\"code\":\"c\"}}\n\n");

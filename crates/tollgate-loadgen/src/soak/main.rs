@@ -17,13 +17,15 @@
 //!   active, and after the longest window every quota and pool is fully
 //!   available again, with every circuit closed;
 //! - the gateway's RSS grew by less than `--max-rss-growth-pct` between a
-//!   quarter of the requests and all of them. RSS is read at each quarter
-//!   of the run (50k, 100k, 150k, 200k requests) in a short pause: the
-//!   sending stops, every call in flight ends, one second passes, then
-//!   VmRSS is read (and the load resumes). What is compared is what the
-//!   gateway keeps, not what the calls of the moment hold (a few large
-//!   stalled streams alone move it by megabytes); the RSS under load just
-//!   before each pause is reported too.
+//!   quarter of the requests and all of them (50k and 200k requests in a
+//!   full run). VmRSS is sampled every 100 ms; the figure of a checkpoint
+//!   is the median of the samples of the last 10 s of load before it:
+//!   under this load a single reading swings by ±6 % from one 100 ms to
+//!   the next (each large stalled stream passes megabytes through the
+//!   gateway's buffers), the median does not. At each checkpoint the
+//!   sending pauses until every call ended, which also shows whether the
+//!   gateway is idle then; the reading one second into that pause is
+//!   reported as well.
 #![forbid(unsafe_code)]
 
 mod admin;
@@ -118,8 +120,8 @@ struct Stats {
     samples: Mutex<Vec<String>>,
     /// Milliseconds from a stalled stream's deadline to the gateway's
     /// close (closes after the deadline only).
-    close_ms: Mutex<Histogram<u64>>,
-    closed_early: AtomicU64,
+    close_ms: Mutex<BTreeMap<&'static str, Histogram<u64>>>,
+    closed_early: Mutex<BTreeMap<&'static str, u64>>,
     done: AtomicU64,
     last_end: Mutex<Option<Instant>>,
 }
@@ -128,13 +130,90 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// VmRSS of a process, in KiB.
-fn vm_rss(pid: u32) -> Option<u64> {
+/// A `/proc/PID/status` field in KiB.
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// VmRSS of a process, in KiB.
+fn vm_rss(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// User + system CPU time of this process, in seconds (Linux: fields 14
+/// and 15 of `/proc/self/stat`, in clock ticks of 1/100 s).
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// VmHWM (peak RSS) of a process, in KiB.
+fn vm_hwm(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+/// The gateway's RSS at one checkpoint, in KiB.
+#[derive(Debug)]
+struct RssPoint {
+    requests: u64,
+    /// Median of the samples of the last 10 s of load.
+    median_10s: Option<u64>,
+    /// Read when the pause began.
+    under_load: Option<u64>,
+    /// Read one second after the last call of the pause ended.
+    quiet: Option<u64>,
+}
+
+/// VmRSS every 100 ms, with when.
+struct RssSampler {
+    samples: Arc<Mutex<Vec<(Instant, u64)>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    fn spawn(pid: Option<u32>) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let task = pid.map(|pid| {
+            let samples = Arc::clone(&samples);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tick.tick().await;
+                    if let Some(kib) = vm_rss(pid) {
+                        lock(&samples).push((Instant::now(), kib));
+                    }
+                }
+            })
+        });
+        Self { samples, task }
+    }
+
+    /// The median of the samples of the last 10 s before `until` (none
+    /// before `since`).
+    fn median(&self, since: Instant, until: Instant) -> Option<u64> {
+        let from = since.max(until - Duration::from_secs(10).min(until - since));
+        let mut window: Vec<u64> = lock(&self.samples)
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= until)
+            .map(|(_, kib)| *kib)
+            .collect();
+        window.sort_unstable();
+        window.get(window.len() / 2).copied()
+    }
+
+    fn stop(&self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
 }
 
 impl Stats {
@@ -157,9 +236,19 @@ impl Stats {
         }
         if let Some(after) = outcome.close_after_deadline {
             if after < 0.0 {
-                self.closed_early.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.closed_early).entry(category(call)).or_default() += 1;
             } else {
-                lock(&self.close_ms).saturating_record((after * 1000.0).round().max(1.0) as u64);
+                let ms = (after * 1000.0).round().max(1.0) as u64;
+                let mut hists = lock(&self.close_ms);
+                match hists.get_mut(category(call)) {
+                    Some(h) => h.saturating_record(ms),
+                    None => {
+                        if let Ok(mut h) = Histogram::new_with_bounds(1, 3_600_000, 3) {
+                            h.saturating_record(ms);
+                            hists.insert(category(call), h);
+                        }
+                    }
+                }
             }
         }
         *lock(&self.last_end) = Some(Instant::now());
@@ -202,8 +291,8 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
         counts: Mutex::new(BTreeMap::new()),
         violations: AtomicU64::new(0),
         samples: Mutex::new(Vec::new()),
-        close_ms: Mutex::new(Histogram::new_with_bounds(1, 3_600_000, 3)?),
-        closed_early: AtomicU64::new(0),
+        close_ms: Mutex::new(BTreeMap::new()),
+        closed_early: Mutex::new(BTreeMap::new()),
         done: AtomicU64::new(0),
         last_end: Mutex::new(None),
     });
@@ -237,7 +326,9 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     let mut stopped_early = false;
     let all = u32::try_from(args.concurrency).unwrap_or(u32::MAX);
     // (requests done, VmRSS under load, VmRSS after the pause), in KiB.
-    let mut rss: Vec<(u64, Option<u64>, Option<u64>)> = Vec::new();
+    let mut rss: Vec<RssPoint> = Vec::new();
+    let sampler = RssSampler::spawn(args.gateway_pid);
+    let mut load_since = start;
     let mut paused = Duration::ZERO;
     let mut checkpoint_busy: Vec<String> = Vec::new();
     let quarter = total / 4;
@@ -254,16 +345,22 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let quiet = args.gateway_pid.and_then(vm_rss);
             let done = stats.done.load(Ordering::Relaxed);
-            rss.push((done, under_load, quiet));
+            rss.push(RssPoint {
+                requests: done,
+                median_10s: sampler.median(load_since, pause),
+                under_load,
+                quiet,
+            });
             // Every client is done: the gateway must be idle too.
             let busy = admin::busy(&admin.snapshot().await?);
             if !busy.is_empty() {
                 checkpoint_busy.push(format!("at {done} requests: {busy:?}"));
             }
             eprintln!(
-                "soak: checkpoint at {done} requests: VmRSS {} KiB ({} KiB under load){}",
-                quiet.unwrap_or(0),
+                "soak: checkpoint at {done} requests: VmRSS median {} KiB, now {} KiB, {} KiB after the calls ended{}",
+                rss.last().and_then(|p| p.median_10s).unwrap_or(0),
                 under_load.unwrap_or(0),
+                quiet.unwrap_or(0),
                 if busy.is_empty() {
                     ""
                 } else {
@@ -272,6 +369,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
             );
             drop(everything);
             paused += pause.elapsed();
+            load_since = Instant::now();
         }
         tokio::time::sleep_until(due(start + paused, index, args.rate)).await;
         let Ok(Ok(permit)) =
@@ -296,6 +394,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     }
     // Every call bounds itself; this bounds the wait for all of them.
     let under_load = args.gateway_pid.and_then(vm_rss);
+    let median_10s = sampler.median(load_since, Instant::now());
     let drained = tokio::time::timeout(
         args.client_timeout + Duration::from_secs(30),
         slots.acquire_many(all),
@@ -306,11 +405,13 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     let last_end = lock(&stats.last_end).unwrap_or_else(Instant::now);
     let load_secs = (last_end - start).saturating_sub(paused).as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    rss.push((
-        stats.done.load(Ordering::Relaxed),
+    rss.push(RssPoint {
+        requests: stats.done.load(Ordering::Relaxed),
+        median_10s,
         under_load,
-        args.gateway_pid.and_then(vm_rss),
-    ));
+        quiet: args.gateway_pid.and_then(vm_rss),
+    });
+    sampler.stop();
     eprintln!("soak: load over after {load_secs:.1} s; waiting for the gateway to be idle");
 
     // Idle: nothing queued or active.
@@ -371,10 +472,11 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     let counts = lock(&stats.counts).clone();
     let done = stats.done.load(Ordering::Relaxed);
     let violations = stats.violations.load(Ordering::Relaxed);
-    let rss_growth = match (rss.first(), rss.last()) {
-        (Some((_, _, Some(a))), Some((_, _, Some(b)))) if rss.len() == 4 => {
-            Some((*b as f64 - *a as f64) / *a as f64 * 100.0)
-        }
+    let rss_growth = match (
+        rss.first().and_then(|p| p.median_10s),
+        rss.last().and_then(|p| p.median_10s),
+    ) {
+        (Some(a), Some(b)) if rss.len() == 4 => Some((b as f64 - a as f64) / a as f64 * 100.0),
         _ => None,
     };
     let circuit_open: u64 = counts
@@ -399,17 +501,23 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
             *acc.entry(kind).or_default() += n;
             acc
         });
-    let close_ms = lock(&stats.close_ms).clone();
-    let stall_close = (!close_ms.is_empty()).then(|| {
-        json!({
-            "count": close_ms.len(),
-            "p50_ms": close_ms.value_at_quantile(0.5),
-            "p90_ms": close_ms.value_at_quantile(0.9),
-            "p99_ms": close_ms.value_at_quantile(0.99),
-            "max_ms": close_ms.max(),
-            "closed_before_deadline": stats.closed_early.load(Ordering::Relaxed),
+    let closed_early = lock(&stats.closed_early).clone();
+    let stall_close: BTreeMap<&str, Value> = lock(&stats.close_ms)
+        .iter()
+        .map(|(cat, h)| {
+            (
+                *cat,
+                json!({
+                    "count": h.len(),
+                    "p50_ms": h.value_at_quantile(0.5),
+                    "p90_ms": h.value_at_quantile(0.9),
+                    "p99_ms": h.value_at_quantile(0.99),
+                    "max_ms": h.max(),
+                    "closed_before_deadline": closed_early.get(cat).copied().unwrap_or(0),
+                }),
+            )
         })
-    });
+        .collect();
     let check =
         |name: &str, ok: bool, detail: String| json!({"name": name, "ok": ok, "detail": detail});
     let checks = vec![
@@ -480,7 +588,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
             match rss_growth {
                 Some(g) => format!(
                     "{g:.2} % between {} and {} requests (limit {} %)",
-                    rss[0].0, rss[3].0, args.max_rss_growth_pct
+                    rss[0].requests, rss[3].requests, args.max_rss_growth_pct
                 ),
                 None if args.gateway_pid.is_none() => "not measured (no --gateway-pid)".into(),
                 None => format!("checkpoints missing: {rss:?}"),
@@ -503,10 +611,17 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
         "well_behaved": well_behaved,
         "outcomes": counts,
         "keepalive_retries": client.keepalive_retries.load(Ordering::Relaxed),
+        "client_cpu_seconds": own_cpu_seconds(),
         "stall_close_after_deadline": stall_close,
         "rss_kib": {
             "start": rss_start,
-            "checkpoints": rss.iter().map(|(n, load, quiet)| json!({"requests": n, "vmrss_kib": quiet, "under_load_kib": load})).collect::<Vec<_>>(),
+            "checkpoints": rss.iter().map(|p| json!({
+                "requests": p.requests,
+                "median_10s_kib": p.median_10s,
+                "at_pause_kib": p.under_load,
+                "after_calls_ended_kib": p.quiet,
+            })).collect::<Vec<_>>(),
+            "hwm_kib": args.gateway_pid.and_then(vm_hwm),
             "growth_pct": rss_growth.map(|g| (g * 100.0).round() / 100.0),
             "after_refill": args.gateway_pid.and_then(vm_rss),
         },

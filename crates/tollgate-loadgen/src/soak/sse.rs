@@ -77,6 +77,9 @@ pub struct StreamReader {
     pub error: Option<String>,
     /// What broke the rules, if anything: the first problem only.
     pub malformed: Option<String>,
+    /// An error event came after `[DONE]` (a complete stream then
+    /// declared failed).
+    pub error_after_done: bool,
     /// Body bytes seen.
     pub bytes: u64,
 }
@@ -112,7 +115,16 @@ impl StreamReader {
             return; // a comment or keep-alive
         }
         if self.done || self.error.is_some() {
-            self.problem("an event after [DONE] or after the error event");
+            let after = if self.done {
+                "[DONE]".to_owned()
+            } else {
+                format!("the error event ({})", self.error.as_deref().unwrap_or(""))
+            };
+            let text = String::from_utf8_lossy(&data[..data.len().min(300)]).into_owned();
+            if self.done && text.starts_with("{\"error\"") {
+                self.error_after_done = true;
+            }
+            self.problem(&format!("an event after {after}: {text}"));
             return;
         }
         if data == b"[DONE]" {

@@ -53,7 +53,9 @@ pub(super) fn status_error(
         .and_then(error_message)
         .map(|m| sanitize(&m, secret))
         .unwrap_or_else(|| format!("upstream answered HTTP {}", status.as_u16()));
-    ProviderError::from_status(status.as_u16(), message).with_retry_after(hints.retry_floor())
+    ProviderError::from_status(status.as_u16(), message)
+        .with_retry_after(hints.retry_floor())
+        .with_budget(hints.budgets())
 }
 
 /// The message of an OpenAI-format error body (`{"error": {"message"}}`),

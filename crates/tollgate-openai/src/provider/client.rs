@@ -205,6 +205,7 @@ impl HttpProvider {
         if !status.is_success() {
             return Err(self.status_error(response, deadline, timeout).await);
         }
+        let budget = budgets_of(response.headers());
         let body = within(
             deadline,
             timeout,
@@ -214,7 +215,7 @@ impl HttpProvider {
         .await?
         .map_err(|err| body_error(&err, self.secret()))?;
         let usage = one_shot_usage(&body, status.as_u16(), self.secret())?;
-        Ok(Reply { body, usage })
+        Ok(Reply::new(body, usage).with_budget(budget))
     }
 
     async fn open_stream(
@@ -247,14 +248,22 @@ impl HttpProvider {
                 )
             });
         }
+        let budget = budgets_of(response.headers());
         let body: BodyStream = Box::pin(self.chunks(response));
         let decoder = SseDecoder::with_max_event_size(self.inner.max_event_size);
         Ok(
             ChunkStream::with_decoder(body, decoder, request.forward_usage())
                 .with_end_grace(self.inner.stream_end_grace)
-                .redacting(self.inner.secret.clone()),
+                .redacting(self.inner.secret.clone())
+                .with_budget(budget),
         )
     }
+}
+
+/// The budget reports of a response's rate-limit headers (SPEC Q-14). The
+/// wall clock is read only to turn absolute reset dates into durations.
+fn budgets_of(headers: &http::HeaderMap) -> tollgate::lifecycle::Budgets {
+    crate::rate_limit::RateLimitHints::from_headers(headers, std::time::SystemTime::now()).budgets()
 }
 
 impl Provider for HttpProvider {
@@ -283,6 +292,10 @@ impl Provider for HttpProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
         self.open_stream(request, attempt)
+    }
+
+    fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {
+        stream.budget()
     }
 }
 

@@ -90,6 +90,8 @@ pub struct ChunkStream<S = BodyStream> {
     pending: VecDeque<ChunkItem>,
     usage_reported: bool,
     last_usage: Option<tollgate::Usage>,
+    /// What the response headers said about the provider's budget.
+    budget: tollgate::lifecycle::Budgets,
 }
 
 enum State<S> {
@@ -144,6 +146,7 @@ where
             pending: VecDeque::with_capacity(2),
             usage_reported: false,
             last_usage: None,
+            budget: tollgate::lifecycle::Budgets::default(),
         }
     }
 
@@ -160,6 +163,18 @@ where
     pub(super) fn redacting(mut self, secret: Option<Arc<str>>) -> Self {
         self.secret = secret;
         self
+    }
+
+    /// Records what the response headers said about the provider's budget.
+    pub(super) fn with_budget(mut self, budget: tollgate::lifecycle::Budgets) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// What the response headers said about the provider's budget (SPEC
+    ///
+    pub fn budget(&self) -> tollgate::lifecycle::Budgets {
+        self.budget
     }
 
     /// `true` once the stream has yielded its last item (it may still be

@@ -155,3 +155,28 @@ impl RateLimitHints {
         .max()
     }
 }
+
+impl DimensionHints {
+    /// The engine's budget report for `dimension`, if anything is known
+    /// (SPEC Q-14).
+    pub fn report(&self, dimension: tollgate::Dimension) -> Option<tollgate::BudgetReport> {
+        (self.limit.is_some() || self.remaining.is_some()).then_some(tollgate::BudgetReport {
+            dimension,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: self.reset,
+        })
+    }
+}
+
+impl RateLimitHints {
+    /// What the response said about the provider's request and token
+    /// budgets, for the engine (SPEC Q-14). Anthropic's separate input and
+    /// output token budgets are not reported: the engine counts their sum.
+    pub fn budgets(&self) -> tollgate::lifecycle::Budgets {
+        tollgate::lifecycle::Budgets {
+            requests: self.requests.report(tollgate::Dimension::Requests),
+            tokens: self.tokens.report(tollgate::Dimension::Tokens),
+        }
+    }
+}

@@ -46,11 +46,46 @@ impl TokenEstimate {
     }
 }
 
+/// How a provider's rate limiter counts a request's tokens (SPEC Q-16):
+/// what tollgate reserves, so that its window fills as the provider's does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Profile {
+    /// The model family's tokenizer: what the provider bills (the default).
+    #[default]
+    Tokenizer,
+    /// OpenAI's documented rate-limit rule: the request is counted from its
+    /// character count (about four characters per token) together with its
+    /// output cap (`max_completion_tokens`/`max_tokens`). Reserved: the
+    /// larger of `ceil(chars / 4)` and the tokenizer's count, plus the
+    /// output allowance, so neither reading of the rule is under-reserved.
+    OpenAi,
+    /// A custom rule: `ceil(chars / chars_per_token)` input tokens, plus the
+    /// output allowance when `output` is set.
+    Chars {
+        /// Characters per token (at least 1).
+        chars_per_token: u32,
+        /// Whether the output cap is counted too.
+        output: bool,
+    },
+}
+
+impl Profile {
+    /// The configuration name: `tokenizer`, `openai`, `chars`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Profile::Tokenizer => "tokenizer",
+            Profile::OpenAi => "openai",
+            Profile::Chars { .. } => "chars",
+        }
+    }
+}
+
 /// Estimates requests. Cheap to copy; the tokenizers are process-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenEstimator {
     default_output: u64,
     non_text_part: u64,
+    profile: Profile,
 }
 
 impl Default for TokenEstimator {
@@ -66,7 +101,19 @@ impl TokenEstimator {
         TokenEstimator {
             default_output: DEFAULT_OUTPUT_TOKENS,
             non_text_part: DEFAULT_NON_TEXT_PART_TOKENS,
+            profile: Profile::Tokenizer,
         }
+    }
+
+    /// Counts as the provider's rate limiter does (SPEC Q-16).
+    pub fn with_profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// The accounting profile.
+    pub fn profile(&self) -> Profile {
+        self.profile
     }
 
     /// Output allowance per choice for requests without an output cap.
@@ -129,9 +176,33 @@ impl TokenEstimator {
             }
         }
         let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
-        TokenEstimate {
-            input,
-            output: per_choice.saturating_mul(request.choice_count()),
+        let output = per_choice.saturating_mul(request.choice_count());
+        let chars = || {
+            request
+                .messages
+                .iter()
+                .map(message_chars)
+                .fold(0, u64::saturating_add)
+        };
+        self.apply(TokenEstimate { input, output }, chars)
+    }
+
+    /// Applies the accounting profile to a tokenizer estimate, given the
+    /// request's character count.
+    fn apply(&self, tokenized: TokenEstimate, chars: impl FnOnce() -> u64) -> TokenEstimate {
+        match self.profile {
+            Profile::Tokenizer => tokenized,
+            Profile::OpenAi => TokenEstimate {
+                input: tokenized.input.max(chars().div_ceil(4)),
+                output: tokenized.output,
+            },
+            Profile::Chars {
+                chars_per_token,
+                output,
+            } => TokenEstimate {
+                input: chars().div_ceil(u64::from(chars_per_token.max(1))),
+                output: if output { tokenized.output } else { 0 },
+            },
         }
     }
 
@@ -151,7 +222,16 @@ impl TokenEstimator {
                 .map(|b| b.len() as u64)
                 .fold(0, u64::saturating_add),
         };
-        TokenEstimate { input, output: 0 }
+        let chars = || match &request.input {
+            EmbeddingInput::Text(text) => text.chars().count() as u64,
+            EmbeddingInput::Texts(texts) => texts
+                .iter()
+                .map(|t| t.chars().count() as u64)
+                .fold(0, u64::saturating_add),
+            // Token ids: one token each, whatever the rule.
+            EmbeddingInput::Tokens(_) | EmbeddingInput::TokenBatches(_) => input,
+        };
+        self.apply(TokenEstimate { input, output: 0 }, chars)
     }
 
     fn message(&self, kind: TokenizerKind, message: &ChatMessage) -> u64 {
@@ -210,6 +290,26 @@ impl TokenEstimator {
     }
 }
 
+/// Characters of a message's text content (text, and text parts), the
+/// count that character-based accounting rules apply to.
+fn message_chars(message: &ChatMessage) -> u64 {
+    let text = |t: &str| t.chars().count() as u64;
+    match &message.content {
+        Some(MessageContent::Text(t)) => text(t),
+        Some(MessageContent::Parts(parts)) => parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text: t, .. } => text(t),
+                ContentPart::Other(value) => {
+                    value.get("text").and_then(Value::as_str).map_or(0, text)
+                }
+            })
+            .fold(0, u64::saturating_add),
+        Some(MessageContent::Other(value)) => text(&value.to_string()),
+        None => 0,
+    }
+}
+
 fn json_tokens(kind: TokenizerKind, value: &Value) -> u64 {
     // Serialising a `Value` cannot fail (its map keys are strings).
     let text = serde_json::to_string(value).unwrap_or_default();
@@ -227,6 +327,47 @@ mod tests {
 
     fn count(model: &str, text: &str) -> u64 {
         TokenizerKind::for_model(model).count(text)
+    }
+
+    // proves: Q-16 (the openai profile reserves at least ceil(chars / 4)
+    // plus the output cap; the chars profile follows its own rule)
+    #[test]
+    fn profiles_count_as_the_provider_does() {
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let req = chat(json!({"model": "gpt-4o", "max_tokens": 50, "messages": [
+            {"role": "user", "content": text}
+        ]}));
+        let chars = text.chars().count() as u64;
+        let tokenizer = TokenEstimator::new().chat(&req);
+        assert!(
+            tokenizer.input < chars.div_ceil(4),
+            "English text: fewer tokens than chars/4"
+        );
+        let openai = TokenEstimator::new()
+            .with_profile(Profile::OpenAi)
+            .chat(&req);
+        assert_eq!(openai.input, chars.div_ceil(4));
+        assert_eq!(openai.output, 50);
+        let custom = TokenEstimator::new()
+            .with_profile(Profile::Chars {
+                chars_per_token: 3,
+                output: false,
+            })
+            .chat(&req);
+        assert_eq!(
+            custom,
+            TokenEstimate {
+                input: chars.div_ceil(3),
+                output: 0
+            }
+        );
+        let embed: EmbeddingsRequest =
+            serde_json::from_value(json!({"model": "text-embedding-3-small", "input": text}))
+                .unwrap();
+        let e = TokenEstimator::new()
+            .with_profile(Profile::OpenAi)
+            .embeddings(&embed);
+        assert_eq!(e.input, chars.div_ceil(4));
     }
 
     // proves: GW-5

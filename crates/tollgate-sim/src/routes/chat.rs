@@ -2,8 +2,9 @@
 //!
 //! Order of work for every request: count it and take its sequence number →
 //! key check (401) → parse and validate (400) → count tokens → draw the fault
-//! plan → admission in one critical section (429, injected 5xx, or charge)
-//! → slow-headers fault → latency → answer.
+//! plan → ingress delay (if configured) → admission at the counting instant
+//! in one critical section (429, injected 5xx, or charge) → slow-headers
+//! fault → latency → answer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +16,12 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::{FINGERPRINT, parse_json, require_model, unix_now};
+use crate::accounting::ChargeMode;
 use crate::faults::FaultPlan;
 use crate::headers::{add_rate_headers, rejection_response, server_error_response};
-use crate::state::{Admission, Route, Shared};
+use crate::state::{Admission, Charge, Route, Shared};
 use crate::stream::{StreamPlan, sse_body};
-use crate::tokens::{chat_prompt_tokens, completion_tokens};
+use crate::tokens::{chat_prompt_tokens, completion_tokens, content_chars};
 use crate::wire::{
     ApiError, AssistantMessage, ChatCompletion, ChatRequest, Choice, StreamOptions, Usage,
 };
@@ -46,9 +48,19 @@ struct Plan {
     include_usage: bool,
     usage: Usage,
     finish_reason: &'static str,
+    /// Characters of the message contents (character-based charge modes).
+    chars: u64,
+    /// `max_completion_tokens` or `max_tokens`, when set.
+    requested: Option<u64>,
 }
 
-fn validate(request: ChatRequest, configured_completion: u32) -> Result<Plan, ApiError> {
+/// `count_chars`: whether the charge mode needs the characters of the
+/// message contents (not counted otherwise: the default path stays cheap).
+fn validate(
+    request: ChatRequest,
+    configured_completion: u32,
+    count_chars: bool,
+) -> Result<Plan, ApiError> {
     let model = require_model(request.model)?;
     let messages = match request.messages {
         Some(m) if !m.is_empty() => m,
@@ -84,6 +96,15 @@ fn validate(request: ChatRequest, configured_completion: u32) -> Result<Plan, Ap
         ));
     }
     let prompt_tokens = chat_prompt_tokens(messages.iter().map(|m| m.content.as_ref()));
+    let chars = if count_chars {
+        messages
+            .iter()
+            .filter_map(|m| m.content.as_ref())
+            .map(content_chars)
+            .fold(0u64, u64::saturating_add)
+    } else {
+        0
+    };
     let completion = completion_tokens(requested, configured_completion);
     let finish_reason = if requested.is_some_and(|r| r < u64::from(configured_completion)) {
         "length"
@@ -108,6 +129,8 @@ fn validate(request: ChatRequest, configured_completion: u32) -> Result<Plan, Ap
             total_tokens: prompt_tokens.saturating_add(completion),
         },
         finish_reason,
+        chars,
+        requested,
     })
 }
 
@@ -116,13 +139,15 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let received = tokio::time::Instant::now();
     let seq = shared.begin(Route::ChatCompletions);
     if let Err(e) = shared.authorize(&headers) {
         return e.into_response();
     }
-    let plan = match parse_json::<ChatRequest>(&body)
-        .and_then(|r| validate(r, shared.config.completion_tokens))
-    {
+    let plan = match parse_json::<ChatRequest>(&body).and_then(|r| {
+        let count_chars = shared.config.charge != ChargeMode::Usage;
+        validate(r, shared.config.completion_tokens, count_chars)
+    }) {
         Ok(plan) => plan,
         Err(e) => {
             shared.count(|c| c.bad_request += 1);
@@ -135,10 +160,20 @@ pub(super) async fn chat_completions(
         0
     };
     let faults = FaultPlan::draw(&shared.config, seq, events);
-    let (mut guard, state) = match shared.admit(plan.usage.total_tokens, &faults) {
+    let charge = Charge {
+        tokens: shared.config.charge.chat(
+            plan.chars,
+            plan.requested,
+            plan.usage.total_tokens,
+            u64::from(shared.config.completion_tokens),
+        ),
+        usage: plan.usage.total_tokens,
+    };
+    shared.ingress(seq, received).await;
+    let (mut guard, state) = match shared.admit(charge, &faults) {
         Admission::Admitted { guard, state } => (guard, state),
         Admission::Rejected(rejection) => {
-            return rejection_response(&rejection, plan.usage.total_tokens, seq);
+            return rejection_response(&rejection, charge.tokens, seq);
         }
         Admission::ServerError { status, state } => {
             return server_error_response(status, &state, seq);

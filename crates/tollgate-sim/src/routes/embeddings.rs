@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::{parse_json, require_model};
 use crate::faults::FaultPlan;
 use crate::headers::{add_rate_headers, rejection_response, server_error_response};
-use crate::state::{Admission, Route, Shared};
+use crate::state::{Admission, Charge, Route, Shared};
 use crate::tokens::text_tokens;
 use crate::wire::{
     ApiError, Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector, EmbeddingsRequest,
@@ -34,6 +34,8 @@ const MAX_DIMENSIONS: u32 = 8192;
 struct Item {
     tokens: u64,
     seed: u64,
+    /// Characters of a string input; `None` for a token-id input.
+    chars: Option<u64>,
 }
 
 fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
@@ -48,6 +50,7 @@ fn token_ids(values: &[Value]) -> Option<Item> {
     Some(Item {
         tokens: ids.len() as u64,
         seed: fnv1a(ids.iter().flat_map(|id| id.to_le_bytes())),
+        chars: None,
     })
 }
 
@@ -55,6 +58,7 @@ fn text(s: &str) -> Item {
     Item {
         tokens: text_tokens(s),
         seed: fnv1a(s.bytes()),
+        chars: Some(s.chars().count() as u64),
     }
 }
 
@@ -172,6 +176,7 @@ pub(super) async fn embeddings(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let received = tokio::time::Instant::now();
     let seq = shared.begin(Route::Embeddings);
     if let Err(e) = shared.authorize(&headers) {
         return e.into_response();
@@ -186,10 +191,22 @@ pub(super) async fn embeddings(
         }
     };
     let faults = FaultPlan::draw(&shared.config, seq, 0);
-    let (mut guard, state) = match shared.admit(plan.tokens, &faults) {
+    let (chars, ids) = plan
+        .items
+        .iter()
+        .fold((0u64, 0u64), |(c, i), item| match item.chars {
+            Some(n) => (c.saturating_add(n), i),
+            None => (c, i.saturating_add(item.tokens)),
+        });
+    let charge = Charge {
+        tokens: shared.config.charge.embeddings(chars, ids, plan.tokens),
+        usage: plan.tokens,
+    };
+    shared.ingress(seq, received).await;
+    let (mut guard, state) = match shared.admit(charge, &faults) {
         Admission::Admitted { guard, state } => (guard, state),
         Admission::Rejected(rejection) => {
-            return rejection_response(&rejection, plan.tokens, seq);
+            return rejection_response(&rejection, charge.tokens, seq);
         }
         Admission::ServerError { status, state } => {
             return server_error_response(status, &state, seq);

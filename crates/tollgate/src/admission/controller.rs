@@ -20,7 +20,9 @@ use crate::clock::{Instant, SharedClock, TokioClock};
 use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow, ScopeConfig};
 use crate::deadline::{Deadline, Phase, far_future};
 use crate::error::AdmissionError;
-use crate::quota::{Demand, Hold, LocalBackend, Reservation, SharedBackend};
+use crate::quota::{
+    BudgetReport, Demand, Dimension, Hold, LocalBackend, Observed, Reservation, SharedBackend,
+};
 use crate::usage::{Settlement, Usage};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
@@ -421,6 +423,19 @@ impl AdmissionController {
         hint: Option<Duration>,
     ) -> CooldownOutcome {
         self.inner.rate_limited(scope, generation, hint)
+    }
+
+    /// Takes in what a provider's response, begun at `at`, said about its
+    /// budget for `scope` (SPEC Q-14): a limit the configuration left out
+    /// follows the advertised amount (see
+    /// [`ScopeConfig::learn_limits`](crate::config::ScopeConfig::learn_limits)),
+    /// and when the provider has less left than tollgate's own view at
+    /// `at` (another client of the account, another accounting), the
+    /// difference is counted in the scope's window until the provider's
+    /// reset, so later admissions wait instead of drawing 429s. A report
+    /// never raises availability above tollgate's own accounting.
+    pub fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
+        self.inner.observe(scope, report, at)
     }
 
     /// An attempt of `scope` succeeded: the next hintless 429 starts again
@@ -834,6 +849,63 @@ impl Inner {
         st.drain(now);
         tracing::debug!(scope = %scope.id, generation, cooldown_ms = length.as_millis() as u64, "cooldown started");
         CooldownOutcome::Started { generation, until }
+    }
+
+    /// See [`Lease::counted_by`].
+    pub(crate) fn recount(&self, scope: ScopeId, reservation: &mut Reservation, at: Instant) {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return;
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        st.store.recount(reservation, at, now);
+        // Counted longer: earlier projections are too early now.
+        st.invalidate_projection();
+    }
+
+    /// See [`Lease::refused`].
+    pub(crate) fn release_refused(
+        &self,
+        scope: ScopeId,
+        reservation: &Reservation,
+        requests: bool,
+        tokens: bool,
+    ) {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return;
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        st.store.release(reservation, requests, tokens);
+        st.counters.refusals_released += 1;
+        st.invalidate_projection();
+        if !st.queue.is_empty() {
+            st.drain(now);
+        }
+    }
+
+    /// See [`AdmissionController::observe`].
+    pub(crate) fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return Observed::default();
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        let observed = st.store.observe(report, at, now);
+        match report.dimension {
+            Dimension::Requests => st.counters.gap_requests += observed.gap,
+            Dimension::Tokens => st.counters.gap_tokens += observed.gap,
+        }
+        if observed.adopted.is_some() || observed.gap > 0 {
+            st.invalidate_projection();
+        }
+        if observed.adopted.is_some() {
+            st.counters.limits_adopted += 1;
+            if !st.queue.is_empty() {
+                st.drain(now);
+            }
+        }
+        observed
     }
 
     /// Settles a started attempt's tokens (SPEC Q-5).

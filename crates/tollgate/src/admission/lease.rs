@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::controller::{CooldownOutcome, Inner};
 use crate::call::{CallId, PoolId, ScopeId};
-use crate::quota::{LimitedBy, Reservation};
+use crate::clock::Instant;
+use crate::quota::{LimitedBy, RefusalCost, Reservation};
 use crate::usage::{AlreadySettled, Settlement, Usage};
 
 /// What an admission waited for and which limit bound the wait (SPEC OBS-4).
@@ -132,6 +133,40 @@ impl Lease {
     /// [`AdmissionController::rate_limited`](crate::AdmissionController::rate_limited).
     pub fn rate_limited(&self, hint: Option<Duration>) -> CooldownOutcome {
         self.inner.rate_limited(self.scope, self.generation, hint)
+    }
+
+    /// Tells the controller that the provider counted this attempt no later
+    /// than `at` (SPEC Q-15): its request unit and tokens stay counted
+    /// until one window after `at` rather than after the lease. Call it
+    /// with the instant the response began (status line and headers, a
+    /// refusal, a stream's first bytes), or, for an answer still being
+    /// generated, with the instant the request was sent plus the largest
+    /// arrival delay seen on that provider. An instant before the lease, or
+    /// after a settlement, changes nothing.
+    pub fn counted_by(&mut self, at: Instant) {
+        if self.reconciled {
+            return;
+        }
+        self.inner.recount(self.scope, &mut self.reservation, at);
+    }
+
+    /// Settles an attempt the provider refused with a 429, charging the
+    /// window exactly what the provider charged for it (SPEC Q-16): `Full`
+    /// keeps the request unit and the estimate, `Request` gives the tokens
+    /// back, `Free` gives both back. Counts as the attempt's settlement: a
+    /// second settlement returns [`AlreadySettled`].
+    pub fn refused(&mut self, cost: RefusalCost) -> Result<(), AlreadySettled> {
+        if std::mem::replace(&mut self.reconciled, true) {
+            return Err(AlreadySettled);
+        }
+        let (requests, tokens) = match cost {
+            RefusalCost::Full => return Ok(()),
+            RefusalCost::Request => (false, true),
+            RefusalCost::Free => (true, true),
+        };
+        self.inner
+            .release_refused(self.scope, &self.reservation, requests, tokens);
+        Ok(())
     }
 
     /// Whether the usage was settled.

@@ -195,6 +195,14 @@ pub struct ScopeCounters {
     pub cooldowns: u64,
     /// 429s from attempts older than the running cooldown (CD-2).
     pub stale_rate_limits: u64,
+    /// Refused attempts whose charge was given back.
+    pub refusals_released: u64,
+    /// Request units taken out because the provider had less left.
+    pub gap_requests: u64,
+    /// Tokens taken out because the provider had less left.
+    pub gap_tokens: u64,
+    /// Limits adopted or changed from the provider's advertisement.
+    pub limits_adopted: u64,
 }
 
 impl ScopeCounters {

@@ -67,6 +67,7 @@ pub struct ScopeConfig {
     pub(crate) limits: Vec<Limit>,
     pub(crate) algorithm: Algorithm,
     pub(crate) queue_capacity: Option<usize>,
+    pub(crate) learn: Option<Duration>,
 }
 
 impl ScopeConfig {
@@ -77,6 +78,7 @@ impl ScopeConfig {
             limits: Vec::new(),
             algorithm: Algorithm::default(),
             queue_capacity: None,
+            learn: None,
         }
     }
 
@@ -116,6 +118,22 @@ impl ScopeConfig {
         self
     }
 
+    /// Learns the limits this configuration leaves out from the provider's
+    /// advertised `x-ratelimit-limit-*`, over `window` (SPEC Q-14). Until
+    /// the first report, a scope without a request limit admits one request
+    /// per window, so nothing is sent blind; a token limit is added when
+    /// the provider first advertises one. Configured limits are never
+    /// changed by what the provider says.
+    pub fn learn_limits(mut self, window: Duration) -> Self {
+        self.learn = Some(window);
+        self
+    }
+
+    /// The window over which missing limits are learned, if any.
+    pub fn learns(&self) -> Option<Duration> {
+        self.learn
+    }
+
     /// The scope's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -126,9 +144,9 @@ impl ScopeConfig {
         &self.limits
     }
 
-    /// Whether any limit counts tokens.
+    /// Whether any limit counts tokens (or may, once learned).
     pub fn has_token_limit(&self) -> bool {
-        self.limits.iter().any(|l| l.dimension == Dimension::Tokens)
+        self.learn.is_some() || self.limits.iter().any(|l| l.dimension == Dimension::Tokens)
     }
 
     /// Checks every field (SPEC CFG-1, CFG-2).
@@ -140,6 +158,9 @@ impl ScopeConfig {
         for (i, limit) in self.limits.iter().enumerate() {
             positive(&at(format!("limits[{i}].amount")), limit.amount)?;
             non_zero(&at(format!("limits[{i}].window")), limit.window)?;
+        }
+        if let Some(w) = self.learn {
+            non_zero(&at("learn_limits".into()), w)?;
         }
         if let Algorithm::TokenBucket { burst: Some(b) } = self.algorithm {
             non_zero(&at("burst".into()), b)?;

@@ -1,6 +1,7 @@
 //! The supervised call lifecycle (SPEC §7, §8, §9): one-shot and streaming
 //! calls under one deadline, with retries and a circuit breaker.
 
+mod accounting;
 mod breaker;
 mod hooks;
 mod outcome;
@@ -10,6 +11,7 @@ mod registry;
 mod stream;
 mod supervisor;
 
+pub use accounting::{Accounting, Budgets};
 pub use breaker::{CircuitBreaker, CircuitConfig, CircuitOpen, CircuitState, Probe};
 pub use hooks::{Hook, HookContext, HookError, HookFuture, Hooks};
 pub use outcome::{CallError, CallReport, Completed, Terminal};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
+use super::accounting::Budgets;
 use crate::call::CallId;
 use crate::deadline::Deadline;
 use crate::usage::Usage;
@@ -33,6 +34,25 @@ pub struct Reply<R> {
     pub body: R,
     /// Tokens the provider reported (SPEC Q-6).
     pub usage: Usage,
+    /// What the response said about the provider's budget (SPEC Q-14).
+    pub budget: Budgets,
+}
+
+impl<R> Reply<R> {
+    /// A reply with `usage` and no budget report.
+    pub fn new(body: R, usage: Usage) -> Self {
+        Reply {
+            body,
+            usage,
+            budget: Budgets::default(),
+        }
+    }
+
+    /// Adds the budget the response reported.
+    pub fn with_budget(mut self, budget: Budgets) -> Self {
+        self.budget = budget;
+        self
+    }
 }
 
 /// One item of a provider stream.
@@ -133,6 +153,9 @@ pub struct ProviderError {
     pub retry_after: Option<Duration>,
     /// Usage of the failed attempt, if the provider reported any.
     pub usage: Usage,
+    /// What the response said about the provider's budget (SPEC Q-14);
+    /// boxed, as most errors carry none.
+    pub budget: Option<Box<Budgets>>,
     /// A short description (never the prompt or a key).
     pub message: String,
 }
@@ -145,6 +168,7 @@ impl ProviderError {
             status: None,
             retry_after: None,
             usage: Usage::UNKNOWN,
+            budget: None,
             message: message.into(),
         }
     }
@@ -166,6 +190,12 @@ impl ProviderError {
     /// Sets the server's retry floor.
     pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
         self.retry_after = retry_after;
+        self
+    }
+
+    /// Adds the budget the response reported.
+    pub fn with_budget(mut self, budget: Budgets) -> Self {
+        self.budget = (!budget.is_empty()).then(|| Box::new(budget));
         self
     }
 
@@ -213,6 +243,13 @@ pub trait Provider: Send + Sync + 'static {
         request: &Self::Request,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Self::Stream, ProviderError>> + Send;
+
+    /// What an opened stream's response headers said about the provider's
+    /// budget (SPEC Q-14). None by default.
+    fn stream_budget(&self, stream: &Self::Stream) -> Budgets {
+        let _ = stream;
+        Budgets::default()
+    }
 }
 
 #[cfg(test)]

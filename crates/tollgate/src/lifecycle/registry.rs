@@ -117,6 +117,7 @@ impl CallGuard {
             call = ?self.id,
             terminal = terminal.as_str(),
             error,
+            phase = phase.map(|p| p.as_str()),
             attempts = self.attempts,
             "call finished"
         );

@@ -68,6 +68,13 @@ pub(crate) struct Opened<P: Provider> {
     usage: Option<Usage>,
 }
 
+impl<P: Provider> Opened<P> {
+    /// The provider's stream.
+    pub(crate) fn upstream(&self) -> &P::Stream {
+        &self.stream
+    }
+}
+
 /// Opens a stream and reads up to its first chunk: everything up to here is
 /// part of the attempt and may be retried (SPEC LC-3).
 pub(crate) async fn open<P: Provider>(
@@ -153,6 +160,9 @@ struct Live<P: Provider> {
     /// the call.
     waker: Option<Waker>,
     guard: CallGuard,
+    /// Whether the provider's limiter settles with actual usage (SPEC
+    /// Q-16); if not, the stream's own lease keeps its estimate.
+    reconciles: bool,
 }
 
 impl<P: Provider> Live<P> {
@@ -161,7 +171,8 @@ impl<P: Provider> Live<P> {
     fn release(&mut self) {
         self.upstream = None;
         if let Some(mut lease) = self.lease.take() {
-            settle_stream(&mut lease, self.usage);
+            let usage = if self.reconciles { self.usage } else { None };
+            settle_stream(&mut lease, usage);
         }
         for mut lease in self.held.drain(..) {
             settle_stream(&mut lease, self.usage);
@@ -297,6 +308,7 @@ impl<P: Provider> CallStream<P> {
             ended: None,
             waker: None,
             guard,
+            reconciles: supervisor.inner.accounting.reconciles,
         }));
         // Outside a tokio runtime nothing here could sleep anyway; the
         // consumer's own checks then remain.

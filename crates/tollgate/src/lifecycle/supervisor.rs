@@ -12,11 +12,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::accounting::{Accounting, ArrivalBound, Budgets, CountedLease};
 use super::breaker::{CircuitBreaker, Probe};
 use super::hooks::{Hook, HookContext, Hooks};
 use super::outcome::{CallError, Completed};
 use super::policy::{AttemptPolicy, Decision, NoJitter, SeededJitter, SharedJitter};
-use super::provider::{AttemptContext, ErrorKind, Provider, ProviderError};
+use super::provider::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
 use super::registry::{CallGuard, Calls, Observer};
 use super::stream::CallStream;
 use crate::admission::{AdmissionController, Lease};
@@ -76,6 +77,8 @@ pub(crate) struct Inner<P: Provider> {
     jitter: SharedJitter,
     observer: Option<Observer>,
     pub(crate) calls: Arc<Calls>,
+    pub(crate) accounting: Accounting,
+    arrival: ArrivalBound,
 }
 
 /// Runs calls to one provider under one admission controller.
@@ -117,6 +120,7 @@ pub struct SupervisorBuilder<P: Provider> {
     hooks: Hooks,
     jitter: Option<SharedJitter>,
     observer: Option<Observer>,
+    accounting: Accounting,
 }
 
 impl<P: Provider> SupervisorBuilder<P> {
@@ -166,7 +170,7 @@ impl<P: Provider> SupervisorBuilder<P> {
     /// # impl Provider for Echo {
     /// #     type Request = String; type Response = String; type Chunk = String; type Stream = Chunks;
     /// #     async fn call(&self, r: &String, _: AttemptContext) -> Result<Reply<String>, ProviderError> {
-    /// #         Ok(Reply { body: r.clone(), usage: tollgate::Usage::UNKNOWN })
+    /// #         Ok(Reply::new(r.clone(), tollgate::Usage::UNKNOWN))
     /// #     }
     /// #     async fn stream(&self, _: &String, _: AttemptContext) -> Result<Chunks, ProviderError> {
     /// #         Err(ProviderError::from_status(501, "no streams"))
@@ -214,6 +218,14 @@ impl<P: Provider> SupervisorBuilder<P> {
         self.jitter(Arc::new(NoJitter))
     }
 
+    /// How the provider's own limiter counts (SPEC ): what a
+    /// refusal costs, whether it settles with actual usage, the least
+    /// arrival delay assumed. Default [`Accounting::default`].
+    pub fn accounting(mut self, accounting: Accounting) -> Self {
+        self.accounting = accounting;
+        self
+    }
+
     /// Receives a report of every call once it is terminal.
     pub fn observer(mut self, observer: Observer) -> Self {
         self.observer = Some(observer);
@@ -249,9 +261,21 @@ impl<P: Provider> SupervisorBuilder<P> {
                     .unwrap_or_else(|| Arc::new(SeededJitter::random())),
                 observer: self.observer,
                 calls,
+                arrival: ArrivalBound::new(self.accounting.arrival_floor),
+                accounting: self.accounting,
             }),
         }
     }
+}
+
+/// When a successful attempt's response began, and where its budget
+/// report is.
+pub(crate) enum Answer<'a, T> {
+    /// A one-shot answer: it arrives once generated, so it does not bound
+    /// when the provider counted the request.
+    OneShot(&'a (dyn Fn(&T) -> Budgets + Sync)),
+    /// A stream: its headers and first chunk came before this.
+    Stream(&'a (dyn Fn(&T) -> Budgets + Sync)),
 }
 
 /// A successful attempt and the lease it still holds.
@@ -275,6 +299,7 @@ impl<P: Provider> Supervisor<P> {
             hooks: Hooks::default(),
             jitter: None,
             observer: None,
+            accounting: Accounting::default(),
         }
     }
 
@@ -338,9 +363,13 @@ impl<P: Provider> Supervisor<P> {
         let probe = self.open_circuit(options)?;
         let provider = &self.inner.provider;
         let attempted = self
-            .attempts(request, options, guard, probe.as_ref(), |ctx| {
-                provider.call(request, ctx)
-            })
+            .attempts(
+                request,
+                options,
+                guard,
+                |ctx| provider.call(request, ctx),
+                Answer::OneShot(&|reply: &Reply<P::Response>| reply.budget),
+            )
             .await;
         let Attempted {
             value: reply,
@@ -352,7 +381,13 @@ impl<P: Provider> Supervisor<P> {
                 return Err(e);
             }
         };
-        let settlement = lease.reconcile(reply.usage).ok();
+        // A provider that does not settle keeps its admission charge.
+        let usage = if self.inner.accounting.reconciles {
+            reply.usage
+        } else {
+            Usage::UNKNOWN
+        };
+        let settlement = lease.reconcile(usage).ok();
         self.inner.controller.clear_backoff(self.inner.scope);
         let admission = *lease.admission();
         // The response is stored; the post-hook runs before release.
@@ -401,9 +436,15 @@ impl<P: Provider> Supervisor<P> {
         let provider = &self.inner.provider;
         let span = call_span("stream", options, self.inner.controller.clock().now());
         let attempted = tracing::Instrument::instrument(
-            self.attempts(request, options, &mut guard, probe.as_ref(), |ctx| {
-                super::stream::open(provider, request, ctx)
-            }),
+            self.attempts(
+                request,
+                options,
+                &mut guard,
+                |ctx| super::stream::open(provider, request, ctx),
+                Answer::Stream(&|opened: &super::stream::Opened<P>| {
+                    provider.stream_budget(opened.upstream())
+                }),
+            ),
             span,
         )
         .await;
@@ -461,13 +502,18 @@ impl<P: Provider> Supervisor<P> {
 
     /// Admission, pre-hook and attempts with retries, until one attempt
     /// succeeds (its lease still held) or the call gives up.
+    ///
+    /// Every started attempt is counted where the provider counts it
+    /// (SPEC Q-15), its budget reports reach the controller, and a
+    /// refusal costs what the provider charges for it; see
+    /// `accounting.rs`.
     async fn attempts<T, Fut>(
         &self,
         request: &P::Request,
         options: CallOptions,
         guard: &mut CallGuard,
-        probe: Option<&Probe>,
         mut attempt: impl FnMut(AttemptContext) -> Fut,
+        answer: Answer<'_, T>,
     ) -> Result<Attempted<T>, CallError>
     where
         Fut: Future<Output = Result<T, ProviderError>>,
@@ -475,17 +521,19 @@ impl<P: Provider> Supervisor<P> {
         let inner = &*self.inner;
         let deadline = options.deadline;
         let clock = inner.controller.clock().clone();
-        let _ = probe;
         loop {
             guard.attempts += 1;
             let n = guard.attempts;
             // A fresh estimate and a fresh reservation per attempt.
             let call = self.attempt_call(request)?;
-            let mut lease = self
+            let lease = self
                 .closable(inner.controller.acquire(&call, deadline))
                 .await??;
             self.run_hook(inner.hooks.pre.as_ref(), options, n).await?;
             let now = clock.now();
+            // From here the request may reach the provider: however this
+            // attempt ends, it is counted where the provider counts it.
+            let counted = CountedLease::new(lease, now, &inner.arrival);
             let timeout = deadline.cap(inner.transport_timeout, now);
             let ctx = AttemptContext {
                 call_id: options.id,
@@ -513,8 +561,16 @@ impl<P: Provider> Supervisor<P> {
                     Err(_) => Err(ProviderError::new(ErrorKind::Timeout, "attempt timed out")),
                 },
             };
+            let end = clock.now();
             let error = match result {
-                Ok(value) => return Ok(Attempted { value, lease }),
+                Ok(value) => {
+                    let (lease, budget) = match answer {
+                        Answer::OneShot(budget) => (counted.ended(end), budget(&value)),
+                        Answer::Stream(budget) => (counted.response_began(end), budget(&value)),
+                    };
+                    self.observe_budget(&budget, end);
+                    return Ok(Attempted { value, lease });
+                }
                 // The provider enforces the same `min(cap, remaining)` and
                 // its timer can fire first: a timeout at the call's deadline
                 // is the deadline (DL-6), not a retryable attempt timeout.
@@ -526,10 +582,21 @@ impl<P: Provider> Supervisor<P> {
                 }
                 Err(e) => e,
             };
-            // Settle what the failed attempt used; a 429 pauses the scope.
-            let _ = lease.reconcile(error.usage);
+            let mut lease = match (error.kind, error.status) {
+                (ErrorKind::RateLimited, _) => counted.refused(end),
+                (_, Some(_)) => counted.response_began(end),
+                _ => counted.ended(end),
+            };
+            if let Some(budget) = &error.budget {
+                self.observe_budget(budget, end);
+            }
+            // Settle what the failed attempt used; a 429 costs what the
+            // provider charges for it and pauses the scope.
             if error.kind == ErrorKind::RateLimited {
+                let _ = lease.refused(inner.accounting.refusal_cost);
                 lease.rate_limited(error.retry_after);
+            } else {
+                let _ = lease.reconcile(error.usage);
             }
             // The attempt's permit is never held during backoff (POOL-1).
             drop(lease);
@@ -562,6 +629,21 @@ impl<P: Provider> Supervisor<P> {
                     let wake = now.checked_add(delay).unwrap_or(now);
                     self.sleep_until(wake, deadline).await?;
                 }
+            }
+        }
+    }
+
+    /// Hands a response's budget reports to the controller (SPEC Q-14).
+    fn observe_budget(&self, budget: &Budgets, at: Instant) {
+        for report in budget.iter() {
+            let observed = self.inner.controller.observe(self.inner.scope, report, at);
+            if observed.gap > 0 || observed.adopted.is_some() {
+                tracing::debug!(
+                    dimension = report.dimension.as_str(),
+                    gap = observed.gap,
+                    adopted = observed.adopted,
+                    "provider budget observed"
+                );
             }
         }
     }

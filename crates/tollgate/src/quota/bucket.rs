@@ -136,6 +136,22 @@ impl TokenBucket {
         self.level = self.level.saturating_add(self.scaled(amount)).min(cap);
     }
 
+    /// Changes the limit (learned from the provider, SPEC Q-14): the rate
+    /// and the capacity follow it; the level is kept, capped at the new
+    /// capacity.
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        let scaled_capacity = i128::from(self.capacity).saturating_mul(self.window);
+        let burst = if self.limit == 0 {
+            self.window
+        } else {
+            scaled_capacity / i128::from(self.limit)
+        };
+        self.limit = limit;
+        let capacity = (i128::from(limit) * burst / self.window).clamp(1, i128::from(u64::MAX));
+        self.capacity = u64::try_from(capacity).unwrap_or(u64::MAX);
+        self.level = self.level.min(self.scaled(self.capacity));
+    }
+
     pub(crate) fn reconcile(&mut self, estimate: u64, actual: u64) {
         if actual >= estimate {
             self.take(actual - estimate);

@@ -1,5 +1,7 @@
 //! What one attempt asks of a quota scope, and what it holds once granted.
 
+use std::time::Duration;
+
 use crate::clock::Instant;
 
 /// A quota dimension (SPEC Q-1).
@@ -123,4 +125,55 @@ pub struct NotUntil {
     pub at: Option<Instant>,
     /// Which dimensions were short.
     pub limited_by: LimitedBy,
+}
+
+/// One dimension of a provider's budget as its response told it (SPEC
+/// `x-ratelimit-limit-*`, `x-ratelimit-remaining-*` and
+/// `x-ratelimit-reset-*` (or another provider's equivalents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetReport {
+    /// Requests or tokens.
+    pub dimension: Dimension,
+    /// The advertised amount per window.
+    pub limit: Option<u64>,
+    /// What the provider has left, after the request that got this answer.
+    pub remaining: Option<u64>,
+    /// How long until the provider's budget is whole again.
+    pub reset: Option<Duration>,
+}
+
+/// What a scope did with a [`BudgetReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// The limit adopted from the provider's advertisement, if one changed.
+    pub adopted: Option<u64>,
+    /// Units taken out of the scope's window because the provider had less
+    /// left than tollgate's own view (another client, another accounting).
+    pub gap: u64,
+}
+
+/// What a provider charges its own limiter for a request it refuses with a
+/// 429 (SPEC Q-16). tollgate's window is charged exactly that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RefusalCost {
+    /// The request unit and the whole token charge (the safe default, and
+    /// what OpenAI documents: unsuccessful requests count toward the
+    /// per-minute limits).
+    #[default]
+    Full,
+    /// The request unit only; no tokens.
+    Request,
+    /// Nothing: a refused request never counted.
+    Free,
+}
+
+impl RefusalCost {
+    /// The configuration name: `full`, `request`, `free`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefusalCost::Full => "full",
+            RefusalCost::Request => "request",
+            RefusalCost::Free => "free",
+        }
+    }
 }

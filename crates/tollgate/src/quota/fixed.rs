@@ -98,6 +98,32 @@ impl FixedWindow {
         self.used = self.used.saturating_add(amount);
     }
 
+    /// Counts a leased amount again in the window of `at`, the latest
+    /// instant the provider can have counted it (SPEC Q-15), when that is
+    /// the current window and not the one it was counted in. Returns the
+    /// stamp that now locates it.
+    pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos) -> Nanos {
+        let to = self.index_of(at);
+        if to == self.index_of(stamp) || to != self.index {
+            return stamp;
+        }
+        self.used = self.used.saturating_add(amount);
+        at
+    }
+
+    /// Counts `amount` in the window of `at` if it is the current one
+    /// (a provider's smaller remaining budget, SPEC Q-14).
+    pub(crate) fn charge_at(&mut self, amount: u64, at: Nanos) {
+        if self.same_window(at) {
+            self.used = self.used.saturating_add(amount);
+        }
+    }
+
+    /// Changes the limit (learned from the provider, SPEC Q-14).
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
         if self.same_window(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);

@@ -20,6 +20,9 @@ enum Algo {
 #[derive(Debug, Clone)]
 pub(crate) struct LimitState {
     pub(crate) config: Limit,
+    /// Learned from the provider (SPEC Q-14): its amount follows what the
+    /// provider advertises.
+    pub(crate) learned: bool,
     algo: Algo,
 }
 
@@ -36,7 +39,11 @@ impl LimitState {
             )),
             Algorithm::FixedWindow => Algo::Fixed(FixedWindow::new(config.amount, window)),
         };
-        LimitState { config, algo }
+        LimitState {
+            config,
+            learned: false,
+            algo,
+        }
     }
 
     pub(crate) fn dimension(&self) -> Dimension {
@@ -106,6 +113,59 @@ impl LimitState {
             Algo::Sliding(w) => w.reconcile(stamp, estimate, actual),
             Algo::Bucket(b) => b.reconcile(estimate, actual),
             Algo::Fixed(w) => w.reconcile(stamp, estimate, actual),
+        }
+    }
+
+    /// Moves a leased amount to `at`, the latest instant the provider can
+    /// have counted it (SPEC Q-15); returns the stamp that now locates it.
+    /// A token bucket counts a rate, not instants: nothing moves.
+    pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.recount(stamp, amount, at, now),
+            Algo::Bucket(_) => stamp,
+            Algo::Fixed(w) => w.recount(stamp, amount, at),
+        }
+    }
+
+    /// Counts `amount` from `at` until `until` (SPEC Q-14: budget another
+    /// client or another accounting spent, seen in a provider's headers).
+    /// A bucket takes it from its level, a fixed window counts it in the
+    /// window of `at`.
+    pub(crate) fn charge_until(&mut self, amount: u64, at: Nanos, until: Nanos, now: Nanos) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.charge_until(amount, until, now),
+            Algo::Bucket(b) => b.take(amount),
+            Algo::Fixed(w) => w.charge_at(amount, at),
+        }
+    }
+
+    /// Units available at `at` (not after now) as far as this limit can
+    /// tell: exact for the sliding window, the current level otherwise.
+    pub(crate) fn available_at(&self, at: Nanos) -> i128 {
+        match &self.algo {
+            Algo::Sliding(w) => i128::from(w.limit()) - i128::from(w.used_at(at)),
+            _ => self.available(),
+        }
+    }
+
+    /// Gives a leased amount back in full (SPEC Q-16: a refusal the
+    /// provider did not charge).
+    pub(crate) fn release(&mut self, stamp: Nanos, amount: u64) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.release(stamp, amount),
+            Algo::Bucket(b) => b.give(amount),
+            Algo::Fixed(w) => w.refund(stamp, amount, false),
+        }
+    }
+
+    /// Changes the amount per window (a limit learned from the provider,
+    /// SPEC Q-14).
+    pub(crate) fn set_limit(&mut self, amount: u64) {
+        self.config.amount = amount;
+        match &mut self.algo {
+            Algo::Sliding(w) => w.set_limit(amount),
+            Algo::Bucket(b) => b.set_limit(amount),
+            Algo::Fixed(w) => w.set_limit(amount),
         }
     }
 

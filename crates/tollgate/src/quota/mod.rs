@@ -15,6 +15,8 @@ mod store;
 /// Nanoseconds since a scope's epoch: the quota arithmetic's time unit.
 pub(crate) type Nanos = u64;
 
-pub use demand::{Demand, Dimension, Hold, LimitedBy, NotUntil, Reservation};
+pub use demand::{
+    BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost, Reservation,
+};
 pub use scope::LocalQuota;
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use super::Nanos;
-use super::demand::{Demand, Dimension, Hold, LimitedBy, NotUntil, Reservation};
+use super::demand::{
+    BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
+};
 use super::limit::{LimitState, nanos};
 use super::store::{LimitSnapshot, QuotaStore};
 use crate::clock::Instant;
-use crate::config::{Algorithm, ScopeConfig};
+use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 /// The in-process quota arithmetic of one scope (the default store).
@@ -23,21 +25,71 @@ pub struct LocalQuota {
     /// time never goes backwards (SPEC Q-13).
     latest: Nanos,
     limits: Vec<LimitState>,
+    /// The window of limits learned from the provider (SPEC Q-14).
+    learn: Option<Duration>,
 }
 
 impl LocalQuota {
     /// The state of a freshly configured scope at `now`.
     pub fn new(config: &ScopeConfig, now: Instant) -> Self {
+        let mut limits: Vec<LimitState> = config
+            .limits
+            .iter()
+            .map(|l| LimitState::new(*l, config.algorithm, 0))
+            .collect();
+        if let Some(window) = config.learn
+            && !limits.iter().any(|l| l.dimension() == Dimension::Requests)
+        {
+            // One request per window until the provider says more: nothing
+            // is sent blind (SPEC Q-14).
+            let mut provisional = LimitState::new(
+                Limit {
+                    dimension: Dimension::Requests,
+                    amount: 1,
+                    window,
+                },
+                config.algorithm,
+                0,
+            );
+            provisional.learned = true;
+            limits.push(provisional);
+        }
         LocalQuota {
             algorithm: config.algorithm,
             epoch: now,
             latest: 0,
-            limits: config
-                .limits
-                .iter()
-                .map(|l| LimitState::new(*l, config.algorithm, 0))
-                .collect(),
+            limits,
+            learn: config.learn,
         }
+    }
+
+    /// Adopts an advertised limit for a dimension the configuration left
+    /// out; returns the amount when something changed.
+    fn adopt(&mut self, dimension: Dimension, amount: u64, now: Nanos) -> Option<u64> {
+        let window = self.learn?;
+        if amount == 0 {
+            return None;
+        }
+        if let Some(l) = self.limits.iter_mut().find(|l| l.dimension() == dimension) {
+            if !l.learned || l.config.amount == amount {
+                return None;
+            }
+            l.set_limit(amount);
+            return Some(amount);
+        }
+        let mut learned = LimitState::new(
+            Limit {
+                dimension,
+                amount,
+                window,
+            },
+            self.algorithm,
+            now,
+        );
+        learned.learned = true;
+        learned.advance(now);
+        self.limits.push(learned);
+        Some(amount)
     }
 
     /// The store's time for `at`: nanoseconds since the epoch, never
@@ -166,6 +218,78 @@ impl QuotaStore for LocalQuota {
                 l.reconcile(stamp, reservation.demand.tokens, actual_tokens);
             }
         }
+    }
+
+    fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {
+        if reservation.hold != Hold::Leased {
+            return;
+        }
+        let now = self.tick(now);
+        let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
+        if at <= reservation.tick {
+            return;
+        }
+        let stamp = reservation.tick;
+        let mut moved = stamp;
+        for l in &mut self.limits {
+            l.advance(now);
+            let amount = reservation.demand.amount(l.dimension());
+            // Every limit moves it to the same instant or leaves it.
+            moved = moved.max(l.recount(stamp, amount, at, now));
+        }
+        if moved != stamp {
+            reservation.tick = moved;
+            reservation.stamp = self.instant(moved);
+        }
+    }
+
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
+        for l in &mut self.limits {
+            let give = match l.dimension() {
+                Dimension::Requests => requests,
+                Dimension::Tokens => tokens,
+            };
+            if give {
+                l.release(reservation.tick, reservation.demand.amount(l.dimension()));
+            }
+        }
+    }
+
+    fn observe(&mut self, report: &BudgetReport, at: Instant, now: Instant) -> Observed {
+        let now = self.tick(now);
+        let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
+        for l in &mut self.limits {
+            l.advance(now);
+        }
+        let mut observed = Observed::default();
+        if let Some(limit) = report.limit {
+            observed.adopted = self.adopt(report.dimension, limit, now);
+        }
+        let Some(remaining) = report.remaining else {
+            return observed;
+        };
+        // The provider's per-window budget is matched by the shortest
+        // window of the dimension (a day limit is not what it reports).
+        let Some(l) = self
+            .limits
+            .iter_mut()
+            .filter(|l| l.dimension() == report.dimension)
+            .min_by_key(|l| l.window())
+        else {
+            return observed;
+        };
+        let own = l.available_at(at);
+        let gap = own - i128::from(remaining);
+        if gap <= 0 {
+            return observed;
+        }
+        let gap = u64::try_from(gap).unwrap_or(u64::MAX);
+        // Counted until the provider's reset, at most one window from `at`.
+        let window = nanos(l.window());
+        let until = at.saturating_add(report.reset.map_or(window, |r| nanos(r).min(window)));
+        l.charge_until(gap, at, until, now);
+        observed.gap = gap;
+        observed
     }
 
     fn project(&self) -> Option<Box<dyn QuotaStore>> {

@@ -46,12 +46,23 @@ struct Slot {
     pending: u64,
 }
 
+/// An amount counted until an instant of its own: budget the provider says
+/// is gone (SPEC Q-14), kept apart from the log so that no reservation is
+/// ever located in it.
+#[derive(Debug, Clone, Copy)]
+struct Debt {
+    expires: Nanos,
+    amount: u64,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct SlidingWindow {
     limit: u64,
     window: Nanos,
     resolution: Nanos,
     log: VecDeque<Slot>,
+    /// Ordered by expiry.
+    debts: VecDeque<Debt>,
     used: u64,
     carry: u64,
 }
@@ -63,6 +74,7 @@ impl SlidingWindow {
             window,
             resolution: (window / SLOTS).max(1),
             log: VecDeque::with_capacity(SLOTS as usize + 2),
+            debts: VecDeque::new(),
             used: 0,
             carry: 0,
         }
@@ -89,6 +101,13 @@ impl SlidingWindow {
             self.used = self.used.saturating_sub(amount - pending);
             self.carry += pending;
         }
+        while let Some(debt) = self.debts.front() {
+            if debt.expires > now {
+                break;
+            }
+            self.used = self.used.saturating_sub(debt.amount);
+            self.debts.pop_front();
+        }
     }
 
     /// Whether `amount` fits now. Nothing always fits, even in debt.
@@ -104,14 +123,30 @@ impl SlidingWindow {
         if excess == 0 || amount == 0 {
             return Some(now);
         }
+        // Log slots and debts both free in expiry order: merge them.
         let mut freed = 0u64;
-        for slot in &self.log {
-            freed += slot.amount - slot.pending;
+        let (mut slots, mut debts) = (self.log.iter().peekable(), self.debts.iter().peekable());
+        loop {
+            let (expires, amount) = match (slots.peek(), debts.peek()) {
+                (Some(s), Some(d)) if d.expires < s.expires => {
+                    let d = debts.next()?;
+                    (d.expires, d.amount)
+                }
+                (Some(_), _) => {
+                    let s = slots.next()?;
+                    (s.expires, s.amount - s.pending)
+                }
+                (None, Some(_)) => {
+                    let d = debts.next()?;
+                    (d.expires, d.amount)
+                }
+                (None, None) => return None,
+            };
+            freed += amount;
             if freed >= excess {
-                return Some(slot.expires.max(now));
+                return Some(expires.max(now));
             }
         }
-        None
     }
 
     /// Counts `amount` at `now` (the caller checked that it fits, or is
@@ -201,6 +236,118 @@ impl SlidingWindow {
         }
     }
 
+    /// Counts `amount` as admitted at `at`, an instant that may lie before
+    /// the newest slot (SPEC ), keeping the log ordered by
+    /// opening and by expiry: merged into the slot whose span holds `at`,
+    /// or in a slot of its own between its neighbours. An amount whose
+    /// window already ended at `now` is not counted.
+    pub(crate) fn insert_at(&mut self, amount: u64, at: Nanos, now: Nanos) {
+        let expires = at.saturating_add(self.window);
+        if amount == 0 || expires <= now {
+            return;
+        }
+        match self.log.back() {
+            None => return self.add(amount, at, false),
+            Some(back) if at >= back.opened => return self.add(amount, at, false),
+            Some(_) => {}
+        }
+        self.used = self.used.saturating_add(amount);
+        // The first slot opened after `at`; its predecessor opened at or
+        // before it.
+        let next = self.log.partition_point(|s| s.opened <= at);
+        if let Some(prev) = next.checked_sub(1).and_then(|i| self.log.get_mut(i))
+            && at < prev.closes
+        {
+            // Every later slot opened after `at` expires after `expires`.
+            prev.amount += amount;
+            prev.expires = prev.expires.max(expires);
+            return;
+        }
+        // Admissions of the previous slot all lie before `at`, those of
+        // the next one after it: both orders are kept.
+        let closes = self
+            .log
+            .get(next)
+            .map_or(at.saturating_add(self.resolution), |n| {
+                n.opened.min(at.saturating_add(self.resolution))
+            });
+        self.log.insert(
+            next,
+            Slot {
+                opened: at,
+                closes,
+                expires,
+                amount,
+                pending: 0,
+            },
+        );
+    }
+
+    /// Moves a leased reservation's amount to `at`, the latest instant the
+    /// provider can have counted it (SPEC Q-15): it stays counted until one
+    /// window after `at` instead of after its lease. Returns the stamp that
+    /// now locates it.
+    pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
+        if at <= stamp {
+            return stamp;
+        }
+        self.take(stamp, amount, false);
+        self.insert_at(amount, at, now);
+        at
+    }
+
+    /// Counts `amount` until `until` (budget a provider says is gone,
+    /// SPEC Q-14). Nothing if `until` is not after `now`.
+    pub(crate) fn charge_until(&mut self, amount: u64, until: Nanos, now: Nanos) {
+        if amount == 0 || until <= now {
+            return;
+        }
+        self.used = self.used.saturating_add(amount);
+        let at = self.debts.partition_point(|d| d.expires <= until);
+        match self.debts.get_mut(at.wrapping_sub(1)) {
+            Some(d) if d.expires == until => d.amount += amount,
+            _ => self.debts.insert(
+                at,
+                Debt {
+                    expires: until,
+                    amount,
+                },
+            ),
+        }
+    }
+
+    /// The amount counted at instant `at` (not after `now`): the live
+    /// slots whose span covers `at`, debts, and pending amounts. What this
+    /// limit looked like when a provider's response began (SPEC Q-14).
+    pub(crate) fn used_at(&self, at: Nanos) -> u64 {
+        let live: u64 = self
+            .log
+            .iter()
+            .take_while(|s| s.opened <= at)
+            .filter(|s| s.expires > at)
+            .map(|s| s.amount)
+            .sum();
+        let debts: u64 = self
+            .debts
+            .iter()
+            .filter(|d| d.expires > at)
+            .map(|d| d.amount)
+            .sum();
+        live.saturating_add(debts).saturating_add(self.carry)
+    }
+
+    /// Changes the limit (a limit learned from the provider, SPEC Q-14);
+    /// what is counted stays counted.
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// Gives back a leased amount in full (a refusal the provider did not
+    /// charge, SPEC Q-16).
+    pub(crate) fn release(&mut self, stamp: Nanos, amount: u64) {
+        self.take(stamp, amount, false);
+    }
+
     #[cfg(test)]
     pub(crate) fn slots(&self) -> usize {
         self.log.len()
@@ -278,6 +425,52 @@ mod tests {
         w.prune(200 * S);
         w.refund(130 * S, 4, true);
         assert_eq!(w.used(), 0);
+    }
+
+    // proves: Q-15 (an amount recounted at a later instant stays counted
+    // until one window after it, and settles where it now is)
+    #[test]
+    fn recount_moves_an_amount_to_a_later_instant() {
+        let mut w = SlidingWindow::new(10, 60 * S);
+        w.add(4, 0, false);
+        w.add(1, 5 * S, false);
+        // The provider counted the first admission 2 s later.
+        let stamp = w.recount(0, 4, 2 * S, 5 * S);
+        assert_eq!(stamp, 2 * S);
+        assert_eq!(w.used(), 5);
+        w.prune(60 * S);
+        assert_eq!(w.used(), 5, "not freed one window after the lease");
+        w.reconcile(stamp, 4, 1);
+        assert_eq!(w.used(), 2, "settled in its new slot");
+        w.prune(62 * S);
+        assert_eq!(w.used(), 1);
+        w.prune(65 * S);
+        assert_eq!(w.used(), 0);
+    }
+
+    // proves: Q-14, Q-15 (amounts inserted in the past keep the log ordered
+    // by expiry, so the earliest-fit instant stays exact)
+    #[test]
+    fn inserted_amounts_keep_expiries_ordered() {
+        let mut w = SlidingWindow::new(10, 60 * S);
+        w.add(2, 0, false);
+        w.add(2, 30 * S, false);
+        w.insert_at(3, 10 * S, 31 * S);
+        w.insert_at(1, 30 * S + 1, 31 * S); // merges into the 30 s slot
+        assert_eq!(w.used(), 8);
+        let mut last = 0;
+        for s in &w.log {
+            assert!(s.expires >= last, "expiries out of order: {:?}", w.log);
+            last = s.expires;
+        }
+        assert!(!w.fits(3));
+        assert_eq!(w.earliest(3, 31 * S), Some(60 * S));
+        assert_eq!(w.earliest(4, 31 * S), Some(60 * S));
+        assert_eq!(w.earliest(5, 31 * S), Some(70 * S));
+        // Already out of its window: not counted.
+        w.insert_at(5, 0, 61 * S);
+        assert_eq!(w.used(), 8);
+        assert_eq!(w.used_at(20 * S), 5);
     }
 
     // proves: Q-2 (merged admissions expire one window after the latest)

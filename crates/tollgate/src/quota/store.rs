@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::demand::{Demand, Dimension, Hold, NotUntil, Reservation};
+use super::demand::{BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation};
 use super::scope::LocalQuota;
 use crate::clock::Instant;
 use crate::config::{Algorithm, ScopeConfig};
@@ -71,6 +71,31 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     /// bucket is charged as of its last refill, which lies between the
     /// attempt's start and now.
     fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64);
+
+    /// The provider counted a leased reservation no later than `at`
+    /// (SPEC Q-15): it stays counted until one window after `at`, and the
+    /// reservation is restamped so that settling finds it. Stores that
+    /// cannot move an amount leave it where it is (the default).
+    fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {
+        let _ = (reservation, at, now);
+    }
+
+    /// Gives back what a leased attempt took from the chosen dimensions:
+    /// the provider refused it and charged nothing for them (SPEC Q-16).
+    /// Called at most once per reservation, before any reconciliation.
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
+        let _ = (reservation, requests, tokens);
+    }
+
+    /// Takes in what a provider's response at `at` said about its budget
+    /// (SPEC Q-14): a learned limit follows the advertised amount, and when
+    /// the provider has less left than this store had at `at`, the
+    /// difference is counted until the provider's reset. Never raises
+    /// availability.
+    fn observe(&mut self, report: &BudgetReport, at: Instant, now: Instant) -> Observed {
+        let _ = (report, at, now);
+        Observed::default()
+    }
 
     /// A detached copy used to project when queued demands will fit
     /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);

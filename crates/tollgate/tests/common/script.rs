@@ -166,10 +166,7 @@ impl Provider for Script {
         let result = match self.next() {
             Step::Reply { after, usage } => {
                 tokio::time::sleep(after).await;
-                Ok(Reply {
-                    body: format!("reply to {request}"),
-                    usage,
-                })
+                Ok(Reply::new(format!("reply to {request}"), usage))
             }
             Step::Fail { after, error } => {
                 tokio::time::sleep(after).await;

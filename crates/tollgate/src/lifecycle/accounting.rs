@@ -1,0 +1,172 @@
+//! Counting where and what the provider counts (SPEC ).
+//!
+//! tollgate's windows are exact about tollgate's own admissions. A provider
+//! counts a request when it *arrives*, with its own accounting, next to
+//! other clients of the same account. The supervisor closes those gaps
+//! after every attempt, so every shell over it (gateway, batch runner,
+//! tower layer) inherits them:
+//!
+//! * **Where .** Each attempt's amounts stay counted until one window
+//!   after the latest instant the provider can have counted it. A response
+//!   that began (a refusal, an error status, a stream's headers) bounds
+//!   that instant exactly. A one-shot answer arrives only after it was
+//!   generated; there the bound is the attempt's start plus the largest
+//!   arrival delay seen on this provider (learned from its refusals, which
+//!   it answers on arrival), never less than [`Accounting::arrival_floor`].
+//!   Cost: an attempt holds its slot up to that bound longer, a utilisation
+//!   loss of about `bound / window`.
+//! * **What a refusal costs .** A 429 is settled with the provider's
+//!   [`RefusalCost`], not as "usage unknown".
+//! * **What the provider reconciles .** A provider that charges its
+//!   limiter at admission and never settles keeps that charge: settlement
+//!   does not refund below it.
+//! * **Who else spends .** Budget reports in responses go to the
+//!   controller, which takes any gap out of the scope's window.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::admission::Lease;
+use crate::clock::Instant;
+use crate::quota::{BudgetReport, RefusalCost};
+
+/// How a provider's own limiter counts (SPEC ); see the module
+/// documentation. The defaults are the safe ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accounting {
+    /// What a 429 costs at the provider (default [`RefusalCost::Full`]).
+    pub refusal_cost: RefusalCost,
+    /// Whether the provider's limiter settles a request with its actual
+    /// usage (default `true`). When `false`, settlement keeps the whole
+    /// estimate: the provider charged it at admission and gives nothing
+    /// back.
+    pub reconciles: bool,
+    /// The least arrival delay assumed for a request whose response has not
+    /// begun (default 500 ms): the floor of the learned bound.
+    pub arrival_floor: Duration,
+}
+
+impl Default for Accounting {
+    fn default() -> Self {
+        Accounting {
+            refusal_cost: RefusalCost::Full,
+            reconciles: true,
+            arrival_floor: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The largest arrival delay seen on one provider, never below the floor.
+#[derive(Debug)]
+pub(crate) struct ArrivalBound {
+    floor: Duration,
+    seen_nanos: AtomicU64,
+}
+
+impl ArrivalBound {
+    pub(crate) fn new(floor: Duration) -> Self {
+        ArrivalBound {
+            floor,
+            seen_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// The current bound.
+    pub(crate) fn get(&self) -> Duration {
+        self.floor.max(Duration::from_nanos(
+            self.seen_nanos.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// A refusal answered `delay` after its attempt started: the provider
+    /// counted it within that delay.
+    pub(crate) fn learn(&self, delay: Duration) {
+        let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.seen_nanos.fetch_max(nanos, Ordering::Relaxed);
+    }
+}
+
+/// Budget reports of one response, one per dimension at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Budgets {
+    /// The request dimension, if reported.
+    pub requests: Option<BudgetReport>,
+    /// The token dimension, if reported.
+    pub tokens: Option<BudgetReport>,
+}
+
+impl Budgets {
+    /// Whether nothing was reported.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_none() && self.tokens.is_none()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &BudgetReport> {
+        self.requests.iter().chain(self.tokens.iter())
+    }
+}
+
+/// A started attempt's lease: whichever way the attempt ends, even by
+/// being dropped, its amounts are recounted to the latest instant the
+/// provider can have counted them (SPEC Q-15).
+pub(crate) struct CountedLease<'a> {
+    lease: Option<Lease>,
+    started: Instant,
+    arrival: &'a ArrivalBound,
+}
+
+impl<'a> CountedLease<'a> {
+    pub(crate) fn new(lease: Lease, started: Instant, arrival: &'a ArrivalBound) -> Self {
+        CountedLease {
+            lease: Some(lease),
+            started,
+            arrival,
+        }
+    }
+
+    /// The latest instant the provider can have counted the attempt if no
+    /// response has begun by `now`.
+    fn unseen_bound(&self, now: Instant) -> Instant {
+        self.started
+            .checked_add(self.arrival.get())
+            .map_or(now, |b| b.min(now))
+    }
+
+    /// A response began at `at` (status and headers): the provider counted
+    /// the attempt by then.
+    pub(crate) fn response_began(mut self, at: Instant) -> Lease {
+        let mut lease = self.lease.take().expect("taken once");
+        lease.counted_by(at);
+        lease
+    }
+
+    /// The provider refused the attempt at `at`: it counted it on arrival,
+    /// which also teaches the arrival bound.
+    pub(crate) fn refused(self, at: Instant) -> Lease {
+        self.arrival
+            .learn(at.saturating_duration_since(self.started));
+        self.response_began(at)
+    }
+
+    /// The attempt ended at `now` without telling when the provider saw
+    /// it (a one-shot answer, a transport failure).
+    pub(crate) fn ended(mut self, now: Instant) -> Lease {
+        let at = self.unseen_bound(now);
+        let mut lease = self.lease.take().expect("taken once");
+        lease.counted_by(at);
+        lease
+    }
+}
+
+impl Drop for CountedLease<'_> {
+    fn drop(&mut self) {
+        // Cancelled or out of time mid-attempt: the request may still
+        // arrive within the bound.
+        if let Some(mut lease) = self.lease.take() {
+            let bound = self.started.checked_add(self.arrival.get());
+            if let Some(at) = bound {
+                lease.counted_by(at);
+            }
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! Counting where and what the provider counts (SPEC ):
+//! how long an attempt stays counted, what a refusal costs, what a
+//! provider that does not settle keeps, and budget reports from responses.
+//! All on paused time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::script::{Ev, Script, Step};
+use common::{available, ms, secs, settle};
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tollgate::config::{MINUTE, ScopeConfig};
+use tollgate::lifecycle::{
+    Accounting, AttemptContext, AttemptPolicy, Budgets, CallOptions, ErrorKind, Provider,
+    ProviderError, Reply, StreamEvent, Supervisor,
+};
+use tollgate::quota::Dimension;
+use tollgate::{
+    AdmissionController, BudgetReport, Call, Deadline, EstimateError, RefusalCost, ScopeId,
+    TokenEstimate, Usage,
+};
+
+fn controller(scope: ScopeConfig) -> AdmissionController {
+    AdmissionController::builder().scope(scope).build().unwrap()
+}
+
+fn supervisor(
+    controller: &AdmissionController,
+    steps: Vec<Step>,
+    accounting: Accounting,
+) -> Supervisor<Script> {
+    Supervisor::builder(controller.clone(), Script::new(steps))
+        .estimator(|_: &String| -> Result<TokenEstimate, EstimateError> {
+            Ok(TokenEstimate::new(60, 40))
+        })
+        .policy(AttemptPolicy {
+            base_delay: secs(1),
+            jitter: 0.0,
+            ..AttemptPolicy::default()
+        })
+        .without_jitter()
+        .accounting(accounting)
+        .build()
+        .unwrap()
+}
+
+/// How long after `t0` the next request unit can be admitted.
+async fn next_admission_after(controller: &AdmissionController, t0: Instant) -> Duration {
+    let lease = controller
+        .acquire(
+            &Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(1, 0)),
+            Deadline::NONE,
+        )
+        .await
+        .unwrap();
+    drop(lease);
+    Instant::now() - t0
+}
+
+fn rate_limited(after: Duration) -> Step {
+    Step::Fail {
+        after,
+        error: ProviderError::from_status(429, "slow down"),
+    }
+}
+
+// proves: Q-15 (a one-shot answer that took long to generate holds its
+// slot only until the arrival bound after it was sent, plus one window;
+// not W after the lease, not W after the answer)
+#[tokio::test(start_paused = true)]
+async fn a_slow_answer_is_counted_from_the_arrival_bound() {
+    let c = controller(ScopeConfig::new("m").requests(1, MINUTE));
+    let sup = supervisor(
+        &c,
+        vec![Step::Reply {
+            after: secs(10),
+            usage: Usage::known(100),
+        }],
+        Accounting::default(),
+    );
+    let t0 = Instant::now();
+    sup.invoke(&"a".into(), CallOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_admission_after(&c, t0).await,
+        secs(60) + ms(500),
+        "counted until the 500 ms arrival floor plus one window"
+    );
+}
+
+// proves: Q-15 (a refusal bounds its own counting instant and teaches the
+// arrival bound that later slow answers are held for)
+#[tokio::test(start_paused = true)]
+async fn refusals_teach_the_arrival_bound() {
+    let c = controller(ScopeConfig::new("m").requests(10, MINUTE));
+    let accounting = Accounting {
+        refusal_cost: RefusalCost::Free,
+        ..Accounting::default()
+    };
+    // A refusal answered 2 s after sending, then a slow answer.
+    let sup = supervisor(
+        &c,
+        vec![
+            rate_limited(secs(2)),
+            Step::Reply {
+                after: secs(30),
+                usage: Usage::known(100),
+            },
+        ],
+        accounting,
+    );
+    let started = tokio::spawn({
+        let sup = sup.clone();
+        async move { sup.invoke(&"a".into(), CallOptions::default()).await }
+    });
+    settle().await;
+    tokio::time::advance(secs(2)).await;
+    settle().await;
+    // The refusal cost nothing at the provider: nothing counted for it.
+    assert_eq!(available(&c, Dimension::Requests), 10);
+    let done = started.await.unwrap().unwrap();
+    assert_eq!(done.attempts, 2);
+    // The second attempt starts after the cooldown the 429 began (1 s
+    // without a hint) at 3 s; its answer came at 33 s. Its unit stays until
+    // 3 s + 2 s (the learned bound) + 60 s.
+    let snap = c.snapshot();
+    let limit = &snap.scopes[0].limits[0];
+    assert_eq!(limit.available, 9);
+    tokio::time::advance(secs(65) - secs(33) - ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 9, "still counted");
+    tokio::time::advance(ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 10, "freed at 65 s");
+}
+
+// proves: Q-15 (a stream is counted from the moment its response began:
+// it frees one window after that, not after its lease)
+#[tokio::test(start_paused = true)]
+async fn a_stream_is_counted_when_its_response_begins() {
+    let c = controller(ScopeConfig::new("m").requests(1, MINUTE));
+    let sup = supervisor(
+        &c,
+        vec![Step::Stream {
+            events: vec![(secs(3), Ev::Chunk("a")), (secs(1), Ev::Usage(90))],
+            end: common::script::End::Eof,
+        }],
+        Accounting::default(),
+    );
+    let t0 = Instant::now();
+    let mut stream = sup
+        .stream(&"s".into(), CallOptions::default())
+        .await
+        .unwrap();
+    while let Some(item) = stream.next().await {
+        item.unwrap();
+    }
+    drop(stream);
+    assert_eq!(next_admission_after(&c, t0).await, secs(63));
+}
+
+// proves: Q-15 (an attempt cancelled mid-flight may still reach the
+// provider: it stays counted until the arrival bound plus one window)
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_attempt_stays_counted_for_the_arrival_bound() {
+    let c = controller(ScopeConfig::new("m").requests(1, MINUTE));
+    let sup = supervisor(&c, vec![Step::Hang], Accounting::default());
+    let t0 = Instant::now();
+    let call = tokio::spawn({
+        let sup = sup.clone();
+        async move { sup.invoke(&"a".into(), CallOptions::default()).await }
+    });
+    settle().await;
+    tokio::time::advance(secs(5)).await;
+    call.abort();
+    let _ = call.await;
+    assert_eq!(next_admission_after(&c, t0).await, secs(60) + ms(500));
+}
+
+async fn after_one_refusal(cost: RefusalCost) -> (i64, i64) {
+    let c = controller(
+        ScopeConfig::new("m")
+            .requests(10, MINUTE)
+            .tokens(1_000, MINUTE),
+    );
+    let accounting = Accounting {
+        refusal_cost: cost,
+        ..Accounting::default()
+    };
+    let policy_once = AttemptPolicy {
+        max_attempts: 1,
+        ..AttemptPolicy::default()
+    };
+    let sup = Supervisor::builder(c.clone(), Script::new(vec![rate_limited(ms(0))]))
+        .estimator(|_: &String| -> Result<TokenEstimate, EstimateError> {
+            Ok(TokenEstimate::new(60, 40))
+        })
+        .policy(policy_once)
+        .without_jitter()
+        .accounting(accounting)
+        .build()
+        .unwrap();
+    let err = sup
+        .invoke(&"a".into(), CallOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "rate_limited");
+    (
+        available(&c, Dimension::Requests),
+        available(&c, Dimension::Tokens),
+    )
+}
+
+// proves: Q-16 (a refusal costs tollgate's window exactly what it cost at
+// the provider: everything, the request unit only, or nothing)
+#[tokio::test(start_paused = true)]
+async fn a_refusal_costs_what_the_provider_charges() {
+    assert_eq!(after_one_refusal(RefusalCost::Full).await, (9, 900));
+    assert_eq!(after_one_refusal(RefusalCost::Request).await, (9, 1_000));
+    assert_eq!(after_one_refusal(RefusalCost::Free).await, (10, 1_000));
+}
+
+// proves: Q-16 (a provider that charges at admission and never settles
+// keeps its charge: no refund below the estimate)
+#[tokio::test(start_paused = true)]
+async fn no_refund_below_what_a_non_settling_provider_charged() {
+    for (reconciles, expected) in [(true, 1_000 - 30), (false, 1_000 - 100)] {
+        let c = controller(ScopeConfig::new("m").tokens(1_000, MINUTE));
+        let sup = supervisor(
+            &c,
+            vec![Step::Reply {
+                after: ms(0),
+                usage: Usage::known(30),
+            }],
+            Accounting {
+                reconciles,
+                ..Accounting::default()
+            },
+        );
+        sup.invoke(&"a".into(), CallOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            available(&c, Dimension::Tokens),
+            expected,
+            "reconciles: {reconciles}"
+        );
+    }
+}
+
+fn report(
+    dimension: Dimension,
+    limit: Option<u64>,
+    remaining: u64,
+    reset: Duration,
+) -> BudgetReport {
+    BudgetReport {
+        dimension,
+        limit,
+        remaining: Some(remaining),
+        reset: Some(reset),
+    }
+}
+
+// proves: Q-14 (a provider with less left than tollgate thinks takes the
+// difference out of the window until its reset; more left never raises
+// availability)
+#[tokio::test(start_paused = true)]
+async fn a_smaller_remaining_budget_is_taken_out_until_the_reset() {
+    let c = controller(ScopeConfig::new("m").requests(100, MINUTE));
+    let lease = c
+        .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
+        .await
+        .unwrap();
+    drop(lease);
+    assert_eq!(available(&c, Dimension::Requests), 99);
+    let now = Instant::now();
+    // More left at the provider than here: nothing changes.
+    let more = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::Requests, None, 100, secs(60)),
+        now,
+    );
+    assert_eq!(more.gap, 0);
+    assert_eq!(available(&c, Dimension::Requests), 99);
+    // Another client spent 30: the provider has 69 left, for 20 s.
+    let less = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::Requests, None, 69, secs(20)),
+        now,
+    );
+    assert_eq!(less.gap, 30);
+    assert_eq!(available(&c, Dimension::Requests), 69);
+    // The same report again takes nothing more.
+    let again = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::Requests, None, 69, secs(20)),
+        now,
+    );
+    assert_eq!(again.gap, 0);
+    tokio::time::advance(secs(20)).await;
+    assert_eq!(available(&c, Dimension::Requests), 99, "freed at the reset");
+    assert_eq!(c.snapshot().scopes[0].counters.gap_requests, 30);
+}
+
+// proves: Q-14 (limits the configuration leaves out are learned from the
+// provider: one request per window until the first report, then the
+// advertised amounts; a configured limit is never changed)
+#[tokio::test(start_paused = true)]
+async fn missing_limits_are_learned_from_the_provider() {
+    let c = controller(
+        ScopeConfig::new("m")
+            .tokens(5_000, MINUTE)
+            .learn_limits(MINUTE),
+    );
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 0));
+    let first = c.acquire(&call, Deadline::NONE).await.unwrap();
+    // Nothing else goes out before the provider has answered once.
+    let second = c
+        .acquire(&call, Deadline::after(secs(1)))
+        .await
+        .unwrap_err();
+    assert!(second.phase().is_some(), "{second:?}");
+    let now = Instant::now();
+    let adopted = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::Requests, Some(600), 599, secs(60)),
+        now,
+    );
+    assert_eq!(adopted.adopted, Some(600));
+    drop(first);
+    assert_eq!(available(&c, Dimension::Requests), 599);
+    // The configured token limit stays what it is.
+    let tokens = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::Tokens, Some(90_000), 89_900, secs(60)),
+        now,
+    );
+    assert_eq!(tokens.adopted, None);
+    let snap = c.snapshot();
+    let limit = snap.scopes[0]
+        .limits
+        .iter()
+        .find(|l| l.dimension == Dimension::Tokens)
+        .unwrap();
+    assert_eq!(limit.limit, 5_000);
+}
+
+/// A provider whose answers carry a budget report.
+struct Reporting {
+    remaining: u64,
+}
+
+impl Provider for Reporting {
+    type Request = String;
+    type Response = String;
+    type Chunk = String;
+    type Stream = futures_util::stream::Empty<Result<StreamEvent<String>, ProviderError>>;
+
+    async fn call(&self, r: &String, _: AttemptContext) -> Result<Reply<String>, ProviderError> {
+        Ok(
+            Reply::new(r.clone(), Usage::known(10)).with_budget(Budgets {
+                requests: Some(BudgetReport {
+                    dimension: Dimension::Requests,
+                    limit: Some(100),
+                    remaining: Some(self.remaining),
+                    reset: Some(secs(60)),
+                }),
+                tokens: None,
+            }),
+        )
+    }
+
+    async fn stream(&self, _: &String, _: AttemptContext) -> Result<Self::Stream, ProviderError> {
+        Err(ProviderError::new(ErrorKind::Client, "no streams"))
+    }
+}
+
+// proves: Q-14 (the supervisor hands every response's budget report to the
+// controller: a hidden consumer's spending becomes tollgate's debt)
+#[tokio::test(start_paused = true)]
+async fn supervised_answers_report_the_providers_budget() {
+    let c = controller(ScopeConfig::new("m").requests(100, MINUTE));
+    let sup = Supervisor::builder(c.clone(), Reporting { remaining: 49 })
+        .build()
+        .unwrap();
+    sup.invoke(&"a".into(), CallOptions::default())
+        .await
+        .unwrap();
+    // tollgate counted 1, the provider has 49 left: 50 taken out.
+    assert_eq!(available(&c, Dimension::Requests), 49);
+}
