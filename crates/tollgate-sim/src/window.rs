@@ -146,6 +146,15 @@ impl SlidingWindow {
 
     /// Records `amount` at `now` (no limit check: callers check first).
     pub fn record(&mut self, now: Instant, amount: u64) {
+        let at = self.count(now, amount);
+        if amount > 0 {
+            self.push(at, amount);
+        }
+    }
+
+    /// Prunes up to `now` and counts `amount`; returns the instant its
+    /// entry is logged at (never before the newest entry).
+    fn count(&mut self, now: Instant, amount: u64) -> Instant {
         self.prune(now);
         let at = match self.log.back() {
             Some(newest) if newest.at > now => newest.at,
@@ -154,23 +163,14 @@ impl SlidingWindow {
         self.used = self.used.saturating_add(amount);
         self.total = self.total.saturating_add(amount);
         self.max_used = self.max_used.max(self.used);
-        if amount > 0 {
-            self.push(at, amount);
-        }
+        at
     }
 
     /// Records `amount` at `now` like [`record`](Self::record), but always
     /// logs an entry (even of amount 0) and returns its id, so that
     /// [`adjust`](Self::adjust) can rewrite it later.
     pub fn record_entry(&mut self, now: Instant, amount: u64) -> EntryId {
-        self.prune(now);
-        let at = match self.log.back() {
-            Some(newest) if newest.at > now => newest.at,
-            _ => now,
-        };
-        self.used = self.used.saturating_add(amount);
-        self.total = self.total.saturating_add(amount);
-        self.max_used = self.max_used.max(self.used);
+        let at = self.count(now, amount);
         let id = EntryId(self.pushed);
         self.push(at, amount);
         id

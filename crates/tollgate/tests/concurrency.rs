@@ -75,6 +75,9 @@ struct Seen {
 #[derive(Default)]
 struct Recorder {
     seen: Mutex<Vec<Seen>>,
+    /// Admissions given up at the await (cancelled) and at the deadline.
+    cancelled: AtomicUsize,
+    expired: AtomicUsize,
 }
 
 /// What a rolling window may hold for `algorithm`: (requests, tokens)
@@ -199,14 +202,20 @@ async fn worker(
             let cut = Duration::from_micros(rng.below(2_000));
             match tokio::time::timeout(cut, controller.acquire(&call, deadline)).await {
                 Ok(r) => r,
-                Err(_) => continue,
+                Err(_) => {
+                    recorder.cancelled.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
             }
         } else {
             controller.acquire(&call, deadline).await
         };
         let mut lease = match acquired {
             Ok(lease) => lease,
-            Err(AdmissionError::DeadlineExceeded { .. }) => continue,
+            Err(AdmissionError::DeadlineExceeded { .. }) => {
+                recorder.expired.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             Err(e) => panic!("unexpected admission error: {e}"),
         };
         let after = Instant::now();
@@ -288,6 +297,12 @@ fn stress(algorithm: Algorithm) {
         assert!(max_active.load(Ordering::SeqCst) <= CONCURRENCY);
         // Q-7 under concurrency, by the independent recorder.
         let mut seen = std::mem::take(&mut *recorder.seen.lock());
+        println!(
+            "{algorithm:?}: {} admitted, {} cancelled at the await, {} past their deadline",
+            seen.len(),
+            recorder.cancelled.load(Ordering::Relaxed),
+            recorder.expired.load(Ordering::Relaxed),
+        );
         assert!(!seen.is_empty());
         check_windows(&mut seen, algorithm, (early, late));
 

@@ -2,8 +2,10 @@
 //! state → cleanup → release → removal, for one-shot and streaming calls
 //! alike (SPEC LC-1..LC-8, DL-3..DL-7, RT, CB).
 //!
-//! Everything runs inside the caller's future (or stream): the supervisor
-//! spawns no task, so nothing can outlive a call. Dropping the future or
+//! Everything runs inside the caller's future (or stream). The one task the
+//! supervisor spawns is a stream's watchdog, which ends a stream nobody
+//! polls at its deadline or at close and holds only a weak reference to it
+//! (see `stream.rs`), so nothing outlives a call. Dropping the future or
 //! the stream cancels the attempt in flight, returns every reservation and
 //! permit, and reports the call `Cancelled`.
 
