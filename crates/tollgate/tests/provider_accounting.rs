@@ -347,6 +347,33 @@ async fn missing_limits_are_learned_from_the_provider() {
     assert_eq!(limit.limit, 5_000);
 }
 
+// proves: Q-14 (while limits are being learned, queued calls wait for the
+// provider's first answer instead of failing an early verdict; a provider
+// that advertises no request limit leaves none behind)
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_advertises_nothing_leaves_no_stand_in() {
+    let c = controller(ScopeConfig::new("m").learn_limits(MINUTE));
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(10, 0));
+    let first = c.acquire(&call, Deadline::NONE).await.unwrap();
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire(&call, Deadline::after(secs(30))).await }
+    });
+    settle().await;
+    assert!(!waiting.is_finished(), "no early verdict while learning");
+    tokio::time::advance(secs(2)).await;
+    c.provider_answered(ScopeId::FIRST);
+    let second = waiting
+        .await
+        .unwrap()
+        .expect("admitted once the provider answered");
+    drop((first, second));
+    for _ in 0..100 {
+        drop(c.acquire(&call, Deadline::NONE).await.unwrap());
+    }
+    assert!(c.snapshot().scopes[0].limits.is_empty());
+}
+
 /// A provider whose answers carry a budget report.
 struct Reporting {
     remaining: u64,

@@ -438,6 +438,27 @@ impl AdmissionController {
         self.inner.observe(scope, report, at)
     }
 
+    /// The provider answered an attempt of `scope` (a response began),
+    /// after its budget reports went to [`observe`](Self::observe): a scope
+    /// still learning its limits drops the stand-in for a limit the
+    /// provider did not advertise (SPEC Q-14). Cheap once learned.
+    pub fn provider_answered(&self, scope: ScopeId) {
+        let Some(scope) = self.inner.scopes.get(scope.index()) else {
+            return;
+        };
+        if !scope.learning.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let now = self.inner.clock.now();
+        let mut st = scope.state.lock();
+        if st.store.answered() {
+            st.invalidate_projection();
+            if !st.queue.is_empty() {
+                st.drain(now);
+            }
+        }
+    }
+
     /// An attempt of `scope` succeeded: the next hintless 429 starts again
     /// from the base cooldown.
     pub fn clear_backoff(&self, scope: ScopeId) {

@@ -253,6 +253,9 @@ pub(crate) struct Scope {
     pub(crate) id: ScopeId,
     pub(crate) name: Arc<str>,
     pub(crate) needs_estimate: bool,
+    /// Still waiting for the provider's first answer to learn its limits
+    /// (SPEC Q-14).
+    pub(crate) learning: std::sync::atomic::AtomicBool,
     pub(crate) capacity: usize,
     pub(crate) state: Mutex<ScopeState>,
 }
@@ -269,6 +272,7 @@ impl Scope {
             id,
             name: Arc::from(config.name()),
             needs_estimate: config.has_token_limit(),
+            learning: std::sync::atomic::AtomicBool::new(config.learns().is_some()),
             capacity,
             state: Mutex::new(ScopeState {
                 store,

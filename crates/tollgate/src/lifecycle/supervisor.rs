@@ -571,6 +571,7 @@ impl<P: Provider> Supervisor<P> {
                         Answer::Stream(budget) => (counted.response_began(end), budget(&value)),
                     };
                     self.observe_budget(&budget, end);
+                    inner.controller.provider_answered(inner.scope);
                     return Ok(Attempted { value, lease });
                 }
                 // The provider enforces the same `min(cap, remaining)` and
@@ -591,6 +592,9 @@ impl<P: Provider> Supervisor<P> {
             };
             if let Some(budget) = &error.budget {
                 self.observe_budget(budget, end);
+            }
+            if error.status.is_some() {
+                inner.controller.provider_answered(inner.scope);
             }
             // Settle what the failed attempt used; a 429 costs what the
             // provider charges for it and pauses the scope.

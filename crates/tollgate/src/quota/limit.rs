@@ -23,6 +23,9 @@ pub(crate) struct LimitState {
     /// Learned from the provider (SPEC Q-14): its amount follows what the
     /// provider advertises.
     pub(crate) learned: bool,
+    /// A stand-in until the provider first answers (SPEC Q-14): it admits,
+    /// but never tells when it frees (the provider's answer decides).
+    pub(crate) provisional: bool,
     algo: Algo,
 }
 
@@ -42,6 +45,7 @@ impl LimitState {
         LimitState {
             config,
             learned: false,
+            provisional: false,
             algo,
         }
     }
@@ -74,6 +78,9 @@ impl LimitState {
     }
 
     pub(crate) fn earliest(&self, amount: u64, now: Nanos) -> Option<Nanos> {
+        if self.provisional {
+            return None;
+        }
         match &self.algo {
             Algo::Sliding(w) => w.earliest(amount, now),
             Algo::Bucket(b) => b.earliest(amount, now),

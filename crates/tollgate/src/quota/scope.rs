@@ -52,6 +52,7 @@ impl LocalQuota {
                 0,
             );
             provisional.learned = true;
+            provisional.provisional = true;
             limits.push(provisional);
         }
         LocalQuota {
@@ -71,9 +72,10 @@ impl LocalQuota {
             return None;
         }
         if let Some(l) = self.limits.iter_mut().find(|l| l.dimension() == dimension) {
-            if !l.learned || l.config.amount == amount {
+            if !l.learned || (l.config.amount == amount && !l.provisional) {
                 return None;
             }
+            l.provisional = false;
             l.set_limit(amount);
             return Some(amount);
         }
@@ -290,6 +292,12 @@ impl QuotaStore for LocalQuota {
         l.charge_until(gap, at, until, now);
         observed.gap = gap;
         observed
+    }
+
+    fn answered(&mut self) -> bool {
+        let before = self.limits.len();
+        self.limits.retain(|l| !l.provisional);
+        self.limits.len() != before
     }
 
     fn project(&self) -> Option<Box<dyn QuotaStore>> {

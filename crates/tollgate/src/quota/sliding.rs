@@ -485,4 +485,183 @@ mod tests {
         w.prune(60 * S + 50_000_000);
         assert_eq!(w.used(), 0);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// 512 slots of 1,000 ns: steps of a few slots make admissions,
+        /// recounts and merges meet inside slots all the time.
+        const W: Nanos = 512_000;
+        const STEP: Nanos = 3_000;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Admit { amount: u64, pending: bool },
+            Lease(usize),
+            Refund(usize),
+            Release(usize),
+            Recount { index: usize, delay: Nanos },
+            Debt { amount: u64, length: Nanos },
+            Advance(Nanos),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (1..50u64, any::<bool>())
+                    .prop_map(|(amount, pending)| Op::Admit { amount, pending }),
+                any::<usize>().prop_map(Op::Lease),
+                any::<usize>().prop_map(Op::Refund),
+                any::<usize>().prop_map(Op::Release),
+                (any::<usize>(), 0..2 * STEP)
+                    .prop_map(|(index, delay)| Op::Recount { index, delay }),
+                (1..50u64, 1..W).prop_map(|(amount, length)| Op::Debt { amount, length }),
+                (0..STEP).prop_map(Op::Advance),
+                (W / 2..W).prop_map(Op::Advance),
+            ]
+        }
+
+        /// What the log must count: each amount from its counting instant.
+        #[derive(Debug, Clone, Copy)]
+        struct Entry {
+            stamp: Nanos,
+            amount: u64,
+            pending: bool,
+        }
+
+        fn check(w: &SlidingWindow, entries: &[Entry], debts: &[(Nanos, u64)], now: Nanos) {
+            let logged: u64 = w.log.iter().map(|s| s.amount).sum();
+            let owed: u64 = w.debts.iter().map(|d| d.amount).sum();
+            assert_eq!(
+                w.used,
+                logged + w.carry + owed,
+                "used is the sum of its parts"
+            );
+            assert!(
+                w.log
+                    .iter()
+                    .zip(w.log.iter().skip(1))
+                    .all(|(a, b)| a.opened <= b.opened && a.expires <= b.expires),
+                "log ordered by opening and expiry: {:?}",
+                w.log
+            );
+            assert!(
+                w.debts
+                    .iter()
+                    .zip(w.debts.iter().skip(1))
+                    .all(|(a, b)| a.expires <= b.expires)
+            );
+            let live = |slack: Nanos| -> u64 {
+                entries
+                    .iter()
+                    .filter(|e| e.pending || e.stamp + W + slack > now)
+                    .map(|e| e.amount)
+                    .sum::<u64>()
+                    + debts.iter().filter(|d| d.0 > now).map(|d| d.1).sum::<u64>()
+            };
+            // Every live amount is found again by its stamp, in a slot that
+            // keeps it for its window and at most one slot's span longer.
+            for e in entries.iter().filter(|e| e.stamp + W > now) {
+                let slot = w.locate(e.stamp).and_then(|i| w.log.get(i));
+                let slot = slot.unwrap_or_else(|| panic!("{e:?} not found in {:?}", w.log));
+                assert!(
+                    slot.opened <= e.stamp && e.stamp < slot.closes,
+                    "{e:?} located in {slot:?}"
+                );
+                assert!(
+                    slot.expires >= e.stamp + W,
+                    "{e:?} expires early in {slot:?}"
+                );
+                assert!(
+                    slot.expires <= e.stamp + W + w.resolution,
+                    "{e:?} held too long in {slot:?}"
+                );
+            }
+            // Never counted shorter than its window; at most one slot's
+            // span longer (SPEC ).
+            assert!(
+                live(0) <= w.used(),
+                "undercount: {} < {}",
+                w.used(),
+                live(0)
+            );
+            assert!(
+                w.used() <= live(w.resolution),
+                "overcount: {} > {}",
+                w.used(),
+                live(w.resolution)
+            );
+        }
+
+        proptest! {
+            // proves, Q-15 (amounts moved to later
+            // instants, debts until a reset, refunds and releases keep the
+            // log ordered and every amount counted for exactly its window,
+            // up to one slot's span)
+            #[test]
+            fn every_amount_is_counted_for_its_window(ops in proptest::collection::vec(op(), 1..200)) {
+                let mut w = SlidingWindow::new(u64::MAX / 4, W);
+                let mut entries: Vec<Entry> = Vec::new();
+                let mut debts: Vec<(Nanos, u64)> = Vec::new();
+                let mut now: Nanos = 0;
+                for op in ops {
+                    match op {
+                        Op::Admit { amount, pending } => {
+                            w.add(amount, now, pending);
+                            entries.push(Entry { stamp: now, amount, pending });
+                        }
+                        Op::Lease(i) => {
+                            if let Some(e) = pick(&mut entries, i, true) {
+                                w.lease(e.stamp, e.amount, now);
+                                e.stamp = now;
+                                e.pending = false;
+                            }
+                        }
+                        Op::Refund(i) => {
+                            if let Some(k) = index(&entries, i, true) {
+                                let e = entries.remove(k);
+                                w.refund(e.stamp, e.amount, true);
+                            }
+                        }
+                        Op::Release(i) => {
+                            if let Some(k) = index(&entries, i, false) {
+                                let e = entries.remove(k);
+                                w.release(e.stamp, e.amount);
+                            }
+                        }
+                        Op::Recount { index: i, delay } => {
+                            if let Some(e) = pick(&mut entries, i, false) {
+                                let at = (e.stamp + delay).min(now);
+                                let stamp = w.recount(e.stamp, e.amount, at, now);
+                                assert_eq!(stamp, at.max(e.stamp));
+                                e.stamp = stamp;
+                            }
+                        }
+                        Op::Debt { amount, length } => {
+                            w.charge_until(amount, now + length, now);
+                            debts.push((now + length, amount));
+                        }
+                        Op::Advance(dt) => {
+                            now += dt;
+                            w.prune(now);
+                        }
+                    }
+                    check(&w, &entries, &debts, now);
+                }
+            }
+        }
+
+        /// The `i`-th (modulo) entry that is pending (or leased and still
+        /// in its window).
+        fn index(entries: &[Entry], i: usize, pending: bool) -> Option<usize> {
+            let matching: Vec<usize> = (0..entries.len())
+                .filter(|&k| entries[k].pending == pending)
+                .collect();
+            (!matching.is_empty()).then(|| matching[i % matching.len()])
+        }
+
+        fn pick(entries: &mut [Entry], i: usize, pending: bool) -> Option<&mut Entry> {
+            index(entries, i, pending).map(move |k| &mut entries[k])
+        }
+    }
 }

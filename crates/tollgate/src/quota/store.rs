@@ -97,6 +97,15 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
         Observed::default()
     }
 
+    /// The provider answered an attempt (after any [`observe`] of the
+    /// answer's reports): a provisional stand-in for a limit it did not
+    /// advertise is dropped (SPEC Q-14). Returns whether anything changed.
+    ///
+    /// [`observe`]: QuotaStore::observe
+    fn answered(&mut self) -> bool {
+        false
+    }
+
     /// A detached copy used to project when queued demands will fit
     /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
     /// the controller then judges each demand on its own.
