@@ -12,7 +12,7 @@ use tokio::time::Sleep;
 
 use super::controller::{AdmissionController, Entered, Inner};
 use super::lease::{Admission, Lease};
-use super::pools::refused;
+use super::pool_set::refused;
 use super::scope::{Grant, Outcome, PermitSlot, Scope};
 use crate::call::{Call, CallId};
 use crate::clock::Instant;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::controller::Inner;
 use crate::call::CallId;
+use crate::error::AdmissionError;
 
 /// A call id registered with a controller for as long as this value lives.
 ///
@@ -43,5 +44,44 @@ impl fmt::Debug for CallClaim {
 impl Drop for CallClaim {
     fn drop(&mut self) {
         self.inner.forget_id(self.id);
+    }
+}
+
+/// Registers a caller-chosen id for the duration of the admission.
+pub(crate) struct IdGuard<'a> {
+    inner: &'a Inner,
+    id: Option<CallId>,
+}
+
+impl<'a> IdGuard<'a> {
+    #[inline]
+    pub(crate) fn register(inner: &'a Inner, id: Option<CallId>) -> Result<Self, AdmissionError> {
+        if let Some(id) = id {
+            Self::insert(inner, id)?;
+        }
+        Ok(IdGuard { inner, id })
+    }
+
+    #[cold]
+    pub(crate) fn insert(inner: &Inner, id: CallId) -> Result<(), AdmissionError> {
+        if inner.ids.lock().insert(id) {
+            Ok(())
+        } else {
+            Err(AdmissionError::Conflict(id))
+        }
+    }
+
+    /// Hands the id over to the lease.
+    pub(crate) fn disarm(&mut self) -> Option<CallId> {
+        self.id.take()
+    }
+}
+
+impl Drop for IdGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.inner.forget_id(id);
+        }
     }
 }

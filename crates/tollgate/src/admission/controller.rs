@@ -9,21 +9,17 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::acquire::{Acquire, Admitted, SlowAcquire};
-use super::claim::CallClaim;
+use super::builder::ControllerBuilder;
+use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
-use super::permits::Permits;
-use super::pools::{PoolEntry, PoolSet};
+use super::pool_set::PoolSet;
 use super::scope::{Grant, Outcome, PermitSlot, Scope, Waiter};
-use super::snapshot::{PoolSnapshot, ScopeSnapshot, Snapshot};
 use crate::call::{Call, CallId, PoolId, ScopeId};
-use crate::clock::{Instant, SharedClock, TokioClock};
-use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow, ScopeConfig};
-use crate::deadline::{Deadline, Phase, far_future};
+use crate::clock::{Instant, SharedClock};
+use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow};
+use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
-use crate::quota::{
-    BudgetReport, Demand, Dimension, Hold, LocalBackend, Observed, Reservation, SharedBackend,
-};
-use crate::usage::{Settlement, Usage};
+use crate::quota::{Demand, Hold, Reservation};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
 /// reservation, a concurrency limit, one deadline (SPEC ADM-1).
@@ -51,7 +47,7 @@ use crate::usage::{Settlement, Usage};
 /// ```
 #[derive(Debug, Clone)]
 pub struct AdmissionController {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
@@ -59,178 +55,14 @@ pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
     pub(crate) scopes: Box<[Scope]>,
     pub(crate) pools: Arc<PoolSet>,
-    queue_capacity: usize,
-    overflow: Overflow,
-    max_wait: Option<Duration>,
-    cooldown: CooldownConfig,
-    closed: AtomicBool,
+    pub(crate) queue_capacity: usize,
+    pub(crate) overflow: Overflow,
+    pub(crate) max_wait: Option<Duration>,
+    pub(crate) cooldown: CooldownConfig,
+    pub(crate) closed: AtomicBool,
     pub(crate) shutdown: CancellationToken,
-    ids: Mutex<HashSet<CallId>>,
-    backend: &'static str,
-}
-
-/// Builds an [`AdmissionController`]; see [`ControllerConfig`] for defaults.
-#[derive(Debug, Default)]
-#[must_use]
-pub struct ControllerBuilder {
-    config: ControllerConfig,
-    clock: Option<SharedClock>,
-    backend: Option<SharedBackend>,
-}
-
-impl ControllerBuilder {
-    /// Adds a quota scope; scopes get ordinals in the order they are added.
-    pub fn scope(mut self, scope: ScopeConfig) -> Self {
-        self.config.scopes.push(scope);
-        self
-    }
-
-    /// Waiting calls per scope (default 1024).
-    pub fn queue_capacity(mut self, capacity: usize) -> Self {
-        self.config.queue_capacity = capacity;
-        self
-    }
-
-    /// Full-queue policy (default [`Overflow::Wait`]).
-    pub fn overflow(mut self, overflow: Overflow) -> Self {
-        self.config.overflow = overflow;
-        self
-    }
-
-    /// At most `limit` active calls (default unlimited).
-    pub fn concurrency(mut self, limit: u64) -> Self {
-        self.config.concurrency = Some(limit);
-        self
-    }
-
-    /// Adds a named concurrency pool (ordinals in the order added, after
-    /// the default pool).
-    pub fn pool(mut self, pool: crate::config::PoolConfig) -> Self {
-        self.config.pools.push(pool);
-        self
-    }
-
-    /// Fail early with `QuotaWaitTooLong` when quota is further away.
-    pub fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.config.max_wait = Some(max_wait);
-        self
-    }
-
-    /// Replaces the whole configuration.
-    pub fn config(mut self, config: ControllerConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Reads time from `clock` (default: tokio's clock).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// Keeps quota in `backend` (default: in-process).
-    pub fn backend(mut self, backend: SharedBackend) -> Self {
-        self.backend = Some(backend);
-        self
-    }
-
-    /// Validates the configuration (SPEC CFG-1..3) and builds the controller.
-    pub fn build(self) -> Result<AdmissionController, ConfigError> {
-        let ControllerBuilder {
-            mut config,
-            clock,
-            backend,
-        } = self;
-        config.validate()?;
-        if config.scopes.is_empty() {
-            config.scopes.push(ScopeConfig::new("default"));
-        }
-        let clock = clock.unwrap_or_else(|| Arc::new(TokioClock));
-        let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
-        let now = clock.now();
-        let pools = Arc::new(build_pools(&config));
-        let scopes = config
-            .scopes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
-                let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
-                Scope::new(id, s, capacity, backend.open(s, now), pools.clone())
-            })
-            .collect();
-        Ok(AdmissionController {
-            inner: Arc::new(Inner {
-                clock,
-                scopes,
-                pools,
-                queue_capacity: config.queue_capacity,
-                overflow: config.overflow,
-                max_wait: config.max_wait,
-                cooldown: config.cooldown,
-                closed: AtomicBool::new(false),
-                shutdown: CancellationToken::new(),
-                ids: Mutex::new(HashSet::new()),
-                backend: backend.name(),
-            }),
-        })
-    }
-}
-
-fn build_pools(config: &ControllerConfig) -> PoolSet {
-    let permits = |limit: u64, waiting: Option<usize>| {
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        Arc::new(Permits::bounded(limit, waiting.unwrap_or(usize::MAX)))
-    };
-    let mut pools = Vec::new();
-    let mut default = None;
-    if let Some(limit) = config.concurrency {
-        default = Some(0);
-        pools.push(PoolEntry {
-            name: Arc::from("default"),
-            permits: permits(limit, None),
-            max_wait: None,
-        });
-    }
-    for p in &config.pools {
-        pools.push(PoolEntry {
-            name: Arc::from(p.name.as_str()),
-            permits: permits(p.limit, p.max_waiting),
-            max_wait: p.max_wait,
-        });
-    }
-    PoolSet::new(pools.into_boxed_slice(), default)
-}
-
-/// What a reported 429 did to its scope's cooldown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CooldownOutcome {
-    /// A new cooldown started (generation bumped).
-    Started {
-        /// The new generation.
-        generation: u64,
-        /// When it ends.
-        until: Instant,
-    },
-    /// A running cooldown already lasts at least as long.
-    Running {
-        /// When it ends.
-        until: Instant,
-    },
-    /// The attempt started before the running cooldown: ignored (CD-2).
-    Stale,
-}
-
-impl CooldownOutcome {
-    /// When the scope's cooldown ends, if one runs.
-    pub fn until(&self) -> Option<Instant> {
-        match self {
-            CooldownOutcome::Started { until, .. } | CooldownOutcome::Running { until } => {
-                Some(*until)
-            }
-            CooldownOutcome::Stale => None,
-        }
-    }
+    pub(crate) ids: Mutex<HashSet<CallId>>,
+    pub(crate) backend: &'static str,
 }
 
 /// How an arrival entered its scope.
@@ -406,95 +238,6 @@ impl AdmissionController {
         )
     }
 
-    /// Reports a provider 429 to `scope`, seen by an attempt that started
-    /// under cooldown `generation` ([`Lease::generation`]), with the
-    /// server's hint if any (SPEC CD-1, CD-2).
-    ///
-    /// A 429 from an attempt older than the running cooldown is stale: it
-    /// neither starts nor extends one. Otherwise a cooldown of the hinted
-    /// length (capped by the configuration), or of a short exponential
-    /// backoff from 1 s without a hint, pauses the whole scope: waiting
-    /// calls start no provider work until it ends, and calls granted but
-    /// not yet started are preempted (CD-3).
-    pub fn rate_limited(
-        &self,
-        scope: ScopeId,
-        generation: u64,
-        hint: Option<Duration>,
-    ) -> CooldownOutcome {
-        self.inner.rate_limited(scope, generation, hint)
-    }
-
-    /// Takes in what a provider's response, begun at `at`, said about its
-    /// budget for `scope` (SPEC Q-14): a limit the configuration left out
-    /// follows the advertised amount (see
-    /// [`ScopeConfig::learn_limits`](crate::config::ScopeConfig::learn_limits)),
-    /// and when the provider has less left than tollgate's own view at
-    /// `at` (another client of the account, another accounting), the
-    /// difference is counted in the scope's window until the provider's
-    /// reset, so later admissions wait instead of drawing 429s. A report
-    /// never raises availability above tollgate's own accounting.
-    pub fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
-        self.inner.observe(scope, report, at)
-    }
-
-    /// The provider answered an attempt of `scope` (a response began),
-    /// after its budget reports went to [`observe`](Self::observe): a scope
-    /// still learning its limits drops the stand-in for a limit the
-    /// provider did not advertise (SPEC Q-14). Cheap once learned.
-    pub fn provider_answered(&self, scope: ScopeId) {
-        let Some(scope) = self.inner.scopes.get(scope.index()) else {
-            return;
-        };
-        if !scope.learning.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        let now = self.inner.clock.now();
-        let mut st = scope.state.lock();
-        if st.store.answered() {
-            st.invalidate_projection();
-            if !st.queue.is_empty() {
-                st.drain(now);
-            }
-        }
-    }
-
-    /// An attempt of `scope` succeeded: the next hintless 429 starts again
-    /// from the base cooldown.
-    pub fn clear_backoff(&self, scope: ScopeId) {
-        if let Some(scope) = self.inner.scopes.get(scope.index()) {
-            scope.state.lock().cooldown.strikes = 0;
-        }
-    }
-
-    /// Starts a cooldown of `scope` lasting `duration` unless one already
-    /// runs longer, whatever the generation (an operator's pause).
-    pub fn start_cooldown(&self, scope: ScopeId, duration: Duration) -> Option<u64> {
-        let inner = &*self.inner;
-        let scope = inner.scopes.get(scope.index())?;
-        let now = inner.clock.now();
-        let mut st = scope.state.lock();
-        let until = now.checked_add(duration).unwrap_or_else(|| far_future(now));
-        if st.cooldown.active(now).is_some_and(|u| u >= until) {
-            return Some(st.cooldown.generation);
-        }
-        st.cooldown.until = Some(until);
-        st.cooldown.generation += 1;
-        let generation = st.cooldown.generation;
-        st.mark_cooldown();
-        st.drain(now);
-        Some(generation)
-    }
-
-    /// The scope's cooldown generation and the end of the running cooldown.
-    pub fn cooldown(&self, scope: ScopeId) -> Option<(u64, Option<Instant>)> {
-        let inner = &*self.inner;
-        let scope = inner.scopes.get(scope.index())?;
-        let now = inner.clock.now();
-        let st = scope.state.lock();
-        Some((st.cooldown.generation, st.cooldown.active(now)))
-    }
-
     /// Stops admitting without touching active calls (the first step of a
     /// graceful shutdown, SPEC GW-8): new acquisitions fail with `Closed`
     /// and every queued call, or call waiting for a permit, is woken with
@@ -551,63 +294,6 @@ impl AdmissionController {
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
-    }
-
-    /// A redacted view of the controller (SPEC OBS-1): counts and
-    /// availability only, never payloads or identities of callers.
-    pub fn snapshot(&self) -> Snapshot {
-        let inner = &*self.inner;
-        let now = inner.clock.now();
-        let scopes = inner
-            .scopes
-            .iter()
-            .map(|scope| {
-                let mut st = scope.state.lock();
-                let mut limits = Vec::new();
-                st.store.snapshot(now, &mut limits);
-                ScopeSnapshot {
-                    id: scope.id,
-                    name: scope.name.to_string(),
-                    queued: st.queued(scope.capacity),
-                    waiting_for_slot: st.queue.len().saturating_sub(scope.capacity),
-                    queue_capacity: scope.capacity,
-                    pending: st.pending,
-                    limits,
-                    cooldown_generation: st.cooldown.generation,
-                    cooldown_remaining: st.cooldown.active(now).map(|u| u - now),
-                    counters: st.counters,
-                }
-            })
-            .collect();
-        Snapshot {
-            closed: inner.closed.load(Ordering::Acquire),
-            active: inner.active(),
-            concurrency_limit: inner
-                .pools
-                .get(inner.pools.default)
-                .map(|p| p.permits.limit() as u64),
-            concurrency_available: inner
-                .pools
-                .get(inner.pools.default)
-                .map(|p| p.permits.available()),
-            pools: inner
-                .pools
-                .pools
-                .iter()
-                .enumerate()
-                .map(|(i, p)| PoolSnapshot {
-                    id: PoolId(u32::try_from(i).unwrap_or(u32::MAX)),
-                    name: p.name.to_string(),
-                    limit: p.permits.limit(),
-                    available: p.permits.available(),
-                    waiting: p.permits.waiting(),
-                })
-                .collect(),
-            queue_capacity: inner.queue_capacity,
-            overflow: inner.overflow,
-            backend: inner.backend,
-            scopes,
-        }
     }
 }
 
@@ -833,168 +519,5 @@ impl Inner {
     #[cold]
     pub(crate) fn forget_id(&self, id: CallId) {
         self.ids.lock().remove(&id);
-    }
-
-    /// See [`AdmissionController::rate_limited`].
-    pub(crate) fn rate_limited(
-        &self,
-        scope: ScopeId,
-        generation: u64,
-        hint: Option<Duration>,
-    ) -> CooldownOutcome {
-        let inner = self;
-        let Some(scope) = inner.scopes.get(scope.index()) else {
-            return CooldownOutcome::Stale;
-        };
-        let now = inner.clock.now();
-        let mut st = scope.state.lock();
-        if generation < st.cooldown.generation {
-            st.counters.stale_rate_limits += 1;
-            return CooldownOutcome::Stale;
-        }
-        let length = inner.cooldown.length(hint, st.cooldown.strikes);
-        if hint.is_none() {
-            st.cooldown.strikes = st.cooldown.strikes.saturating_add(1);
-        }
-        let until = now.checked_add(length).unwrap_or_else(|| far_future(now));
-        if let Some(running) = st.cooldown.active(now)
-            && running >= until
-        {
-            return CooldownOutcome::Running { until: running };
-        }
-        st.cooldown.until = Some(until);
-        st.cooldown.generation += 1;
-        st.counters.cooldowns += 1;
-        let generation = st.cooldown.generation;
-        st.mark_cooldown();
-        st.drain(now);
-        tracing::debug!(scope = %scope.id, generation, cooldown_ms = length.as_millis() as u64, "cooldown started");
-        CooldownOutcome::Started { generation, until }
-    }
-
-    /// See [`Lease::counted_by`].
-    pub(crate) fn recount(&self, scope: ScopeId, reservation: &mut Reservation, at: Instant) {
-        let Some(scope) = self.scopes.get(scope.index()) else {
-            return;
-        };
-        let now = self.clock.now();
-        let mut st = scope.state.lock();
-        st.store.recount(reservation, at, now);
-        // Counted longer: earlier projections are too early now.
-        st.invalidate_projection();
-    }
-
-    /// See [`Lease::refused`].
-    pub(crate) fn release_refused(
-        &self,
-        scope: ScopeId,
-        reservation: &Reservation,
-        requests: bool,
-        tokens: bool,
-    ) {
-        let Some(scope) = self.scopes.get(scope.index()) else {
-            return;
-        };
-        let now = self.clock.now();
-        let mut st = scope.state.lock();
-        st.store.release(reservation, requests, tokens);
-        st.counters.refusals_released += 1;
-        st.invalidate_projection();
-        if !st.queue.is_empty() {
-            st.drain(now);
-        }
-    }
-
-    /// See [`AdmissionController::observe`].
-    pub(crate) fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
-        let Some(scope) = self.scopes.get(scope.index()) else {
-            return Observed::default();
-        };
-        let now = self.clock.now();
-        let mut st = scope.state.lock();
-        let observed = st.store.observe(report, at, now);
-        match report.dimension {
-            Dimension::Requests => st.counters.gap_requests += observed.gap,
-            Dimension::Tokens => st.counters.gap_tokens += observed.gap,
-        }
-        if observed.adopted.is_some() || observed.gap > 0 {
-            st.invalidate_projection();
-        }
-        if observed.adopted.is_some() {
-            st.counters.limits_adopted += 1;
-            if !st.queue.is_empty() {
-                st.drain(now);
-            }
-        }
-        observed
-    }
-
-    /// Settles a started attempt's tokens (SPEC Q-5).
-    pub(crate) fn reconcile(
-        &self,
-        scope: ScopeId,
-        reservation: &Reservation,
-        usage: Usage,
-    ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens, usage);
-        let Some(scope) = self.scopes.get(scope.index()) else {
-            return settlement;
-        };
-        let mut st = scope.state.lock();
-        st.counters.settle(&settlement);
-        let Some(actual) = settlement.reported else {
-            // Unknown usage keeps the estimate: nothing changes.
-            return settlement;
-        };
-        st.store.reconcile(reservation, actual);
-        // Room given back may admit the head right now; debt only moves the
-        // head's instant later, which its timer finds out by itself.
-        if settlement.refunded > 0 {
-            st.invalidate_projection();
-            if !st.queue.is_empty() {
-                let now = self.clock.now();
-                st.drain(now);
-            }
-        }
-        settlement
-    }
-}
-
-/// Registers a caller-chosen id for the duration of the admission.
-struct IdGuard<'a> {
-    inner: &'a Inner,
-    id: Option<CallId>,
-}
-
-impl<'a> IdGuard<'a> {
-    #[inline]
-    fn register(inner: &'a Inner, id: Option<CallId>) -> Result<Self, AdmissionError> {
-        if let Some(id) = id {
-            Self::insert(inner, id)?;
-        }
-        Ok(IdGuard { inner, id })
-    }
-
-    #[cold]
-    fn insert(inner: &Inner, id: CallId) -> Result<(), AdmissionError> {
-        if inner.ids.lock().insert(id) {
-            Ok(())
-        } else {
-            Err(AdmissionError::Conflict(id))
-        }
-    }
-
-    /// Hands the id over to the lease.
-    fn disarm(&mut self) -> Option<CallId> {
-        self.id.take()
-    }
-}
-
-impl Drop for IdGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(id) = self.id {
-            self.inner.forget_id(id);
-        }
     }
 }

@@ -4,7 +4,7 @@
 //! lease is held. Permits come back by many paths: a lease released, a
 //! waiter that gives back a grant it never collected, a preempted attempt,
 //! a permit handed to a waiter that was dropped. Every one of them goes
-//! through [`PoolSet`](super::pools::PoolSet), which calls
+//! through [`PoolSet`](super::pool_set::PoolSet), which calls
 //! [`Idle::released`] afterwards, so no path can forget to wake a waiter.
 //!
 //! # Why no wake-up is lost

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::controller::{CooldownOutcome, Inner};
+use super::controller::Inner;
+use super::cooldown::CooldownOutcome;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
 use crate::quota::{LimitedBy, RefusalCost, Reservation};

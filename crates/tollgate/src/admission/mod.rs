@@ -1,22 +1,27 @@
 //! Admission: the controller, its leases and snapshots (SPEC §3).
 
 mod acquire;
+mod builder;
 mod claim;
 mod controller;
+mod cooldown;
 mod idle;
 mod lease;
 mod permits;
 #[cfg(test)]
 mod permits_tests;
 mod pool;
-mod pools;
+mod pool_set;
 mod queue;
 mod scope;
+mod settle;
 mod snapshot;
 
 pub use acquire::Acquire;
+pub use builder::ControllerBuilder;
 pub use claim::CallClaim;
-pub use controller::{AdmissionController, ControllerBuilder, CooldownOutcome};
+pub use controller::AdmissionController;
+pub use cooldown::CooldownOutcome;
 pub use lease::{Admission, Lease};
 pub use pool::{Pool, PoolAcquire, PoolPermit};
 pub use scope::ScopeCounters;

@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
 
-use super::pools::PoolSet;
+use super::pool_set::PoolSet;
 use super::queue::WaitList;
 use crate::call::ScopeId;
 use crate::clock::Instant;

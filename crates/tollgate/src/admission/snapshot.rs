@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
+use super::controller::AdmissionController;
 use super::scope::ScopeCounters;
 use crate::call::{PoolId, ScopeId};
 use crate::config::Overflow;
@@ -146,5 +149,64 @@ impl ScopeSnapshot {
             .filter(|l| l.dimension == dimension)
             .map(|l| l.available)
             .min()
+    }
+}
+
+impl AdmissionController {
+    /// A redacted view of the controller (SPEC OBS-1): counts and
+    /// availability only, never payloads or identities of callers.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let scopes = inner
+            .scopes
+            .iter()
+            .map(|scope| {
+                let mut st = scope.state.lock();
+                let mut limits = Vec::new();
+                st.store.snapshot(now, &mut limits);
+                ScopeSnapshot {
+                    id: scope.id,
+                    name: scope.name.to_string(),
+                    queued: st.queued(scope.capacity),
+                    waiting_for_slot: st.queue.len().saturating_sub(scope.capacity),
+                    queue_capacity: scope.capacity,
+                    pending: st.pending,
+                    limits,
+                    cooldown_generation: st.cooldown.generation,
+                    cooldown_remaining: st.cooldown.active(now).map(|u| u - now),
+                    counters: st.counters,
+                }
+            })
+            .collect();
+        Snapshot {
+            closed: inner.closed.load(Ordering::Acquire),
+            active: inner.active(),
+            concurrency_limit: inner
+                .pools
+                .get(inner.pools.default)
+                .map(|p| p.permits.limit() as u64),
+            concurrency_available: inner
+                .pools
+                .get(inner.pools.default)
+                .map(|p| p.permits.available()),
+            pools: inner
+                .pools
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PoolSnapshot {
+                    id: PoolId(u32::try_from(i).unwrap_or(u32::MAX)),
+                    name: p.name.to_string(),
+                    limit: p.permits.limit(),
+                    available: p.permits.available(),
+                    waiting: p.permits.waiting(),
+                })
+                .collect(),
+            queue_capacity: inner.queue_capacity,
+            overflow: inner.overflow,
+            backend: inner.backend,
+            scopes,
+        }
     }
 }

@@ -8,7 +8,7 @@ mod bucket;
 mod demand;
 mod fixed;
 mod limit;
-mod scope;
+mod local;
 mod sliding;
 mod store;
 
@@ -18,5 +18,5 @@ pub(crate) type Nanos = u64;
 pub use demand::{
     BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost, Reservation,
 };
-pub use scope::LocalQuota;
+pub use local::LocalQuota;
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

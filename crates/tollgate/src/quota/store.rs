@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::demand::{BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation};
-use super::scope::LocalQuota;
+use super::local::LocalQuota;
 use crate::clock::Instant;
 use crate::config::{Algorithm, ScopeConfig};
 use crate::error::ExceedsLimit;

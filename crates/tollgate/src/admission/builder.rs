@@ -1,0 +1,151 @@
+//! Building a controller: its scopes, pools, clock and quota backend.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::controller::{AdmissionController, Inner};
+use super::permits::Permits;
+use super::pool_set::{PoolEntry, PoolSet};
+use super::scope::Scope;
+use crate::call::ScopeId;
+use crate::clock::{SharedClock, TokioClock};
+use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
+use crate::quota::{LocalBackend, SharedBackend};
+
+/// Builds an [`AdmissionController`]; see [`ControllerConfig`] for defaults.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct ControllerBuilder {
+    config: ControllerConfig,
+    clock: Option<SharedClock>,
+    backend: Option<SharedBackend>,
+}
+
+impl ControllerBuilder {
+    /// Adds a quota scope; scopes get ordinals in the order they are added.
+    pub fn scope(mut self, scope: ScopeConfig) -> Self {
+        self.config.scopes.push(scope);
+        self
+    }
+
+    /// Waiting calls per scope (default 1024).
+    pub fn queue_capacity(mut self, capacity: usize) -> Self {
+        self.config.queue_capacity = capacity;
+        self
+    }
+
+    /// Full-queue policy (default [`Overflow::Wait`]).
+    pub fn overflow(mut self, overflow: Overflow) -> Self {
+        self.config.overflow = overflow;
+        self
+    }
+
+    /// At most `limit` active calls (default unlimited).
+    pub fn concurrency(mut self, limit: u64) -> Self {
+        self.config.concurrency = Some(limit);
+        self
+    }
+
+    /// Adds a named concurrency pool (ordinals in the order added, after
+    /// the default pool).
+    pub fn pool(mut self, pool: crate::config::PoolConfig) -> Self {
+        self.config.pools.push(pool);
+        self
+    }
+
+    /// Fail early with `QuotaWaitTooLong` when quota is further away.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.config.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: ControllerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Reads time from `clock` (default: tokio's clock).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Keeps quota in `backend` (default: in-process).
+    pub fn backend(mut self, backend: SharedBackend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Validates the configuration (SPEC CFG-1..3) and builds the controller.
+    pub fn build(self) -> Result<AdmissionController, ConfigError> {
+        let ControllerBuilder {
+            mut config,
+            clock,
+            backend,
+        } = self;
+        config.validate()?;
+        if config.scopes.is_empty() {
+            config.scopes.push(ScopeConfig::new("default"));
+        }
+        let clock = clock.unwrap_or_else(|| Arc::new(TokioClock));
+        let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
+        let now = clock.now();
+        let pools = Arc::new(build_pools(&config));
+        let scopes = config
+            .scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
+                let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
+                Scope::new(id, s, capacity, backend.open(s, now), pools.clone())
+            })
+            .collect();
+        Ok(AdmissionController {
+            inner: Arc::new(Inner {
+                clock,
+                scopes,
+                pools,
+                queue_capacity: config.queue_capacity,
+                overflow: config.overflow,
+                max_wait: config.max_wait,
+                cooldown: config.cooldown,
+                closed: AtomicBool::new(false),
+                shutdown: CancellationToken::new(),
+                ids: Mutex::new(HashSet::new()),
+                backend: backend.name(),
+            }),
+        })
+    }
+}
+
+fn build_pools(config: &ControllerConfig) -> PoolSet {
+    let permits = |limit: u64, waiting: Option<usize>| {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Arc::new(Permits::bounded(limit, waiting.unwrap_or(usize::MAX)))
+    };
+    let mut pools = Vec::new();
+    let mut default = None;
+    if let Some(limit) = config.concurrency {
+        default = Some(0);
+        pools.push(PoolEntry {
+            name: Arc::from("default"),
+            permits: permits(limit, None),
+            max_wait: None,
+        });
+    }
+    for p in &config.pools {
+        pools.push(PoolEntry {
+            name: Arc::from(p.name.as_str()),
+            permits: permits(p.limit, p.max_waiting),
+            max_wait: p.max_wait,
+        });
+    }
+    PoolSet::new(pools.into_boxed_slice(), default)
+}

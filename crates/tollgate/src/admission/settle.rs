@@ -1,0 +1,135 @@
+//! After an attempt: settlement with the reported usage (SPEC Q-5) and
+//! what the provider's answer says about its own counting (Q-14..Q-16).
+
+use std::sync::atomic::Ordering;
+
+use super::controller::{AdmissionController, Inner};
+use crate::call::ScopeId;
+use crate::clock::Instant;
+use crate::quota::{BudgetReport, Dimension, Observed, Reservation};
+use crate::usage::{Settlement, Usage};
+
+impl AdmissionController {
+    /// Takes in what a provider's response, begun at `at`, said about its
+    /// budget for `scope` (SPEC Q-14): a limit the configuration left out
+    /// follows the advertised amount (see
+    /// [`ScopeConfig::learn_limits`](crate::config::ScopeConfig::learn_limits)),
+    /// and when the provider has less left than tollgate's own view at
+    /// `at` (another client of the account, another accounting), the
+    /// difference is counted in the scope's window until the provider's
+    /// reset, so later admissions wait instead of drawing 429s. A report
+    /// never raises availability above tollgate's own accounting.
+    pub fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
+        self.inner.observe(scope, report, at)
+    }
+
+    /// The provider answered an attempt of `scope` (a response began),
+    /// after its budget reports went to [`observe`](Self::observe): a scope
+    /// still learning its limits drops the stand-in for a limit the
+    /// provider did not advertise (SPEC Q-14). Cheap once learned.
+    pub fn provider_answered(&self, scope: ScopeId) {
+        let Some(scope) = self.inner.scopes.get(scope.index()) else {
+            return;
+        };
+        if !scope.learning.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let now = self.inner.clock.now();
+        let mut st = scope.state.lock();
+        if st.store.answered() {
+            st.invalidate_projection();
+            if !st.queue.is_empty() {
+                st.drain(now);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// See [`Lease::counted_by`].
+    pub(crate) fn recount(&self, scope: ScopeId, reservation: &mut Reservation, at: Instant) {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return;
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        st.store.recount(reservation, at, now);
+        // Counted longer: earlier projections are too early now.
+        st.invalidate_projection();
+    }
+
+    /// See [`Lease::refused`].
+    pub(crate) fn release_refused(
+        &self,
+        scope: ScopeId,
+        reservation: &Reservation,
+        requests: bool,
+        tokens: bool,
+    ) {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return;
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        st.store.release(reservation, requests, tokens);
+        st.counters.refusals_released += 1;
+        st.invalidate_projection();
+        if !st.queue.is_empty() {
+            st.drain(now);
+        }
+    }
+
+    /// See [`AdmissionController::observe`].
+    pub(crate) fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return Observed::default();
+        };
+        let now = self.clock.now();
+        let mut st = scope.state.lock();
+        let observed = st.store.observe(report, at, now);
+        match report.dimension {
+            Dimension::Requests => st.counters.gap_requests += observed.gap,
+            Dimension::Tokens => st.counters.gap_tokens += observed.gap,
+        }
+        if observed.adopted.is_some() || observed.gap > 0 {
+            st.invalidate_projection();
+        }
+        if observed.adopted.is_some() {
+            st.counters.limits_adopted += 1;
+            if !st.queue.is_empty() {
+                st.drain(now);
+            }
+        }
+        observed
+    }
+
+    /// Settles a started attempt's tokens (SPEC Q-5).
+    pub(crate) fn reconcile(
+        &self,
+        scope: ScopeId,
+        reservation: &Reservation,
+        usage: Usage,
+    ) -> Settlement {
+        let settlement = Settlement::new(reservation.demand.tokens, usage);
+        let Some(scope) = self.scopes.get(scope.index()) else {
+            return settlement;
+        };
+        let mut st = scope.state.lock();
+        st.counters.settle(&settlement);
+        let Some(actual) = settlement.reported else {
+            // Unknown usage keeps the estimate: nothing changes.
+            return settlement;
+        };
+        st.store.reconcile(reservation, actual);
+        // Room given back may admit the head right now; debt only moves the
+        // head's instant later, which its timer finds out by itself.
+        if settlement.refunded > 0 {
+            st.invalidate_projection();
+            if !st.queue.is_empty() {
+                let now = self.clock.now();
+                st.drain(now);
+            }
+        }
+        settlement
+    }
+}
