@@ -46,11 +46,17 @@ WORK=$(mktemp -d /tmp/tollgate-soak.XXXXXX)
 PIDS=()
 
 cleanup() {
-  local pid
+  local pid i
   for pid in "${PIDS[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
+  # A process that ignores SIGTERM for 5 s gets SIGKILL.
   for pid in "${PIDS[@]}"; do
+    for i in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   echo "results: $WORK" >&2
@@ -121,8 +127,33 @@ curl -fsS "http://127.0.0.1:$BULK_PORT/stats" >"$WORK/sim-bulk.stats.json" || tr
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt" || true
 grep -E '^Vm(RSS|HWM)' "/proc/$GW_PID/status" >"$WORK/gateway-rss-end.txt" || true
 
-# --- bounded shutdown: SIGTERM must end the gateway within its grace (5 s)
-# plus 5 s.
+# --- bounded shutdown: SIGTERM while clients hold streams they do not
+# read (two large ones on sim-bulk, whose writes block, and two long ones
+# on sim-chat, all with a 60 s deadline) must end the gateway within its
+# grace (5 s) plus 5 s.
+python3 - "$GW_PORT" >"$WORK/holders.log" 2>&1 <<'PY' &
+import json, socket, sys, time
+socks = []
+for model, tokens in (("sim-bulk", 25000), ("sim-bulk", 25000), ("sim-chat", 4000), ("sim-chat", 4000)):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    body = json.dumps({"model": model, "max_tokens": tokens, "stream": True,
+                       "messages": [{"role": "user", "content": "hold"}]})
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Authorization: Bearer sk-soak\r\nContent-Type: application/json\r\n"
+               f"x-request-timeout: 60\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    socks.append(s)
+print("holding", len(socks), "unread streams", flush=True)
+time.sleep(60)
+PY
+HOLDERS=$!
+PIDS+=("$HOLDERS")
+sleep 1.5
+curl -fsS -H "Authorization: Bearer $TOLLGATE_SOAK_ADMIN_KEY" \
+  "http://127.0.0.1:$GW_PORT/admin/snapshot" >"$WORK/snapshot-before-sigterm.json" || true
+ACTIVE=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['tenants']['active'])" \
+  "$WORK/snapshot-before-sigterm.json" 2>/dev/null || echo "?")
 T0=$(date +%s.%N)
 kill -TERM "$GW_PID"
 SHUTDOWN_OK=0
@@ -131,13 +162,15 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 SHUTDOWN_S=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$T0" "$(date +%s.%N)")
+kill "$HOLDERS" 2>/dev/null || true
 if [[ $SHUTDOWN_OK == 1 ]]; then
   wait "$GW_PID" 2>/dev/null || true
-  echo "shutdown: the gateway exited ${SHUTDOWN_S} s after SIGTERM"
+  echo "shutdown: with $ACTIVE calls active (unread streams), the gateway exited ${SHUTDOWN_S} s after SIGTERM (bound: 10 s)"
 else
-  echo "shutdown: FAILED, the gateway still runs ${SHUTDOWN_S} s after SIGTERM" >&2
+  echo "shutdown: FAILED, with $ACTIVE calls active (unread streams), the gateway still runs ${SHUTDOWN_S} s after SIGTERM (bound: 10 s)" >&2
   [[ $STATUS != 0 ]] || STATUS=1
 fi
+echo "{\"active_at_sigterm\": \"$ACTIVE\", \"exited\": $SHUTDOWN_OK, \"seconds\": $SHUTDOWN_S}" >"$WORK/shutdown.json"
 
 if [[ -s $WORK/report.json ]]; then
   python3 "$HERE/summarize.py" "$WORK"

@@ -23,7 +23,10 @@ for cat, classes in r["outcomes"].items():
 for cat, s in (r.get("stall_close_after_deadline") or {}).items():
     print(f"\n{cat}: connection closed by the gateway after the deadline: {s['count']:,}, "
           f"p50 {s['p50_ms']} ms, p90 {s['p90_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms "
-          f"({s['closed_before_deadline']} closed before it)", end="")
+          f"({s['closed_before_deadline']} closed before it"
+          + (f", p50 {s['closed_before_deadline_ms']['p50']} ms and at most "
+             f"{s['closed_before_deadline_ms']['max']} ms before)" if s.get('closed_before_deadline_ms') else ")"),
+          end="")
 print()
 rss = r["rss_kib"]
 mib = lambda kib: f"{kib / 1024:.1f}" if kib else "-"

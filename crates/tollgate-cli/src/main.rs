@@ -1,5 +1,6 @@
-//! `tollgate`: the gateway (`serve`), the simulated provider (`sim`) and a
-//! helper to hash API keys for the configuration (`hash-key`).
+//! `tollgate`: the gateway (`serve`), the simulated provider (`sim`), the
+//! batch runner (`batch`) and a helper to hash API keys for the
+//! configuration (`hash-key`).
 #![forbid(unsafe_code)]
 
 use std::io::Read;
@@ -38,6 +39,10 @@ enum Command {
     },
     /// Run the strict simulated OpenAI provider.
     Sim(Box<tollgate_sim::SimArgs>),
+    /// Run an OpenAI Batch JSONL file at the highest rate the quota allows,
+    /// resumably (exit code 0: every item has a result; 2: invalid input,
+    /// nothing sent; 3: stopped early, re-run to resume; 1: other errors).
+    Batch(Box<tollgate_batch::BatchArgs>),
     /// Print the SHA-256 of an API key, as `keys_sha256` in the
     /// configuration expects it. Reads the key from stdin when omitted.
     HashKey {
@@ -69,7 +74,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             // The message names the file, field and reason; no backtrace.
             eprintln!("error: {e:#}");
@@ -78,7 +83,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Serve {
             config,
@@ -119,6 +124,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             println!("{}", tollgate_gateway::auth::hash_key_for_config(&key)?);
         }
+        Command::Batch(args) => return Ok(batch(&args).await),
     }
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `tollgate batch`: the summary on stdout, problems on stderr, the
+/// outcome in the exit code.
+async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match args.to_config() {
+        Ok(config) => {
+            let interrupt = async {
+                let _ = tokio::signal::ctrl_c().await;
+                eprintln!(
+                    "stopping: finishing the calls already sent (Ctrl-C again to quit at once; the output stays consistent)"
+                );
+                tokio::spawn(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                    std::process::exit(130);
+                });
+            };
+            tollgate_batch::run(config, interrupt).await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(report) => {
+            println!("{}", report.summary);
+            std::process::ExitCode::from(report.outcome.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            if matches!(e, tollgate_batch::BatchError::Input(_)) {
+                eprintln!("nothing was sent");
+            }
+            std::process::ExitCode::from(e.exit_code())
+        }
+    }
 }

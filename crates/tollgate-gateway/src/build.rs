@@ -121,12 +121,12 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
         })?;
         let breaker = CircuitBreaker::new(p.circuit).map_err(engine)?;
         breakers.push((Arc::<str>::from(p.name.as_str()), breaker.clone()));
-        providers.insert(p.name.clone(), (http, breaker, p.attempt_timeout));
+        providers.insert(p.name.clone(), (http, breaker, p));
     }
 
     let mut models = HashMap::new();
     for m in &config.models {
-        let Some((http, breaker, attempt_timeout)) = providers.get(&m.provider) else {
+        let Some((http, breaker, provider)) = providers.get(&m.provider) else {
             continue;
         };
         let name: Arc<str> = Arc::from(m.name.as_str());
@@ -141,7 +141,8 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
             .scope(scope)
             .policy(config.retry)
             .breaker(breaker.clone())
-            .transport_timeout(*attempt_timeout)
+            .transport_timeout(provider.attempt_timeout)
+            .accounting(provider.engine_accounting())
             .estimator(Arc::new(|r: &GatewayRequest| {
                 Ok::<TokenEstimate, _>(r.estimate)
             }))
@@ -164,7 +165,9 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
                 kind,
                 supervisor,
                 fallbacks: m.fallbacks.iter().map(|f| Arc::from(f.as_str())).collect(),
-                estimator: TokenEstimator::new().with_default_output(m.default_max_tokens),
+                estimator: TokenEstimator::new()
+                    .with_default_output(m.default_max_tokens)
+                    .with_profile(provider.accounting),
                 metrics: handles,
             }),
         );

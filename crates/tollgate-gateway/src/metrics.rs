@@ -167,6 +167,21 @@ impl Metrics {
                 .absolute(k.tokens_debt);
             counter!("tollgate_cooldowns_total", "side" => side, "scope" => name.clone())
                 .absolute(k.cooldowns);
+            // What the provider's headers taught (SPEC ).
+            for (dimension, gap) in [("requests", k.gap_requests), ("tokens", k.gap_tokens)] {
+                counter!("tollgate_budget_gap_total", "side" => side, "scope" => name.clone(), "dimension" => dimension)
+                    .absolute(gap);
+            }
+            counter!("tollgate_limits_adopted_total", "side" => side, "scope" => name.clone())
+                .absolute(k.limits_adopted);
+            counter!("tollgate_refusals_released_total", "side" => side, "scope" => name.clone())
+                .absolute(k.refusals_released);
+            // Without reported usage (nothing settled yet, or a provider
+            // set to `reconciles = false`) there is no ratio to show.
+            if k.tokens_reserved > 0 && k.tokens_reported > 0 {
+                gauge!("tollgate_accounting_ratio", "side" => side, "scope" => name.clone())
+                    .set(k.tokens_reported as f64 / k.tokens_reserved as f64);
+            }
             for l in &scope.limits {
                 gauge!(
                     "tollgate_quota_available",

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tollgate::config::{Algorithm, CooldownConfig};
 use tollgate::lifecycle::CircuitConfig;
+use tollgate::quota::RefusalCost;
+use tollgate_openai::tokens::Profile;
 
 use super::types::{
     AdmissionConfig, AnonymousConfig, GatewayConfig, ModelConfig, ModelKind, ProviderConfig,
@@ -20,7 +22,9 @@ impl GatewayConfig {
     /// The built-in default: provider `sim` at `sim_base_url` (the
     /// simulator's OpenAI base URL, e.g. `http://127.0.0.1:PORT/v1`), quota
     /// scope `sim` (600 requests and 60,000 tokens per minute, sliding
-    /// window), models `sim-chat` and `sim-embed` on that scope, and tenant
+    /// window; accounting `openai`, refusals `free`, matching how the
+    /// embedded simulator counts), models `sim-chat` and `sim-embed` on that
+    /// scope, and tenant
     /// `demo` authenticated by `demo_key`; listening on `127.0.0.1:8080`.
     /// Every other setting has its documented default. It passes
     /// [`validate`](Self::validate) for any http(s) `sim_base_url`.
@@ -37,6 +41,7 @@ impl GatewayConfig {
                 fallbacks: Vec::new(),
                 default_max_tokens,
                 kind,
+                learn_limits: None,
             };
         GatewayConfig {
             origin: EMBEDDED_ORIGIN.to_owned(),
@@ -52,6 +57,14 @@ impl GatewayConfig {
                 attempt_timeout: Duration::from_secs(120),
                 max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
                 circuit: CircuitConfig::default(),
+                // The embedded simulator counts a prompt as characters / 4
+                // (plus framing) and the completion it will generate, charges
+                // nothing for a 429 and settles nothing (its charge already
+                // is the usage): `openai` reserves at least that.
+                accounting: Profile::OpenAi,
+                refusals: RefusalCost::Free,
+                reconciles: true,
+                arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
             }],
             scopes: vec![QuotaScope {
                 name: "sim".to_owned(),
@@ -60,6 +73,7 @@ impl GatewayConfig {
                 tpm: Some(60_000),
                 limits: Vec::new(),
                 queue_capacity: None,
+                learn_limits: None,
             }],
             models: vec![
                 model("sim-chat", "sim-chat", ModelKind::Chat, 16, 256),

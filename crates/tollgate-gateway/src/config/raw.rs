@@ -13,12 +13,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::config::{Algorithm, CooldownConfig, Limit, Overflow};
 use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
-use tollgate::quota::Dimension;
+use tollgate::quota::{Dimension, RefusalCost};
+use tollgate_openai::tokens::Profile;
 
 use super::error::{FieldPath, Problem};
 use super::types::{
-    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, ModelConfig,
-    ModelKind, ProviderConfig, QuotaScope, ServerConfig, TenantConfig, default_retry,
+    AdmissionConfig, AnonymousConfig, DEFAULT_ARRIVAL_FLOOR, DEFAULT_MAX_TOKENS, GatewayConfig,
+    LogFormat, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TenantConfig,
+    default_retry,
 };
 use crate::auth::KeyHash;
 
@@ -113,6 +115,20 @@ struct RawProvider {
     max_response_bytes: Option<usize>,
     #[serde(default)]
     circuit: RawCircuit,
+    /// `"tokenizer"`, `"openai"` or `{ chars_per_token, output }`: parsed
+    /// by hand so that a wrong value gets a precise message.
+    accounting: Option<toml::Value>,
+    refusals: Option<RawRefusals>,
+    reconciles: Option<bool>,
+    arrival_floor: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawRefusals {
+    Full,
+    Request,
+    Free,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,6 +149,8 @@ struct RawScope {
     #[serde(default)]
     limits: Vec<RawLimit>,
     queue_capacity: Option<usize>,
+    learn_limits: Option<bool>,
+    learn_window: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -164,6 +182,8 @@ struct RawModel {
     fallbacks: Vec<String>,
     default_max_tokens: Option<u64>,
     kind: Option<RawKind>,
+    learn_limits: Option<bool>,
+    learn_window: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -397,8 +417,128 @@ impl RawProvider {
                 .max_response_bytes
                 .unwrap_or(tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY),
             circuit,
+            accounting: accounting(&at.key("accounting"), self.accounting.as_ref())?,
+            refusals: match self.refusals {
+                None | Some(RawRefusals::Full) => RefusalCost::Full,
+                Some(RawRefusals::Request) => RefusalCost::Request,
+                Some(RawRefusals::Free) => RefusalCost::Free,
+            },
+            reconciles: self.reconciles.unwrap_or(true),
+            arrival_floor: duration_or(
+                &at.key("arrival_floor"),
+                self.arrival_floor.as_ref(),
+                DEFAULT_ARRIVAL_FLOOR,
+            )?,
             name,
         })
+    }
+}
+
+/// The example of every message about `accounting`.
+const ACCOUNTING_FORMS: &str = "write \"tokenizer\", \"openai\" or \
+     { chars_per_token = 4, output = \"max_tokens\" } (output: \"max_tokens\" or \"none\")";
+
+/// `providers.<name>.accounting`: a profile name or a custom rule.
+fn accounting(at: &FieldPath, value: Option<&toml::Value>) -> Result<Profile, Problem> {
+    let Some(value) = value else {
+        return Ok(Profile::Tokenizer);
+    };
+    let table = match value {
+        toml::Value::String(name) => {
+            return match name.trim() {
+                "tokenizer" => Ok(Profile::Tokenizer),
+                "openai" => Ok(Profile::OpenAi),
+                "anthropic" => Err(Problem::invalid(
+                    at,
+                    "the anthropic profile needs separate input and output limits, which \
+                     tollgate does not have yet; use \"tokenizer\" with the sum of the ITPM and \
+                     OTPM limits as tpm",
+                )),
+                other => Err(Problem::invalid(
+                    at,
+                    format!("unknown accounting profile {other:?}; {ACCOUNTING_FORMS}"),
+                )),
+            };
+        }
+        toml::Value::Table(table) => table,
+        other => {
+            return Err(Problem::invalid(
+                at,
+                format!(
+                    "has the wrong type ({}); {ACCOUNTING_FORMS}",
+                    other.type_str()
+                ),
+            ));
+        }
+    };
+    if let Some(key) = table
+        .keys()
+        .find(|k| !matches!(k.as_str(), "chars_per_token" | "output"))
+    {
+        return Err(Problem::invalid(
+            &at.key(key),
+            format!(
+                "unknown field {key:?}; a custom accounting rule has only chars_per_token and output"
+            ),
+        ));
+    }
+    let chars_per_token = match table.get("chars_per_token") {
+        None => {
+            return Err(Problem::invalid(
+                at,
+                format!("a custom rule needs chars_per_token; {ACCOUNTING_FORMS}"),
+            ));
+        }
+        Some(toml::Value::Integer(n)) => {
+            u32::try_from(*n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+                Problem::invalid(
+                    &at.key("chars_per_token"),
+                    format!("must be an integer from 1 to {}, got {n}", u32::MAX),
+                )
+            })?
+        }
+        Some(other) => {
+            return Err(Problem::invalid(
+                &at.key("chars_per_token"),
+                format!(
+                    "must be a positive integer (characters per token, e.g. 4), not a {}",
+                    other.type_str()
+                ),
+            ));
+        }
+    };
+    let output = match table.get("output") {
+        None => true,
+        Some(toml::Value::String(s)) if s == "max_tokens" => true,
+        Some(toml::Value::String(s)) if s == "none" => false,
+        Some(_) => {
+            return Err(Problem::invalid(
+                &at.key("output"),
+                "must be \"max_tokens\" (the request's output cap is counted) or \"none\"",
+            ));
+        }
+    };
+    Ok(Profile::Chars {
+        chars_per_token,
+        output,
+    })
+}
+
+/// `learn_limits` / `learn_window` of a scope or a model: the learning
+/// window, if learning is on.
+fn learn(
+    at: &FieldPath,
+    learn_limits: Option<bool>,
+    learn_window: Option<&String>,
+) -> Result<Option<Duration>, Problem> {
+    let window = duration_opt(&at.key("learn_window"), learn_window)?;
+    match (learn_limits, window) {
+        (Some(true), window) => Ok(Some(window.unwrap_or(tollgate::config::MINUTE))),
+        (None | Some(false), Some(_)) => Err(Problem::invalid(
+            &at.key("learn_window"),
+            "has no effect without learn_limits = true; set it or remove learn_window",
+        )),
+        (None | Some(false), None) => Ok(None),
     }
 }
 
@@ -437,6 +577,7 @@ impl RawScope {
             tpm: self.tpm,
             limits,
             queue_capacity: self.queue_capacity,
+            learn_limits: learn(&at, self.learn_limits, self.learn_window.as_ref())?,
         })
     }
 }
@@ -491,6 +632,7 @@ impl RawModel {
             fallbacks: self.fallbacks,
             default_max_tokens: self.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             kind,
+            learn_limits: learn(&at, self.learn_limits, self.learn_window.as_ref())?,
             name,
         })
     }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, DAY, Limit, MINUTE, Overflow};
-use tollgate::quota::Dimension;
+use tollgate::quota::{Dimension, RefusalCost};
+use tollgate_openai::tokens::Profile;
 
 use super::*;
 use crate::auth::{Authenticator, KeyHash, hash_key, to_hex};
@@ -131,6 +132,19 @@ fn annotated_example_loads_and_validates() {
     let llama = c.model("local-llama").unwrap();
     assert_eq!(llama.scope_name(), "model:local-llama");
     assert_eq!(llama.upstream_model, "llama-3.1-8b-instruct");
+    assert_eq!(llama.learn_limits, Some(MINUTE));
+    assert_eq!(llama.private_scope_config().learns(), Some(MINUTE));
+    let openai = c.provider("openai").unwrap();
+    assert_eq!(openai.accounting, Profile::OpenAi);
+    assert_eq!(
+        openai.engine_accounting(),
+        tollgate::lifecycle::Accounting::default()
+    );
+    let local = c.provider("local").unwrap();
+    assert_eq!(
+        (local.accounting, local.refusals),
+        (Profile::Tokenizer, RefusalCost::Free)
+    );
     let embed = c.model("text-embedding-3-small").unwrap();
     assert_eq!(embed.kind, ModelKind::Embeddings);
     assert_eq!(embed.upstream_model, "text-embedding-3-small");
@@ -202,6 +216,8 @@ fn embedded_default_validates() {
         r#"
 [providers.sim]
 base_url = "http://127.0.0.1:41234/v1"
+accounting = "openai"
+refusals = "free"
 [scopes.sim]
 rpm = 600
 tpm = 60000
@@ -252,7 +268,14 @@ fn minimal_file_gets_documented_defaults() {
     assert_eq!(p.connect_timeout, Duration::from_secs(5));
     assert_eq!(p.attempt_timeout, Duration::from_secs(120));
     assert_eq!(p.circuit.failure_threshold, 5);
+    assert_eq!(p.accounting, Profile::Tokenizer);
+    assert_eq!(
+        p.engine_accounting(),
+        tollgate::lifecycle::Accounting::default()
+    );
+    assert_eq!(p.arrival_floor, Duration::from_millis(500));
     let m = c.model("m").unwrap();
+    assert_eq!(m.learn_limits, None);
     assert_eq!(m.upstream_model, "m");
     assert_eq!(m.kind, ModelKind::Chat);
     assert_eq!(m.default_max_tokens, DEFAULT_MAX_TOKENS);
@@ -858,5 +881,188 @@ fn secrets_come_from_the_named_environment_variables() {
             .unwrap()
             .expose(),
         "root"
+    );
+}
+
+/// A provider `p` with `extra` settings, a tenant and a model `m` on it.
+fn with_provider(extra: &str, model_extra: &str) -> String {
+    format!(
+        "[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n{extra}\n\
+         [tenants.t]\nkeys_sha256 = [\"{}\"]\n\
+         [models.m]\nprovider = \"p\"\n{model_extra}\n",
+        to_hex(&hash_key("sk-t"))
+    )
+}
+
+// proves: Q-16 (the accounting profile, the refusal cost and reconciliation
+// are set per provider, with the documented defaults)
+// proves: Q-15 (the arrival floor is a provider setting, 500 ms by default)
+#[test]
+fn provider_accounting_settings() {
+    let c = ok(&with_provider(
+        "accounting = \"openai\"\nrefusals = \"free\"\nreconciles = false\narrival_floor = \"250ms\"",
+        "",
+    ));
+    let p = c.provider("p").unwrap();
+    assert_eq!(p.accounting, Profile::OpenAi);
+    assert_eq!(
+        p.engine_accounting(),
+        tollgate::lifecycle::Accounting {
+            refusal_cost: RefusalCost::Free,
+            reconciles: false,
+            arrival_floor: Duration::from_millis(250),
+        }
+    );
+    let c = ok(&with_provider(
+        "accounting = { chars_per_token = 3, output = \"none\" }\nrefusals = \"request\"",
+        "",
+    ));
+    let p = c.provider("p").unwrap();
+    assert_eq!(
+        p.accounting,
+        Profile::Chars {
+            chars_per_token: 3,
+            output: false
+        }
+    );
+    assert_eq!(p.refusals, RefusalCost::Request);
+    // output defaults to the output cap; refusals = "full" is the default.
+    let c = ok(&with_provider(
+        "accounting = { chars_per_token = 4 }\nrefusals = \"full\"",
+        "",
+    ));
+    let p = c.provider("p").unwrap();
+    assert_eq!(
+        p.accounting,
+        Profile::Chars {
+            chars_per_token: 4,
+            output: true
+        }
+    );
+    assert_eq!(p.refusals, RefusalCost::Full);
+}
+
+// proves: Q-16 (a wrong accounting setting is an error naming it, with the
+// accepted forms)
+// proves: GW-9 (located errors)
+#[test]
+fn bad_accounting_settings_are_errors() {
+    let e = fail_at(
+        &with_provider("accounting = \"bytes\"", ""),
+        "providers.p.accounting",
+        "unknown accounting profile \"bytes\"",
+    );
+    assert!(e.reason.contains("\"openai\""), "{e}");
+    assert_eq!(e.position().map(|p| p.0), Some(3));
+    fail_at(
+        &with_provider("accounting = \"anthropic\"", ""),
+        "providers.p.accounting",
+        "separate input and output limits",
+    );
+    fail_at(
+        &with_provider("accounting = 4", ""),
+        "providers.p.accounting",
+        "has the wrong type (integer)",
+    );
+    fail_at(
+        &with_provider("accounting = { output = \"none\" }", ""),
+        "providers.p.accounting",
+        "needs chars_per_token",
+    );
+    fail_at(
+        &with_provider("accounting = { chars_per_token = 0 }", ""),
+        "providers.p.accounting.chars_per_token",
+        "from 1 to",
+    );
+    fail_at(
+        &with_provider("accounting = { chars_per_token = \"4\" }", ""),
+        "providers.p.accounting.chars_per_token",
+        "positive integer",
+    );
+    fail_at(
+        &with_provider("accounting = { chars_per_token = 4, output = \"all\" }", ""),
+        "providers.p.accounting.output",
+        "\"max_tokens\"",
+    );
+    fail_at(
+        &with_provider("accounting = { chars_per_token = 4, input = true }", ""),
+        "providers.p.accounting.input",
+        "unknown field \"input\"",
+    );
+    let e = fail(&with_provider("refusals = \"none\"", ""));
+    assert_eq!(e.kind, ConfigErrorKind::Schema);
+    assert_eq!(e.field.as_deref(), Some("providers.p.refusals"));
+    assert!(e.reason.contains("free"), "{e}");
+    let e = fail(&with_provider("reconciles = \"yes\"", ""));
+    assert_eq!(e.field.as_deref(), Some("providers.p.reconciles"));
+    fail_at(
+        &with_provider("arrival_floor = \"half a second\"", ""),
+        "providers.p.arrival_floor",
+        "is not a duration",
+    );
+}
+
+// proves: Q-14 (learn_limits adopts the limits a scope leaves out, over one
+// minute or learn_window; on a model's private scope or a named scope)
+#[test]
+fn learn_limits_settings() {
+    let c = ok(&with_provider("", "learn_limits = true"));
+    let m = c.model("m").unwrap();
+    assert_eq!(m.learn_limits, Some(MINUTE));
+    let scopes = c.scope_configs();
+    assert_eq!(scopes[0].name(), "model:m");
+    assert_eq!(scopes[0].learns(), Some(MINUTE));
+    assert_eq!(c.controller_config().validate(), Ok(()));
+
+    let c = ok(&with_provider(
+        "",
+        "scope = \"s\"\n[scopes.s]\nrpm = 10\nlearn_limits = true\nlearn_window = \"2s\"",
+    ));
+    let s = c.scope("s").unwrap();
+    assert_eq!(s.learn_limits, Some(Duration::from_secs(2)));
+    assert_eq!(s.to_scope_config().learns(), Some(Duration::from_secs(2)));
+    assert!(s.to_scope_config().has_token_limit());
+    // learn_limits = false is the default.
+    let c = ok(&with_provider("", "learn_limits = false"));
+    assert_eq!(c.scope_configs()[0].learns(), None);
+}
+
+// proves: Q-14 (learn_limits where there is nothing to learn, or on a model
+// that shares a scope, is an error naming the setting)
+#[test]
+fn bad_learn_limits_are_errors() {
+    fail_at(
+        &with_provider(
+            "",
+            "scope = \"s\"\n[scopes.s]\nrpm = 10\ntpm = 100\nlearn_limits = true",
+        ),
+        "scopes.s.learn_limits",
+        "sets both a request and a token limit",
+    );
+    fail_at(
+        &with_provider(
+            "",
+            "scope = \"s\"\nlearn_limits = true\n[scopes.s]\nrpm = 10",
+        ),
+        "models.m.learn_limits",
+        "set learn_limits = true on [scopes.s]",
+    );
+    fail_at(
+        &with_provider("", "learn_window = \"2s\""),
+        "models.m.learn_window",
+        "without learn_limits = true",
+    );
+    fail_at(
+        &with_provider("", "learn_limits = true\nlearn_window = \"0s\""),
+        "models.m.learn_window",
+        "longer than zero",
+    );
+    fail_at(
+        &with_provider(
+            "",
+            "scope = \"s\"\n[scopes.s]\nlearn_limits = true\nlearn_window = \"soon\"",
+        ),
+        "scopes.s.learn_window",
+        "is not a duration",
     );
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tollgate::config::{
     Algorithm, ControllerConfig, CooldownConfig, Limit, MINUTE, Overflow, PoolConfig, ScopeConfig,
 };
-use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
-use tollgate::quota::Dimension;
+use tollgate::lifecycle::{Accounting, AttemptPolicy, CircuitConfig};
+use tollgate::quota::{Dimension, RefusalCost};
+use tollgate_openai::tokens::Profile;
 
 use crate::auth::{ANONYMOUS_TENANT, KeyHash, TenantId};
 
@@ -185,13 +186,39 @@ pub struct ProviderConfig {
     pub max_response_bytes: usize,
     /// The provider's circuit breaker (SPEC RT-8).
     pub circuit: CircuitConfig,
+    /// `accounting`: what a reservation counts, following how the
+    /// provider's rate limiter counts a request (SPEC Q-16; default
+    /// [`Profile::Tokenizer`]).
+    pub accounting: Profile,
+    /// `refusals`: what a 429 costs at the provider, and so in tollgate's
+    /// window (SPEC Q-16; default [`RefusalCost::Full`]).
+    pub refusals: RefusalCost,
+    /// `reconciles`: whether the provider's limiter settles a request with
+    /// its reported usage (default `true`); `false` keeps the whole
+    /// estimate counted.
+    pub reconciles: bool,
+    /// `arrival_floor`: the least arrival delay assumed for an attempt whose
+    /// response has not begun (SPEC Q-15; default 500 ms).
+    pub arrival_floor: Duration,
 }
+
+/// Default of `providers.<name>.arrival_floor`.
+pub const DEFAULT_ARRIVAL_FLOOR: Duration = Duration::from_millis(500);
 
 impl ProviderConfig {
     /// `base_url` joined with `path` by exactly one slash, e.g.
     /// `url("/chat/completions")`.
     pub fn url(&self, path: &str) -> String {
         format!("{}/{}", self.base_url, path.trim_start_matches('/'))
+    }
+
+    /// The engine's view of how this provider counts (SPEC ).
+    pub fn engine_accounting(&self) -> Accounting {
+        Accounting {
+            refusal_cost: self.refusals,
+            reconciles: self.reconciles,
+            arrival_floor: self.arrival_floor,
+        }
     }
 }
 
@@ -210,6 +237,11 @@ pub struct QuotaScope {
     pub limits: Vec<Limit>,
     /// Per-scope override of `admission.queue_capacity`.
     pub queue_capacity: Option<usize>,
+    /// `learn_limits = true`: the window over which the limits this scope
+    /// leaves out are adopted from the provider's advertised
+    /// `x-ratelimit-limit-*` (SPEC Q-14; `learn_window`, default one
+    /// minute). `None` = nothing is learned.
+    pub learn_limits: Option<Duration>,
 }
 
 impl QuotaScope {
@@ -220,11 +252,10 @@ impl QuotaScope {
             .collect()
     }
 
-    /// Whether any limit counts tokens (requests then need an estimate).
+    /// Whether any limit counts tokens, or may once learned (requests then
+    /// need an estimate).
     pub fn has_token_limit(&self) -> bool {
-        self.all_limits()
-            .iter()
-            .any(|l| l.dimension == Dimension::Tokens)
+        self.learn_limits.is_some() || self.limits_dimension(Dimension::Tokens)
     }
 
     /// The engine's scope settings.
@@ -237,7 +268,15 @@ impl QuotaScope {
         if let Some(capacity) = self.queue_capacity {
             scope = scope.queue_capacity(capacity);
         }
+        if let Some(window) = self.learn_limits {
+            scope = scope.learn_limits(window);
+        }
         scope
+    }
+
+    /// Whether a limit of `dimension` is configured (in any window).
+    pub fn limits_dimension(&self, dimension: Dimension) -> bool {
+        self.all_limits().iter().any(|l| l.dimension == dimension)
     }
 }
 
@@ -305,6 +344,11 @@ pub struct ModelConfig {
     pub default_max_tokens: u64,
     /// The route it serves.
     pub kind: ModelKind,
+    /// `learn_limits = true` on a model without a `scope`: its private
+    /// scope adopts the provider's advertised limits over this window
+    /// (SPEC Q-14; `learn_window`, default one minute). `None` = its private
+    /// scope stays unlimited.
+    pub learn_limits: Option<Duration>,
 }
 
 impl ModelConfig {
@@ -319,6 +363,16 @@ impl ModelConfig {
     /// The name of this model's pool: `model:<name>`.
     pub fn pool_name(&self) -> String {
         format!("{MODEL_PREFIX}{}", self.name)
+    }
+
+    /// The private scope of a model that names no scope: unlimited, or
+    /// learning the provider's limits when `learn_limits` is set.
+    pub fn private_scope_config(&self) -> ScopeConfig {
+        let scope = ScopeConfig::new(self.scope_name());
+        match self.learn_limits {
+            Some(window) => scope.learn_limits(window),
+            None => scope,
+        }
     }
 
     /// The engine pool of this model, when `concurrency` is set.
@@ -501,7 +555,7 @@ impl GatewayConfig {
                 self.models
                     .iter()
                     .filter(|m| m.scope.is_none())
-                    .map(|m| ScopeConfig::new(m.scope_name())),
+                    .map(ModelConfig::private_scope_config),
             )
             .collect()
     }

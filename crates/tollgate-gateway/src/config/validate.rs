@@ -337,6 +337,18 @@ impl GatewayConfig {
                 ),
             ));
         }
+        if let Some(window) = m.learn_limits {
+            if let Some(scope) = &m.scope {
+                return Err(Problem::invalid(
+                    &at.key("learn_limits"),
+                    format!(
+                        "this model spends scope {scope:?}, whose limits it shares; set \
+                         learn_limits = true on [scopes.{scope}] instead"
+                    ),
+                ));
+            }
+            non_zero(&at.key("learn_window"), window)?;
+        }
         pool_bounds(&at, m.concurrency, m.max_waiting, m.max_wait)?;
         positive(&at.key("default_max_tokens"), Some(m.default_max_tokens))?;
         let mut seen = BTreeSet::new();
@@ -558,6 +570,18 @@ fn check_scope(s: &QuotaScope) -> Check {
             ));
         }
         seen.push((*dimension, *window, entry));
+    }
+    if let Some(window) = s.learn_limits {
+        non_zero(&at.key("learn_window"), window)?;
+        let requests = seen.iter().any(|(d, _, _)| *d == Dimension::Requests);
+        let tokens = seen.iter().any(|(d, _, _)| *d == Dimension::Tokens);
+        if requests && tokens {
+            return Err(Problem::invalid(
+                &at.key("learn_limits"),
+                "learns only the limits the scope leaves out, but this scope sets both a \
+                 request and a token limit; remove learn_limits, or the limits to learn",
+            ));
+        }
     }
     if s.queue_capacity == Some(0) {
         return Err(Problem::invalid(

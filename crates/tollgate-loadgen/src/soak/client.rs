@@ -26,6 +26,9 @@ type Sender = SendRequest<Full<Bytes>>;
 /// than reused (the gateway closes idle connections after its header read
 /// timeout).
 const MAX_IDLE: Duration = Duration::from_secs(3);
+/// Most idle keep-alive connections kept: with `--concurrency` 256 the
+/// soak then stays well below the gateway's default connection cap (512).
+const MAX_POOLED: usize = 64;
 /// Largest one-shot or error body read.
 const MAX_BODY: usize = 16 << 20;
 /// How long a stalled client drains what is left once it reads again.
@@ -144,13 +147,20 @@ impl Client {
     }
 
     /// A new connection (its driver task, and the local port).
-    async fn connect(&self, rcvbuf: Option<u32>) -> anyhow::Result<(Sender, JoinHandle<()>, u16)> {
+    async fn connect(
+        &self,
+        rcvbuf: Option<u32>,
+        reset: bool,
+    ) -> anyhow::Result<(Sender, JoinHandle<()>, u16)> {
         let socket = TcpSocket::new_v4()?;
         if let Some(n) = rcvbuf {
             socket.set_recv_buffer_size(n)?;
         }
         let stream = socket.connect(self.gateway.addr).await?;
         stream.set_nodelay(true)?;
+        if reset {
+            stream.set_zero_linger()?;
+        }
         let port = stream.local_addr()?.port();
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
         let task = tokio::spawn(async move {
@@ -177,19 +187,22 @@ impl Client {
                 return Ok((sender, true));
             }
         }
-        let (mut sender, _task, _) = self.connect(None).await?;
+        let (mut sender, _task, _) = self.connect(None, false).await?;
         sender.ready().await?;
         Ok((sender, false))
     }
 
     fn checkin(&self, sender: Sender) {
-        self.idle
+        let mut idle = self
+            .idle
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Idle {
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < MAX_POOLED {
+            idle.push(Idle {
                 sender,
                 since: Instant::now(),
             });
+        }
     }
 
     /// Sends `call` and behaves as it says.
@@ -228,7 +241,7 @@ impl Client {
             // as the request went out; nothing was read, send it again.
             Err(e) if reused && (e.is_canceled() || e.is_incomplete_message()) => {
                 self.keepalive_retries.fetch_add(1, Ordering::Relaxed);
-                let (mut fresh, _task, _) = self.connect(None).await?;
+                let (mut fresh, _task, _) = self.connect(None, false).await?;
                 fresh.ready().await?;
                 sender = fresh;
                 sender.send_request(self.request(call)).await?
@@ -253,7 +266,7 @@ impl Client {
 
     /// Sends, then drops the request `after` a delay, headers or not.
     async fn cancel_before_headers(&self, call: &Call, after: Duration) -> Outcome {
-        let (mut sender, task, _) = match self.connect(None).await {
+        let (mut sender, task, _) = match self.connect(None, call.reset).await {
             Ok(c) => c,
             Err(e) => return Outcome::violation("connect", format!("{e:#}")),
         };
@@ -274,7 +287,7 @@ impl Client {
     /// Waits for headers, reads `frames` frames, then drops the
     /// connection.
     async fn cancel_after(&self, call: &Call, frames: u32) -> Outcome {
-        let (mut sender, task, _) = match self.connect(None).await {
+        let (mut sender, task, _) = match self.connect(None, call.reset).await {
             Ok(c) => c,
             Err(e) => return Outcome::violation("connect", format!("{e:#}")),
         };
@@ -316,7 +329,8 @@ impl Client {
     /// drains what is left and judges.
     async fn stall(&self, call: &Call, frames: u32) -> Outcome {
         let timeout = Duration::from_secs_f64(call.timeout.expect("stalled calls have a deadline"));
-        let (mut sender, task, port) = match self.connect(Some(self.stall_rcvbuf)).await {
+        let (mut sender, task, port) = match self.connect(Some(self.stall_rcvbuf), call.reset).await
+        {
             Ok(c) => c,
             Err(e) => return Outcome::violation("connect", format!("{e:#}")),
         };
@@ -341,8 +355,13 @@ impl Client {
             let status = response.status();
             let mut body = response.into_body();
             if status != StatusCode::OK {
-                let (bytes, end) = read_all(&mut body).await;
-                return classify_whole(status, &bytes, &end);
+                return match tokio::time::timeout(DRAIN, read_all(&mut body)).await {
+                    Ok((bytes, end)) => classify_whole(status, &bytes, &end),
+                    Err(_) => Outcome::violation(
+                        "client_timeout",
+                        format!("a {} body still unread after {DRAIN:?}", status.as_u16()),
+                    ),
+                };
             }
             let mut reader = StreamReader::default();
             // The first frames, read as a client that still listens.

@@ -56,6 +56,10 @@ use crate::client::{Client, ClientConfig, Outcome};
 use crate::plan::{BURST_EVERY, BURST_LEN, Behaviour, Call, Upstream, in_burst};
 use crate::watch::CloseWatcher;
 
+/// Below this many requests the RSS growth is reported, not checked: the
+/// first checkpoint would fall within the gateway's warm-up.
+const RSS_MIN_REQUESTS: u64 = 20_000;
+
 /// Most violation messages kept for the report.
 const SAMPLES: usize = 25;
 
@@ -121,8 +125,10 @@ struct Stats {
     /// Milliseconds from a stalled stream's deadline to the gateway's
     /// close (closes after the deadline only).
     close_ms: Mutex<BTreeMap<&'static str, Histogram<u64>>>,
-    closed_early: Mutex<BTreeMap<&'static str, u64>>,
+    /// Milliseconds before the deadline, for closes before it.
+    closed_early: Mutex<BTreeMap<&'static str, Vec<u64>>>,
     done: AtomicU64,
+    in_flight: AtomicU64,
     last_end: Mutex<Option<Instant>>,
 }
 
@@ -236,7 +242,10 @@ impl Stats {
         }
         if let Some(after) = outcome.close_after_deadline {
             if after < 0.0 {
-                *lock(&self.closed_early).entry(category(call)).or_default() += 1;
+                lock(&self.closed_early)
+                    .entry(category(call))
+                    .or_default()
+                    .push((-after * 1000.0).round() as u64);
             } else {
                 let ms = (after * 1000.0).round().max(1.0) as u64;
                 let mut hists = lock(&self.close_ms);
@@ -253,6 +262,7 @@ impl Stats {
         }
         *lock(&self.last_end) = Some(Instant::now());
         self.done.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -294,6 +304,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
         close_ms: Mutex::new(BTreeMap::new()),
         closed_early: Mutex::new(BTreeMap::new()),
         done: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
         last_end: Mutex::new(None),
     });
     let rss_start = args.gateway_pid.and_then(vm_rss);
@@ -304,8 +315,6 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     let hard_stop = start + args.max_duration;
     let progress = {
         let stats = Arc::clone(&stats);
-        let slots = Arc::clone(&slots);
-        let concurrency = args.concurrency;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(10));
             tick.tick().await;
@@ -316,7 +325,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
                     "soak: {:>6.0} s  {done}/{total} done  {:.0}/s  in flight {}  violations {}",
                     start.elapsed().as_secs_f64(),
                     done as f64 / start.elapsed().as_secs_f64(),
-                    concurrency - slots.available_permits(),
+                    stats.in_flight.load(Ordering::Relaxed),
                     stats.violations.load(Ordering::Relaxed)
                 );
             }
@@ -325,7 +334,6 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
     let mut sent = 0;
     let mut stopped_early = false;
     let all = u32::try_from(args.concurrency).unwrap_or(u32::MAX);
-    // (requests done, VmRSS under load, VmRSS after the pause), in KiB.
     let mut rss: Vec<RssPoint> = Vec::new();
     let sampler = RssSampler::spawn(args.gateway_pid);
     let mut load_since = start;
@@ -386,6 +394,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
         let client = Arc::clone(&client);
         let stats = Arc::clone(&stats);
         sent += 1;
+        stats.in_flight.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let outcome = client.run(&call).await;
             stats.record(&call, index, outcome);
@@ -440,6 +449,7 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
                 max_tokens: 8,
                 timeout: None,
                 impatient: false,
+                reset: false,
             };
             let outcome = client.run(&call).await;
             let ok = outcome.class == "ok/oneshot";
@@ -513,7 +523,12 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
                     "p90_ms": h.value_at_quantile(0.9),
                     "p99_ms": h.value_at_quantile(0.99),
                     "max_ms": h.max(),
-                    "closed_before_deadline": closed_early.get(cat).copied().unwrap_or(0),
+                    "closed_before_deadline": closed_early.get(cat).map_or(0, Vec::len),
+                    "closed_before_deadline_ms": closed_early.get(cat).map(|v| {
+                        let mut v = v.clone();
+                        v.sort_unstable();
+                        json!({"p50": v[v.len() / 2], "max": v[v.len() - 1]})
+                    }),
                 }),
             )
         })
@@ -584,8 +599,14 @@ async fn soak(args: Args, gateway: Gateway) -> anyhow::Result<Value> {
         ),
         check(
             "rss_growth",
-            args.gateway_pid.is_none() || rss_growth.is_some_and(|g| g < args.max_rss_growth_pct),
+            args.gateway_pid.is_none()
+                || total < RSS_MIN_REQUESTS
+                || rss_growth.is_some_and(|g| g < args.max_rss_growth_pct),
             match rss_growth {
+                Some(g) if total < RSS_MIN_REQUESTS => format!(
+                    "{g:.2} % between {} and {} requests; not checked below {RSS_MIN_REQUESTS} requests (the first checkpoint falls in the warm-up)",
+                    rss[0].requests, rss[3].requests
+                ),
                 Some(g) => format!(
                     "{g:.2} % between {} and {} requests (limit {} %)",
                     rss[0].requests, rss[3].requests, args.max_rss_growth_pct

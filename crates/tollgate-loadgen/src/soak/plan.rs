@@ -50,6 +50,11 @@ pub struct Call {
     /// One of a burst of impatient clients (tiny deadline, all sent at
     /// once): their 504s must not open the provider's circuit (GW-16).
     pub impatient: bool,
+    /// A client that goes away does so with a reset (RST, `SO_LINGER`
+    /// 0) rather than a normal close (FIN). Stalled clients always reset
+    /// once they have drained: either way no TIME_WAIT entry is left to
+    /// swell `/proc/net/tcp`, which the close watcher reads.
+    pub reset: bool,
 }
 
 impl Call {
@@ -112,6 +117,7 @@ pub fn draw(seed: u64, index: u64, bulk_stall_tokens: u32) -> Call {
             // token, so every one ends at its deadline.
             timeout: Some(f64::from(rng.u32(1..=5)) / 1000.0),
             impatient: true,
+            reset: false,
         };
     }
     let roll = rng.u32(0..1000);
@@ -133,6 +139,7 @@ pub fn draw(seed: u64, index: u64, bulk_stall_tokens: u32) -> Call {
         max_tokens: rng.u32(8..=48),
         timeout: None,
         impatient: false,
+        reset: rng.bool(),
     };
     match roll {
         0..380 => Call {
@@ -167,22 +174,24 @@ pub fn draw(seed: u64, index: u64, bulk_stall_tokens: u32) -> Call {
         },
         900..995 => Call {
             behaviour: Behaviour::Stall {
-                frames: rng.u32(0..=3),
+                frames: rng.u32(0..=40),
             },
             upstream: Upstream::Slow,
             stream: true,
             max_tokens: rng.u32(1500..=3000),
             timeout: Some(f64::from(rng.u32(300..=1000)) / 1000.0),
+            reset: true,
             ..base
         },
         _ => Call {
             behaviour: Behaviour::Stall {
-                frames: rng.u32(0..=3),
+                frames: rng.u32(0..=40),
             },
             upstream: Upstream::Bulk,
             stream: true,
             max_tokens: bulk_stall_tokens,
             timeout: Some(f64::from(rng.u32(300..=1000)) / 1000.0),
+            reset: true,
             ..base
         },
     }

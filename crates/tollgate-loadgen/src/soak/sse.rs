@@ -131,6 +131,18 @@ impl StreamReader {
             self.done = true;
             return;
         }
+        // Past the first chunks of a long stream, a chunk is recognised
+        // without parsing it (a stalled client drains megabytes of them;
+        // the first ones, and every event of an ordinary stream, are
+        // parsed in full).
+        if self.chunks >= FULLY_PARSED
+            && data.starts_with(b"{\"id\":")
+            && contains(&data, b"\"object\":\"chat.completion.chunk\"")
+            && !contains(&data, b"\"error\"")
+        {
+            self.chunks += 1;
+            return;
+        }
         match serde_json::from_slice::<Chunk>(&data) {
             Ok(Chunk { error: Some(e), .. }) => match error_class(&e) {
                 Some(class) => self.error = Some(class),
@@ -154,6 +166,13 @@ impl StreamReader {
     pub fn has_partial(&self) -> bool {
         !self.buf.is_empty()
     }
+}
+
+/// Chunks of a stream parsed as JSON before the fast path takes over.
+const FULLY_PARSED: u64 = 64;
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The end of the first event in `buf` and the separator's length.

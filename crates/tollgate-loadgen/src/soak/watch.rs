@@ -6,8 +6,16 @@
 //! closes (or resets) its socket, the kernel's row for it in
 //! `/proc/net/tcp` leaves `ESTABLISHED` (FIN_WAIT1 while unsent data
 //! remains, or gone). Both ends live on this machine, so one reader of
-//! that table, polled every `POLL`, tells every stalled client when the
-//! gateway let go of it. Linux only.
+//! that table, polled every `POLL` (100 ms), tells every stalled client
+//! when the gateway let go of it. Linux only.
+//!
+//! The table is read with `ss` when it is installed (iproute2: the kernel
+//! filters the sockets by port, while `/proc/net/tcp` formats
+//! every socket of the machine, tens of thousands in TIME_WAIT during a
+//! long soak), else from `/proc/net/tcp`. Either is written a chunk at a
+//! time, so a row can be missing from one read while connections come and
+//! go: a connection counts as closed when its row is there in another
+//! state, or missing from two reads in a row.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,12 +25,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// How often the table is read while anyone waits.
-const POLL: Duration = Duration::from_millis(50);
+const POLL: Duration = Duration::from_millis(100);
 
 /// `st` of an established TCP socket in `/proc/net/tcp`.
 const ESTABLISHED: u8 = 0x01;
 
-type Waiters = HashMap<u16, oneshot::Sender<Instant>>;
+/// Per client port: whom to tell, and whether the last read missed it.
+type Waiters = HashMap<u16, (oneshot::Sender<Instant>, bool)>;
 
 /// Shared by every stalled client of a run.
 #[derive(Clone)]
@@ -39,6 +48,10 @@ impl CloseWatcher {
             waiters: Arc::new(Mutex::new(HashMap::new())),
         };
         let w = watcher.clone();
+        let use_ss = std::process::Command::new("ss")
+            .args(["-tnH", "( sport = :1 )"])
+            .output()
+            .is_ok_and(|o| o.status.success());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(POLL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -47,20 +60,44 @@ impl CloseWatcher {
                 if w.lock().is_empty() {
                     continue;
                 }
-                // Blocking file read of a few hundred kB at most.
-                let Ok(table) = tokio::fs::read_to_string("/proc/net/tcp").await else {
-                    continue;
+                let rows = if use_ss {
+                    let Ok(out) = tokio::process::Command::new("ss")
+                        .args([
+                            "-tnH".to_owned(),
+                            format!("( sport = :{} )", w.gateway_port),
+                        ])
+                        .output()
+                        .await
+                    else {
+                        continue;
+                    };
+                    if !out.status.success() {
+                        continue;
+                    }
+                    ss_peers(&String::from_utf8_lossy(&out.stdout))
+                } else {
+                    let Ok(table) = tokio::fs::read_to_string("/proc/net/tcp").await else {
+                        continue;
+                    };
+                    peers(&table, w.gateway_port)
                 };
                 let now = Instant::now();
-                let open = established_peers(&table, w.gateway_port);
                 let mut waiters = w.lock();
-                let closed: Vec<u16> = waiters
-                    .keys()
-                    .copied()
-                    .filter(|port| !open.contains(port))
-                    .collect();
+                let mut closed = Vec::new();
+                for (port, (_, missed)) in waiters.iter_mut() {
+                    match rows.get(port) {
+                        Some(&established) => {
+                            *missed = false;
+                            if !established {
+                                closed.push(*port);
+                            }
+                        }
+                        None if *missed => closed.push(*port),
+                        None => *missed = true,
+                    }
+                }
                 for port in closed {
-                    if let Some(tx) = waiters.remove(&port) {
+                    if let Some((tx, _)) = waiters.remove(&port) {
                         let _ = tx.send(now);
                     }
                 }
@@ -83,7 +120,7 @@ impl CloseWatcher {
     /// when the close was first seen.
     pub async fn closed(&self, client_port: u16, until: Instant) -> Option<Instant> {
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(client_port, tx);
+        self.lock().insert(client_port, (tx, false));
         let seen = tokio::time::timeout_at(until, rx)
             .await
             .ok()
@@ -93,9 +130,27 @@ impl CloseWatcher {
     }
 }
 
-/// Remote ports of the established sockets whose local port is `port`.
-pub fn established_peers(table: &str, port: u16) -> std::collections::HashSet<u16> {
-    let mut peers = std::collections::HashSet::new();
+/// Remote ports in the output of `ss -tnH '( sport = :PORT )'`, with
+/// whether each is established: `State Recv-Q Send-Q Local:Port Peer:Port`
+/// per line.
+pub fn ss_peers(out: &str) -> HashMap<u16, bool> {
+    let mut peers = HashMap::new();
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(state), Some(peer)) = (fields.first(), fields.get(4)) else {
+            continue;
+        };
+        if let Some(port) = peer.rsplit_once(':').and_then(|(_, p)| p.parse().ok()) {
+            *peers.entry(port).or_insert(false) |= *state == "ESTAB";
+        }
+    }
+    peers
+}
+
+/// Remote ports of the sockets whose local port is `port`, with whether
+/// each is established.
+pub fn peers(table: &str, port: u16) -> HashMap<u16, bool> {
+    let mut peers = HashMap::new();
     for line in table.lines().skip(1) {
         let mut fields = line.split_whitespace();
         let (Some(_sl), Some(local), Some(remote), Some(state)) =
@@ -108,10 +163,13 @@ pub fn established_peers(table: &str, port: u16) -> std::collections::HashSet<u1
                 .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
         };
         if port_of(local) == Some(port)
-            && u8::from_str_radix(state, 16) == Ok(ESTABLISHED)
             && let Some(peer) = port_of(remote)
+            && peer != 0
         {
-            peers.insert(peer);
+            let established = u8::from_str_radix(state, 16) == Ok(ESTABLISHED);
+            // A port seen twice (an old connection in TIME_WAIT and a new
+            // one): established wins.
+            *peers.entry(peer).or_insert(established) |= established;
         }
     }
     peers
@@ -128,9 +186,17 @@ mod tests {
    1: 0100007F:474A 0100007F:9C40 01 00001000:00000000 00:00000000 00000000     0        0 2 1\n\
    2: 0100007F:474A 0100007F:9C41 04 00002000:00000000 00:00000000 00000000     0        0 3 1\n\
    3: 0100007F:9C42 0100007F:474A 01 00000000:00000000 00:00000000 00000000     0        0 4 1\n";
-        let peers = established_peers(table, 0x474A);
-        assert_eq!(peers.len(), 1);
-        assert!(peers.contains(&0x9C40));
+        let peers = peers(table, 0x474A);
+        assert_eq!(peers.len(), 2);
+        assert_eq!(peers.get(&0x9C40), Some(&true));
+        assert_eq!(peers.get(&0x9C41), Some(&false));
+        let ss = ss_peers(
+            "ESTAB      0      0      127.0.0.1:18282 127.0.0.1:40000\n\
+             FIN-WAIT-1 0 4096 127.0.0.1:18282 127.0.0.1:40001\n",
+        );
+        assert_eq!(ss.len(), 2);
+        assert_eq!(ss.get(&40000), Some(&true));
+        assert_eq!(ss.get(&40001), Some(&false));
     }
 
     #[tokio::test]

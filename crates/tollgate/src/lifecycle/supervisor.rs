@@ -590,19 +590,24 @@ impl<P: Provider> Supervisor<P> {
                 (_, Some(_)) => counted.response_began(end),
                 _ => counted.ended(end),
             };
+            // Settle what the failed attempt used first: a 429 costs what
+            // the provider charges for it, and the provider's
+            // remaining budget in the answer already excludes what it did
+            // not charge, so it is compared after the settlement.
+            if error.kind == ErrorKind::RateLimited {
+                let _ = lease.refused(inner.accounting.refusal_cost);
+            } else {
+                let _ = lease.reconcile(error.usage);
+            }
             if let Some(budget) = &error.budget {
                 self.observe_budget(budget, end);
             }
             if error.status.is_some() {
                 inner.controller.provider_answered(inner.scope);
             }
-            // Settle what the failed attempt used; a 429 costs what the
-            // provider charges for it and pauses the scope.
+            // A 429 pauses the scope (CD-1).
             if error.kind == ErrorKind::RateLimited {
-                let _ = lease.refused(inner.accounting.refusal_cost);
                 lease.rate_limited(error.retry_after);
-            } else {
-                let _ = lease.reconcile(error.usage);
             }
             // The attempt's permit is never held during backoff (POOL-1).
             drop(lease);

@@ -1,0 +1,214 @@
+//! Command-line flags of `tollgate batch`, as a `clap::Args` group the CLI
+//! flattens into its subcommand.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tollgate::Dimension;
+use tollgate::config::Limit;
+use tollgate_openai::provider::ApiKey;
+use tollgate_openai::tokens::Profile;
+use tollgate_sim::SimConfig;
+
+use crate::BatchError;
+use crate::config::{
+    BatchConfig, ErrorClass, ProgressMode, Target, parse_duration, parse_limit, parse_profile,
+};
+
+/// The OpenAI API.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// `--rpm` of `--sim` when none is given.
+pub const SIM_DEFAULT_RPM: u64 = 300;
+/// `--tpm` of `--sim` when none is given.
+pub const SIM_DEFAULT_TPM: u64 = 60_000;
+
+/// Flags of `tollgate batch`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BatchArgs {
+    /// The input: OpenAI Batch JSONL (`custom_id`, `method`, `url`, `body`).
+    pub input: PathBuf,
+    /// The output: OpenAI Batch output JSONL. An existing file is resumed:
+    /// items already in it are skipped.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Base URL of the OpenAI-compatible API.
+    #[arg(long, default_value = DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// Environment variable holding the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// Run against a strict simulated provider started in this process
+    /// (enforcing the same --rpm/--tpm; no account needed).
+    #[arg(long)]
+    pub sim: bool,
+    /// Time to first byte of the simulated provider (with --sim).
+    #[arg(long, default_value = "20ms", value_parser = parse_duration_or_zero)]
+    pub sim_latency: Duration,
+    /// Requests per --window.
+    #[arg(long)]
+    pub rpm: Option<u64>,
+    /// Tokens per --window.
+    #[arg(long)]
+    pub tpm: Option<u64>,
+    /// The window of --rpm and --tpm (e.g. 1m; shorter for tests).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub window: Duration,
+    /// A further limit, e.g. `tokens=5000000/1d` or `requests=10000/1d`
+    /// (repeatable).
+    #[arg(long = "limit", value_parser = parse_limit)]
+    pub limits: Vec<Limit>,
+    /// Items in progress at once (waiting for quota or at the provider).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u64,
+    /// Attempts per item, the first included (429, 5xx, timeouts and
+    /// connection errors are retried).
+    #[arg(long, default_value_t = 5)]
+    pub max_attempts: u32,
+    /// Each item's deadline, from when a worker takes it: quota wait,
+    /// attempts and backoff together.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub item_timeout: Duration,
+    /// The whole run's deadline; items not finished by then are left for a
+    /// re-run.
+    #[arg(long, value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
+    /// Cap of one attempt (connect, headers and body).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub attempt_timeout: Duration,
+    /// How tokens are counted: chars (ceil(chars / 4) + output cap),
+    /// tokenizer (the model family's tokenizer + output cap) or openai
+    /// (the larger of both + output cap).
+    #[arg(long, default_value = "tokenizer", value_parser = parse_profile)]
+    pub estimator: Profile,
+    /// Output allowance of a chat request without max_tokens.
+    #[arg(long, default_value_t = tollgate_openai::tokens::DEFAULT_OUTPUT_TOKENS)]
+    pub default_max_tokens: u64,
+    /// Stop at the first item that fails with one of these classes
+    /// (authentication, invalid_request, rate_limited, server, timeout,
+    /// connection, protocol, deadline, configuration); comma-separated or
+    /// repeated.
+    #[arg(long, value_delimiter = ',')]
+    pub abort_on: Vec<ErrorClass>,
+    /// Sync each output line to disk (survives a power loss, not only a
+    /// crash).
+    #[arg(long)]
+    pub fsync: bool,
+    /// Run again the items whose recorded result is a failure.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Run again the items whose request changed since their result was
+    /// recorded (otherwise such a change stops the run before it starts).
+    #[arg(long)]
+    pub rerun_changed: bool,
+    /// Validate, estimate, print the totals and the lower bound on wall
+    /// time; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Progress display: auto (a bar on a terminal, lines otherwise),
+    /// plain, off.
+    #[arg(long, default_value = "auto", value_parser = parse_progress)]
+    pub progress: ProgressMode,
+    /// Interval of plain progress lines.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub progress_interval: Duration,
+    /// Write the summary as JSON to this file too.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Draw what was admitted over the run against the limits (trailing
+    /// window sums of requests and tokens) as an SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+fn parse_progress(s: &str) -> Result<ProgressMode, String> {
+    match s {
+        "auto" => Ok(ProgressMode::Auto),
+        "plain" => Ok(ProgressMode::Plain),
+        "off" => Ok(ProgressMode::Off),
+        other => Err(format!(
+            "unknown progress mode `{other}` (auto, plain, off)"
+        )),
+    }
+}
+
+fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("`{s}`: {e}"))
+}
+
+impl BatchArgs {
+    /// The run's settings. Reads the API key from the environment.
+    ///
+    /// # Errors
+    /// A zero limit, or no key for the OpenAI API.
+    pub fn to_config(&self) -> Result<BatchConfig, BatchError> {
+        for (name, v) in [("--rpm", self.rpm), ("--tpm", self.tpm)] {
+            if v == Some(0) {
+                return Err(BatchError::Config(format!("{name} must be at least 1")));
+            }
+        }
+        let (rpm, tpm) = if self.sim && self.rpm.is_none() && self.tpm.is_none() {
+            (Some(SIM_DEFAULT_RPM), Some(SIM_DEFAULT_TPM))
+        } else {
+            (self.rpm, self.tpm)
+        };
+        let mut limits = Vec::new();
+        if let Some(amount) = rpm {
+            limits.push(Limit {
+                dimension: Dimension::Requests,
+                amount,
+                window: self.window,
+            });
+        }
+        if let Some(amount) = tpm {
+            limits.push(Limit {
+                dimension: Dimension::Tokens,
+                amount,
+                window: self.window,
+            });
+        }
+        limits.extend(self.limits.iter().copied());
+        let target = if self.sim {
+            Target::Sim(Box::new(SimConfig {
+                rpm,
+                tpm,
+                window: self.window,
+                ttft: self.sim_latency,
+                ..SimConfig::default()
+            }))
+        } else {
+            let key = std::env::var(&self.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty());
+            if key.is_none() && !self.dry_run && self.base_url == DEFAULT_BASE_URL {
+                return Err(BatchError::Config(format!(
+                    "no API key: set {} (or name another variable with --api-key-env), or try --sim",
+                    self.api_key_env
+                )));
+            }
+            Target::Http {
+                base_url: self.base_url.clone(),
+                api_key: key.map(ApiKey::from),
+            }
+        };
+        let mut c = BatchConfig::new(&self.input, self.output.clone(), target);
+        c.learn_limits = (!self.sim && limits.is_empty()).then_some(self.window);
+        c.limits = limits;
+        c.concurrency = self.concurrency;
+        c.max_attempts = self.max_attempts;
+        c.item_timeout = Some(self.item_timeout);
+        c.deadline = self.deadline;
+        c.attempt_timeout = Some(self.attempt_timeout);
+        c.profile = self.estimator;
+        c.default_output = self.default_max_tokens;
+        c.abort_on = self.abort_on.clone();
+        c.fsync = self.fsync;
+        c.retry_failed = self.retry_failed;
+        c.rerun_changed = self.rerun_changed;
+        c.dry_run = self.dry_run;
+        c.progress = self.progress;
+        c.progress_interval = self.progress_interval;
+        c.summary_json = self.summary_json.clone();
+        c.plot = self.plot.clone();
+        Ok(c)
+    }
+}

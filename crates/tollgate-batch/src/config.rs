@@ -1,0 +1,283 @@
+//! What a batch run is told: limits, target, error classes.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tollgate::Dimension;
+use tollgate::config::Limit;
+use tollgate_openai::provider::ApiKey;
+use tollgate_openai::tokens::Profile;
+use tollgate_sim::SimConfig;
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// An OpenAI-compatible API under `base_url` (e.g.
+    /// `https://api.openai.com/v1`).
+    Http {
+        /// The base URL; `/chat/completions` and `/embeddings` are appended.
+        base_url: String,
+        /// The bearer key, if any.
+        api_key: Option<ApiKey>,
+    },
+    /// A simulated provider started in this process on 127.0.0.1.
+    Sim(Box<SimConfig>),
+}
+
+/// The error classes of failed items, for the summary and `--abort-on`
+/// (SPEC BATCH-5, BATCH-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorClass {
+    /// HTTP 401/403.
+    Authentication,
+    /// Any other 4xx: the request itself is wrong.
+    InvalidRequest,
+    /// HTTP 429 until the attempts ran out.
+    RateLimited,
+    /// HTTP 5xx until the attempts ran out.
+    Server,
+    /// Attempts timed out.
+    Timeout,
+    /// Could not connect, or the connection broke.
+    Connection,
+    /// The response broke the protocol (not JSON...).
+    Protocol,
+    /// The item's own deadline (`--item-timeout`) ran out during its
+    /// provider attempts.
+    Deadline,
+    /// The engine refused the item's configuration (estimate problems).
+    Configuration,
+}
+
+impl ErrorClass {
+    /// Every class.
+    pub const ALL: [ErrorClass; 9] = [
+        ErrorClass::Authentication,
+        ErrorClass::InvalidRequest,
+        ErrorClass::RateLimited,
+        ErrorClass::Server,
+        ErrorClass::Timeout,
+        ErrorClass::Connection,
+        ErrorClass::Protocol,
+        ErrorClass::Deadline,
+        ErrorClass::Configuration,
+    ];
+
+    /// The stable name, as written in output lines and accepted by
+    /// `--abort-on`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Authentication => "authentication",
+            ErrorClass::InvalidRequest => "invalid_request",
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::Server => "server",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Connection => "connection",
+            ErrorClass::Protocol => "protocol",
+            ErrorClass::Deadline => "deadline",
+            ErrorClass::Configuration => "configuration",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ErrorClass {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ErrorClass::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+                format!("unknown error class `{s}` (one of: {})", names.join(", "))
+            })
+    }
+}
+
+/// Parses a limit such as `tokens=5000000/1d` or `requests=500/1m`
+/// (`rpm`/`tpm` are accepted for `requests`/`tokens`; the window is a
+/// duration such as `60s`, `1m`, `1h`, `1d`).
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_limit(s: &str) -> Result<Limit, String> {
+    let (dim, rest) = s.split_once('=').ok_or_else(|| {
+        format!("`{s}`: expected DIMENSION=AMOUNT/WINDOW, e.g. tokens=5000000/1d")
+    })?;
+    let dimension = match dim.trim() {
+        "requests" | "rpm" => Dimension::Requests,
+        "tokens" | "tpm" => Dimension::Tokens,
+        other => {
+            return Err(format!(
+                "`{s}`: unknown dimension `{other}` (requests or tokens)"
+            ));
+        }
+    };
+    let (amount, window) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}`: expected AMOUNT/WINDOW, e.g. 5000000/1d"))?;
+    let amount: u64 = amount
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("`{s}`: `{amount}` is not a positive integer"))?;
+    if amount == 0 {
+        return Err(format!("`{s}`: the amount must be at least 1"));
+    }
+    let window = parse_duration(window)?;
+    Ok(Limit {
+        dimension,
+        amount,
+        window,
+    })
+}
+
+/// Parses a positive duration (`500ms`, `2s`, `1m`, `1d`).
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("`{s}`: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("`{s}`: must be longer than zero"));
+    }
+    Ok(d)
+}
+
+/// Parses `--estimator`: `chars`, `tokenizer` or `openai`.
+///
+/// # Errors
+/// A message naming the choices.
+pub fn parse_profile(s: &str) -> Result<Profile, String> {
+    match s {
+        "tokenizer" => Ok(Profile::Tokenizer),
+        "openai" => Ok(Profile::OpenAi),
+        "chars" => Ok(Profile::Chars {
+            chars_per_token: 4,
+            output: true,
+        }),
+        other => Err(format!(
+            "unknown estimator `{other}` (chars, tokenizer or openai)"
+        )),
+    }
+}
+
+/// How progress is shown (SPEC BATCH-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal, plain lines otherwise.
+    Auto,
+    /// Plain lines on stderr every `interval`.
+    Plain,
+    /// Nothing until the summary.
+    Off,
+}
+
+/// A whole batch run's settings.
+#[derive(Debug, Clone)]
+pub struct BatchConfig {
+    /// The input JSONL file.
+    pub input: PathBuf,
+    /// The output JSONL file (required unless `dry_run`).
+    pub output: Option<PathBuf>,
+    /// Where requests go.
+    pub target: Target,
+    /// Every quota limit (`--rpm`, `--tpm`, `--limit`).
+    pub limits: Vec<Limit>,
+    /// Learn the limits left out from the provider's headers, over this
+    /// window (SPEC Q-14).
+    pub learn_limits: Option<Duration>,
+    /// Items in progress at once (in admission or at the provider).
+    pub concurrency: u64,
+    /// Attempts per item, the first included.
+    pub max_attempts: u32,
+    /// Each item's deadline, from when a worker takes it.
+    pub item_timeout: Option<Duration>,
+    /// The whole run's deadline, from its start.
+    pub deadline: Option<Duration>,
+    /// Cap of one provider attempt (connect + headers + body).
+    pub attempt_timeout: Option<Duration>,
+    /// How tokens are counted (SPEC Q-16).
+    pub profile: Profile,
+    /// Output allowance of a chat request without `max_tokens`.
+    pub default_output: u64,
+    /// Stop at the first recorded error of these classes.
+    pub abort_on: Vec<ErrorClass>,
+    /// Sync every appended line to disk.
+    pub fsync: bool,
+    /// Run again the items whose recorded result is a failure.
+    pub retry_failed: bool,
+    /// Run again the items whose input changed since their result.
+    pub rerun_changed: bool,
+    /// Validate and estimate only.
+    pub dry_run: bool,
+    /// How progress is shown.
+    pub progress: ProgressMode,
+    /// Interval of plain progress lines.
+    pub progress_interval: Duration,
+    /// Also write the summary as JSON here.
+    pub summary_json: Option<PathBuf>,
+    /// Draw what was admitted against the limits as SVG here.
+    pub plot: Option<PathBuf>,
+}
+
+impl BatchConfig {
+    /// Settings with the defaults for `input` → `output` against `target`.
+    pub fn new(input: impl Into<PathBuf>, output: Option<PathBuf>, target: Target) -> Self {
+        BatchConfig {
+            input: input.into(),
+            output,
+            target,
+            limits: Vec::new(),
+            learn_limits: None,
+            concurrency: 64,
+            max_attempts: 5,
+            item_timeout: Some(Duration::from_secs(600)),
+            deadline: None,
+            attempt_timeout: Some(Duration::from_secs(300)),
+            profile: Profile::Tokenizer,
+            default_output: tollgate_openai::tokens::DEFAULT_OUTPUT_TOKENS,
+            abort_on: Vec::new(),
+            fsync: false,
+            retry_failed: false,
+            rerun_changed: false,
+            dry_run: false,
+            progress: ProgressMode::Off,
+            progress_interval: Duration::from_secs(10),
+            summary_json: None,
+            plot: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse() {
+        let l = parse_limit("tokens=5000000/1d").expect("limit");
+        assert_eq!(l.dimension, Dimension::Tokens);
+        assert_eq!(l.amount, 5_000_000);
+        assert_eq!(l.window, Duration::from_secs(86_400));
+        let l = parse_limit("requests=500/1m").expect("limit");
+        assert_eq!((l.amount, l.window), (500, Duration::from_secs(60)));
+        assert!(parse_limit("tokens=0/1m").is_err());
+        assert!(parse_limit("tokens=5/0s").is_err());
+        assert!(parse_limit("bytes=5/1m").is_err());
+        assert!(parse_limit("tokens5").is_err());
+        assert_eq!(
+            "invalid_request".parse::<ErrorClass>(),
+            Ok(ErrorClass::InvalidRequest)
+        );
+        assert!("nope".parse::<ErrorClass>().is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! The output file: OpenAI Batch output lines, appended one per finished
+//! item, and the resume scan of an existing file (SPEC BATCH-1, BATCH-3).
+//!
+//! Each line is written with one `write` of the whole line and its `\n`
+//! on a file opened for appending, under a lock; no user-space buffer holds
+//! it, so a finished line survives the process being killed (`--fsync`
+//! also survives a power loss). A crash in the middle of a `write` can
+//! leave only a last line without its `\n`: the resume scan cuts it off.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One line of the output, in the OpenAI Batch output format, plus the
+/// `tollgate` object this runner needs to resume (readers of the OpenAI
+/// format ignore it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputLine {
+    /// This result's id (`batch_req_` and a digest of the `custom_id`).
+    pub id: String,
+    /// The input line's `custom_id`.
+    pub custom_id: String,
+    /// The provider's HTTP answer, when there was one.
+    pub response: Option<ResponseRecord>,
+    /// Why the item failed, when it did.
+    pub error: Option<ErrorRecord>,
+    /// What the runner keeps to resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tollgate: Option<Meta>,
+}
+
+/// `response` of an output line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseRecord {
+    /// The HTTP status.
+    pub status_code: u16,
+    /// The provider's request id, when the client saw it.
+    pub request_id: Option<String>,
+    /// The response body (for an error status, an OpenAI error object).
+    pub body: Value,
+}
+
+/// `error` of an output line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    /// The error class (see [`crate::ErrorClass`]).
+    pub code: String,
+    /// What happened (never a key or the prompt).
+    pub message: String,
+}
+
+/// The runner's own fields of an output line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The [`crate::input::request_hash`] of the request that produced it.
+    pub input_hash: String,
+    /// Attempts made.
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+impl OutputLine {
+    /// Whether the item failed (an `error`, or a response status of 400 or
+    /// above).
+    pub fn failed(&self) -> bool {
+        self.error.is_some() || self.response.as_ref().is_some_and(|r| r.status_code >= 400)
+    }
+}
+
+/// A result found in an existing output file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// Its 1-based line in the output.
+    pub line: usize,
+    /// The input hash it was made from, if recorded.
+    pub input_hash: Option<String>,
+    /// Whether it is a failure.
+    pub failed: bool,
+}
+
+/// What an existing output file holds.
+#[derive(Debug, Default)]
+pub struct Existing {
+    /// Results by `custom_id`.
+    pub records: HashMap<String, Recorded>,
+    /// Bytes of the torn last line that were cut off (0 if none).
+    pub torn_bytes: u64,
+    /// Length of the file's valid part.
+    pub valid_len: u64,
+}
+
+/// An output file the runner cannot resume from.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The file cannot be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+    },
+    /// A complete line is not an output line (not a torn write: edited or
+    /// not this runner's file).
+    #[error(
+        "{path}: line {line}: corrupt_output: not a batch output line ({reason}); fix or move the file"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Two lines for one `custom_id`.
+    #[error(
+        "{path}: line {line}: duplicate_output: custom_id `{custom_id}` already has a result on line {first}"
+    )]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// The second line.
+        line: usize,
+        /// The first line.
+        first: usize,
+        /// The id.
+        custom_id: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OutputError + '_ {
+    move |source| OutputError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads `path` (a missing file is empty). With `repair`, a torn last line
+/// (bytes after the last `\n`) is cut off the file; without it the file is
+/// only read.
+///
+/// # Errors
+/// I/O errors, a complete line that is not an output line, or two lines
+/// for one `custom_id`.
+pub fn scan(path: &Path, repair: bool) -> Result<Existing, OutputError> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Existing::default()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let valid_len = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut existing = Existing {
+        records: HashMap::new(),
+        torn_bytes: (data.len() - valid_len) as u64,
+        valid_len: valid_len as u64,
+    };
+    let complete = data.get(..valid_len).unwrap_or_default();
+    for (index, raw) in complete.split(|&b| b == b'\n').enumerate() {
+        let line = index + 1;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let parsed: OutputLine = serde_json::from_slice(raw).map_err(|e| OutputError::Corrupt {
+            path: path.to_owned(),
+            line,
+            reason: e.to_string(),
+        })?;
+        let failed = parsed.failed();
+        let record = Recorded {
+            line,
+            input_hash: parsed.tollgate.map(|m| m.input_hash),
+            failed,
+        };
+        if let Some(first) = existing.records.get(&parsed.custom_id) {
+            return Err(OutputError::Duplicate {
+                path: path.to_owned(),
+                line,
+                first: first.line,
+                custom_id: crate::input::printable(&parsed.custom_id),
+            });
+        }
+        existing.records.insert(parsed.custom_id, record);
+    }
+    if repair && existing.torn_bytes > 0 {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        file.set_len(existing.valid_len).map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+    }
+    Ok(existing)
+}
+
+/// Rewrites `path` without the lines of the ids in `drop` (so that they
+/// can be run again and still have one line each). The new file is written
+/// next to it, synced and renamed over it: a crash leaves the old file or
+/// the new one, never a mix.
+///
+/// # Errors
+/// I/O errors.
+pub fn remove_records(
+    path: &Path,
+    drop: &std::collections::HashSet<String>,
+) -> Result<(), OutputError> {
+    let data = std::fs::read(path).map_err(io_err(path))?;
+    let mut kept = Vec::with_capacity(data.len());
+    for raw in data.split_inclusive(|&b| b == b'\n') {
+        let id = serde_json::from_slice::<IdOnly>(raw.trim_ascii_end())
+            .ok()
+            .map(|l| l.custom_id);
+        if id.is_some_and(|id| drop.contains(&id)) {
+            continue;
+        }
+        kept.extend_from_slice(raw);
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tollgate-tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&kept).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io_err(path))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && let Ok(d) = File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    custom_id: String,
+}
+
+/// Appends output lines, one `write` per line.
+#[derive(Debug)]
+pub struct OutputWriter {
+    file: Mutex<File>,
+    path: PathBuf,
+    fsync: bool,
+}
+
+impl OutputWriter {
+    /// Opens `path` for appending (created if missing).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn open(path: &Path, fsync: bool) -> Result<Self, OutputError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        Ok(OutputWriter {
+            file: Mutex::new(file),
+            path: path.to_owned(),
+            fsync,
+        })
+    }
+
+    /// Appends one line and hands it to the kernel (and to the disk with
+    /// `fsync`) before returning.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append(&self, line: &OutputLine) -> Result<(), OutputError> {
+        let mut buf = serde_json::to_vec(line).map_err(|e| OutputError::Io {
+            path: self.path.clone(),
+            source: io::Error::other(e),
+        })?;
+        buf.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(&buf).map_err(io_err(&self.path))?;
+        if self.fsync {
+            file.sync_data().map_err(io_err(&self.path))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(id: &str, failed: bool) -> OutputLine {
+        OutputLine {
+            id: format!("batch_req_{id}"),
+            custom_id: id.to_owned(),
+            response: Some(ResponseRecord {
+                status_code: if failed { 400 } else { 200 },
+                request_id: None,
+                body: serde_json::json!({"ok": true}),
+            }),
+            error: None,
+            tollgate: Some(Meta {
+                input_hash: format!("sha256:{id}"),
+                attempts: 1,
+            }),
+        }
+    }
+
+    // proves: BATCH-3 (a torn last line is cut off, finished lines are kept)
+    #[test]
+    fn torn_last_line_is_cut_and_failures_can_be_removed() {
+        let dir = std::env::temp_dir().join(format!("tollgate-batch-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("out.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let w = OutputWriter::open(&path, false).expect("open");
+        w.append(&line("a", false)).expect("a");
+        w.append(&line("b", true)).expect("b");
+        drop(w);
+        let mut f = OpenOptions::new().append(true).open(&path).expect("open");
+        f.write_all(br#"{"id":"batch_req_c","custom_id":"#)
+            .expect("torn");
+        drop(f);
+
+        let read_only = scan(&path, false).expect("scan");
+        assert!(read_only.torn_bytes > 0);
+        let before = std::fs::metadata(&path).expect("meta").len();
+        assert!(before > read_only.valid_len);
+
+        let e = scan(&path, true).expect("scan");
+        assert_eq!(e.records.len(), 2);
+        assert!(!e.records["a"].failed);
+        assert!(e.records["b"].failed);
+        assert_eq!(std::fs::metadata(&path).expect("meta").len(), e.valid_len);
+
+        let drop: std::collections::HashSet<String> = ["b".to_owned()].into();
+        remove_records(&path, &drop).expect("rewrite");
+        let e = scan(&path, false).expect("scan");
+        assert_eq!(e.records.keys().collect::<Vec<_>>(), vec!["a"]);
+        assert_eq!(e.torn_bytes, 0);
+
+        std::fs::write(&path, b"{\"nope\":1}\n").expect("write");
+        assert!(matches!(
+            scan(&path, true),
+            Err(OutputError::Corrupt { line: 1, .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

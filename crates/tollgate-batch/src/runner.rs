@@ -1,0 +1,733 @@
+//! The run: validation, resume, the worker pool over one `Supervisor`
+//! (SPEC BATCH-2, BATCH-3, BATCH-5, BATCH-6, ADM-8).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tollgate::config::{ControllerConfig, Limit, ScopeConfig};
+use tollgate::lifecycle::{
+    AttemptContext, AttemptPolicy, CallError, CallOptions, ErrorKind, Provider, ProviderError,
+    Reply, Supervisor,
+};
+use tollgate::{AdmissionController, Deadline, Dimension, Phase, TokenEstimate};
+use tollgate_openai::provider::ChunkStream;
+use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::{HttpProvider, UpstreamRequest};
+
+use crate::config::{BatchConfig, ErrorClass, Target};
+use crate::input::{self, InputErrorCode, InputErrors, Item};
+use crate::output::{self, ErrorRecord, Meta, OutputLine, OutputWriter, ResponseRecord};
+use crate::progress::Progress;
+use crate::stats::Stats;
+use crate::summary::{Plan, SimFigures, Summary};
+use crate::{BatchError, Outcome, Report, StopReason};
+
+/// How long a stopping run waits for the calls already at the provider.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(60);
+
+/// One item as the supervisor sees it: the body, its estimate, and
+/// whether an attempt has reached the provider.
+#[derive(Debug, Clone)]
+struct BatchRequest {
+    upstream: UpstreamRequest,
+    estimate: TokenEstimate,
+    started: Arc<AtomicBool>,
+}
+
+/// [`HttpProvider`] over [`BatchRequest`]s, counting attempts and their
+/// failures by class.
+struct BatchProvider {
+    http: HttpProvider,
+    stats: Arc<Stats>,
+    epoch: Instant,
+}
+
+impl Provider for BatchProvider {
+    type Request = BatchRequest;
+    type Response = Bytes;
+    type Chunk = Bytes;
+    type Stream = ChunkStream;
+
+    fn call(
+        &self,
+        request: &BatchRequest,
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
+        self.stats.attempt(attempt.attempt);
+        request.started.store(true, Ordering::Release);
+        let stats = Arc::clone(&self.stats);
+        let at = self.epoch.elapsed();
+        let estimate = request.estimate.total();
+        let call = Provider::call(&self.http, &request.upstream, attempt);
+        async move {
+            let result = call.await;
+            let usage = match &result {
+                Ok(reply) => reply.usage,
+                Err(e) => {
+                    stats.attempt_failed(e.kind);
+                    e.usage
+                }
+            };
+            stats.started(at, usage.total().unwrap_or(estimate));
+            result
+        }
+    }
+
+    fn stream(
+        &self,
+        request: &BatchRequest,
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
+        Provider::stream(&self.http, &request.upstream, attempt)
+    }
+}
+
+/// Loads and validates the input: every line (BATCH-1) and every estimate
+/// against the token limits (BATCH-5, Q-3).
+fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
+    let io = |source| BatchError::Io {
+        path: config.input.clone(),
+        source,
+    };
+    let file = std::fs::File::open(&config.input).map_err(io)?;
+    let estimator = TokenEstimator::new()
+        .with_profile(config.profile)
+        .with_default_output(config.default_output);
+    let items = input::read(std::io::BufReader::with_capacity(1 << 16, file), &estimator)
+        .map_err(io)?
+        .map_err(BatchError::Input)?;
+    let mut errors = InputErrors::new();
+    for item in &items {
+        for limit in config
+            .limits
+            .iter()
+            .filter(|l| l.dimension == Dimension::Tokens)
+        {
+            let total = item.estimate.total();
+            if total > limit.amount {
+                errors.push(
+                    Some(item.line),
+                    InputErrorCode::EstimateExceedsLimit,
+                    format!(
+                        "custom_id `{}`: estimate of {total} tokens ({} input + {} output) is larger than the whole limit of {} tokens per {}",
+                        input::printable(&item.custom_id),
+                        item.estimate.input,
+                        item.estimate.output,
+                        limit.amount,
+                        humantime::format_duration(limit.window)
+                    ),
+                );
+                break;
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(items)
+    } else {
+        Err(BatchError::Input(errors))
+    }
+}
+
+/// Which items still need a run, after reading (and repairing) the output.
+struct Resume {
+    pending: Vec<Item>,
+    already_done: u64,
+    torn_bytes: u64,
+    rerun: usize,
+}
+
+fn resume(config: &BatchConfig, items: Vec<Item>, repair: bool) -> Result<Resume, BatchError> {
+    let Some(path) = config.output.as_deref() else {
+        return Ok(Resume {
+            pending: items,
+            already_done: 0,
+            torn_bytes: 0,
+            rerun: 0,
+        });
+    };
+    let existing = output::scan(path, repair)?;
+    let mut changed = InputErrors::new();
+    let mut drop = HashSet::new();
+    let mut pending = Vec::with_capacity(items.len());
+    let mut already_done = 0;
+    for item in items {
+        let Some(rec) = existing.records.get(&item.custom_id) else {
+            pending.push(item);
+            continue;
+        };
+        let is_changed = rec.input_hash.as_deref().is_some_and(|h| h != item.hash);
+        if is_changed && !config.rerun_changed {
+            changed.push(
+                Some(item.line),
+                InputErrorCode::ChangedInput,
+                format!(
+                    "custom_id `{}` has a result on output line {} made from a different request (method, url or body changed); use --rerun-changed to run it again, or restore the line",
+                    input::printable(&item.custom_id),
+                    rec.line
+                ),
+            );
+            continue;
+        }
+        if is_changed || (rec.failed && config.retry_failed) {
+            drop.insert(item.custom_id.clone());
+            pending.push(item);
+        } else {
+            already_done += 1;
+        }
+    }
+    if !changed.is_empty() {
+        return Err(BatchError::Input(changed));
+    }
+    let rerun = drop.len();
+    if repair && !drop.is_empty() {
+        output::remove_records(path, &drop)?;
+    }
+    Ok(Resume {
+        pending,
+        already_done,
+        torn_bytes: existing.torn_bytes,
+        rerun,
+    })
+}
+
+/// Runs a batch (or, with `dry_run`, plans it).
+///
+/// `interrupt` resolving (e.g. Ctrl-C) stops the run cleanly: no new item
+/// starts, calls in flight are cancelled (they are not recorded and run
+/// again on resume), the output stays consistent.
+///
+/// # Errors
+/// Invalid input (nothing is sent), an unusable output file, a
+/// configuration the engine refuses, or a provider that cannot be built.
+pub async fn run(
+    config: BatchConfig,
+    interrupt: impl Future<Output = ()> + Send,
+) -> Result<Report, BatchError> {
+    let started = Instant::now();
+    if config.output.is_none() && !config.dry_run {
+        return Err(BatchError::Config(
+            "an output file is required (-o OUTPUT.jsonl)".to_owned(),
+        ));
+    }
+    if config.concurrency == 0 {
+        return Err(BatchError::Config(
+            "--concurrency must be at least 1".into(),
+        ));
+    }
+    if config.max_attempts == 0 {
+        return Err(BatchError::Config(
+            "--max-attempts must be at least 1".into(),
+        ));
+    }
+    let items = load(&config)?;
+    let items_total = items.len() as u64;
+    let resumed = resume(&config, items, !config.dry_run)?;
+    let plan = Plan::of(&resumed.pending, &config.limits);
+
+    if config.dry_run {
+        let summary = Summary::dry_run(&config, items_total, resumed.already_done, plan);
+        summary.write_json(config.summary_json.as_deref())?;
+        return Ok(Report {
+            summary,
+            outcome: Outcome::DryRun,
+        });
+    }
+    let Some(out_path) = config.output.clone() else {
+        return Err(BatchError::Config("an output file is required".into()));
+    };
+    if resumed.torn_bytes > 0 {
+        tracing::warn!(
+            bytes = resumed.torn_bytes,
+            "cut a torn last line off the output (an item in flight at a crash)"
+        );
+    }
+
+    // The provider: an in-process simulator or an HTTP upstream.
+    let (sim, base_url, api_key) = match &config.target {
+        Target::Sim(sim_config) => {
+            let server = tollgate_sim::Simulator::spawn((**sim_config).clone(), "127.0.0.1:0")
+                .await
+                .map_err(|e| BatchError::Config(format!("simulator: {e}")))?;
+            let url = server.openai_base_url();
+            (Some(server), url, None)
+        }
+        Target::Http { base_url, api_key } => (None, base_url.clone(), api_key.clone()),
+    };
+    let mut builder = HttpProvider::builder(base_url);
+    if let Some(key) = api_key {
+        builder = builder.api_key(key);
+    }
+    let http = builder.build().map_err(BatchError::Provider)?;
+
+    let stats = Arc::new(Stats::default());
+    stats
+        .pending
+        .store(resumed.pending.len() as u64, Ordering::Relaxed);
+
+    // One controller, one scope, one supervisor: the same engine as the
+    // gateway, no second limiter (BATCH-2).
+    let mut scope = ScopeConfig::new("batch");
+    for l in &config.limits {
+        scope = scope.limit(*l);
+    }
+    if let Some(w) = config.learn_limits {
+        scope = scope.learn_limits(w);
+    }
+    let engine = |e: tollgate::config::ConfigError| BatchError::Config(e.to_string());
+    let controller = AdmissionController::new(ControllerConfig {
+        scopes: vec![scope],
+        queue_capacity: usize::try_from(config.concurrency).unwrap_or(usize::MAX),
+        concurrency: Some(config.concurrency),
+        ..ControllerConfig::default()
+    })
+    .map_err(engine)?;
+    let policy = AttemptPolicy {
+        max_attempts: config.max_attempts,
+        ..AttemptPolicy::default()
+    };
+    let mut sb = Supervisor::builder(
+        controller.clone(),
+        BatchProvider {
+            http,
+            stats: Arc::clone(&stats),
+            epoch: started,
+        },
+    )
+    .policy(policy)
+    .estimator(|r: &BatchRequest| Ok::<TokenEstimate, tollgate::EstimateError>(r.estimate));
+    if let Some(t) = config.attempt_timeout {
+        sb = sb.transport_timeout(t);
+    }
+    let supervisor = sb.build().map_err(engine)?;
+    let writer = Arc::new(OutputWriter::open(&out_path, config.fsync)?);
+
+    // The job's one deadline, fixed once at its start (DL-1).
+    let job_deadline = match config.deadline {
+        Some(d) => Deadline::after(d),
+        None => Deadline::NONE,
+    };
+    let shared = Arc::new(Shared {
+        source: InputSource::open(&config.input)?,
+        supervisor: supervisor.clone(),
+        writer,
+        stats: Arc::clone(&stats),
+        job_deadline,
+        item_timeout: config.item_timeout,
+        abort_on: config.abort_on.clone(),
+        stop: CancellationToken::new(),
+        reason: AsyncMutex::new(None),
+    });
+    let progress = Progress::start(
+        config.progress,
+        config.progress_interval,
+        Arc::clone(&stats),
+        resumed.already_done,
+        items_total,
+    );
+
+    // The dispatcher (ADM-8): a worker slot is taken before the next item
+    // is, so at most `concurrency` items are ever in progress and the rest
+    // stay plain data, not futures.
+    let slots = Arc::new(Semaphore::new(
+        usize::try_from(config.concurrency).unwrap_or(usize::MAX >> 4),
+    ));
+    let mut tasks = JoinSet::new();
+    let mut queue = resumed.pending.into_iter();
+    let job_end = async {
+        match job_deadline.instant() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(job_end);
+    tokio::pin!(interrupt);
+    let mut warm_up = true;
+    'dispatch: loop {
+        while tasks.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            biased;
+            () = shared.stop.cancelled() => break,
+            () = &mut interrupt => { shared.stop_with(StopReason::Interrupted).await; break }
+            () = &mut job_end => { shared.stop_with(StopReason::Deadline).await; break }
+            p = Arc::clone(&slots).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let Some(item) = queue.next() else { break };
+        let worker = Arc::clone(&shared);
+        tasks.spawn(async move {
+            let _slot = permit;
+            worker.process(item).await;
+        });
+        if warm_up {
+            // The first item goes alone: its response's rate-limit headers
+            // tell the engine what the provider has already counted (an
+            // earlier run, another client: Q-14) before the rest start.
+            warm_up = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = shared.stop.cancelled() => break 'dispatch,
+                    () = &mut interrupt => {
+                        shared.stop_with(StopReason::Interrupted).await;
+                        break 'dispatch
+                    }
+                    () = &mut job_end => {
+                        shared.stop_with(StopReason::Deadline).await;
+                        break 'dispatch
+                    }
+                    next = tasks.join_next() => if next.is_none() { break },
+                }
+            }
+        }
+    }
+    // Let the items in progress finish unless the run is stopping.
+    if !shared.stop.is_cancelled() {
+        loop {
+            tokio::select! {
+                biased;
+                () = shared.stop.cancelled() => break,
+                () = &mut interrupt => { shared.stop_with(StopReason::Interrupted).await; break }
+                () = &mut job_end => { shared.stop_with(StopReason::Deadline).await; break }
+                next = tasks.join_next() => if next.is_none() { break },
+            }
+        }
+    }
+    // Stopping: items not sent yet return at once, unrecorded; calls
+    // already at the provider (paid for) finish and are recorded, within
+    // a grace period; after it they are cancelled. A line is written
+    // whole or not at all (the write is not an await point).
+    let drained = tokio::time::timeout(DRAIN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+    supervisor.close().await;
+    progress.finish();
+
+    let reason = shared.reason.lock().await.take();
+    let not_run = stats.pending.load(Ordering::Relaxed) - stats.done();
+    let outcome = match reason {
+        Some(r) => Outcome::Stopped(r),
+        None if not_run > 0 => Outcome::Stopped(StopReason::Interrupted),
+        None => Outcome::Complete,
+    };
+    let sim_figures = match sim {
+        Some(server) => {
+            let s = server.stats();
+            let _ = server.shutdown().await;
+            Some(SimFigures {
+                requests: s.requests_total,
+                rejected_429: s.rejected_429.total(),
+                tokens_charged: s.tokens_charged,
+                max_requests_in_window: s.max_requests_in_window,
+                max_tokens_in_window: s.max_tokens_in_window,
+            })
+        }
+        None => None,
+    };
+    let snapshot = controller.snapshot();
+    let counters = snapshot
+        .scopes
+        .first()
+        .map(|s| s.counters)
+        .unwrap_or_default();
+    let summary = Summary::finished(
+        &config,
+        items_total,
+        resumed.already_done,
+        resumed.rerun as u64,
+        plan,
+        &stats,
+        &counters,
+        started.elapsed(),
+        sim_figures,
+        &outcome,
+    );
+    summary.write_json(config.summary_json.as_deref())?;
+    if let Some(path) = &config.plot {
+        crate::plot::write(path, &stats.starts(), &config.limits, started.elapsed()).map_err(
+            |e| BatchError::Io {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            },
+        )?;
+    }
+    Ok(Report { summary, outcome })
+}
+
+/// The input file, read again for each item's body when a worker takes
+/// it (the queue holds only offsets, estimates and hashes).
+struct InputSource {
+    file: std::sync::Mutex<std::fs::File>,
+}
+
+impl InputSource {
+    fn open(path: &std::path::Path) -> Result<Self, BatchError> {
+        let file = std::fs::File::open(path).map_err(|source| BatchError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(InputSource {
+            file: std::sync::Mutex::new(file),
+        })
+    }
+
+    fn request(&self, item: &Item) -> Result<UpstreamRequest, String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut raw = vec![0; item.len];
+        {
+            let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            file.seek(SeekFrom::Start(item.offset))
+                .and_then(|_| file.read_exact(&mut raw))
+                .map_err(|e| format!("reading input line {}: {e}", item.line))?;
+        }
+        input::request_from_line(item, &raw)
+    }
+}
+
+/// What every item task shares.
+struct Shared {
+    source: InputSource,
+    supervisor: Supervisor<BatchProvider>,
+    writer: Arc<OutputWriter>,
+    stats: Arc<Stats>,
+    job_deadline: Deadline,
+    item_timeout: Option<Duration>,
+    abort_on: Vec<ErrorClass>,
+    stop: CancellationToken,
+    reason: AsyncMutex<Option<StopReason>>,
+}
+
+impl Shared {
+    async fn stop_with(&self, reason: StopReason) {
+        let mut r = self.reason.lock().await;
+        if r.is_none() {
+            *r = Some(reason);
+        }
+        self.stop.cancel();
+    }
+
+    async fn process(&self, item: Item) {
+        let now_in_flight = self.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.stats
+            .max_in_flight
+            .fetch_max(now_in_flight, Ordering::Relaxed);
+        let _in_flight = InFlight(&self.stats);
+        // The item's deadline is fixed once, when it is taken (DL-1), and
+        // never later than the job's.
+        let deadline = match self.item_timeout {
+            Some(t) => Deadline::after(t).min(self.job_deadline),
+            None => self.job_deadline,
+        };
+        let upstream = match self.source.request(&item) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stop_with(StopReason::InputChanged(e)).await;
+                return;
+            }
+        };
+        let request = BatchRequest {
+            upstream,
+            estimate: item.estimate,
+            started: Arc::new(AtomicBool::new(false)),
+        };
+        let options = CallOptions {
+            id: None,
+            deadline,
+            idempotent: true,
+        };
+        let call = self.supervisor.invoke(&request, options);
+        tokio::pin!(call);
+        let result = tokio::select! {
+            r = &mut call => r,
+            () = self.stop.cancelled() => {
+                if !request.started.load(Ordering::Acquire) {
+                    // Not sent: dropped unrecorded, it runs on resume.
+                    return;
+                }
+                call.await
+            }
+        };
+        let line = match result {
+            Ok(done) => {
+                let body = parse_body(&done.response);
+                let reported = done.settlement.and_then(|s| s.reported);
+                self.stats.succeeded(done.admission.quota_wait, reported);
+                OutputLine {
+                    id: result_id(&item.custom_id),
+                    custom_id: item.custom_id.clone(),
+                    response: Some(ResponseRecord {
+                        status_code: 200,
+                        request_id: None,
+                        body,
+                    }),
+                    error: None,
+                    tollgate: Some(Meta {
+                        input_hash: item.hash.clone(),
+                        attempts: done.attempts,
+                    }),
+                }
+            }
+            Err(error) => {
+                let Some(failure) = self.classify(&error, deadline == self.job_deadline).await
+                else {
+                    return;
+                };
+                self.stats.failed(failure.class);
+                OutputLine {
+                    id: result_id(&item.custom_id),
+                    custom_id: item.custom_id.clone(),
+                    response: failure.status.map(|status_code| ResponseRecord {
+                        status_code,
+                        request_id: None,
+                        body: json!({"error": {
+                            "message": failure.message,
+                            "type": failure.class.as_str(),
+                            "code": Value::Null,
+                        }}),
+                    }),
+                    error: Some(ErrorRecord {
+                        code: failure.class.as_str().to_owned(),
+                        message: failure.message.clone(),
+                    }),
+                    tollgate: Some(Meta {
+                        input_hash: item.hash.clone(),
+                        attempts: failure.attempts,
+                    }),
+                }
+            }
+        };
+        if let Err(e) = self.writer.append(&line) {
+            self.stop_with(StopReason::Output(e.to_string())).await;
+            return;
+        }
+        if let Some(err) = &line.error
+            && let Some(class) = self.abort_on.iter().find(|c| c.as_str() == err.code)
+        {
+            self.stop_with(StopReason::AbortOn {
+                class: *class,
+                custom_id: item.custom_id,
+            })
+            .await;
+        }
+    }
+
+    /// The recorded failure for `error`, or `None` when the item is not the
+    /// one at fault and stays unrecorded (it runs again on resume).
+    /// `job_bound`: the item's deadline is the job's (`--deadline` comes
+    /// before `--item-timeout` would).
+    async fn classify(&self, error: &CallError, job_bound: bool) -> Option<Failure> {
+        let now = Instant::now();
+        let simple = |class: ErrorClass, attempts: u32| Failure {
+            class,
+            status: None,
+            message: error.to_string(),
+            attempts,
+        };
+        match error {
+            CallError::Provider {
+                error: e, attempts, ..
+            } => {
+                let class = match e.kind {
+                    ErrorKind::Auth => ErrorClass::Authentication,
+                    ErrorKind::Client => ErrorClass::InvalidRequest,
+                    ErrorKind::RateLimited => ErrorClass::RateLimited,
+                    ErrorKind::Server => ErrorClass::Server,
+                    ErrorKind::Timeout => ErrorClass::Timeout,
+                    ErrorKind::Connect => ErrorClass::Connection,
+                    _ => ErrorClass::Protocol,
+                };
+                Some(Failure {
+                    class,
+                    status: e.status,
+                    message: e.message.clone(),
+                    attempts: *attempts,
+                })
+            }
+            CallError::Stream { .. } => Some(simple(ErrorClass::Protocol, 1)),
+            CallError::Admission(_) | CallError::Hook { .. } => {
+                Some(simple(ErrorClass::Configuration, 0))
+            }
+            CallError::CircuitOpen(_) => Some(simple(ErrorClass::Connection, 0)),
+            CallError::Deadline { phase, .. } => {
+                if job_bound || self.job_deadline.is_expired(now) {
+                    // The run's deadline passed, or (an early verdict) will
+                    // pass before this item can be admitted.
+                    self.stop_with(StopReason::Deadline).await;
+                    return None;
+                }
+                if matches!(
+                    phase,
+                    Phase::Queue | Phase::Cooldown | Phase::Rate | Phase::Concurrency
+                ) {
+                    // Waiting for quota is not the item's fault: every item
+                    // behind it in the FIFO would wait as long.
+                    self.stop_with(StopReason::QuotaWait { phase: *phase })
+                        .await;
+                    return None;
+                }
+                Some(simple(ErrorClass::Deadline, 0))
+            }
+            CallError::Closed => None,
+            _ => Some(simple(ErrorClass::Configuration, 0)),
+        }
+    }
+}
+
+struct Failure {
+    class: ErrorClass,
+    status: Option<u16>,
+    message: String,
+    attempts: u32,
+}
+
+struct InFlight<'a>(&'a Stats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The response body as JSON (a body that is not JSON is kept as a
+/// string).
+fn parse_body(body: &Bytes) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+/// `batch_req_` and 24 hex digits of the `custom_id`'s SHA-256: stable
+/// across resumes.
+fn result_id(custom_id: &str) -> String {
+    let digest = Sha256::digest(custom_id.as_bytes());
+    let mut id = String::from("batch_req_");
+    for b in digest.iter().take(12) {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
+/// The limits of a run as text, e.g. `requests 500/1m`.
+pub(crate) fn describe(limit: &Limit) -> String {
+    format!(
+        "{} {}/{}",
+        limit.dimension.as_str(),
+        limit.amount,
+        humantime::format_duration(limit.window)
+    )
+}

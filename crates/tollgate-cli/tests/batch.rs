@@ -1,0 +1,250 @@
+//! `tollgate batch` as a user runs it: the real binary, killed with
+//! SIGKILL and resumed, against a strict simulator in this process whose
+//! request count outlives the child (SPEC BATCH-1, BATCH-3).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+use tollgate_sim::{SimConfig, Simulator};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "batch-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn write_input(path: &Path, n: usize) {
+    let mut s = String::new();
+    for i in 0..n {
+        let line = json!({"custom_id": format!("req-{i:04}"), "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "sim-chat", "max_tokens": 4,
+                     "messages": [{"role": "user", "content": format!("item {i}")}]}});
+        s.push_str(&line.to_string());
+        s.push('\n');
+    }
+    std::fs::write(path, s).expect("input");
+}
+
+/// Complete (newline-terminated) lines of the output.
+fn complete_lines(path: &Path) -> usize {
+    std::fs::read(path)
+        .map(|d| d.iter().filter(|&&b| b == b'\n').count())
+        .unwrap_or(0)
+}
+
+// proves: BATCH-3 (a real child killed with SIGKILL mid-run, then resumed:
+// exactly one line per custom_id, no corrupt line, a torn last line cut
+// off, finished items never sent again — the simulator's request count
+// proves it — and at most the items in flight sent twice)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_run_then_resume_sends_finished_items_never_again() {
+    let dir = scratch("kill");
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    let n = 400;
+    write_input(&input, n);
+    let rpm = 100;
+    let server = Simulator::spawn(
+        SimConfig {
+            rpm: Some(rpm),
+            window: Duration::from_secs(1),
+            ..SimConfig::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+    .expect("simulator");
+    let concurrency = 16;
+    let args = |cmd: &mut Command| {
+        cmd.arg("batch")
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .args(["--base-url", &server.openai_base_url()])
+            .args(["--rpm", &rpm.to_string(), "--window", "1s"])
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--progress", "off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    };
+
+    let mut cmd = Command::new(BIN);
+    args(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn tollgate batch");
+    let until = Instant::now() + Duration::from_secs(20);
+    while complete_lines(&output) < 120 {
+        assert!(Instant::now() < until, "the first run made no progress");
+        assert!(
+            child.try_wait().expect("child").is_none(),
+            "the run ended before it was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.start_kill().expect("SIGKILL");
+    let status = child.wait().await.expect("wait");
+    assert!(!status.success());
+
+    // A write torn by the crash leaves a last line without its newline.
+    let mut torn = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&output)
+        .expect("output");
+    std::io::Write::write_all(&mut torn, br#"{"id":"batch_req_0","custom_id":"req-03"#)
+        .expect("torn");
+    drop(torn);
+
+    let finished = complete_lines(&output);
+    let sent_before = server.stats().requests_total;
+    assert!(finished < n, "killed mid-run");
+    assert!(
+        sent_before >= finished as u64 && sent_before - finished as u64 <= concurrency,
+        "lost at most the items in flight: sent {sent_before}, finished {finished}"
+    );
+
+    let mut cmd = Command::new(BIN);
+    args(&mut cmd);
+    let status = tokio::time::timeout(Duration::from_secs(30), cmd.status())
+        .await
+        .expect("resume finished in time")
+        .expect("resume");
+    assert_eq!(status.code(), Some(0));
+
+    let sent_after = server.stats().requests_total;
+    let refused = server.stats().rejected_429.total();
+    assert_eq!(
+        sent_after - sent_before - refused,
+        (n - finished) as u64,
+        "the resumed run sent exactly the unfinished items"
+    );
+    let data = std::fs::read_to_string(&output).expect("output");
+    assert!(data.ends_with('\n'));
+    let mut ids = HashSet::new();
+    for line in data.lines() {
+        let v: Value = serde_json::from_str(line).expect("no corrupt line");
+        assert_eq!(v["response"]["status_code"], 200, "{line}");
+        assert!(
+            ids.insert(v["custom_id"].as_str().expect("id").to_owned()),
+            "one line per custom_id: {line}"
+        );
+    }
+    assert_eq!(ids.len(), n);
+    // The resumed process starts with an empty window (LC-8): its first
+    // request goes alone and may draw one 429 (retried), whose headers
+    // then pace the rest (Q-14).
+    assert!(server.stats().rejected_429.total() <= 1);
+    server.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// proves: BATCH-1 (the binary reports each problem with its line and code,
+// exits 2 and sends nothing), BATCH-6 (`--sim` on the shipped example
+// works with no account)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_exits_2_and_the_shipped_example_runs_on_the_simulator() {
+    let dir = scratch("cli");
+    let input = dir.join("bad.jsonl");
+    std::fs::write(
+        &input,
+        "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"body\":{\"model\":\"e\",\"input\":\"x\"}}\nnot json\n",
+    )
+    .expect("input");
+    let out = Command::new(BIN)
+        .arg("batch")
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.join("out.jsonl"))
+        .arg("--sim")
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 2: invalid_json_line"), "{stderr}");
+    assert!(stderr.contains("nothing was sent"), "{stderr}");
+    assert!(!dir.join("out.jsonl").exists());
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/batch.jsonl");
+    let output = dir.join("example.jsonl");
+    let out = Command::new(BIN)
+        .arg("batch")
+        .arg("--sim")
+        .arg(&example)
+        .arg("-o")
+        .arg(&output)
+        .args(["--progress", "off"])
+        .output()
+        .await
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("0 429s"), "{stdout}");
+    let lines = std::fs::read_to_string(example)
+        .expect("example")
+        .lines()
+        .count();
+    assert_eq!(complete_lines(&output), lines);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// proves: BATCH-4 (plain progress lines when stderr is not a terminal; a
+// final summary with wall time against the lower bound, quota-wait
+// percentiles and tokens, also as JSON), BATCH-6 (the summary's bound)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_and_summary_json() {
+    let dir = scratch("progress");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/batch.jsonl");
+    let summary = dir.join("summary.json");
+    let out = Command::new(BIN)
+        .arg("batch")
+        .arg("--sim")
+        .arg(&example)
+        .arg("-o")
+        .arg(dir.join("out.jsonl"))
+        .args([
+            "--rpm",
+            "12",
+            "--window",
+            "1s",
+            "--progress-interval",
+            "300ms",
+        ])
+        .arg("--summary-json")
+        .arg(&summary)
+        .arg("--plot")
+        .arg(dir.join("plot.svg"))
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("progress: "), "{stderr}");
+    assert!(stderr.contains("items/s"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("physical lower bound 1.00 s"), "{stdout}");
+    assert!(stdout.contains("quota wait: p50"), "{stdout}");
+    let s: Value =
+        serde_json::from_slice(&std::fs::read(&summary).expect("summary")).expect("json");
+    assert_eq!(s["outcome"], "complete");
+    assert_eq!(s["succeeded"], 24);
+    assert_eq!(s["lower_bound_s"], 1.0);
+    assert!(s["quota_wait_ms"]["p95"].as_f64().expect("p95") > 0.0);
+    assert!(s["tokens"]["reserved"].as_u64().expect("reserved") > 0);
+    assert_eq!(s["sim"]["rejected_429"], 0);
+    let svg = std::fs::read_to_string(dir.join("plot.svg")).expect("plot");
+    assert!(svg.contains("requests started in the trailing 1s (limit 12)"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
