@@ -573,7 +573,7 @@ impl Shared {
                     custom_id: item.custom_id.clone(),
                     response: Some(ResponseRecord {
                         status_code: 200,
-                        request_id: None,
+                        request_id: done.request_id.clone(),
                         body,
                     }),
                     error: None,

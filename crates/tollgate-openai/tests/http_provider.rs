@@ -287,6 +287,10 @@ async fn responses_report_the_providers_budget() {
     let reply = bounded(provider.call(&upstream(false, false), roomy()))
         .await
         .expect("reply");
+    assert!(
+        reply.request_id.is_some(),
+        "the provider's x-request-id is kept"
+    );
     let requests = reply.budget.requests.expect("request budget");
     assert_eq!(requests.limit, Some(3));
     assert_eq!(requests.remaining, Some(2));

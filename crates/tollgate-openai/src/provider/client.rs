@@ -206,6 +206,11 @@ impl HttpProvider {
             return Err(self.status_error(response, deadline, timeout).await);
         }
         let budget = budgets_of(response.headers());
+        let request_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = within(
             deadline,
             timeout,
@@ -215,7 +220,9 @@ impl HttpProvider {
         .await?
         .map_err(|err| body_error(&err, self.secret()))?;
         let usage = one_shot_usage(&body, status.as_u16(), self.secret())?;
-        Ok(Reply::new(body, usage).with_budget(budget))
+        Ok(Reply::new(body, usage)
+            .with_budget(budget)
+            .with_request_id(request_id))
     }
 
     async fn open_stream(

@@ -152,6 +152,8 @@ pub struct Completed<R> {
     pub settlement: Option<Settlement>,
     /// What the last attempt's admission waited for.
     pub admission: Admission,
+    /// The provider's id of the last attempt's request, if it sent one.
+    pub request_id: Option<String>,
 }
 
 /// What an observer learns about every call once it is terminal and its

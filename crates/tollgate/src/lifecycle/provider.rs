@@ -36,6 +36,8 @@ pub struct Reply<R> {
     pub usage: Usage,
     /// What the response said about the provider's budget (SPEC Q-14).
     pub budget: Budgets,
+    /// The provider's id of the request (`x-request-id`), if it sent one.
+    pub request_id: Option<String>,
 }
 
 impl<R> Reply<R> {
@@ -45,7 +47,14 @@ impl<R> Reply<R> {
             body,
             usage,
             budget: Budgets::default(),
+            request_id: None,
         }
+    }
+
+    /// Adds the provider's id of the request.
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        self.request_id = request_id;
+        self
     }
 
     /// Adds the budget the response reported.

@@ -411,6 +411,7 @@ impl<P: Provider> Supervisor<P> {
             attempts: attempt,
             settlement,
             admission,
+            request_id: reply.request_id,
         })
     }
 
