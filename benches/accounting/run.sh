@@ -52,44 +52,12 @@ SIM_PORT=${SIM_PORT:-18261}
 GW_PORT=${GW_PORT:-18262}
 KEY=sk-bench-accounting
 WORK=$(mktemp -d /tmp/tollgate-accounting-bench.XXXXXX)
-PIDS=()
-
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  PIDS=()
-}
-trap 'cleanup; echo "results: $WORK" >&2' EXIT
+# shellcheck source=../lib.sh
+source "$ROOT/benches/lib.sh"
+trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 100); do
-    port_free "$1" || return 0
-    sleep 0.1
-  done
-  echo "nothing listens on port $1 (see $WORK/*.log)" >&2
-  return 1
-}
-wait_free() {
-  local i
-  for i in $(seq 100); do
-    port_free "$1" && return 0
-    sleep 0.1
-  done
-  echo "port $1 stays in use" >&2
-  return 1
-}
-
-for port in $SIM_PORT $GW_PORT; do
-  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
-done
+require_free_ports "$SIM_PORT" "$GW_PORT"
 
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli
@@ -181,7 +149,7 @@ while True:
     if [[ $path == gateway ]]; then
       curl -s "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/$run.metrics.txt"
     fi
-    cleanup
+    stop_pids
     wait_free $SIM_PORT
     wait_free $GW_PORT
   done

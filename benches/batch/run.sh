@@ -32,29 +32,12 @@ PORT_A=18191
 PORT_B=18192
 
 WORK=$(mktemp -d /tmp/tollgate-batch-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  echo "results: $WORK" >&2
-}
-trap cleanup EXIT
+# shellcheck source=../lib.sh
+source "$ROOT/benches/lib.sh"
+trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 100); do
-    port_free "$1" || return 0
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2
-  return 1
-}
-for port in $PORT_A $PORT_B; do
-  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
-done
+require_free_ports "$PORT_A" "$PORT_B"
 
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli

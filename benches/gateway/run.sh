@@ -42,35 +42,12 @@ PATHS=(direct gateway nginx)
 export TOLLGATE_LOADGEN_API_KEY=sk-bench-gateway
 
 WORK=$(mktemp -d /tmp/tollgate-gateway-bench.XXXXXX)
-PIDS=()
-
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  echo "results: $WORK" >&2
-}
-trap cleanup EXIT
+# shellcheck source=../lib.sh
+source "$ROOT/benches/lib.sh"
+trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 100); do
-    port_free "$1" || return 0
-    sleep 0.1
-  done
-  echo "nothing listens on port $1 (see $WORK/*.log)" >&2
-  return 1
-}
-
-for port in $SIM_PORT $GW_PORT $NGINX_PORT; do
-  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
-done
+require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT"
 command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx)" >&2; exit 1; }
 
 if [[ $SKIP_BUILD != 1 ]]; then

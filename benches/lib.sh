@@ -1,0 +1,54 @@
+# Helpers shared by the benchmark scripts (sourced, not run). Every server
+# they start listens on 127.0.0.1 only.
+
+PIDS=()
+
+# Stops every process in PIDS (SIGTERM, then SIGKILL after 5 s) and
+# empties it.
+stop_pids() {
+  local pid i
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    for i in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Waits up to 10 s for something to listen on port $1.
+wait_port() {
+  local i
+  for i in $(seq 100); do
+    port_free "$1" || return 0
+    sleep 0.1
+  done
+  echo "nothing listens on port $1 (see ${WORK:-.}/*.log)" >&2
+  return 1
+}
+
+# Waits up to 10 s for port $1 to be free again.
+wait_free() {
+  local i
+  for i in $(seq 100); do
+    port_free "$1" && return 0
+    sleep 0.1
+  done
+  echo "port $1 stays in use" >&2
+  return 1
+}
+
+# Exits unless every port given is free.
+require_free_ports() {
+  local port
+  for port in "$@"; do
+    port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
+  done
+}
