@@ -81,4 +81,8 @@ impl Provider for GatewayProvider {
     fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {
         self.http.stream_budget(stream)
     }
+
+    fn stream_finished(&self, stream: &ChunkStream) -> bool {
+        self.http.stream_finished(stream)
+    }
 }

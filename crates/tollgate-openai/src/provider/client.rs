@@ -304,6 +304,10 @@ impl Provider for HttpProvider {
     fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {
         stream.budget()
     }
+
+    fn stream_finished(&self, stream: &ChunkStream) -> bool {
+        stream.is_finished()
+    }
 }
 
 impl HttpProviderBuilder {

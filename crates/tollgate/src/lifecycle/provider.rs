@@ -253,6 +253,15 @@ pub trait Provider: Send + Sync + 'static {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Self::Stream, ProviderError>> + Send;
 
+    /// Whether an open stream has yielded its last item and only reads the
+    /// end of its transport (after an SSE `[DONE]`, say). The output is
+    /// then complete: a deadline or a close reached meanwhile ends the call
+    /// normally instead of failing it. `false` by default.
+    fn stream_finished(&self, stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// What an opened stream's response headers said about the provider's
     /// budget (SPEC Q-14). None by default.
     fn stream_budget(&self, stream: &Self::Stream) -> Budgets {

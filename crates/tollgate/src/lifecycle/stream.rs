@@ -194,8 +194,31 @@ impl<P: Provider> Live<P> {
     }
 
     /// The watchdog fired with `error` while nobody was polling.
-    fn expire(&mut self, error: CallError) {
+    fn expire(&mut self, error: CallError, supervisor: &Supervisor<P>) {
         match self.stage {
+            Stage::Streaming
+                if self
+                    .upstream
+                    .as_ref()
+                    .is_some_and(|u| supervisor.inner.provider.stream_finished(u)) =>
+            {
+                // Every item is out, only the transport's end is being
+                // read: the call is complete. Its post-stream hook cannot
+                // run without a consumer to drive it.
+                let scope = self.lease.as_ref().map(Lease::scope);
+                self.release();
+                if let Some(scope) = scope {
+                    supervisor.inner.controller.clear_backoff(scope);
+                }
+                if let Some(p) = self.probe.take() {
+                    p.success();
+                }
+                if supervisor.inner.hooks.post.is_some() {
+                    tracing::warn!(call = ?self.guard.id, "post-stream hook skipped: the stream ended at its deadline with nobody polling");
+                }
+                self.guard.finish(Ok(()));
+                self.stage = Stage::Terminal;
+            }
             Stage::Streaming => {
                 if self.fail(&error) {
                     self.ended = Some(error);
@@ -265,6 +288,7 @@ fn stream_deadline() -> CallError {
 /// Sleeps until the deadline or the close, then ends the call if it still
 /// runs (see the module documentation).
 async fn watch<P: Provider>(
+    supervisor: Supervisor<P>,
     live: Weak<Mutex<Live<P>>>,
     deadline: Option<Instant>,
     closing: CancellationToken,
@@ -280,7 +304,7 @@ async fn watch<P: Provider>(
         () = expired => stream_deadline(),
     };
     if let Some(live) = live.upgrade() {
-        live.lock().expire(error);
+        live.lock().expire(error, &supervisor);
     }
 }
 
@@ -312,9 +336,14 @@ impl<P: Provider> CallStream<P> {
         }));
         // Outside a tokio runtime nothing here could sleep anyway; the
         // consumer's own checks then remain.
-        let watchdog = tokio::runtime::Handle::try_current()
-            .ok()
-            .map(|rt| rt.spawn(watch(Arc::downgrade(&live), deadline_at, token)));
+        let watchdog = tokio::runtime::Handle::try_current().ok().map(|rt| {
+            rt.spawn(watch(
+                supervisor.clone(),
+                Arc::downgrade(&live),
+                deadline_at,
+                token,
+            ))
+        });
         CallStream {
             live,
             state: State::Open {
@@ -530,6 +559,17 @@ impl<P: Provider> CallStream<P> {
                         None
                     };
                     if let Some(error) = expired {
+                        // Every item is out and only the transport's end is
+                        // being read: the output is complete (LC-3 is not
+                        // at stake), so the call completes.
+                        let finished = live
+                            .upstream
+                            .as_ref()
+                            .is_some_and(|u| self.supervisor.inner.provider.stream_finished(u));
+                        if finished {
+                            self.state = complete(&mut live, &self.supervisor, self.options);
+                            continue;
+                        }
                         live.fail(&error);
                         self.state = State::Done;
                         return Poll::Ready(Some(Err(error)));
@@ -561,6 +601,8 @@ mod tests {
     #[derive(Clone, Default)]
     struct Stalling {
         alive: Arc<AtomicUsize>,
+        /// What `stream_finished` answers.
+        finished: Arc<std::sync::atomic::AtomicBool>,
     }
 
     struct Alive(Arc<AtomicUsize>);
@@ -590,6 +632,10 @@ mod tests {
                 Some((Ok(StreamEvent::Chunk(2)), alive))
             });
             Ok(Box::pin(futures_util::StreamExt::chain(first, rest)))
+        }
+
+        fn stream_finished(&self, _: &Events) -> bool {
+            self.finished.load(Ordering::Acquire)
         }
     }
 
@@ -640,6 +686,45 @@ mod tests {
             .concurrency(1)
             .build()
             .expect("valid controller")
+    }
+
+    // proves: LC-3, DL-6 (a stream whose every item is out and that only
+    // reads its transport's end completes at its deadline: no error after
+    // complete output)
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_stream_completes_at_its_deadline() {
+        let env = env();
+        let deadline = Deadline::from_timeout(Some(Duration::from_secs(2)), Instant::now());
+        let mut stream = abandoned(&env, deadline).await;
+        env.provider.finished.store(true, Ordering::Release);
+        let end = futures_util::StreamExt::next(&mut stream).await;
+        assert!(end.is_none(), "a normal end, not an error: {end:?}");
+        drop(stream);
+        let reports = env.reports.lock();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].terminal, Terminal::Completed);
+        assert_eq!(env.provider.alive.load(Ordering::Acquire), 0);
+        assert_eq!(env.controller.snapshot().active, 0);
+    }
+
+    // proves: LC-3, GW-17 (the same with nobody polling: the watchdog
+    // completes the call and returns its capacity; the consumer then sees
+    // a normal end)
+    #[tokio::test(start_paused = true)]
+    async fn an_unpolled_finished_stream_completes_at_its_deadline() {
+        let env = env();
+        let deadline = Deadline::from_timeout(Some(Duration::from_secs(2)), Instant::now());
+        let mut stream = abandoned(&env, deadline).await;
+        env.provider.finished.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            env.controller.snapshot().active,
+            0,
+            "capacity back unpolled"
+        );
+        assert_eq!(env.reports.lock()[0].terminal, Terminal::Completed);
+        let end = futures_util::StreamExt::next(&mut stream).await;
+        assert!(end.is_none(), "{end:?}");
     }
 
     // proves: DL-6, POOL-4 (a stream nobody polls still ends at its deadline: the upstream is dropped, its permit and the lease it holds returned, the call Aborted; the consumer then gets the typed error)
