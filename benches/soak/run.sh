@@ -43,41 +43,12 @@ export TOLLGATE_SOAK_ADMIN_KEY=soak-admin-key
 FAULTS=(--error-rate 0.05 --disconnect-rate 0.02 --slow-headers-rate 0.02 --slow-headers-delay 300ms)
 
 WORK=$(mktemp -d /tmp/tollgate-soak.XXXXXX)
-PIDS=()
-
-cleanup() {
-  local pid i
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  # A process that ignores SIGTERM for 5 s gets SIGKILL.
-  for pid in "${PIDS[@]}"; do
-    for i in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  echo "results: $WORK" >&2
-}
-trap cleanup EXIT
+# shellcheck source=../lib.sh
+source "$ROOT/benches/lib.sh"
+trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 100); do
-    port_free "$1" || return 0
-    sleep 0.1
-  done
-  echo "nothing listens on port $1 (see $WORK/*.log)" >&2
-  return 1
-}
-
-for port in $SLOW_PORT $GW_PORT $BULK_PORT; do
-  port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
-done
+require_free_ports "$SLOW_PORT" "$GW_PORT" "$BULK_PORT"
 
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli -p tollgate-loadgen

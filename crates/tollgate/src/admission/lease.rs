@@ -145,7 +145,9 @@ impl Lease {
     /// arrival delay seen on that provider. An instant before the lease, or
     /// after a settlement, changes nothing.
     pub fn counted_by(&mut self, at: Instant) {
-        if self.reconciled {
+        // Nothing to move (and no lock to take) for an instant not after
+        // where the reservation is counted.
+        if self.reconciled || at <= self.reservation.stamp {
             return;
         }
         self.inner.recount(self.scope, &mut self.reservation, at);

@@ -20,7 +20,7 @@ impl AdmissionController {
     /// reset, so later admissions wait instead of drawing 429s. A report
     /// never raises availability above tollgate's own accounting.
     pub fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
-        self.inner.observe(scope, report, at)
+        self.inner.observe(scope, [report], at)
     }
 
     /// The provider answered an attempt of `scope` (a response began),
@@ -31,7 +31,9 @@ impl AdmissionController {
         let Some(scope) = self.inner.scopes.get(scope.index()) else {
             return;
         };
-        if !scope.learning.swap(false, Ordering::AcqRel) {
+        // A plain load first: once learned, answers write nothing shared.
+        if !scope.learning.load(Ordering::Acquire) || !scope.learning.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         let now = self.inner.clock.now();
@@ -79,28 +81,40 @@ impl Inner {
         }
     }
 
-    /// See [`AdmissionController::observe`].
-    pub(crate) fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
+    /// See [`AdmissionController::observe`]: every report of one answer
+    /// under one lock. Returns the gaps taken, summed, and the last limit
+    /// adopted.
+    pub(crate) fn observe<'a>(
+        &self,
+        scope: ScopeId,
+        reports: impl IntoIterator<Item = &'a BudgetReport>,
+        at: Instant,
+    ) -> Observed {
         let Some(scope) = self.scopes.get(scope.index()) else {
             return Observed::default();
         };
         let now = self.clock.now();
         let mut st = scope.state.lock();
-        let observed = st.store.observe(report, at, now);
-        match report.dimension {
-            Dimension::Requests => st.counters.gap_requests += observed.gap,
-            Dimension::Tokens => st.counters.gap_tokens += observed.gap,
+        let mut total = Observed::default();
+        for report in reports {
+            let observed = st.store.observe(report, at, now);
+            match report.dimension {
+                Dimension::Requests => st.counters.gap_requests += observed.gap,
+                Dimension::Tokens => st.counters.gap_tokens += observed.gap,
+            }
+            if observed.adopted.is_some() {
+                st.counters.limits_adopted += 1;
+                total.adopted = observed.adopted;
+            }
+            total.gap += observed.gap;
         }
-        if observed.adopted.is_some() || observed.gap > 0 {
+        if total.adopted.is_some() || total.gap > 0 {
             st.invalidate_projection();
         }
-        if observed.adopted.is_some() {
-            st.counters.limits_adopted += 1;
-            if !st.queue.is_empty() {
-                st.drain(now);
-            }
+        if total.adopted.is_some() && !st.queue.is_empty() {
+            st.drain(now);
         }
-        observed
+        total
     }
 
     /// Settles a started attempt's tokens (SPEC Q-5).

@@ -647,16 +647,20 @@ impl<P: Provider> Supervisor<P> {
 
     /// Hands a response's budget reports to the controller (SPEC Q-14).
     fn observe_budget(&self, budget: &Budgets, at: Instant) {
-        for report in budget.iter() {
-            let observed = self.inner.controller.observe(self.inner.scope, report, at);
-            if observed.gap > 0 || observed.adopted.is_some() {
-                tracing::debug!(
-                    dimension = report.dimension.as_str(),
-                    gap = observed.gap,
-                    adopted = observed.adopted,
-                    "provider budget observed"
-                );
-            }
+        if budget.is_empty() {
+            return;
+        }
+        let observed = self
+            .inner
+            .controller
+            .inner
+            .observe(self.inner.scope, budget.iter(), at);
+        if observed.gap > 0 || observed.adopted.is_some() {
+            tracing::debug!(
+                gap = observed.gap,
+                adopted = observed.adopted,
+                "provider budget observed"
+            );
         }
     }
 
