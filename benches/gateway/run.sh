@@ -53,7 +53,7 @@ command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli -p tollgate-loadgen
 fi
-TOLLGATE=$ROOT/target/release/tollgate
+TOLLGATE=${TOLLGATE:-$ROOT/target/release/tollgate}  # another gateway binary to compare
 LOADGEN=$ROOT/target/release/tollgate-loadgen
 
 # --- servers -------------------------------------------------------------
