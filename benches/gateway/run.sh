@@ -3,8 +3,12 @@
 # through `tollgate serve` (admission on) and through nginx as a plain
 # reverse proxy. Not run in CI; see BENCHMARKS.md, "Gateway overhead".
 #
-#   benches/gateway/run.sh                 # 5 rounds, about 11 minutes
+#   benches/gateway/run.sh                 # 5 rounds, about 14 minutes
 #   ROUNDS=3 RATE=2000 benches/gateway/run.sh
+#   # another gateway binary and configuration, e.g. a build from before
+#   # deployments existed (without the three-deployment path):
+#   TOLLGATE=/path/to/old/tollgate GATEWAY_CONFIG=old.toml \
+#     GATEWAY_PATHS="direct gateway nginx" benches/gateway/run.sh
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
@@ -33,9 +37,13 @@ SIM=http://127.0.0.1:$SIM_PORT
 declare -A URL=(
   [direct]=$SIM/v1/chat/completions
   [gateway]=http://127.0.0.1:$GW_PORT/v1/chat/completions
+  [gateway3]=http://127.0.0.1:$GW_PORT/v1/chat/completions
   [nginx]=http://127.0.0.1:$NGINX_PORT/v1/chat/completions
 )
-PATHS=(direct gateway nginx)
+# gateway3: the same gateway, model sim-chat-3 of three deployments.
+declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [nginx]=sim-chat)
+read -r -a PATHS <<<"${GATEWAY_PATHS:-direct gateway gateway3 nginx}"
+GATEWAY_CONFIG=${GATEWAY_CONFIG:-$HERE/gateway.toml}
 # The gateway's tenant key (gateway.toml holds its hash). Sent on every
 # path so that the three see the same request bytes; the simulator
 # ignores it.
@@ -61,7 +69,7 @@ LOADGEN=$ROOT/target/release/tollgate-loadgen
 PIDS+=($!)
 wait_port $SIM_PORT
 
-"$TOLLGATE" serve --config "$HERE/gateway.toml" >"$WORK/gateway.log" 2>&1 &
+"$TOLLGATE" serve --config "$GATEWAY_CONFIG" >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 PIDS+=("$GW_PID")
 wait_port $GW_PORT
@@ -86,7 +94,7 @@ cpu_ticks() {
   echo "$total"
 }
 SIM_PID=${PIDS[0]}
-declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [nginx]=$NGINX_PID)
+declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [gateway3]=$GW_PID [nginx]=$NGINX_PID)
 
 # One loadgen run: NAME PATH [loadgen flags...]. Writes NAME.json plus the
 # simulator's /stats and the proxies' and simulator's CPU ticks.
@@ -97,7 +105,7 @@ run() {
   local s0 p0
   s0=$(cpu_ticks "$SIM_PID")
   p0=$(cpu_ticks "${PROC[$path]}")
-  "$LOADGEN" --url "${URL[$path]}" "$@" >"$WORK/$name.json"
+  "$LOADGEN" --url "${URL[$path]}" --model "${MODEL[$path]}" "$@" >"$WORK/$name.json"
   echo "{\"sim_cpu_ticks\": $(($(cpu_ticks "$SIM_PID") - s0)), \"proxy_cpu_ticks\": $(($(cpu_ticks "${PROC[$path]}") - p0))}" \
     >"$WORK/$name.cpu.json"
   curl -fsS "$SIM/stats" >"$WORK/$name.stats.json"
@@ -114,8 +122,8 @@ PY
 
 # Rotate the order of the paths from round to round.
 order() {
-  local r=$1 i
-  for i in 0 1 2; do echo "${PATHS[$(((i + r) % 3))]}"; done
+  local r=$1 i n=${#PATHS[@]}
+  for i in $(seq 0 $((n - 1))); do echo "${PATHS[$(((i + r) % n))]}"; done
 }
 
 echo "== warm-up (discarded)"
@@ -140,12 +148,12 @@ done
 echo "== one-shot, closed loop, $MAX_CONCURRENCY connections for $MAX_DURATION"
 for r in $(seq "$ROUNDS"); do
   for path in $(order "$r"); do
-    if [[ $path == gateway ]]; then
+    if [[ $path == gateway || $path == gateway3 ]]; then
       # Sample the gateway's resident set every 100 ms during the run.
       (while kill -0 "$GW_PID" 2>/dev/null; do
          awk '/^VmRSS/ {print $2}' /proc/$GW_PID/status
          sleep 0.1
-       done) >"$WORK/max-gateway-$r.rss.txt" &
+       done) >"$WORK/max-$path-$r.rss.txt" &
       SAMPLER=$!
       run "max-$path-$r" "$path" --concurrency "$MAX_CONCURRENCY" --duration "$MAX_DURATION"
       kill "$SAMPLER"
@@ -160,4 +168,4 @@ sleep 2
 grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-after.txt"
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt"
 
-python3 "$HERE/summarize.py" "$WORK" "$ROUNDS"
+python3 "$HERE/summarize.py" "$WORK" "$ROUNDS" "${PATHS[@]}"

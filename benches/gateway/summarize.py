@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables for benches/gateway/run.sh: python3 summarize.py WORKDIR ROUNDS.
+"""Tables for benches/gateway/run.sh: python3 summarize.py WORKDIR ROUNDS [PATH...].
 
 Each figure is the median of the rounds with the range (min-max) beside
 it. Added latency is computed per round (the paths of one round ran back
@@ -11,7 +11,8 @@ import statistics
 import sys
 from pathlib import Path
 
-PATHS = ["direct", "gateway", "nginx"]
+PATHS = ["direct", "gateway", "gateway3", "nginx"]
+PROXIES = ["gateway", "gateway3", "nginx"]
 TICK_S = 0.01  # USER_HZ = 100
 
 
@@ -52,8 +53,12 @@ def table(header, rows):
 
 
 def main():
+    global PATHS, PROXIES
     work = Path(sys.argv[1])
     rounds = int(sys.argv[2])
+    if len(sys.argv) > 3:
+        PATHS = sys.argv[3:]
+        PROXIES = [p for p in PATHS if p != "direct"]
     kinds = {}
     for kind in ["fixed", "stream", "max"]:
         kinds[kind] = {p: [load(work, f"{kind}-{p}-{r}") for r in range(1, rounds + 1)] for p in PATHS}
@@ -79,7 +84,7 @@ def main():
     table(["path", "achieved/s", "p50", "p90", "p99", "p99.9", "non-2xx + errors", "sim 429s"], rows)
 
     rows = []
-    for p in ["gateway", "nginx"]:
+    for p in PROXIES:
         d50 = [(x["latency_ms"]["p50"] - y["latency_ms"]["p50"]) * 1000 for x, y in zip(fixed[p], fixed["direct"])]
         d99 = [(x["latency_ms"]["p99"] - y["latency_ms"]["p99"]) * 1000 for x, y in zip(fixed[p], fixed["direct"])]
         r50 = [x["latency_ms"]["p50"] / y["latency_ms"]["p50"] for x, y in zip(fixed[p], fixed["direct"])]
@@ -114,7 +119,7 @@ def main():
     table(["path", "achieved/s", "TTFT p50", "TTFT p99", "stream p50", "stream p99", "non-2xx + errors",
            "sim 429s"], rows)
     rows = []
-    for p in ["gateway", "nginx"]:
+    for p in PROXIES:
         d50 = [(x["ttft_ms"]["p50"] - y["ttft_ms"]["p50"]) * 1000 for x, y in zip(st[p], st["direct"])]
         d99 = [(x["ttft_ms"]["p99"] - y["ttft_ms"]["p99"]) * 1000 for x, y in zip(st[p], st["direct"])]
         cpu = [cpu_us_per_req(x) for x in st[p]]
@@ -138,6 +143,21 @@ def main():
     table(["path", "responses/s", "p50", "p99", "proxy CPU µs/request", "non-2xx + errors"], rows)
     ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
     print(f"gateway / nginx throughput: {med(ratio)}\n")
+
+    # -- three deployments against one, streams against nginx ----------------
+    print("### Three deployments against one; streams against nginx\n")
+    st_ratio = [cpu_us_per_req(g) / cpu_us_per_req(n) for g, n in zip(st["gateway"], st["nginx"])]
+    print(f"gateway / nginx CPU per stream: {med(st_ratio)}\n")
+    rows = []
+    for kind, label in [("fixed", "one-shot, fixed rate"), ("stream", "streams, fixed rate"),
+                        ("max", "one-shot, closed loop")] if "gateway3" in PATHS else []:
+        runs = kinds[kind]
+        added = [(cpu_us_per_req(t) / cpu_us_per_req(g) - 1) * 100
+                 for t, g in zip(runs["gateway3"], runs["gateway"])]
+        rows.append([label, med((cpu_us_per_req(g) for g in runs["gateway"]), "{:.0f}"),
+                     med((cpu_us_per_req(t) for t in runs["gateway3"]), "{:.0f}"), med(added, "{:+.1f} %")])
+    if "gateway3" in PATHS:
+        table(["load", "1 deployment CPU µs/request", "3 deployments CPU µs/request", "added CPU"], rows)
 
     # -- memory ---------------------------------------------------------------
     def kib(path, key):

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use tollgate::Dimension;
 use tollgate::config::Limit;
+use tollgate::quota::Unavailable;
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
 use tollgate_sim::SimConfig;
 
 use crate::BatchError;
 use crate::config::{
-    BatchConfig, ErrorClass, ProgressMode, Target, parse_duration, parse_limit, parse_profile,
+    BatchConfig, ErrorClass, ProgressMode, SharedStore, Target, parse_duration, parse_limit,
+    parse_profile, parse_unavailable,
 };
 
 /// The OpenAI API.
@@ -118,6 +120,26 @@ pub struct BatchArgs {
     /// window sums of requests and tokens) as an SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Share the quota through Redis with gateways and other runs
+    /// (`redis://127.0.0.1:6379`): the limits then hold for all of them
+    /// together.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// The quota scope's name; a gateway scope (or another run) of the same
+    /// name, on the same Redis and prefix, spends the same budget.
+    #[arg(long, default_value = "batch")]
+    pub scope: String,
+    /// Redis key prefix (the gateways' `[quota_store] prefix`).
+    #[arg(long, default_value = "tollgate")]
+    pub redis_prefix: String,
+    /// Most time one Redis operation may take.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    pub redis_timeout: Duration,
+    /// While Redis is unreachable: `fail_closed` (the run stops; re-run to
+    /// resume) or `fail_open_local:N` (go on with 1/N of every limit, N
+    /// processes sharing the budget).
+    #[arg(long, default_value = "fail_closed", value_parser = parse_unavailable)]
+    pub redis_unavailable: Unavailable,
 }
 
 fn parse_progress(s: &str) -> Result<ProgressMode, String> {
@@ -209,6 +231,26 @@ impl BatchArgs {
         c.progress_interval = self.progress_interval;
         c.summary_json = self.summary_json.clone();
         c.plot = self.plot.clone();
+        if self.scope.trim().is_empty() {
+            return Err(BatchError::Config("--scope must not be empty".into()));
+        }
+        c.scope = self.scope.clone();
+        c.shared = self.redis.as_ref().map(|url| SharedStore {
+            url: url.clone(),
+            prefix: self.redis_prefix.clone(),
+            timeout: self.redis_timeout,
+            on_unavailable: self.redis_unavailable,
+        });
+        if c.shared.is_some() {
+            // Learned limits are per process (SPEC Q-14): a shared budget
+            // needs its limits stated.
+            if c.limits.is_empty() {
+                return Err(BatchError::Config(
+                    "--redis needs the account's limits (--rpm, --tpm or --limit)".into(),
+                ));
+            }
+            c.learn_limits = None;
+        }
         Ok(c)
     }
 }

@@ -227,6 +227,42 @@ pub struct BatchConfig {
     pub summary_json: Option<PathBuf>,
     /// Draw what was admitted against the limits as SVG here.
     pub plot: Option<PathBuf>,
+    /// The quota scope's name: replicas and runs sharing a store share the
+    /// budget of the scope of this name (SPEC DQ-1).
+    pub scope: String,
+    /// Keep the quota in this shared store instead of in the process.
+    pub shared: Option<SharedStore>,
+}
+
+/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-5).
+#[derive(Debug, Clone)]
+pub struct SharedStore {
+    /// `redis://host:port[/db]`.
+    pub url: String,
+    /// Key prefix (the gateways' `[quota_store] prefix`).
+    pub prefix: String,
+    /// Per-operation timeout.
+    pub timeout: Duration,
+    /// While the store is unreachable.
+    pub on_unavailable: tollgate::quota::Unavailable,
+}
+
+/// Parses `--redis-unavailable`: `fail_closed` or `fail_open_local:N` (N
+/// processes share the budget).
+pub fn parse_unavailable(s: &str) -> Result<tollgate::quota::Unavailable, String> {
+    use tollgate::quota::Unavailable;
+    match s.trim().split_once(':') {
+        None if s.trim() == "fail_closed" => Ok(Unavailable::FailClosed),
+        Some(("fail_open_local", n)) => match n.trim().parse::<u32>() {
+            Ok(replicas) if replicas > 0 => Ok(Unavailable::FailOpenLocal { replicas }),
+            _ => Err(format!(
+                "`{s}`: the number of processes sharing the budget must be at least 1"
+            )),
+        },
+        _ => Err(format!(
+            "`{s}`: expected fail_closed or fail_open_local:N (N processes share the budget)"
+        )),
+    }
 }
 
 impl BatchConfig {
@@ -254,6 +290,8 @@ impl BatchConfig {
             progress_interval: Duration::from_secs(10),
             summary_json: None,
             plot: None,
+            scope: "batch".into(),
+            shared: None,
         }
     }
 }

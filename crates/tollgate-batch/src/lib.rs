@@ -44,7 +44,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use args::BatchArgs;
-pub use config::{BatchConfig, ErrorClass, ProgressMode, Target};
+pub use config::{BatchConfig, ErrorClass, ProgressMode, SharedStore, Target};
 pub use runner::{DRAIN_GRACE, run};
 pub use summary::Summary;
 
@@ -116,6 +116,9 @@ pub enum StopReason {
     Output(String),
     /// The input file changed (or became unreadable) during the run.
     InputChanged(String),
+    /// The shared quota store (`--redis`) did not answer and
+    /// `--redis-unavailable fail_closed` is in force (SPEC DQ-3).
+    QuotaStoreUnavailable,
 }
 
 impl fmt::Display for StopReason {
@@ -134,6 +137,9 @@ impl fmt::Display for StopReason {
             StopReason::Interrupted => f.write_str("interrupted"),
             StopReason::Output(e) => write!(f, "cannot write the output: {e}"),
             StopReason::InputChanged(e) => f.write_str(e),
+            StopReason::QuotaStoreUnavailable => f.write_str(
+                "the shared quota store (--redis) is unavailable; re-run to resume, or use --redis-unavailable fail_open_local:N",
+            ),
         }
     }
 }

@@ -19,10 +19,11 @@ use tollgate::lifecycle::{
     AttemptContext, AttemptPolicy, CallError, CallOptions, ErrorKind, Provider, ProviderError,
     Reply, Supervisor,
 };
-use tollgate::{AdmissionController, Deadline, Dimension, Phase, TokenEstimate};
+use tollgate::{AdmissionController, AdmissionError, Deadline, Dimension, Phase, TokenEstimate};
 use tollgate_openai::provider::ChunkStream;
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{HttpProvider, UpstreamRequest};
+use tollgate_redis::{RedisBackend, RedisSettings};
 
 use crate::config::{BatchConfig, ErrorClass, Target};
 use crate::input::{self, InputErrorCode, InputErrors, Item};
@@ -276,7 +277,7 @@ pub async fn run(
 
     // One controller, one scope, one supervisor: the same engine as the
     // gateway, no second limiter (BATCH-2).
-    let mut scope = ScopeConfig::new("batch");
+    let mut scope = ScopeConfig::new(config.scope.clone());
     for l in &config.limits {
         scope = scope.limit(*l);
     }
@@ -284,13 +285,22 @@ pub async fn run(
         scope = scope.learn_limits(w);
     }
     let engine = |e: tollgate::config::ConfigError| BatchError::Config(e.to_string());
-    let controller = AdmissionController::new(ControllerConfig {
+    let mut builder = AdmissionController::builder().config(ControllerConfig {
         scopes: vec![scope],
         queue_capacity: usize::try_from(config.concurrency).unwrap_or(usize::MAX),
         concurrency: Some(config.concurrency),
         ..ControllerConfig::default()
-    })
-    .map_err(engine)?;
+    });
+    if let Some(shared) = &config.shared {
+        let settings = RedisSettings::new(shared.url.clone())
+            .prefix(shared.prefix.clone())
+            .timeout(shared.timeout)
+            .on_unavailable(shared.on_unavailable);
+        let backend =
+            RedisBackend::new(settings).map_err(|e| BatchError::Config(format!("--redis: {e}")))?;
+        builder = builder.shared_store(Arc::new(backend));
+    }
+    let controller = builder.build().map_err(engine)?;
     let policy = AttemptPolicy {
         max_attempts: config.max_attempts,
         ..AttemptPolicy::default()
@@ -660,6 +670,12 @@ impl Shared {
                 })
             }
             CallError::Stream { .. } => Some(simple(ErrorClass::Protocol, 1)),
+            CallError::Admission(AdmissionError::QuotaStoreUnavailable { .. }) => {
+                // Not the item's fault: every item would meet the same
+                // store. Stop; a re-run resumes (SPEC DQ-3).
+                self.stop_with(StopReason::QuotaStoreUnavailable).await;
+                None
+            }
             CallError::Admission(_) | CallError::Hook { .. } => {
                 Some(simple(ErrorClass::Configuration, 0))
             }

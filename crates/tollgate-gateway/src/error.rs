@@ -15,7 +15,11 @@
 //! | request body not received in time (body read timeout or deadline) | 408 | `request_timeout` |
 //! | request body too large | 413 | `request_too_large` |
 //!
-//! A 429 or 503 carries `retry-after` (whole seconds) when a time is known.
+//! A 429 or 503 carries `retry-after` (whole seconds, rounded up) and
+//! `retry-after-ms` when a time is known: the instant the engine computed
+//! (early verdict, cooldown, circuit) or the upstream's own hint. Every 429
+//! has one (SPEC GW-13): where nothing was computed (a full queue or
+//! pool, an upstream 429 without a hint) it says [`BUSY_RETRY`].
 //! A 408 or 413 carries `connection: close`: the rest of the body was not
 //! read, so the connection cannot serve another request.
 
@@ -28,6 +32,10 @@ use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, ErrorKind};
 use tollgate::{AdmissionError, Phase};
 use tollgate_openai::ErrorResponse;
+
+/// The retry hint of a 429 without a computed instant (a full queue or
+/// pool, an upstream 429 without a hint): the cooldown's base delay.
+pub const BUSY_RETRY: Duration = Duration::from_secs(1);
 
 /// An error response.
 #[derive(Debug, Clone)]
@@ -141,6 +149,13 @@ impl ApiError {
                 .with_code("estimate_exceeds_limit"),
             ),
             AdmissionError::Closed => Self::shutting_down(),
+            AdmissionError::QuotaStoreUnavailable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorResponse::server_error(
+                    "quota_store_unavailable",
+                    "The shared quota store does not answer; try again shortly.",
+                ),
+            ),
             other => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorResponse::server_error("admission_error", other.to_string()),
@@ -236,12 +251,17 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if let Some(after) = self.retry_after {
-            // Whole seconds, rounded up, at least one.
+        let busy = (self.status == StatusCode::TOO_MANY_REQUESTS).then_some(BUSY_RETRY);
+        if let Some(after) = self.retry_after.or(busy) {
+            // Whole seconds, rounded up, at least one; and milliseconds.
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
-                response.headers_mut().insert(http::header::RETRY_AFTER, v);
-            }
+            let ms = u64::try_from(after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            let h = response.headers_mut();
+            h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            h.insert(
+                http::HeaderName::from_static("retry-after-ms"),
+                HeaderValue::from(ms),
+            );
         }
         response
     }
@@ -307,5 +327,33 @@ mod tests {
         e.retry_after = Some(Duration::from_millis(1_200));
         let r = e.into_response();
         assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
+        assert_eq!(r.headers()["retry-after-ms"], "1200");
+    }
+
+    // proves: GW-13 (every 429 carries retry-after and retry-after-ms: the
+    // engine's instant to the millisecond, or 1 s where none was computed)
+    #[test]
+    fn every_429_carries_both_retry_hints() {
+        let now = Instant::now();
+        let timed = ApiError::from_admission(
+            &AdmissionError::DeadlineExceeded {
+                phase: Phase::Rate,
+                retry_at: Some(now + Duration::from_micros(86_399_000_001)),
+            },
+            now,
+        )
+        .into_response();
+        assert_eq!(timed.headers()["retry-after-ms"], "86399001");
+        assert_eq!(timed.headers()[http::header::RETRY_AFTER], "86400");
+        let full = ApiError::from_admission(
+            &AdmissionError::QueueFull {
+                scope: ScopeId::FIRST,
+            },
+            now,
+        )
+        .into_response();
+        assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(full.headers()["retry-after-ms"], "1000");
+        assert_eq!(full.headers()[http::header::RETRY_AFTER], "1");
     }
 }

@@ -3,18 +3,24 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access_log;
 pub mod auth;
 pub mod build;
 pub mod config;
 pub mod connection;
 pub mod deadline;
 pub mod error;
+pub mod live;
 pub mod metrics;
 pub mod provider;
+pub mod ratelimit;
+pub mod request_id;
+pub mod router;
 pub mod routes;
 mod run;
 pub mod server;
 pub mod sse;
 pub mod state;
+pub mod tenants;
 
 pub use run::{DEMO_KEY, RunError, embedded_sim_config, run};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tollgate::Snapshot;
 use tollgate::lifecycle::{CallReport, CircuitState};
+use tollgate::{Snapshot, StoreMode};
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -57,6 +57,79 @@ impl ModelMetrics {
     /// A completed call (the common case of the supervisor's reports).
     pub fn completed(&self) {
         self.completed.increment(1);
+    }
+}
+
+/// Metric handles of one deployment (SPEC GW-11, OBS-2), labelled by the
+/// configured model and deployment names.
+#[derive(Clone, Debug)]
+pub struct DeploymentMetrics {
+    attempts: metrics::Counter,
+    rate_limited: metrics::Counter,
+    quota_wait: metrics::Histogram,
+    /// `(model, deployment)`, for the gauges published at scrape time.
+    labels: (Arc<str>, Arc<str>),
+}
+
+impl DeploymentMetrics {
+    /// The handles of deployment `deployment` of `model`.
+    pub fn new(model: &str, deployment: &str) -> Self {
+        let l = || {
+            [
+                ("model", model.to_owned()),
+                ("deployment", deployment.to_owned()),
+            ]
+        };
+        DeploymentMetrics {
+            attempts: counter!("tollgate_deployment_attempts_total", &l()),
+            rate_limited: counter!("tollgate_deployment_upstream_429_total", &l()),
+            quota_wait: histogram!("tollgate_deployment_quota_wait_seconds", &l()),
+            labels: (Arc::from(model), Arc::from(deployment)),
+        }
+    }
+
+    /// An attempt reached the upstream; `rate_limited` when it answered
+    /// 429.
+    pub fn attempt(&self, rate_limited: bool) {
+        self.attempts.increment(1);
+        if rate_limited {
+            self.rate_limited.increment(1);
+        }
+    }
+
+    /// A call admitted on this deployment waited `wait` for quota.
+    pub fn admitted(&self, wait: Duration) {
+        self.quota_wait.record(wait.as_secs_f64());
+    }
+
+    /// Publishes the deployment's state at scrape time: attempts in
+    /// flight, its scope's queue and cooldowns, its provider's circuit.
+    pub fn publish(
+        &self,
+        in_flight: usize,
+        queued: Option<usize>,
+        cooldowns: Option<u64>,
+        circuit: CircuitState,
+    ) {
+        let (m, d) = (self.labels.0.to_string(), self.labels.1.to_string());
+        let l = [("model", m), ("deployment", d)];
+        gauge!("tollgate_deployment_in_flight", &l).set(in_flight as f64);
+        if let Some(q) = queued {
+            gauge!("tollgate_deployment_queued", &l).set(q as f64);
+        }
+        if let Some(c) = cooldowns {
+            counter!("tollgate_deployment_cooldowns_total", &l).absolute(c);
+        }
+        gauge!("tollgate_deployment_circuit_state", &l).set(circuit_value(circuit));
+    }
+}
+
+/// 0 closed, 1 half-open, 2 open.
+fn circuit_value(state: CircuitState) -> f64 {
+    match state {
+        CircuitState::Closed => 0.0,
+        CircuitState::HalfOpen => 1.0,
+        CircuitState::Open => 2.0,
     }
 }
 
@@ -139,19 +212,13 @@ impl Metrics {
     }
 
     /// Publishes controller state: queue depths, availability and token
-    /// accounting per scope, pool occupancy per pool. Upstream scopes and
-    /// pools are labelled with their configured names; the tenant side with
-    /// ordinals (`#3`), so no tenant identity becomes a label (SPEC Q-10).
+    /// accounting per scope, pool occupancy per pool, labelled with their
+    /// names: configured scope names, `model:<model>[/<deployment>]`, and
+    /// `tenant:<tenant>[/<model>]` from the configured tenant names (never
+    /// keys or anything a client sent; SPEC Q-10).
     pub fn snapshot(&self, side: &'static str, s: &Snapshot) {
-        let label = |name: &str, ordinal: usize| {
-            if side == "tenant" {
-                format!("#{ordinal}")
-            } else {
-                name.to_owned()
-            }
-        };
-        for (i, scope) in s.scopes.iter().enumerate() {
-            let name = label(&scope.name, i);
+        for scope in &s.scopes {
+            let name = scope.name.clone();
             gauge!("tollgate_queued", "side" => side, "scope" => name.clone())
                 .set(scope.queued as f64);
             let k = &scope.counters;
@@ -176,6 +243,27 @@ impl Metrics {
                 .absolute(k.limits_adopted);
             counter!("tollgate_refusals_released_total", "side" => side, "scope" => name.clone())
                 .absolute(k.refusals_released);
+            // A shared quota store's state (SPEC DQ-3): 1 for the current
+            // state, 0 for the others.
+            if let Some(mode) = scope.store {
+                for state in [
+                    StoreMode::Shared,
+                    StoreMode::Unavailable,
+                    StoreMode::LocalFallback,
+                ] {
+                    gauge!("tollgate_quota_store_state", "side" => side, "scope" => name.clone(), "state" => state.as_str())
+                        .set(if state == mode { 1.0 } else { 0.0 });
+                }
+                for (what, n) in [
+                    ("store_errors", k.store_errors),
+                    ("refused_unavailable", k.store_unavailable),
+                    ("fallback_admissions", k.fallback_admissions),
+                    ("settlements_failed", k.settlements_failed),
+                ] {
+                    counter!("tollgate_quota_store_events_total", "side" => side, "scope" => name.clone(), "event" => what)
+                        .absolute(n);
+                }
+            }
             // Without reported usage (nothing settled yet, or a provider
             // set to `reconciles = false`) there is no ratio to show.
             if k.tokens_reserved > 0 && k.tokens_reported > 0 {
@@ -193,8 +281,8 @@ impl Metrics {
                 .set(l.available as f64);
             }
         }
-        for (i, p) in s.pools.iter().enumerate() {
-            let name = label(&p.name, i);
+        for p in &s.pools {
+            let name = p.name.clone();
             gauge!("tollgate_pool_in_use", "side" => side, "pool" => name.clone())
                 .set(p.limit.saturating_sub(p.available) as f64);
             gauge!("tollgate_pool_waiting", "side" => side, "pool" => name).set(p.waiting as f64);
@@ -203,11 +291,7 @@ impl Metrics {
 
     /// Publishes a provider's circuit state: 0 closed, 1 half-open, 2 open.
     pub fn circuit(&self, provider: &str, state: CircuitState) {
-        let v = match state {
-            CircuitState::Closed => 0.0,
-            CircuitState::HalfOpen => 1.0,
-            CircuitState::Open => 2.0,
-        };
-        gauge!("tollgate_circuit_state", "provider" => provider.to_owned()).set(v);
+        gauge!("tollgate_circuit_state", "provider" => provider.to_owned())
+            .set(circuit_value(state));
     }
 }

@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use tollgate::TokenEstimate;
-use tollgate::lifecycle::{AttemptContext, Provider, ProviderError, Reply};
+use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
 use tollgate_openai::provider::ChunkStream;
 use tollgate_openai::{HttpProvider, UpstreamRequest};
+
+use crate::metrics::DeploymentMetrics;
 
 /// An upstream request and the tokens it is expected to spend.
 #[derive(Debug, Clone)]
@@ -41,16 +43,23 @@ impl Started {
     }
 }
 
-/// [`HttpProvider`] taking [`GatewayRequest`]s.
+/// [`HttpProvider`] taking [`GatewayRequest`]s, counting the attempts of
+/// one deployment and its upstream's 429s.
 #[derive(Debug, Clone)]
 pub struct GatewayProvider {
     http: HttpProvider,
+    metrics: DeploymentMetrics,
 }
 
 impl GatewayProvider {
-    /// Wraps `http`.
-    pub fn new(http: HttpProvider) -> Self {
-        GatewayProvider { http }
+    /// Wraps `http` for the deployment whose handles are `metrics`.
+    pub fn new(http: HttpProvider, metrics: DeploymentMetrics) -> Self {
+        GatewayProvider { http, metrics }
+    }
+
+    fn count<T>(&self, result: &Result<T, ProviderError>) {
+        let limited = matches!(result, Err(e) if e.kind == ErrorKind::RateLimited);
+        self.metrics.attempt(limited);
     }
 }
 
@@ -66,7 +75,12 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
         request.started.bump();
-        Provider::call(&self.http, &request.upstream, attempt)
+        let call = Provider::call(&self.http, &request.upstream, attempt);
+        async move {
+            let result = call.await;
+            self.count(&result);
+            result
+        }
     }
 
     fn stream(
@@ -75,7 +89,12 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
         request.started.bump();
-        Provider::stream(&self.http, &request.upstream, attempt)
+        let stream = Provider::stream(&self.http, &request.upstream, attempt);
+        async move {
+            let result = stream.await;
+            self.count(&result);
+            result
+        }
     }
 
     fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {

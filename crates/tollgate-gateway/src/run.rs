@@ -4,14 +4,16 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use crate::build::{BuildFailure, build};
 use crate::config::{ConfigError, GatewayConfig};
+use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::server::{ServeOptions, bind, serve};
+use crate::server::{ServeOptions, bind, serve_live};
 
 /// The API key of the built-in default's `demo` tenant.
 pub const DEMO_KEY: &str = "tollgate-demo-key";
@@ -75,21 +77,50 @@ pub async fn run(
     if let Some(addr) = listen {
         config.server.listen = addr;
     }
-    let app = build(&config, Metrics::install())?;
+    let metrics = Metrics::install();
+    let app = build(&config, metrics.clone())?;
     let addr = config.server.listen;
     let listener = bind(addr)
         .await
         .map_err(|source| RunError::Bind { addr, source })?;
+    let metrics_listener = match config.server.metrics_listen {
+        Some(addr) => Some(
+            bind(addr)
+                .await
+                .map_err(|source| RunError::Bind { addr, source })?,
+        ),
+        None => None,
+    };
     let local = listener.local_addr().unwrap_or(addr);
     print_banner(local, sim.as_ref(), &config);
     let options = ServeOptions::from_config(&config.server);
-    serve(listener, app, options, shutdown)
-        .await
-        .map_err(RunError::Serve)?;
+    let live = Arc::new(Live::new(app, config_path.map(Path::to_path_buf), metrics));
+    let hangup = tokio::spawn(reload_on_hangup(Arc::clone(&live)));
+    let served = serve_live(listener, metrics_listener, live, options, shutdown).await;
+    hangup.abort();
+    served.map_err(RunError::Serve)?;
     if let Some(sim) = sim {
         sim.shutdown().await?;
     }
     Ok(())
+}
+
+/// Reloads the configuration on every SIGHUP (SPEC GW-15); a refused
+/// reload is logged and the running configuration stays.
+async fn reload_on_hangup(live: Arc<Live>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload with POST /admin/reload");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let _ = live.reload().await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = live;
 }
 
 fn print_banner(addr: SocketAddr, sim: Option<&SimServer>, config: &GatewayConfig) {

@@ -18,8 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tollgate::clock::Instant;
 use tower::ServiceExt;
 
+use crate::access_log;
 use crate::config::ServerConfig;
 use crate::connection::{self, Arrival, Connection};
+use crate::live::Live;
 use crate::routes;
 use crate::state::AppState;
 
@@ -91,7 +93,46 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let router = routes::router(Arc::clone(&app));
+    let live = Arc::new(Live::new(Arc::clone(&app), None, app.metrics.clone()));
+    serve_live(listener, None, live, options, shutdown).await
+}
+
+/// [`serve`] for a reloadable state (SPEC GW-15), with `/metrics` on
+/// `metrics` when given (OBS-2). Each request uses the state current when
+/// it arrived; the shutdown covers the states a reload replaced while
+/// their calls still run.
+pub async fn serve_live(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    live: Arc<Live>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let router = routes::router(Arc::clone(&live), metrics.is_none());
+    // Access lines wait in a buffer at most this long (SPEC GW-14).
+    let flusher = {
+        let live = Arc::clone(&live);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
+            loop {
+                tick.tick().await;
+                live.current().access_log.flush();
+            }
+        })
+    };
+    let stop_metrics = CancellationToken::new();
+    if let Some(listener) = metrics {
+        let stop = stop_metrics.clone();
+        let router = routes::metrics_router(Arc::clone(&live));
+        tokio::spawn(async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     let graceful = GracefulShutdown::new();
     // Clamped so that `Semaphore::new` and `acquire_many` accept it.
     let cap = options
@@ -163,7 +204,11 @@ pub async fn serve(
         grace_s = options.shutdown_grace.as_secs_f64(),
         "shutting down"
     );
-    app.begin_shutdown();
+    stop_metrics.cancel();
+    let states = live.all();
+    for app in &states {
+        app.begin_shutdown();
+    }
     let drained = tokio::time::timeout(options.shutdown_grace, graceful.shutdown()).await;
     if drained.is_err() {
         tracing::warn!("grace period over: cancelling the calls still running");
@@ -172,8 +217,11 @@ pub async fn serve(
     // (the engine's stream watchdog) — and waits until every permit is
     // back, but never longer than the cleanup budget.
     let cleanup = async {
-        app.upstream.close().await;
-        app.tenants.close().await;
+        for app in &states {
+            for controller in app.controllers() {
+                controller.close().await;
+            }
+        }
     };
     if tokio::time::timeout(options.cleanup_budget, cleanup)
         .await
@@ -181,8 +229,14 @@ pub async fn serve(
     {
         tracing::warn!(
             budget_s = options.cleanup_budget.as_secs_f64(),
-            upstream_active = app.upstream.snapshot().active,
-            tenant_active = app.tenants.snapshot().active,
+            upstream_active = states
+                .iter()
+                .map(|a| a.upstream_snapshot().active)
+                .sum::<usize>(),
+            tenant_active = states
+                .iter()
+                .map(|a| a.tenant_snapshot().active)
+                .sum::<usize>(),
             "cleanup budget over: stopping without waiting for the remaining permits"
         );
     }
@@ -192,6 +246,8 @@ pub async fn serve(
     let all = u32::try_from(cap).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(connection::LINGER, slots.acquire_many(all)).await;
     dropped.cancel();
+    flusher.abort();
+    live.current().access_log.flush();
     Ok(())
 }
 

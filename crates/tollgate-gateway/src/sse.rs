@@ -26,10 +26,12 @@ use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallStream, ErrorKind};
 use tollgate_openai::ErrorResponse;
 
+use crate::access_log::{AccessLog, Record};
 use crate::connection::CloseAt;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
+use crate::router::InFlightGuard;
 
 enum State {
     Streaming,
@@ -51,10 +53,31 @@ pub struct SseBody {
     state: State,
     /// The end seen while a batch was being filled, handled next poll.
     deferred: Option<End>,
+    /// Events read but not yet handed to hyper (see `poll_next`).
+    held: Option<BytesMut>,
+    /// Scheduler passes the held batch has waited.
+    holds: u32,
+    /// Passes in a row that brought nothing new.
+    idle: u32,
     metrics: Metrics,
     model: std::sync::Arc<str>,
     /// The connection's drop instant, cleared once the body ended.
     close: Option<CloseAt>,
+    /// Counts the stream in flight on its deployment (SPEC GW-11).
+    _in_flight: InFlightGuard,
+    /// The access-log line, written when the body ends or is dropped.
+    log: Option<StreamLog>,
+}
+
+/// A stream's access-log line (SPEC GW-14), completed when the body ends:
+/// the usage the upstream reported, the total time, a failure's code.
+pub struct StreamLog {
+    /// What the request did up to the first chunk.
+    pub record: Record,
+    /// Where the line goes.
+    pub log: AccessLog,
+    /// When the request's head was read.
+    pub arrived: Instant,
 }
 
 impl SseBody {
@@ -65,14 +88,21 @@ impl SseBody {
         metrics: Metrics,
         model: std::sync::Arc<str>,
         close: Option<CloseAt>,
+        in_flight: InFlightGuard,
+        log: StreamLog,
     ) -> Self {
         SseBody {
             stream,
             state: State::Streaming,
             deferred: None,
+            held: None,
+            holds: 0,
+            idle: 0,
             metrics,
             model,
             close,
+            _in_flight: in_flight,
+            log: Some(log),
         }
     }
 }
@@ -92,6 +122,10 @@ pub fn error_event(body: &ErrorResponse) -> Bytes {
 
 /// Largest batch of ready events written at once.
 const MAX_BATCH: usize = 64 * 1024;
+/// Most scheduler passes a batch waits for events right behind it.
+const MAX_HOLDS: u32 = 64;
+/// Passes without a new event after which a held batch is written.
+const IDLE_PASSES: u32 = 3;
 
 /// How the upstream stream ended: `None` normally, or with an error.
 type End = Option<Result<Bytes, tollgate::lifecycle::CallError>>;
@@ -105,6 +139,9 @@ impl SseBody {
             Some(Err(e)) => {
                 let api = ApiError::from_call(&e, Instant::now());
                 self.metrics.stream_failed(&self.model, api.reason());
+                if let Some(log) = &mut self.log {
+                    log.record.error = Some(format!("stream_failed:{}", api.reason()));
+                }
                 if upstream_error_event_sent(&e) {
                     // The provider's own error event (with the real cause)
                     // was the last chunk out: no second one; yield once for
@@ -147,11 +184,13 @@ impl Stream for SseBody {
             }
             State::Streaming => {
                 // What the upstream already delivered goes out in one write:
-                // nothing waits, but ready events are not flushed one by one.
-                let mut batch: Option<BytesMut> = None;
+                // ready events are not flushed one by one.
+                let mut batch = this.held.take();
+                let mut fresh = false;
                 let end = loop {
                     match Pin::new(&mut this.stream).poll_next(cx) {
                         Poll::Ready(Some(Ok(chunk))) => {
+                            fresh = true;
                             let b = batch
                                 .get_or_insert_with(|| BytesMut::with_capacity(chunk.len() * 4));
                             b.extend_from_slice(&chunk);
@@ -164,7 +203,27 @@ impl Stream for SseBody {
                     }
                 };
                 match (batch, end) {
+                    // The upstream just delivered something and may have
+                    // more right behind it (the HTTP client hands over one
+                    // upstream chunk at a time): let the runtime run once
+                    // before writing, so that events that arrived together
+                    // leave together. A poll that brings nothing new
+                    // releases the batch, so a lone event waits one
+                    // scheduler pass, never a timer.
+                    (Some(b), None)
+                        if (fresh || this.idle < IDLE_PASSES)
+                            && b.len() < MAX_BATCH
+                            && this.holds < MAX_HOLDS =>
+                    {
+                        this.idle = if fresh { 0 } else { this.idle + 1 };
+                        this.holds += 1;
+                        this.held = Some(b);
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
                     (Some(b), end) => {
+                        this.holds = 0;
+                        this.idle = 0;
                         this.deferred = end;
                         Poll::Ready(Some(Ok(b.freeze())))
                     }
@@ -172,6 +231,20 @@ impl Stream for SseBody {
                     (None, Some(end)) => this.end(end, cx),
                 }
             }
+        }
+    }
+}
+
+impl Drop for SseBody {
+    fn drop(&mut self) {
+        if let Some(mut log) = self.log.take() {
+            log.record.tokens_reported = self.stream.usage().and_then(|u| u.total());
+            log.record.total = log.arrived.elapsed();
+            if log.record.error.is_none() && !matches!(self.state, State::Done) {
+                // The client went away before the end (SPEC GW-6).
+                log.record.error = Some("client_disconnected".to_owned());
+            }
+            log.log.write(&log.record);
         }
     }
 }

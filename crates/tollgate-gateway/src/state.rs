@@ -5,13 +5,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tollgate::lifecycle::{CircuitBreaker, Supervisor};
-use tollgate::{AdmissionController, PoolId, ScopeId};
+use tollgate::lifecycle::{AttemptPolicy, CircuitBreaker, SharedJitter, Supervisor};
+use tollgate::{AdmissionController, ScopeId, Snapshot};
 use tollgate_openai::tokens::TokenEstimator;
 
+use crate::access_log::AccessLog;
 use crate::auth::{AdminAuth, Authenticator};
+use crate::build::ScopeRuntime;
+use crate::config::GatewayConfig;
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
+use crate::router::InFlight;
+use crate::tenants::TenantSlot;
 
 /// Which route a model serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,28 +32,45 @@ pub enum ModelKind {
 pub struct Model {
     /// The name clients send.
     pub name: Arc<str>,
-    /// The name sent upstream.
-    pub upstream_model: String,
     /// Which route it serves.
     pub kind: ModelKind,
-    /// Its supervised calls (its provider, scope, pool, breaker).
-    pub supervisor: Supervisor<GatewayProvider>,
+    /// Where it is served, at least one (SPEC GW-11).
+    pub deployments: Vec<Deployment>,
     /// Models to try, in order, when this one is exhausted or its circuit
     /// is open (SPEC GW-10).
     pub fallbacks: Vec<Arc<str>>,
-    /// Token estimation with this model's default output allowance.
-    pub estimator: TokenEstimator,
+    /// The retry policy across deployments (a model with one deployment
+    /// leaves retries to its supervisor).
+    pub policy: AttemptPolicy,
+    /// Jitter of the retry delays across deployments.
+    pub jitter: SharedJitter,
     /// Its metric handles.
     pub metrics: crate::metrics::ModelMetrics,
 }
 
-/// A tenant's admission slot: its quota scope and its pool (SPEC POOL-1).
-#[derive(Debug, Clone, Copy)]
-pub struct TenantSlot {
-    /// The tenant's own quota scope (unlimited unless configured).
+/// One deployment of a model: its supervisor (provider, scope, pool,
+/// breaker) and what the router reads (SPEC GW-11).
+#[derive(Debug)]
+pub struct Deployment {
+    /// The configured name (a metric label).
+    pub name: Arc<str>,
+    /// The name sent upstream.
+    pub upstream_model: String,
+    /// Its supervised calls.
+    pub supervisor: Supervisor<GatewayProvider>,
+    /// The quota scope its attempts spend, in its supervisor's controller.
     pub scope: ScopeId,
-    /// The tenant's concurrency pool, when it has a concurrency limit.
-    pub pool: Option<PoolId>,
+    /// Its provider's circuit breaker.
+    pub breaker: CircuitBreaker,
+    /// Token estimation with the model's output allowance and the
+    /// provider's accounting.
+    pub estimator: TokenEstimator,
+    /// Routing weight (at least 1).
+    pub weight: u32,
+    /// Attempts in flight.
+    pub in_flight: InFlight,
+    /// Its metric handles.
+    pub metrics: crate::metrics::DeploymentMetrics,
 }
 
 /// Time and size bounds of requests (SPEC GW-3, GW-7).
@@ -70,11 +92,12 @@ pub struct Bounds {
 pub struct AppState {
     /// Models by client-facing name.
     pub models: HashMap<String, Arc<Model>>,
-    /// Admission of upstream attempts: quota scopes and model pools.
-    pub upstream: AdmissionController,
-    /// Admission of calls per tenant: tenant quotas and tenant pools.
-    pub tenants: AdmissionController,
-    /// Slots by tenant ordinal.
+    /// Admission of upstream attempts: one controller per quota scope,
+    /// with the pools of the deployments spending it.
+    pub upstream: Vec<ScopeRuntime>,
+    /// The shared quota store of the upstream scopes, if any (SPEC DQ-1).
+    pub quota_store: Option<tollgate::quota::SharedRemote>,
+    /// Tenants by ordinal: their quotas, pools and allowed models.
     pub tenant_slots: Vec<TenantSlot>,
     /// API key → tenant.
     pub auth: Authenticator,
@@ -86,37 +109,15 @@ pub struct AppState {
     pub bounds: Bounds,
     /// Metrics.
     pub metrics: Metrics,
-    shutting_down: AtomicBool,
+    /// The access log (SPEC GW-14).
+    pub access_log: AccessLog,
+    /// The configuration this state was built from.
+    pub config: GatewayConfig,
+    /// Set once a graceful shutdown began.
+    pub(crate) shutting_down: AtomicBool,
 }
 
 impl AppState {
-    /// Assembles the state.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        models: HashMap<String, Arc<Model>>,
-        upstream: AdmissionController,
-        tenants: AdmissionController,
-        tenant_slots: Vec<TenantSlot>,
-        auth: Authenticator,
-        admin: Option<AdminAuth>,
-        breakers: Vec<(Arc<str>, CircuitBreaker)>,
-        bounds: Bounds,
-        metrics: Metrics,
-    ) -> Self {
-        AppState {
-            models,
-            upstream,
-            tenants,
-            tenant_slots,
-            auth,
-            admin,
-            breakers,
-            bounds,
-            metrics,
-            shutting_down: AtomicBool::new(false),
-        }
-    }
-
     /// Whether a graceful shutdown began (SPEC GW-8).
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
@@ -126,7 +127,57 @@ impl AppState {
     /// aborted with 503, active calls go on (SPEC GW-8).
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        self.tenants.stop_admitting();
-        self.upstream.stop_admitting();
+        for t in &self.tenant_slots {
+            t.controller.stop_admitting();
+        }
+        for s in &self.upstream {
+            s.controller.stop_admitting();
+        }
     }
+
+    /// Every controller: each upstream scope's, then each tenant's.
+    pub fn controllers(&self) -> impl Iterator<Item = &AdmissionController> {
+        self.upstream
+            .iter()
+            .map(|s| &s.controller)
+            .chain(self.tenant_slots.iter().map(|t| &t.controller))
+    }
+
+    /// The upstream side's state: every scope and deployment pool in one
+    /// snapshot (ids are per scope; look them up by name).
+    pub fn upstream_snapshot(&self) -> Snapshot {
+        merge(self.upstream.iter().map(|s| s.controller.snapshot()))
+    }
+
+    /// The tenant side's state: every tenant's scopes and pool in one
+    /// snapshot (scope and pool ids are per tenant; look them up by name).
+    pub fn tenant_snapshot(&self) -> Snapshot {
+        merge(self.tenant_slots.iter().map(|t| t.controller.snapshot()))
+    }
+}
+
+/// One snapshot of several controllers: their scopes and pools in order,
+/// active calls summed, closed when any is.
+pub fn merge(snapshots: impl Iterator<Item = Snapshot>) -> Snapshot {
+    let mut out = Snapshot {
+        closed: false,
+        active: 0,
+        concurrency_limit: None,
+        concurrency_available: None,
+        pools: Vec::new(),
+        queue_capacity: 0,
+        overflow: tollgate::config::Overflow::Reject,
+        backend: "local",
+        scopes: Vec::new(),
+    };
+    for s in snapshots {
+        out.closed |= s.closed;
+        out.active += s.active;
+        out.queue_capacity = s.queue_capacity;
+        out.overflow = s.overflow;
+        out.backend = s.backend;
+        out.pools.extend(s.pools);
+        out.scopes.extend(s.scopes);
+    }
+    out
 }

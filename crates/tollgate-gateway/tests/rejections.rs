@@ -237,7 +237,7 @@ async fn spoofed_tenant_headers_and_fields_are_ignored() {
     .unwrap();
     let (status, _, error) = error_of(resp).await;
     assert_eq!((status, code(&error)), (429, "admission_rejected"));
-    assert_eq!(gw.tenant_scope("tenant:*").counters.admitted, 1);
+    assert_eq!(gw.tenant_scope("tenant:a").counters.admitted, 1);
 
     // b's key dressed up as a: served as b.
     body["tenant"] = json!("a");

@@ -83,6 +83,14 @@ pub enum AdmissionError {
         /// The pool.
         pool: PoolId,
     },
+    /// The scope's shared quota store does not answer and the scope fails
+    /// closed (SPEC DQ-3): refused at once, without waiting (the gateway
+    /// answers 503). Retryable once the store is back.
+    #[error("the quota store of {scope} is unavailable")]
+    QuotaStoreUnavailable {
+        /// The scope.
+        scope: ScopeId,
+    },
 }
 
 impl AdmissionError {
@@ -130,6 +138,7 @@ impl AdmissionError {
             AdmissionError::UnknownScope(_) => "unknown_scope",
             AdmissionError::UnknownPool(_) => "unknown_pool",
             AdmissionError::PoolFull { .. } => "pool_full",
+            AdmissionError::QuotaStoreUnavailable { .. } => "quota_store_unavailable",
         }
     }
 }

@@ -9,6 +9,7 @@ use tollgate::lifecycle::CircuitConfig;
 use tollgate::quota::RefusalCost;
 use tollgate_openai::tokens::Profile;
 
+use super::deployment::DeploymentConfig;
 use super::types::{
     AdmissionConfig, AnonymousConfig, GatewayConfig, ModelConfig, ModelKind, ProviderConfig,
     QuotaScope, ServerConfig, TenantConfig, default_retry,
@@ -32,16 +33,21 @@ impl GatewayConfig {
         let model =
             |name: &str, upstream: &str, kind, concurrency, default_max_tokens| ModelConfig {
                 name: name.to_owned(),
-                provider: "sim".to_owned(),
-                upstream_model: upstream.to_owned(),
-                scope: Some("sim".to_owned()),
-                concurrency: Some(concurrency),
-                max_waiting: Some(64),
-                max_wait: Some(Duration::from_secs(10)),
+                deployments: vec![DeploymentConfig {
+                    name: name.to_owned(),
+                    provider: "sim".to_owned(),
+                    upstream_model: upstream.to_owned(),
+                    scope: Some("sim".to_owned()),
+                    concurrency: Some(concurrency),
+                    max_waiting: Some(64),
+                    max_wait: Some(Duration::from_secs(10)),
+                    learn_limits: None,
+                    weight: 1,
+                }],
+                listed: false,
                 fallbacks: Vec::new(),
                 default_max_tokens,
                 kind,
-                learn_limits: None,
             };
         GatewayConfig {
             origin: EMBEDDED_ORIGIN.to_owned(),
@@ -93,8 +99,12 @@ impl GatewayConfig {
                 max_wait: Some(Duration::from_secs(5)),
                 rpm: None,
                 tpm: None,
+                limits: Vec::new(),
+                models: None,
+                per_model: Vec::new(),
             }],
             anonymous: AnonymousConfig::default(),
+            quota_store: super::QuotaStoreConfig::Local,
         }
     }
 }

@@ -13,21 +13,28 @@
 //! a silently ignored line. A limit is unset (unlimited) or positive; zero is
 //! an error, never "unlimited" (CFG-1).
 
+mod deployment;
 mod embedded;
 mod error;
 mod load;
 mod locate;
+mod quota_store;
 mod raw;
 mod types;
 mod validate;
 
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 mod tests;
 
+pub use deployment::DeploymentConfig;
 pub use embedded::EMBEDDED_ORIGIN;
 pub use error::{ConfigError, ConfigErrorKind};
+pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MODEL_PREFIX,
     ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX, TenantConfig,
+    TenantModelLimits,
 };
 pub use validate::MAX_POOLS;

@@ -16,11 +16,13 @@ use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
 
-use super::error::{FieldPath, Problem};
+use super::deployment::DeploymentConfig;
+use super::error::{ConfigErrorKind, FieldPath, Problem};
+use super::quota_store::RawQuotaStore;
 use super::types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_ARRIVAL_FLOOR, DEFAULT_MAX_TOKENS, GatewayConfig,
     LogFormat, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TenantConfig,
-    default_retry,
+    TenantModelLimits, default_retry,
 };
 use crate::auth::KeyHash;
 
@@ -45,6 +47,8 @@ pub(super) struct RawConfig {
     tenants: BTreeMap<String, RawTenant>,
     #[serde(default)]
     anonymous: RawAnonymous,
+    #[serde(default)]
+    quota_store: RawQuotaStore,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +64,8 @@ struct RawServer {
     shutdown_grace: Option<String>,
     admin_key_env: Option<String>,
     log_format: Option<RawLogFormat>,
+    access_log: Option<bool>,
+    metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -172,7 +178,7 @@ struct RawLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModel {
-    provider: String,
+    provider: Option<String>,
     upstream_model: Option<String>,
     scope: Option<String>,
     concurrency: Option<u64>,
@@ -184,6 +190,32 @@ struct RawModel {
     kind: Option<RawKind>,
     learn_limits: Option<bool>,
     learn_window: Option<String>,
+    #[serde(default)]
+    deployments: BTreeMap<String, RawDeployment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeployment {
+    provider: String,
+    upstream_model: Option<String>,
+    scope: Option<String>,
+    concurrency: Option<u64>,
+    max_waiting: Option<usize>,
+    max_wait: Option<String>,
+    learn_limits: Option<bool>,
+    learn_window: Option<String>,
+    weight: Option<u32>,
+}
+
+/// `rpm`, `tpm` and `limits` of a tenant's per-model table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenantModel {
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    #[serde(default)]
+    limits: Vec<RawLimit>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -202,6 +234,11 @@ struct RawTenant {
     max_wait: Option<String>,
     rpm: Option<u64>,
     tpm: Option<u64>,
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+    models: Option<Vec<String>>,
+    #[serde(default)]
+    per_model: BTreeMap<String, RawTenantModel>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -271,6 +308,7 @@ impl RawConfig {
                 .map(|(name, t)| t.convert(name))
                 .collect::<Result<_, _>>()?,
             anonymous: self.anonymous.convert()?,
+            quota_store: self.quota_store.convert()?,
         })
     }
 }
@@ -279,18 +317,26 @@ impl RawServer {
     fn convert(self) -> Result<ServerConfig, Problem> {
         let at = FieldPath::top("server");
         let d = ServerConfig::default();
-        let listen = match &self.listen {
-            None => d.listen,
-            Some(text) => text.trim().parse::<SocketAddr>().map_err(|_| {
+        let address = |field: &str, text: &String| {
+            text.trim().parse::<SocketAddr>().map_err(|_| {
                 Problem::invalid(
-                    &at.key("listen"),
+                    &at.key(field),
                     format!(
                         "{text:?} is not an IP address with a port, such as \
                          \"127.0.0.1:8080\" or \"[::]:8080\" (host names are not resolved)"
                     ),
                 )
-            })?,
+            })
         };
+        let listen = match &self.listen {
+            None => d.listen,
+            Some(text) => address("listen", text)?,
+        };
+        let metrics_listen = self
+            .metrics_listen
+            .as_ref()
+            .map(|t| address("metrics_listen", t))
+            .transpose()?;
         Ok(ServerConfig {
             listen,
             max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
@@ -322,6 +368,8 @@ impl RawServer {
                 Some(RawLogFormat::Text) => LogFormat::Text,
                 Some(RawLogFormat::Json) => LogFormat::Json,
             },
+            access_log: self.access_log.unwrap_or(d.access_log),
+            metrics_listen,
         })
     }
 }
@@ -564,12 +612,7 @@ impl RawScope {
             (None | Some(RawAlgorithm::SlidingWindow), None) => Algorithm::SlidingWindow,
             (Some(RawAlgorithm::FixedWindow), None) => Algorithm::FixedWindow,
         };
-        let limits = self
-            .limits
-            .iter()
-            .enumerate()
-            .map(|(i, l)| l.convert(&at.key("limits").index(i)))
-            .collect::<Result<_, _>>()?;
+        let limits = limits(&at, &self.limits)?;
         Ok(QuotaScope {
             name,
             algorithm,
@@ -622,20 +665,103 @@ impl RawModel {
                 "applies only to chat models (embeddings produce no output tokens); remove it",
             ));
         }
+        let listed = self
+            .deployments
+            .into_iter()
+            .map(|(d, raw)| raw.convert(&at.key("deployments").key(&d), d, &name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let own = [
+            ("upstream_model", self.upstream_model.is_some()),
+            ("scope", self.scope.is_some()),
+            ("concurrency", self.concurrency.is_some()),
+            ("max_waiting", self.max_waiting.is_some()),
+            ("max_wait", self.max_wait.is_some()),
+            ("learn_limits", self.learn_limits.is_some()),
+            ("learn_window", self.learn_window.is_some()),
+        ];
+        let is_listed = !listed.is_empty();
+        let deployments = match (self.provider, listed.is_empty()) {
+            // The classic form: the model's own settings are its one
+            // deployment, named after it.
+            (Some(provider), true) => vec![DeploymentConfig {
+                provider,
+                upstream_model: self.upstream_model.unwrap_or_else(|| name.clone()),
+                scope: self.scope,
+                concurrency: self.concurrency,
+                max_waiting: self.max_waiting,
+                max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
+                learn_limits: learn(&at, self.learn_limits, self.learn_window.as_ref())?,
+                weight: 1,
+                name: name.clone(),
+            }],
+            (None, false) => {
+                if let Some((field, _)) = own.iter().find(|(_, set)| *set) {
+                    return Err(Problem::invalid(
+                        &at.key(field),
+                        format!(
+                            "this model lists deployments, so {field} belongs to each \
+                             deployment; move it into [models.{name}.deployments.<name>]"
+                        ),
+                    ));
+                }
+                listed
+            }
+            (Some(_), false) => {
+                return Err(Problem::invalid(
+                    &at.key("provider"),
+                    "a model has either its own provider (one deployment) or deployments, \
+                     not both; set provider on each deployment",
+                ));
+            }
+            (None, true) => {
+                return Err(Problem {
+                    kind: ConfigErrorKind::Schema,
+                    path: Some(at.clone()),
+                    reason: "missing field `provider` (or deployments, such as \
+                             [models.<name>.deployments.east] with a provider each)"
+                        .to_owned(),
+                    span: None,
+                });
+            }
+        };
         Ok(ModelConfig {
+            listed: is_listed,
+            deployments,
+            fallbacks: self.fallbacks,
+            default_max_tokens: self.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            kind,
+            name,
+        })
+    }
+}
+
+impl RawDeployment {
+    fn convert(
+        self,
+        at: &FieldPath,
+        name: String,
+        model: &str,
+    ) -> Result<DeploymentConfig, Problem> {
+        Ok(DeploymentConfig {
             provider: self.provider,
-            upstream_model: self.upstream_model.unwrap_or_else(|| name.clone()),
+            upstream_model: self.upstream_model.unwrap_or_else(|| model.to_owned()),
             scope: self.scope,
             concurrency: self.concurrency,
             max_waiting: self.max_waiting,
             max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
-            fallbacks: self.fallbacks,
-            default_max_tokens: self.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-            kind,
-            learn_limits: learn(&at, self.learn_limits, self.learn_window.as_ref())?,
+            learn_limits: learn(at, self.learn_limits, self.learn_window.as_ref())?,
+            weight: self.weight.unwrap_or(1),
             name,
         })
     }
+}
+
+/// The `limits` array of a scope-like table at `at`.
+fn limits(at: &FieldPath, raw: &[RawLimit]) -> Result<Vec<Limit>, Problem> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, l)| l.convert(&at.key("limits").index(i)))
+        .collect()
 }
 
 impl RawTenant {
@@ -657,7 +783,22 @@ impl RawTenant {
                 })
             })
             .collect::<Result<_, _>>()?;
+        let per_model = self
+            .per_model
+            .into_iter()
+            .map(|(model, m)| {
+                Ok(TenantModelLimits {
+                    limits: limits(&at.key("per_model").key(&model), &m.limits)?,
+                    rpm: m.rpm,
+                    tpm: m.tpm,
+                    model,
+                })
+            })
+            .collect::<Result<_, Problem>>()?;
         Ok(TenantConfig {
+            limits: limits(&at, &self.limits)?,
+            models: self.models,
+            per_model,
             keys_sha256,
             concurrency: self.concurrency,
             max_waiting: self.max_waiting,

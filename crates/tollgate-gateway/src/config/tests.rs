@@ -125,15 +125,20 @@ fn annotated_example_loads_and_validates() {
 
     let mini = c.model("gpt-4o-mini").unwrap();
     assert_eq!(mini.fallbacks, ["local-llama"]);
-    assert_eq!(mini.scope_name(), "openai-main");
-    let pool = mini.pool_config().unwrap();
+    let d = &mini.deployments[0];
+    assert_eq!(mini.deployment_scope(d), "openai-main");
+    let pool = mini.deployment_pool_config(d).unwrap();
     assert_eq!((pool.name.as_str(), pool.limit), ("model:gpt-4o-mini", 64));
     assert_eq!(pool.max_waiting, Some(128));
     let llama = c.model("local-llama").unwrap();
-    assert_eq!(llama.scope_name(), "model:local-llama");
-    assert_eq!(llama.upstream_model, "llama-3.1-8b-instruct");
-    assert_eq!(llama.learn_limits, Some(MINUTE));
-    assert_eq!(llama.private_scope_config().learns(), Some(MINUTE));
+    let d = &llama.deployments[0];
+    assert_eq!(llama.deployment_scope(d), "model:local-llama");
+    assert_eq!(d.upstream_model, "llama-3.1-8b-instruct");
+    assert_eq!(d.learn_limits, Some(MINUTE));
+    assert_eq!(
+        llama.deployment_private_scope(d).unwrap().learns(),
+        Some(MINUTE)
+    );
     let openai = c.provider("openai").unwrap();
     assert_eq!(openai.accounting, Profile::OpenAi);
     assert_eq!(
@@ -147,7 +152,10 @@ fn annotated_example_loads_and_validates() {
     );
     let embed = c.model("text-embedding-3-small").unwrap();
     assert_eq!(embed.kind, ModelKind::Embeddings);
-    assert_eq!(embed.upstream_model, "text-embedding-3-small");
+    assert_eq!(
+        embed.deployments[0].upstream_model,
+        "text-embedding-3-small"
+    );
     assert_eq!(c.provider_of(embed).unwrap().name, "openai");
     assert_eq!(
         c.provider("openai").unwrap().url("/chat/completions"),
@@ -163,11 +171,31 @@ fn annotated_example_loads_and_validates() {
         [
             "burst-demo",
             "openai-main",
+            "model:gpt-4o/second-key",
             "model:local-llama",
-            "tenant:team-a"
+            "tenant:team-a",
+            "tenant:team-a/gpt-4o"
         ]
     );
-    assert_eq!(controller.pools.len(), 3); // two models and team-a have concurrency
+    // Two deployments of gpt-4o, gpt-4o-mini, local-llama and team-a have
+    // concurrency.
+    assert_eq!(controller.pools.len(), 5);
+    // Deployments, tenant policies and the new [server] settings (SPEC
+    // GW-11, GW-12, GW-14).
+    let four = c.model("gpt-4o").unwrap();
+    let ds = &four.deployments;
+    assert_eq!(
+        ds.iter()
+            .map(|d| (d.name.as_str(), d.weight))
+            .collect::<Vec<_>>(),
+        [("main", 2), ("second-key", 1)]
+    );
+    assert_eq!(ds[1].learn_limits, Some(MINUTE));
+    let team_a = &c.tenants[0];
+    assert!(team_a.allows("gpt-4o") && !team_a.allows("local-llama"));
+    assert_eq!(team_a.all_limits().len(), 3);
+    assert!(c.server.access_log);
+    assert_eq!(c.server.metrics_listen, None);
     assert_eq!(c.retry.validate(), Ok(()));
     assert_eq!(c.cooldown.validate(), Ok(()));
     for p in &c.providers {
@@ -204,8 +232,8 @@ fn embedded_default_validates() {
         (chat.kind, embed.kind),
         (ModelKind::Chat, ModelKind::Embeddings)
     );
-    assert_eq!(chat.scope.as_deref(), Some("sim"));
-    assert_eq!(embed.upstream_model, "sim-embedding");
+    assert_eq!(chat.deployments[0].scope.as_deref(), Some("sim"));
+    assert_eq!(embed.deployments[0].upstream_model, "sim-embedding");
     let auth = Authenticator::new(&c);
     let demo = auth.authenticate(Some("Bearer demo-key")).unwrap();
     assert_eq!(auth.tenant_name(demo), Some("demo"));
@@ -275,11 +303,11 @@ fn minimal_file_gets_documented_defaults() {
     );
     assert_eq!(p.arrival_floor, Duration::from_millis(500));
     let m = c.model("m").unwrap();
-    assert_eq!(m.learn_limits, None);
-    assert_eq!(m.upstream_model, "m");
+    assert_eq!(m.deployments[0].learn_limits, None);
+    assert_eq!(m.deployments[0].upstream_model, "m");
     assert_eq!(m.kind, ModelKind::Chat);
     assert_eq!(m.default_max_tokens, DEFAULT_MAX_TOKENS);
-    assert_eq!(m.pool_config(), None);
+    assert_eq!(m.deployment_pool_config(&m.deployments[0]), None);
     assert!(!c.anonymous.enabled);
     assert_eq!(c.anonymous_tenant(), None);
     // GW-3: the client's timeout is capped; none means the default.
@@ -690,7 +718,13 @@ fn waiting_bounds_without_concurrency_are_errors() {
     );
     // max_waiting = 0 means "never wait", not unlimited.
     let c = ok(&with_model("concurrency = 2\nmax_waiting = 0"));
-    assert_eq!(c.models[0].pool_config().unwrap().max_waiting, Some(0));
+    let m = &c.models[0];
+    assert_eq!(
+        m.deployment_pool_config(&m.deployments[0])
+            .unwrap()
+            .max_waiting,
+        Some(0)
+    );
 }
 
 // proves: POOL-5 (the set of pools is capped)
@@ -704,9 +738,9 @@ fn more_than_1024_pools_is_an_error() {
         let h = to_hex(&hash_key(&format!("sk-{i}")));
         text.push_str(&format!("[tenants.u{i}]\nkeys_sha256 = [\"{h}\"]\n"));
     }
-    // 1000 models + 25 tenants = 1025.
+    // 1000 models of one deployment + 25 tenants = 1025.
     let e = fail_at(&text, "tenants", "more than the limit of 1024");
-    assert!(e.reason.contains("1000 models + 25 tenants"), "{e}");
+    assert!(e.reason.contains("1000 deployments + 25 tenants"), "{e}");
     // 1024 exactly is fine.
     let cut = text.rfind("[tenants.u23]").unwrap();
     assert_eq!(ok(&text[..cut]).tenants.len(), 24);
@@ -1008,7 +1042,7 @@ fn bad_accounting_settings_are_errors() {
 fn learn_limits_settings() {
     let c = ok(&with_provider("", "learn_limits = true"));
     let m = c.model("m").unwrap();
-    assert_eq!(m.learn_limits, Some(MINUTE));
+    assert_eq!(m.deployments[0].learn_limits, Some(MINUTE));
     let scopes = c.scope_configs();
     assert_eq!(scopes[0].name(), "model:m");
     assert_eq!(scopes[0].learns(), Some(MINUTE));

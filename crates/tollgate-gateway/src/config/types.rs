@@ -11,6 +11,8 @@ use tollgate::lifecycle::{Accounting, AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
 
+use super::deployment::DeploymentConfig;
+use super::quota_store::QuotaStoreConfig;
 use crate::auth::{ANONYMOUS_TENANT, KeyHash, TenantId};
 
 /// Prefix of the private quota scope of a model that names no scope, and of
@@ -49,6 +51,8 @@ pub struct GatewayConfig {
     pub tenants: Vec<TenantConfig>,
     /// `[anonymous]`.
     pub anonymous: AnonymousConfig,
+    /// `[quota_store]`: where upstream scopes keep their quota.
+    pub quota_store: QuotaStoreConfig,
 }
 
 /// Log output format.
@@ -97,8 +101,14 @@ pub struct ServerConfig {
     /// Name of the environment variable holding the admin key of
     /// `/admin/snapshot`; `None` keeps that endpoint closed.
     pub admin_key_env: Option<String>,
-    /// Log format (default text).
+    /// Log format (default text), of the logs and of the access log.
     pub log_format: LogFormat,
+    /// Whether one access-log line per request is written to standard
+    /// output (default true; SPEC GW-14).
+    pub access_log: bool,
+    /// A separate listening address for `GET /metrics` (OBS-2); `None` =
+    /// served on `listen` with the API.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +124,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             admin_key_env: None,
             log_format: LogFormat::Text,
+            access_log: true,
+            metrics_listen: None,
         }
     }
 }
@@ -281,7 +293,7 @@ impl QuotaScope {
 }
 
 /// The per-minute limits of `rpm` / `tpm` shortcuts.
-fn minute_limits(rpm: Option<u64>, tpm: Option<u64>) -> impl Iterator<Item = Limit> {
+pub(super) fn minute_limits(rpm: Option<u64>, tpm: Option<u64>) -> impl Iterator<Item = Limit> {
     let requests = rpm.map(|amount| Limit {
         dimension: Dimension::Requests,
         amount,
@@ -318,25 +330,22 @@ impl ModelKind {
 /// Output allowance of a chat request without `max_tokens`, by default.
 pub const DEFAULT_MAX_TOKENS: u64 = 1024;
 
-/// `[models.<name>]`: a model clients may name (SPEC GW-1, GW-10, POOL-1).
+/// `[models.<name>]`: a model clients may name (SPEC GW-1, GW-10, GW-11,
+/// POOL-1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelConfig {
     /// The table key: what clients send in `"model"`.
     pub name: String,
-    /// The provider serving it.
-    pub provider: String,
-    /// The model name sent upstream (default: `name`).
-    pub upstream_model: String,
-    /// The configured quota scope; `None` = a private unlimited scope (see
-    /// [`ModelConfig::scope_name`]).
-    pub scope: Option<String>,
-    /// Model pool permits (POOL-1); `None` = unlimited, no pool.
-    pub concurrency: Option<u64>,
-    /// Calls that may wait for a permit (POOL-3); `None` = unbounded;
-    /// `Some(0)` = never wait.
-    pub max_waiting: Option<usize>,
-    /// Longest wait for a permit.
-    pub max_wait: Option<Duration>,
+    /// Where it is served, at least one (SPEC GW-11): the
+    /// `[models.<name>.deployments.<d>]` tables sorted by name, or the one
+    /// deployment the model's own `provider`, `upstream_model`, `scope`,
+    /// `concurrency`, `max_waiting`, `max_wait` and `learn_limits` describe
+    /// (named after the model).
+    pub deployments: Vec<DeploymentConfig>,
+    /// Whether the deployments were listed as tables (their scopes and
+    /// pools are then named `model:<name>/<deployment>`) rather than given
+    /// by the model's own settings (`model:<name>`, as always).
+    pub listed: bool,
     /// Models tried in order when this one fails retryably (GW-10).
     pub fallbacks: Vec<String>,
     /// Output allowance when a chat request gives no `max_tokens` (GW-5;
@@ -344,50 +353,10 @@ pub struct ModelConfig {
     pub default_max_tokens: u64,
     /// The route it serves.
     pub kind: ModelKind,
-    /// `learn_limits = true` on a model without a `scope`: its private
-    /// scope adopts the provider's advertised limits over this window
-    /// (SPEC Q-14; `learn_window`, default one minute). `None` = its private
-    /// scope stays unlimited.
-    pub learn_limits: Option<Duration>,
-}
-
-impl ModelConfig {
-    /// The name of the quota scope this model's calls spend: the configured
-    /// scope, or `model:<name>` for its private unlimited scope.
-    pub fn scope_name(&self) -> String {
-        self.scope
-            .clone()
-            .unwrap_or_else(|| format!("{MODEL_PREFIX}{}", self.name))
-    }
-
-    /// The name of this model's pool: `model:<name>`.
-    pub fn pool_name(&self) -> String {
-        format!("{MODEL_PREFIX}{}", self.name)
-    }
-
-    /// The private scope of a model that names no scope: unlimited, or
-    /// learning the provider's limits when `learn_limits` is set.
-    pub fn private_scope_config(&self) -> ScopeConfig {
-        let scope = ScopeConfig::new(self.scope_name());
-        match self.learn_limits {
-            Some(window) => scope.learn_limits(window),
-            None => scope,
-        }
-    }
-
-    /// The engine pool of this model, when `concurrency` is set.
-    pub fn pool_config(&self) -> Option<PoolConfig> {
-        pool(
-            self.pool_name(),
-            self.concurrency,
-            self.max_waiting,
-            self.max_wait,
-        )
-    }
 }
 
 /// A pool of `limit` permits with optional bounds.
-fn pool(
+pub(super) fn pool(
     name: String,
     limit: Option<u64>,
     max_waiting: Option<usize>,
@@ -418,6 +387,36 @@ pub struct TenantConfig {
     pub rpm: Option<u64>,
     /// Tenant quota: tokens per minute.
     pub tpm: Option<u64>,
+    /// Tenant quota: the `limits` array, like a scope's (SPEC GW-12).
+    pub limits: Vec<Limit>,
+    /// The models this tenant may call; `None` = every model. Others
+    /// answer 404 as if unknown (SPEC GW-12).
+    pub models: Option<Vec<String>>,
+    /// `[tenants.<name>.per_model.<model>]`: limits on this tenant's calls
+    /// of one model, on top of the tenant's own, sorted by model.
+    pub per_model: Vec<TenantModelLimits>,
+}
+
+/// `[tenants.<name>.per_model.<model>]`: a tenant's limits for one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantModelLimits {
+    /// The model (a configured model's name).
+    pub model: String,
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    pub tpm: Option<u64>,
+    /// The `limits` array.
+    pub limits: Vec<Limit>,
+}
+
+impl TenantModelLimits {
+    /// `rpm`, `tpm`, then `limits`.
+    pub fn all_limits(&self) -> Vec<Limit> {
+        minute_limits(self.rpm, self.tpm)
+            .chain(self.limits.iter().copied())
+            .collect()
+    }
 }
 
 impl TenantConfig {
@@ -436,16 +435,47 @@ impl TenantConfig {
         )
     }
 
+    /// Every limit of the tenant's own scope: `rpm`, `tpm`, then `limits`.
+    pub fn all_limits(&self) -> Vec<Limit> {
+        minute_limits(self.rpm, self.tpm)
+            .chain(self.limits.iter().copied())
+            .collect()
+    }
+
     /// The tenant's own quota scope `tenant:<name>` (sliding window), when
-    /// `rpm` or `tpm` is set.
+    /// it has any limit.
     pub fn quota_scope(&self) -> Option<ScopeConfig> {
-        if self.rpm.is_none() && self.tpm.is_none() {
+        let limits = self.all_limits();
+        if limits.is_empty() {
             return None;
         }
         Some(
-            minute_limits(self.rpm, self.tpm)
+            limits
+                .into_iter()
                 .fold(ScopeConfig::new(self.pool_name()), ScopeConfig::limit),
         )
+    }
+
+    /// The scope of this tenant's calls of `model`: `tenant:<name>/<model>`.
+    pub fn model_scope_name(&self, model: &str) -> String {
+        format!("{TENANT_PREFIX}{}/{model}", self.name)
+    }
+
+    /// The per-model scopes of this tenant (SPEC GW-12).
+    pub fn model_scopes(&self) -> impl Iterator<Item = ScopeConfig> + '_ {
+        self.per_model.iter().map(|m| {
+            m.all_limits().into_iter().fold(
+                ScopeConfig::new(self.model_scope_name(&m.model)),
+                ScopeConfig::limit,
+            )
+        })
+    }
+
+    /// Whether this tenant may call `model` (SPEC GW-12).
+    pub fn allows(&self, model: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|n| n == model))
     }
 }
 
@@ -499,9 +529,10 @@ impl GatewayConfig {
         self.models.iter().find(|m| m.name == name)
     }
 
-    /// The provider serving `model` (always present after validation).
+    /// The provider of `model`'s first deployment (always present after
+    /// validation).
     pub fn provider_of(&self, model: &ModelConfig) -> Option<&ProviderConfig> {
-        self.provider(&model.provider)
+        self.provider(&model.deployments.first()?.provider)
     }
 
     /// The id of the tenant called `name`.
@@ -551,21 +582,20 @@ impl GatewayConfig {
         self.scopes
             .iter()
             .map(QuotaScope::to_scope_config)
-            .chain(
-                self.models
+            .chain(self.models.iter().flat_map(|m| {
+                m.deployments
                     .iter()
-                    .filter(|m| m.scope.is_none())
-                    .map(ModelConfig::private_scope_config),
-            )
+                    .filter_map(|d| m.deployment_private_scope(d))
+            }))
             .collect()
     }
 
-    /// The tenants' own quota scopes (`tenant:<name>`), for tenants with
-    /// `rpm` or `tpm`.
+    /// The tenants' own quota scopes (`tenant:<name>`, for tenants with
+    /// limits) and their per-model scopes (`tenant:<name>/<model>`).
     pub fn tenant_scope_configs(&self) -> Vec<ScopeConfig> {
         self.tenants
             .iter()
-            .filter_map(TenantConfig::quota_scope)
+            .flat_map(|t| t.quota_scope().into_iter().chain(t.model_scopes()))
             .collect()
     }
 
@@ -574,7 +604,11 @@ impl GatewayConfig {
     pub fn pool_configs(&self) -> Vec<PoolConfig> {
         self.models
             .iter()
-            .filter_map(ModelConfig::pool_config)
+            .flat_map(|m| {
+                m.deployments
+                    .iter()
+                    .filter_map(|d| m.deployment_pool_config(d))
+            })
             .chain(self.tenants.iter().filter_map(TenantConfig::pool_config))
             .chain(self.anonymous.pool_config())
             .collect()

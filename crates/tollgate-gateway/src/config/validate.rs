@@ -8,6 +8,7 @@ use std::time::Duration;
 use tollgate::config::{Algorithm, Limit};
 use tollgate::quota::Dimension;
 
+use super::deployment::DeploymentConfig;
 use super::error::{FieldPath, Problem};
 use super::types::{
     AnonymousConfig, GatewayConfig, MODEL_PREFIX, ModelConfig, ProviderConfig, QuotaScope,
@@ -247,6 +248,13 @@ impl GatewayConfig {
         non_zero(&at.key("body_read_timeout"), s.body_read_timeout)?;
         non_zero(&at.key("idle_timeout"), s.idle_timeout)?;
         positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
+        if s.metrics_listen == Some(s.listen) {
+            return Err(Problem::invalid(
+                &at.key("metrics_listen"),
+                "is the same address as server.listen; leave it unset to serve /metrics \
+                 there, or give another port",
+            ));
+        }
         env_name(&at.key("admin_key_env"), s.admin_key_env.as_deref())
     }
 
@@ -309,47 +317,22 @@ impl GatewayConfig {
     fn check_model(&self, m: &ModelConfig) -> Check {
         let at = FieldPath::top("models").key(&m.name);
         name(&at, &m.name)?;
-        if self.provider(&m.provider).is_none() {
+        if m.deployments.is_empty() {
             return Err(Problem::invalid(
-                &at.key("provider"),
-                format!(
-                    "unknown provider {:?} ({})",
-                    m.provider,
-                    known(self.providers.iter().map(|p| p.name.as_str()))
-                ),
+                &at,
+                "needs a provider, or at least one deployment",
             ));
         }
-        if m.upstream_model.trim().is_empty() {
-            return Err(Problem::invalid(
-                &at.key("upstream_model"),
-                "must not be empty (leave it unset to send the model's own name)",
-            ));
+        for d in &m.deployments {
+            let path = if m.listed {
+                let path = at.key("deployments").key(&d.name);
+                name(&path, &d.name)?;
+                path
+            } else {
+                at.clone()
+            };
+            self.check_deployment(&path, d)?;
         }
-        if let Some(scope) = &m.scope
-            && self.scope(scope).is_none()
-        {
-            return Err(Problem::invalid(
-                &at.key("scope"),
-                format!(
-                    "unknown scope {scope:?} ({}); define [scopes.{scope}] or remove the \
-                     setting for a private unlimited scope",
-                    known(self.scopes.iter().map(|s| s.name.as_str()))
-                ),
-            ));
-        }
-        if let Some(window) = m.learn_limits {
-            if let Some(scope) = &m.scope {
-                return Err(Problem::invalid(
-                    &at.key("learn_limits"),
-                    format!(
-                        "this model spends scope {scope:?}, whose limits it shares; set \
-                         learn_limits = true on [scopes.{scope}] instead"
-                    ),
-                ));
-            }
-            non_zero(&at.key("learn_window"), window)?;
-        }
-        pool_bounds(&at, m.concurrency, m.max_waiting, m.max_wait)?;
         positive(&at.key("default_max_tokens"), Some(m.default_max_tokens))?;
         let mut seen = BTreeSet::new();
         for (i, fallback) in m.fallbacks.iter().enumerate() {
@@ -389,6 +372,53 @@ impl GatewayConfig {
             }
         }
         Ok(())
+    }
+
+    /// One deployment of a model (SPEC GW-11); `at` is the model's table
+    /// for a model without `deployments`.
+    fn check_deployment(&self, at: &FieldPath, d: &DeploymentConfig) -> Check {
+        if self.provider(&d.provider).is_none() {
+            return Err(Problem::invalid(
+                &at.key("provider"),
+                format!(
+                    "unknown provider {:?} ({})",
+                    d.provider,
+                    known(self.providers.iter().map(|p| p.name.as_str()))
+                ),
+            ));
+        }
+        if d.upstream_model.trim().is_empty() {
+            return Err(Problem::invalid(
+                &at.key("upstream_model"),
+                "must not be empty (leave it unset to send the model's own name)",
+            ));
+        }
+        if let Some(scope) = &d.scope
+            && self.scope(scope).is_none()
+        {
+            return Err(Problem::invalid(
+                &at.key("scope"),
+                format!(
+                    "unknown scope {scope:?} ({}); define [scopes.{scope}] or remove the \
+                     setting for a private unlimited scope",
+                    known(self.scopes.iter().map(|s| s.name.as_str()))
+                ),
+            ));
+        }
+        if let Some(window) = d.learn_limits {
+            if let Some(scope) = &d.scope {
+                return Err(Problem::invalid(
+                    &at.key("learn_limits"),
+                    format!(
+                        "this deployment spends scope {scope:?}, whose limits it shares; set \
+                             learn_limits = true on [scopes.{scope}] instead"
+                    ),
+                ));
+            }
+            non_zero(&at.key("learn_window"), window)?;
+        }
+        pool_bounds(at, d.concurrency, d.max_waiting, d.max_wait)?;
+        at_least_one(&at.key("weight"), u64::from(d.weight))
     }
 
     /// Fallbacks may chain (a → b → c) but never loop (SPEC GW-10).
@@ -458,6 +488,7 @@ impl GatewayConfig {
         for t in &self.tenants {
             let at = FieldPath::top("tenants").key(&t.name);
             check_tenant(&at, t)?;
+            self.check_tenant_models(&at, t)?;
             for (i, hash) in t.keys_sha256.iter().enumerate() {
                 let path = at.key("keys_sha256").index(i);
                 if let Some(first) = owners.get(hash) {
@@ -475,11 +506,47 @@ impl GatewayConfig {
         Ok(())
     }
 
+    /// A tenant's `models` and `per_model` name configured models (SPEC
+    /// GW-12).
+    fn check_tenant_models(&self, at: &FieldPath, t: &TenantConfig) -> Check {
+        let unknown = |path: &FieldPath, model: &str| {
+            Problem::invalid(
+                path,
+                format!(
+                    "unknown model {model:?} ({})",
+                    known(self.models.iter().map(|m| m.name.as_str()))
+                ),
+            )
+        };
+        for (i, model) in t.models.iter().flatten().enumerate() {
+            if self.model(model).is_none() {
+                return Err(unknown(&at.key("models").index(i), model));
+            }
+        }
+        for m in &t.per_model {
+            let path = at.key("per_model").key(&m.model);
+            if self.model(&m.model).is_none() {
+                return Err(unknown(&path, &m.model));
+            }
+            if !t.allows(&m.model) {
+                return Err(Problem::invalid(
+                    &path,
+                    format!(
+                        "the tenant may not call {:?} (it is not in tenants.{}.models)",
+                        m.model, t.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check_pool_count(&self) -> Check {
         let anonymous = usize::from(self.anonymous.enabled);
-        let total = self.models.len() + self.tenants.len() + anonymous;
+        let deployments: usize = self.models.iter().map(|m| m.deployments.len()).sum();
+        let total = deployments + self.tenants.len() + anonymous;
         if total > MAX_POOLS {
-            let table = if self.models.len() > MAX_POOLS {
+            let table = if deployments > MAX_POOLS {
                 "models"
             } else {
                 "tenants"
@@ -487,9 +554,9 @@ impl GatewayConfig {
             return Err(Problem::invalid(
                 &FieldPath::top(table),
                 format!(
-                    "too many pools: {} models + {} tenants{} = {total}, more than the limit of \
-                     {MAX_POOLS} (SPEC POOL-5)",
-                    self.models.len(),
+                    "too many pools: {} deployments + {} tenants{} = {total}, more than the \
+                     limit of {MAX_POOLS} (SPEC POOL-5)",
+                    deployments,
                     self.tenants.len(),
                     if anonymous == 1 { " + anonymous" } else { "" },
                 ),
@@ -536,41 +603,7 @@ fn check_scope(s: &QuotaScope) -> Check {
     if let Algorithm::TokenBucket { burst } = s.algorithm {
         non_zero_opt(&at.key("burst"), burst)?;
     }
-    positive(&at.key("rpm"), s.rpm)?;
-    positive(&at.key("tpm"), s.tpm)?;
-    // (dimension, window) → where it was first set, to catch repeats.
-    let mut seen: Vec<(Dimension, Duration, FieldPath)> = Vec::new();
-    let minute = Duration::from_secs(60);
-    if s.rpm.is_some() {
-        seen.push((Dimension::Requests, minute, at.key("rpm")));
-    }
-    if s.tpm.is_some() {
-        seen.push((Dimension::Tokens, minute, at.key("tpm")));
-    }
-    for (
-        i,
-        Limit {
-            dimension,
-            amount,
-            window,
-        },
-    ) in s.limits.iter().enumerate()
-    {
-        let entry = at.key("limits").index(i);
-        positive(&entry.key(dimension.as_str()), Some(*amount))?;
-        non_zero(&entry.key("per"), *window)?;
-        if let Some((_, _, first)) = seen.iter().find(|(d, w, _)| d == dimension && w == window) {
-            return Err(Problem::invalid(
-                &entry,
-                format!(
-                    "repeats the {} limit per {} already set at {first}; keep one",
-                    dimension.as_str(),
-                    humantime::format_duration(*window),
-                ),
-            ));
-        }
-        seen.push((*dimension, *window, entry));
-    }
+    let seen = check_limits(&at, s.rpm, s.tpm, &s.limits)?;
     if let Some(window) = s.learn_limits {
         non_zero(&at.key("learn_window"), window)?;
         let requests = seen.iter().any(|(d, _, _)| *d == Dimension::Requests);
@@ -592,6 +625,53 @@ fn check_scope(s: &QuotaScope) -> Check {
     Ok(())
 }
 
+/// `rpm`, `tpm` and a `limits` array (a scope's, a tenant's): positive
+/// amounts, windows longer than zero, no (dimension, window) twice.
+/// Returns every limit's dimension, window and path.
+fn check_limits(
+    at: &FieldPath,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    limits: &[Limit],
+) -> Result<Vec<(Dimension, Duration, FieldPath)>, Problem> {
+    positive(&at.key("rpm"), rpm)?;
+    positive(&at.key("tpm"), tpm)?;
+    // (dimension, window) → where it was first set, to catch repeats.
+    let mut seen: Vec<(Dimension, Duration, FieldPath)> = Vec::new();
+    let minute = Duration::from_secs(60);
+    if rpm.is_some() {
+        seen.push((Dimension::Requests, minute, at.key("rpm")));
+    }
+    if tpm.is_some() {
+        seen.push((Dimension::Tokens, minute, at.key("tpm")));
+    }
+    for (
+        i,
+        Limit {
+            dimension,
+            amount,
+            window,
+        },
+    ) in limits.iter().enumerate()
+    {
+        let entry = at.key("limits").index(i);
+        positive(&entry.key(dimension.as_str()), Some(*amount))?;
+        non_zero(&entry.key("per"), *window)?;
+        if let Some((_, _, first)) = seen.iter().find(|(d, w, _)| d == dimension && w == window) {
+            return Err(Problem::invalid(
+                &entry,
+                format!(
+                    "repeats the {} limit per {} already set at {first}; keep one",
+                    dimension.as_str(),
+                    humantime::format_duration(*window),
+                ),
+            ));
+        }
+        seen.push((*dimension, *window, entry));
+    }
+    Ok(seen)
+}
+
 fn check_tenant(at: &FieldPath, t: &TenantConfig) -> Check {
     name(at, &t.name)?;
     if t.name == ANONYMOUS_TENANT {
@@ -608,8 +688,11 @@ fn check_tenant(at: &FieldPath, t: &TenantConfig) -> Check {
         ));
     }
     pool_bounds(at, t.concurrency, t.max_waiting, t.max_wait)?;
-    positive(&at.key("rpm"), t.rpm)?;
-    positive(&at.key("tpm"), t.tpm)
+    check_limits(at, t.rpm, t.tpm, &t.limits)?;
+    for m in &t.per_model {
+        check_limits(&at.key("per_model").key(&m.model), m.rpm, m.tpm, &m.limits)?;
+    }
+    Ok(())
 }
 
 fn check_anonymous(a: &AnonymousConfig) -> Check {

@@ -7,11 +7,12 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
 use tollgate::TokenEstimate;
+use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{ChatCompletionRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
-use crate::error::ApiError;
-use crate::state::{AppState, Model, ModelKind};
+use crate::live::Live;
+use crate::state::ModelKind;
 
 /// The chat completions route.
 pub struct Chat;
@@ -25,8 +26,8 @@ impl Route for Chat {
         &request.model
     }
 
-    fn estimate(model: &Model, request: &ChatCompletionRequest) -> TokenEstimate {
-        model.estimator.chat(request).into()
+    fn estimate(estimator: &TokenEstimator, request: &ChatCompletionRequest) -> TokenEstimate {
+        estimator.chat(request).into()
     }
 
     fn upstream(
@@ -54,9 +55,6 @@ impl Route for Chat {
 }
 
 /// The handler.
-pub async fn chat(
-    State(app): State<Arc<AppState>>,
-    request: Request,
-) -> Result<Response, ApiError> {
-    handle::<Chat>(&app, request).await
+pub async fn chat(State(live): State<Arc<Live>>, request: Request) -> Response {
+    handle::<Chat>(&live.current(), request).await
 }

@@ -10,11 +10,12 @@ use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
-use tollgate::{Call, Deadline, Lease, TokenEstimate, Usage};
+use tollgate::{Deadline, TokenEstimate, Usage};
 
 use crate::error::ApiError;
 use crate::provider::Started;
 use crate::state::{AppState, Model, ModelKind};
+use crate::tenants::TenantLeases;
 
 /// The request's deadline, made once on arrival (SPEC DL-1, GW-3).
 pub fn deadline(app: &AppState, headers: &HeaderMap, arrived: Instant) -> Deadline {
@@ -129,43 +130,58 @@ pub fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))
 }
 
-/// The model the request names, served on `kind`'s route (SPEC GW-1).
-pub fn model(app: &AppState, name: &str, kind: ModelKind) -> Result<Arc<Model>, ApiError> {
+/// The model the request names, served on `kind`'s route (SPEC GW-1),
+/// if `tenant` may call it: a model the tenant may not call is unknown
+/// to it, so model names do not leak (GW-12).
+pub fn model(
+    app: &AppState,
+    tenant: usize,
+    name: &str,
+    kind: ModelKind,
+) -> Result<Arc<Model>, ApiError> {
     app.models
         .get(name)
-        .filter(|m| m.kind == kind)
+        .filter(|m| m.kind == kind && allowed(app, tenant, &m.name))
         .cloned()
         .ok_or_else(|| ApiError::model_not_found(name))
 }
 
-/// Admits the call for its tenant: the tenant's quota, then its pool
-/// permit, held until the call is terminal (SPEC POOL-1). A refusal here
-/// happens before any upstream work and consumes nothing upstream.
+/// Whether `tenant` may call `model` (SPEC GW-12).
+pub fn allowed(app: &AppState, tenant: usize, model: &str) -> bool {
+    app.tenant_slots
+        .get(tenant)
+        .is_some_and(|t| t.allows(model))
+}
+
+/// Admits the call of `model` for its tenant: the tenant's quota, its
+/// pool permit (held until the call is terminal, SPEC POOL-1) and its
+/// per-model quota (GW-12). A refusal here happens before any upstream
+/// work and consumes nothing upstream.
 pub async fn admit_tenant(
     app: &AppState,
     tenant: usize,
+    model: &str,
     estimate: TokenEstimate,
     deadline: Deadline,
-) -> Result<Lease, ApiError> {
+) -> Result<TenantLeases, ApiError> {
     let Some(slot) = app.tenant_slots.get(tenant) else {
         return Err(ApiError::unauthorized());
     };
-    let mut call = Call::new(slot.scope).with_estimate(estimate);
-    call.pool = slot.pool;
-    app.tenants.acquire(&call, deadline).await.map_err(|e| {
+    slot.admit(model, estimate, deadline).await.map_err(|e| {
         let err = ApiError::from_admission(&e, Instant::now());
         app.metrics.rejected(err.reason());
         err
     })
 }
 
-/// The models to try, the requested one first, then its fallbacks (once
-/// each, in order; SPEC GW-10).
-pub fn chain(app: &AppState, first: &Arc<Model>) -> Vec<Arc<Model>> {
+/// The models to try, the requested one first, then its fallbacks that
+/// `tenant` may call (once each, in order; SPEC GW-10, GW-12).
+pub fn chain(app: &AppState, tenant: usize, first: &Arc<Model>) -> Vec<Arc<Model>> {
     let mut out = vec![Arc::clone(first)];
     for name in &first.fallbacks {
         if let Some(m) = app.models.get(&**name)
             && m.kind == first.kind
+            && allowed(app, tenant, name)
             && !out.iter().any(|o| Arc::ptr_eq(o, m))
         {
             out.push(Arc::clone(m));
@@ -192,17 +208,13 @@ pub fn falls_back(e: &CallError) -> bool {
 /// the upstream used is unknown and the estimate stays charged. The request
 /// unit stays spent (SPEC Q-9). Dropping the lease then releases the
 /// tenant permit.
-pub fn settle_failed(mut tenant_lease: Lease, started: &Started) {
+pub fn settle_failed(mut tenant: TenantLeases, started: &Started) {
     let used = if started.count() == 0 {
         Usage::known(0)
     } else {
         Usage::UNKNOWN
     };
-    let _ = tenant_lease.reconcile(used);
-}
-
-/// Records and returns an error.
-pub fn fail(app: &AppState, route: &'static str, model: &str, err: ApiError) -> ApiError {
-    app.metrics.request(route, model, err.status.as_u16());
-    err
+    for lease in &mut tenant.0 {
+        let _ = lease.reconcile(used);
+    }
 }

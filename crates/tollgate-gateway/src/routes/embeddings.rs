@@ -6,11 +6,12 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
 use tollgate::TokenEstimate;
+use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{EmbeddingsRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
-use crate::error::ApiError;
-use crate::state::{AppState, Model, ModelKind};
+use crate::live::Live;
+use crate::state::ModelKind;
 
 /// The embeddings route.
 pub struct Embeddings;
@@ -24,8 +25,8 @@ impl Route for Embeddings {
         &request.model
     }
 
-    fn estimate(model: &Model, request: &EmbeddingsRequest) -> TokenEstimate {
-        model.estimator.embeddings(request).into()
+    fn estimate(estimator: &TokenEstimator, request: &EmbeddingsRequest) -> TokenEstimate {
+        estimator.embeddings(request).into()
     }
 
     fn upstream(
@@ -51,9 +52,6 @@ impl Route for Embeddings {
 }
 
 /// The handler.
-pub async fn embeddings(
-    State(app): State<Arc<AppState>>,
-    request: Request,
-) -> Result<Response, ApiError> {
-    handle::<Embeddings>(&app, request).await
+pub async fn embeddings(State(live): State<Arc<Live>>, request: Request) -> Response {
+    handle::<Embeddings>(&live.current(), request).await
 }

@@ -1,8 +1,11 @@
-//! The flow every model route follows (SPEC GW-1..GW-10): deadline first,
+//! The flow every model route follows (SPEC GW-1..GW-14): deadline first,
 //! identity, body, tenant admission, then the model and its fallbacks
-//! through the supervised lifecycle, one-shot or streaming.
+//! routed over their deployments through the supervised lifecycle,
+//! one-shot or streaming; every response gets the request id and the
+//! tenant's rate-limit headers, and one access-log line.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -11,16 +14,21 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
-use tollgate::lifecycle::{CallOptions, Completed};
-use tollgate::{Lease, TokenEstimate, Usage};
+use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
+use tollgate::{Admission, TokenEstimate, Usage};
 use tollgate_openai::UpstreamRequest;
+use tollgate_openai::tokens::TokenEstimator;
 
-use super::common::{self, fail};
+use super::common;
+use crate::access_log::{AccessLog, Record};
 use crate::connection::{Arrival, LINGER};
 use crate::error::ApiError;
 use crate::provider::{GatewayRequest, Started};
-use crate::sse::SseBody;
-use crate::state::{AppState, Model, ModelKind};
+use crate::router::{self, Routed};
+use crate::sse::{SseBody, StreamLog};
+use crate::state::{AppState, Deployment, Model, ModelKind};
+use crate::tenants::TenantLeases;
+use crate::{ratelimit, request_id};
 
 /// What tells one model route from another.
 pub trait Route {
@@ -32,9 +40,9 @@ pub trait Route {
     const KIND: ModelKind;
     /// The model the request names.
     fn model(request: &Self::Request) -> &str;
-    /// Tokens the request will spend on `model` (its tokenizer and output
-    /// allowance).
-    fn estimate(model: &Model, request: &Self::Request) -> TokenEstimate;
+    /// Tokens the request will spend, counted by `estimator` (a
+    /// deployment's tokenizer, accounting and output allowance).
+    fn estimate(estimator: &TokenEstimator, request: &Self::Request) -> TokenEstimate;
     /// The request as sent to `upstream_model`. `body` is the client's
     /// body as received: when nothing needs rewriting it goes upstream
     /// unchanged (no re-serialization).
@@ -47,72 +55,195 @@ pub trait Route {
     fn is_stream(request: &Self::Request) -> bool;
 }
 
+/// What one request learned on its way, for its headers and its
+/// access-log line.
+struct Exchange {
+    record: Record,
+    /// The tenant's ordinal, once authenticated.
+    tenant: Option<usize>,
+    /// The requested model, once known and allowed.
+    model: Option<Arc<str>>,
+    /// Tokens reserved for the tenant.
+    tokens: u64,
+    /// The access line was written, or handed to the stream body (which
+    /// writes it when the stream ends).
+    logged: bool,
+    /// Where the line goes.
+    log: AccessLog,
+    /// When the request's head was read.
+    arrived: Instant,
+}
+
+impl Exchange {
+    /// Writes the access line once, with the response's `status`.
+    fn write(&mut self, status: u16) {
+        if !self.logged {
+            self.logged = true;
+            self.record.status = status;
+            self.record.total = self.arrived.elapsed();
+            self.log.write(&self.record);
+        }
+    }
+}
+
+impl Drop for Exchange {
+    /// A request whose client went away before its response (the handler
+    /// was dropped) still gets its line: status 499, as nginx writes it.
+    fn drop(&mut self) {
+        if !self.logged {
+            self.record.error = Some("client_disconnected".to_owned());
+            self.write(499);
+        }
+    }
+}
+
 /// Serves one request of route `R`: the deadline from the instant its
 /// head was read (SPEC DL-1), identity from the headers alone (401 before
 /// any body byte is read), then the body under its size and time bounds
-/// (SPEC GW-17), then admission.
-pub async fn handle<R: Route>(app: &AppState, request: Request) -> Result<Response, ApiError> {
+/// (SPEC GW-17), then admission. Every response carries the request id
+/// and, once the tenant is known, its rate-limit headers (GW-13, GW-14).
+pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let arrival = parts.extensions.get::<Arrival>();
     let arrived = arrival.map_or_else(Instant::now, |a| a.at);
+    let id = request_id::of(&parts.headers);
+    let mut x = Exchange {
+        record: Record {
+            at: SystemTime::now().checked_sub(arrived.elapsed()),
+            request_id: id.to_str().unwrap_or_default().to_owned(),
+            route: R::NAME,
+            ..Record::default()
+        },
+        tenant: None,
+        model: None,
+        tokens: 0,
+        logged: false,
+        log: app.access_log.clone(),
+        arrived,
+    };
+    let mut response = match serve::<R>(app, &parts, body, arrived, &id, &mut x).await {
+        Ok(response) => response,
+        Err(e) => {
+            app.metrics
+                .request(R::NAME, x.model.as_deref().unwrap_or(""), e.status.as_u16());
+            x.record.error = Some(e.reason().to_owned());
+            e.into_response()
+        }
+    };
+    let headers = response.headers_mut();
+    if let Some(slot) = x.tenant.and_then(|t| app.tenant_slots.get(t)) {
+        ratelimit::add(slot, x.model.as_deref(), x.tokens, headers);
+    }
+    headers.insert(request_id::HEADER, id);
+    x.write(response.status().as_u16());
+    response
+}
+
+async fn serve<R: Route>(
+    app: &AppState,
+    parts: &http::request::Parts,
+    body: Body,
+    arrived: Instant,
+    id: &HeaderValue,
+    x: &mut Exchange,
+) -> Result<Response, ApiError> {
+    let arrival = parts.extensions.get::<Arrival>();
     let headers = &parts.headers;
     let deadline = common::deadline(app, headers, arrived);
-    let route = R::NAME;
     if app.is_shutting_down() {
-        return Err(fail(app, route, "", ApiError::shutting_down()));
+        return Err(ApiError::shutting_down());
     }
-    let tenant = common::tenant(app, headers).map_err(|e| fail(app, route, "", e))?;
-    let raw = common::read_body(app, headers, body, arrived, deadline)
-        .await
-        .map_err(|e| fail(app, route, "", e))?;
-    let request: R::Request = common::parse(&raw).map_err(|e| fail(app, route, "", e))?;
-    let first =
-        common::model(app, R::model(&request), R::KIND).map_err(|e| fail(app, route, "", e))?;
-    let tenant_lease = common::admit_tenant(app, tenant, R::estimate(&first, &request), deadline)
-        .await
-        .map_err(|e| fail(app, route, &first.name, e))?;
+    let tenant = common::tenant(app, headers)?;
+    x.tenant = Some(tenant);
+    x.record.tenant = app.tenant_slots.get(tenant).map(|t| Arc::clone(&t.name));
+    let raw = common::read_body(app, headers, body, arrived, deadline).await?;
+    let request: R::Request = common::parse(&raw)?;
+    let first = common::model(app, tenant, R::model(&request), R::KIND)?;
+    x.model = Some(Arc::clone(&first.name));
+    x.record.model = Some(Arc::clone(&first.name));
+    let Some(primary) = first.deployments.first() else {
+        return Err(ApiError::shutting_down());
+    };
+    let estimate = R::estimate(&primary.estimator, &request);
+    x.tokens = estimate.total();
+    x.record.tokens_estimated = Some(estimate.total());
+    let tenant_lease = common::admit_tenant(app, tenant, &first.name, estimate, deadline).await?;
+    x.record.queue = tenant_lease.wait();
     let options = CallOptions::deadline(deadline);
-    let chain = common::chain(app, &first);
+    let chain = common::chain(app, tenant, &first);
     let reached = Started::default();
     let mut last = None;
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
         }
-        let upstream = R::upstream(&request, &raw, &model.upstream_model).map_err(|e| {
-            fail(
-                app,
-                route,
-                &model.name,
-                ApiError::bad_request(e.to_string()),
-            )
-        })?;
-        let call = GatewayRequest {
-            upstream,
-            estimate: R::estimate(model, &request),
-            started: reached.clone(),
+        let estimates = Estimates::<R>::new(model, &request);
+        let estimate = |d: &Deployment| estimates.get(d);
+        // A body that cannot be rewritten for a deployment fails the call
+        // as a client error (400), never retried.
+        let make = |d: &Deployment| -> Result<GatewayRequest, Box<CallError>> {
+            let upstream = R::upstream(&request, &raw, &d.upstream_model)
+                .map_err(|e| {
+                    Box::new(CallError::Provider {
+                        error: ProviderError::new(ErrorKind::Client, e.to_string()),
+                        attempts: 0,
+                        gave_up: GiveUp::NotRetryable,
+                    })
+                })?
+                .with_request_id(id.clone());
+            Ok(GatewayRequest {
+                upstream,
+                estimate: estimates.get(d),
+                started: reached.clone(),
+            })
         };
         let started = Instant::now();
         let result = if R::is_stream(&request) {
-            match model.supervisor.stream(&call, options).await {
-                Ok(mut stream) => {
+            let routed = router::route(model, &estimate, options, |d| {
+                let call = make(d);
+                let supervisor = d.supervisor.clone();
+                async move { supervisor.stream(&call.map_err(|e| *e)?, options).await }
+            })
+            .await;
+            match routed {
+                Ok(Routed {
+                    value: mut stream,
+                    deployment,
+                    in_flight,
+                }) => {
                     let a = *stream.admission();
-                    model.metrics.success(
-                        true,
-                        started.elapsed(),
-                        a.quota_wait,
-                        a.concurrency_wait,
-                    );
+                    let elapsed = started.elapsed();
+                    model
+                        .metrics
+                        .success(true, elapsed, a.quota_wait, a.concurrency_wait);
                     // The tenant's permit lives and ends with the stream,
                     // even one nobody polls (SPEC POOL-1, GW-17).
-                    stream.hold(tenant_lease);
+                    for lease in tenant_lease.0 {
+                        stream.hold(lease);
+                    }
                     // A client that stops reading cannot keep its
                     // connection past the deadline either.
                     let close = arrival
                         .zip(deadline.instant())
                         .map(|(a, at)| a.connection.close_at(at.checked_add(LINGER).unwrap_or(at)));
-                    let body =
-                        SseBody::new(stream, app.metrics.clone(), Arc::clone(&model.name), close);
+                    let mut record = x.record.clone();
+                    served(&mut record, model, deployment, &reached, &a, elapsed);
+                    record.stream = true;
+                    record.status = 200;
+                    x.logged = true;
+                    let log = StreamLog {
+                        record,
+                        log: app.access_log.clone(),
+                        arrived,
+                    };
+                    let body = SseBody::new(
+                        stream,
+                        app.metrics.clone(),
+                        Arc::clone(&model.name),
+                        close,
+                        in_flight,
+                        log,
+                    );
                     let mut response = Body::from_stream(body).into_response();
                     let h = response.headers_mut();
                     h.insert(
@@ -125,21 +256,37 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Result<Respon
                 Err(e) => e,
             }
         } else {
-            match model.supervisor.invoke(&call, options).await {
-                Ok(done) => {
-                    model.metrics.success(
-                        false,
-                        started.elapsed(),
-                        done.admission.quota_wait,
-                        done.admission.concurrency_wait,
-                    );
-                    return Ok(one_shot(done, tenant_lease));
+            let routed = router::route(model, &estimate, options, |d| {
+                let call = make(d);
+                let supervisor = d.supervisor.clone();
+                async move { supervisor.invoke(&call.map_err(|e| *e)?, options).await }
+            })
+            .await;
+            match routed {
+                Ok(Routed {
+                    value: done,
+                    deployment,
+                    ..
+                }) => {
+                    let elapsed = started.elapsed();
+                    let a = done.admission;
+                    model
+                        .metrics
+                        .success(false, elapsed, a.quota_wait, a.concurrency_wait);
+                    served(&mut x.record, model, deployment, &reached, &a, elapsed);
+                    let reported = done.settlement.and_then(|s| s.reported);
+                    x.record.tokens_reported = reported;
+                    return Ok(one_shot(done.response, reported, tenant_lease));
                 }
                 Err(e) => e,
             }
         };
-        let next = common::falls_back(&result);
-        last = Some(result);
+        x.record.attempts = reached.count();
+        if let Some(d) = result.deployment.and_then(|d| model.deployments.get(d)) {
+            x.record.deployment = Some(Arc::clone(&d.name));
+        }
+        let next = common::falls_back(&result.error);
+        last = Some(result.error);
         if !next {
             break;
         }
@@ -151,21 +298,73 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Result<Respon
     if err.status == StatusCode::TOO_MANY_REQUESTS {
         app.metrics.rejected(err.reason());
     }
-    Err(fail(app, route, &first.name, err))
+    Err(err)
+}
+
+/// Notes in `record` where and how a call was served.
+fn served(
+    record: &mut Record,
+    model: &Model,
+    deployment: usize,
+    reached: &Started,
+    admission: &Admission,
+    elapsed: Duration,
+) {
+    let wait = admission.total_wait();
+    let quota_wait = admission.quota_wait;
+    record.model = Some(Arc::clone(&model.name));
+    if let Some(d) = model.deployments.get(deployment) {
+        d.metrics.admitted(quota_wait);
+        record.deployment = Some(Arc::clone(&d.name));
+    }
+    record.attempts = reached.count();
+    record.queue += wait;
+    record.upstream = elapsed.saturating_sub(wait);
 }
 
 /// The response of a completed one-shot call; the tenant's tokens are
-/// settled with what the upstream reported.
-fn one_shot(done: Completed<Bytes>, mut tenant_lease: Lease) -> Response {
-    let used = done
-        .settlement
-        .and_then(|s| s.reported)
-        .map_or(Usage::UNKNOWN, Usage::known);
-    let _ = tenant_lease.reconcile(used);
-    let mut response = (StatusCode::OK, done.response).into_response();
+/// settled with what the upstream reported (before the rate-limit headers
+/// are read, so they show the settled amounts).
+fn one_shot(body: Bytes, reported: Option<u64>, mut tenant: TenantLeases) -> Response {
+    let used = reported.map_or(Usage::UNKNOWN, Usage::known);
+    for lease in &mut tenant.0 {
+        let _ = lease.reconcile(used);
+    }
+    drop(tenant);
+    let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// A request's token estimate per distinct estimator of a model's
+/// deployments (usually one: deployments of one provider count alike), so
+/// the tokenizer runs once per estimator, not once per deployment.
+struct Estimates<R: Route> {
+    computed: Vec<(TokenEstimator, TokenEstimate)>,
+    _route: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Route> Estimates<R> {
+    fn new(model: &Model, request: &R::Request) -> Self {
+        let mut computed: Vec<(TokenEstimator, TokenEstimate)> = Vec::with_capacity(1);
+        for d in &model.deployments {
+            if !computed.iter().any(|(e, _)| *e == d.estimator) {
+                computed.push((d.estimator, R::estimate(&d.estimator, request)));
+            }
+        }
+        Estimates {
+            computed,
+            _route: std::marker::PhantomData,
+        }
+    }
+
+    fn get(&self, d: &Deployment) -> TokenEstimate {
+        self.computed
+            .iter()
+            .find(|(e, _)| *e == d.estimator)
+            .map_or(TokenEstimate::new(0, 0), |(_, t)| *t)
+    }
 }

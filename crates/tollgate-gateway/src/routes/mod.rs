@@ -1,5 +1,6 @@
 //! The gateway's HTTP routes (SPEC GW-1).
 
+mod admin;
 mod chat;
 mod common;
 mod embeddings;
@@ -11,20 +12,34 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 
-pub use info::snapshot_json;
+pub use admin::snapshot_json;
 
-use crate::state::AppState;
+use crate::live::Live;
 
-/// The router serving every route. Model routes read their own body,
-/// after authentication and under its bounds (SPEC GW-17).
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+/// The router serving every route (`/metrics` too unless `with_metrics`
+/// is false: it then has a listener of its own). Model routes read their
+/// own body, after authentication and under its bounds (SPEC GW-17).
+pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(info::models))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
+        .route("/admin/snapshot", get(admin::snapshot))
+        .route("/admin/reload", post(admin::reload));
+    let router = if with_metrics {
+        router.route("/metrics", get(info::metrics))
+    } else {
+        router
+    };
+    router.with_state(live)
+}
+
+/// The router of a separate metrics listener (`server.metrics_listen`):
+/// `GET /metrics` only.
+pub fn metrics_router(live: Arc<Live>) -> Router {
+    Router::new()
         .route("/metrics", get(info::metrics))
-        .route("/admin/snapshot", get(info::snapshot))
-        .with_state(state)
+        .with_state(live)
 }

@@ -13,7 +13,9 @@ pub mod upstream;
 
 use std::future::Future;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -26,8 +28,9 @@ use tollgate::admission::{PoolSnapshot, ScopeSnapshot};
 use tollgate_gateway::auth::{hash_key, to_hex};
 use tollgate_gateway::build::build;
 use tollgate_gateway::config::GatewayConfig;
+use tollgate_gateway::live::Live;
 use tollgate_gateway::metrics::Metrics;
-use tollgate_gateway::server::{ServeOptions, serve};
+use tollgate_gateway::server::{ServeOptions, serve, serve_live};
 use tollgate_gateway::state::AppState;
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
@@ -51,6 +54,46 @@ pub fn tenants(a_extra: &str, b_extra: &str) -> String {
         "[tenants.a]\nkeys_sha256 = [\"{}\"]\n{a_extra}\n\n[tenants.b]\nkeys_sha256 = [\"{}\"]\n{b_extra}\n",
         key_hash(KEY_A),
         key_hash(KEY_B)
+    )
+}
+
+/// Model `model` with deployments `east` and `west` (SPEC GW-11) on
+/// providers of those names at base URLs `east` and `west`, short retry
+/// delays, tenants `a` and `b`; `east_extra` / `west_extra` are extra
+/// deployment settings and `scopes` any scope tables.
+pub fn two_deployments(
+    model: &str,
+    east: &str,
+    west: &str,
+    scopes: &str,
+    east_extra: &str,
+    west_extra: &str,
+) -> String {
+    format!(
+        r#"
+[providers.east]
+base_url = "{east}"
+[providers.west]
+base_url = "{west}"
+
+[retry]
+base_delay = "50ms"
+max_delay = "200ms"
+
+{scopes}
+
+[models.{model}.deployments.east]
+provider = "east"
+upstream_model = "sim-chat"
+{east_extra}
+[models.{model}.deployments.west]
+provider = "west"
+upstream_model = "sim-chat"
+{west_extra}
+
+{}
+"#,
+        tenants("", "")
     )
 }
 
@@ -79,8 +122,11 @@ pub async fn slow_sim(per_token: Duration, tokens: u32) -> SimServer {
 
 /// A running gateway.
 pub struct Gateway {
-    /// The shared state, for in-process inspection.
+    /// The shared state, for in-process inspection (the state it started
+    /// with; after a reload see [`Gateway::live`]).
     pub app: Arc<AppState>,
+    /// The reloadable state, for gateways started from a file.
+    pub live: Option<Arc<Live>>,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     shutdown: Option<oneshot::Sender<()>>,
@@ -101,6 +147,9 @@ impl Gateway {
     pub async fn start_config(config: &GatewayConfig, options: ServeOptions) -> Gateway {
         let app = build(config, Metrics::install())
             .unwrap_or_else(|e| panic!("gateway does not build: {e}"));
+        // Access lines go to a buffer (`app.access_log.capture()`), not
+        // into the test output.
+        let _ = app.access_log.capture();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("local addr"));
         let (tx, rx) = oneshot::channel::<()>();
@@ -109,10 +158,58 @@ impl Gateway {
         }));
         Gateway {
             app,
+            live: None,
             base,
             shutdown: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// Writes `toml` to a file of its own and serves it reloadably (SPEC
+    /// GW-15); returns the gateway and the file's path.
+    pub async fn start_file(toml: &str) -> (Gateway, PathBuf) {
+        static FILES: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "tollgate-test-{}-{}.toml",
+            std::process::id(),
+            FILES.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, toml).expect("write the configuration");
+        let config = GatewayConfig::load(&path)
+            .unwrap_or_else(|e| panic!("test configuration is invalid: {e}"));
+        let options = ServeOptions::from_config(&config.server);
+        let metrics = Metrics::install();
+        let app = build(&config, metrics.clone())
+            .unwrap_or_else(|e| panic!("gateway does not build: {e}"));
+        let _ = app.access_log.capture();
+        let live = Arc::new(Live::new(Arc::clone(&app), Some(path.clone()), metrics));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("local addr"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_live(
+            listener,
+            None,
+            Arc::clone(&live),
+            options,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        let gw = Gateway {
+            app,
+            live: Some(live),
+            base,
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        (gw, path)
+    }
+
+    /// The state serving new requests now.
+    pub fn current(&self) -> Arc<AppState> {
+        self.live
+            .as_ref()
+            .map_or_else(|| Arc::clone(&self.app), |l| l.current())
     }
 
     /// `host:port` of the gateway, for raw TCP clients.
@@ -141,14 +238,14 @@ impl Gateway {
             .expect("serve task does not panic")
     }
 
-    /// The upstream controller (quota scopes, model pools).
+    /// The upstream side (quota scopes, deployment pools).
     pub fn upstream(&self) -> Snapshot {
-        self.app.upstream.snapshot()
+        self.current().upstream_snapshot()
     }
 
-    /// The tenant controller (tenant quotas, tenant pools).
+    /// The tenant side (every tenant's scopes and pool).
     pub fn tenants(&self) -> Snapshot {
-        self.app.tenants.snapshot()
+        self.current().tenant_snapshot()
     }
 
     /// The pool called `name` (`model:<m>` or `tenant:<t>`).

@@ -112,6 +112,8 @@ pub struct Seen {
     pub body: Value,
     /// Its `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// Its `x-request-id` header, if any.
+    pub request_id: Option<String>,
 }
 
 type Hook = Arc<dyn Fn(u32) + Send + Sync>;
@@ -185,6 +187,10 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             authorization: headers
                 .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            request_id: headers
+                .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
         });

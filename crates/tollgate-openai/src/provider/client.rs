@@ -121,6 +121,7 @@ impl HttpProvider {
         let send = self.inner.client.post(
             self.url(request.endpoint()),
             headers,
+            request.request_id(),
             request.body().clone(),
         );
         let response = match self.inner.client.read_timeout() {

@@ -37,6 +37,7 @@ pub struct UpstreamRequest {
     body: Bytes,
     stream: bool,
     forward_usage: bool,
+    request_id: Option<http::HeaderValue>,
 }
 
 impl UpstreamRequest {
@@ -52,7 +53,21 @@ impl UpstreamRequest {
             body,
             stream,
             forward_usage,
+            request_id: None,
         }
+    }
+
+    /// Sends `id` as the request's `x-request-id` header, so the upstream's
+    /// logs can be matched with the gateway's (SPEC GW-14).
+    #[must_use]
+    pub fn with_request_id(mut self, id: http::HeaderValue) -> Self {
+        self.request_id = Some(id);
+        self
+    }
+
+    /// The `x-request-id` sent upstream, if any.
+    pub fn request_id(&self) -> Option<&http::HeaderValue> {
+        self.request_id.as_ref()
     }
 
     /// A chat completion for `upstream_model`.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
-use http::{HeaderMap, Method, Request, Response, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
 use http_body_util::{BodyDataStream, Full};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -241,12 +241,18 @@ impl HttpClient {
         &self,
         uri: &Uri,
         headers: &HeaderMap,
+        request_id: Option<&HeaderValue>,
         body: Bytes,
     ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = uri.clone();
         *request.headers_mut() = headers.clone();
+        if let Some(id) = request_id {
+            request
+                .headers_mut()
+                .insert(HeaderName::from_static("x-request-id"), id.clone());
+        }
         let sent = self.client.request(request);
         async move { sent.await.map_err(SendError) }
     }

@@ -14,6 +14,7 @@ use super::controller::{AdmissionController, Entered, Inner};
 use super::lease::{Admission, Lease};
 use super::pool_set::refused;
 use super::scope::{Grant, Outcome, PermitSlot, Scope};
+use super::shared::SharedAcquire;
 use crate::call::{Call, CallId};
 use crate::clock::Instant;
 use crate::deadline::{Deadline, Phase};
@@ -54,6 +55,8 @@ pub struct Acquire<'a> {
     deadline: Deadline,
     started: bool,
     slow: Option<SlowAcquire<'a>>,
+    /// The waiting part on a scope kept in a shared store.
+    shared: Option<Box<SharedAcquire<'a>>>,
 }
 
 impl<'a> Acquire<'a> {
@@ -64,13 +67,15 @@ impl<'a> Acquire<'a> {
             deadline,
             started: false,
             slow: None,
+            shared: None,
         }
     }
 }
 
 impl std::fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match (self.started, self.slow.is_some()) {
+        let waiting = self.slow.is_some() || self.shared.is_some();
+        let state = match (self.started, waiting) {
             (false, _) => "start",
             (true, true) => "waiting",
             (true, false) => "done",
@@ -86,12 +91,17 @@ impl Future for Acquire<'_> {
         let this = self.get_mut();
         if !this.started {
             this.started = true;
-            if let Some(done) = this
-                .controller
-                .start(&this.call, this.deadline, &mut this.slow)
+            if let Some(done) =
+                this.controller
+                    .start(&this.call, this.deadline, &mut this.slow, &mut this.shared)
             {
                 return Poll::Ready(done);
             }
+        }
+        if let Some(shared) = this.shared.as_mut() {
+            let done = std::task::ready!(shared.poll(cx));
+            this.shared = None;
+            return Poll::Ready(done);
         }
         let Some(slow) = this.slow.as_mut() else {
             return Poll::Ready(Err(AdmissionError::Closed));
@@ -192,13 +202,7 @@ impl<'a> SlowAcquire<'a> {
 
     /// Polls the shared timer armed for `at`. `Ready` when it fired.
     fn poll_timer(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        if timer.deadline() != at {
-            timer.as_mut().reset(at);
-        }
-        timer.as_mut().poll(cx)
+        poll_timer(&mut self.timer, cx, at)
     }
 
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Admitted, AdmissionError>> {
@@ -424,6 +428,20 @@ impl<'a> SlowAcquire<'a> {
             self.inner.forget_id(id);
         }
     }
+}
+
+/// Polls the one timer of a waiting admission, created or moved to `at`
+/// as needed. `Ready` when it fired.
+pub(crate) fn poll_timer(
+    timer: &mut Option<Pin<Box<Sleep>>>,
+    cx: &mut Context<'_>,
+    at: Instant,
+) -> Poll<()> {
+    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+    if timer.deadline() != at {
+        timer.as_mut().reset(at);
+    }
+    timer.as_mut().poll(cx)
 }
 
 impl Drop for SlowAcquire<'_> {

@@ -12,10 +12,11 @@ use super::controller::{AdmissionController, Inner};
 use super::permits::Permits;
 use super::pool_set::{PoolEntry, PoolSet};
 use super::scope::Scope;
+use super::shared::{FallbackQuota, SharedScope};
 use crate::call::ScopeId;
 use crate::clock::{SharedClock, TokioClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
-use crate::quota::{LocalBackend, SharedBackend};
+use crate::quota::{LocalBackend, QuotaStore, SharedBackend, SharedRemote, Unavailable};
 
 /// Builds an [`AdmissionController`]; see [`ControllerConfig`] for defaults.
 #[derive(Debug, Default)]
@@ -24,6 +25,7 @@ pub struct ControllerBuilder {
     config: ControllerConfig,
     clock: Option<SharedClock>,
     backend: Option<SharedBackend>,
+    remote: Option<SharedRemote>,
 }
 
 impl ControllerBuilder {
@@ -82,14 +84,32 @@ impl ControllerBuilder {
         self
     }
 
+    /// Keeps every scope's quota in a store shared by several processes
+    /// (SPEC DQ-1): each scope opens its store with
+    /// [`RemoteBackend::open`](crate::quota::RemoteBackend::open). What
+    /// belongs to one process stays local: the FIFO order (within this
+    /// process only, DQ-4), cooldowns, concurrency permits, call ids,
+    /// close and idle. While the store does not answer, a scope follows
+    /// [`RemoteBackend::on_unavailable`](crate::quota::RemoteBackend::on_unavailable)
+    /// (DQ-3). Scopes that learn their limits from the provider
+    /// (`learn_limits`, Q-14) are refused: learned limits are per process.
+    pub fn shared_store(mut self, remote: SharedRemote) -> Self {
+        self.remote = Some(remote);
+        self
+    }
+
     /// Validates the configuration (SPEC CFG-1..3) and builds the controller.
     pub fn build(self) -> Result<AdmissionController, ConfigError> {
         let ControllerBuilder {
             mut config,
             clock,
             backend,
+            remote,
         } = self;
         config.validate()?;
+        if let Some(remote) = &remote {
+            validate_shared(&config, remote.as_ref(), backend.is_some())?;
+        }
         if config.scopes.is_empty() {
             config.scopes.push(ScopeConfig::new("default"));
         }
@@ -104,9 +124,26 @@ impl ControllerBuilder {
             .map(|(i, s)| {
                 let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
                 let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
-                Scope::new(id, s, capacity, backend.open(s, now), pools.clone())
+                let Some(remote) = &remote else {
+                    return Scope::new(id, s, capacity, backend.open(s, now), pools.clone());
+                };
+                let replicas = match remote.on_unavailable() {
+                    Unavailable::FailOpenLocal { replicas } => replicas,
+                    Unavailable::FailClosed => 1,
+                };
+                let fallback: Box<dyn QuotaStore> = Box::new(FallbackQuota::new(s, replicas, now));
+                let shared = SharedScope::new(
+                    remote.open(s),
+                    remote.timeout(),
+                    remote.on_unavailable(),
+                    capacity,
+                    config.overflow,
+                    Arc::clone(&clock),
+                );
+                Scope::new(id, s, capacity, fallback, pools.clone()).with_shared(shared)
             })
             .collect();
+        let backend_name = remote.as_ref().map_or(backend.name(), |r| r.name());
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
@@ -119,7 +156,7 @@ impl ControllerBuilder {
                 closed: AtomicBool::new(false),
                 shutdown: CancellationToken::new(),
                 ids: Mutex::new(HashSet::new()),
-                backend: backend.name(),
+                backend: backend_name,
             }),
         })
     }
@@ -148,4 +185,38 @@ fn build_pools(config: &ControllerConfig) -> PoolSet {
         });
     }
     PoolSet::new(pools.into_boxed_slice(), default)
+}
+
+/// What a shared store needs of the configuration (SPEC CFG-3, DQ-3).
+fn validate_shared(
+    config: &ControllerConfig,
+    remote: &dyn crate::quota::RemoteBackend,
+    backend: bool,
+) -> Result<(), ConfigError> {
+    if backend {
+        return Err(ConfigError::new(
+            "quota_store",
+            "a controller keeps quota either in a backend or in a shared store, not both",
+        ));
+    }
+    if remote.timeout().is_zero() {
+        return Err(ConfigError::new(
+            "quota_store.timeout",
+            "must be longer than zero",
+        ));
+    }
+    if remote.on_unavailable() == (Unavailable::FailOpenLocal { replicas: 0 }) {
+        return Err(ConfigError::new(
+            "quota_store.replicas",
+            "must be at least 1",
+        ));
+    }
+    if let Some(s) = config.scopes.iter().find(|s| s.learns().is_some()) {
+        return Err(ConfigError::new(
+            format!("scopes.{}.learn_limits", s.name()),
+            "cannot be used with a shared quota store: limits learned from one \
+             process's responses would not be shared (configure the limits)",
+        ));
+    }
+    Ok(())
 }

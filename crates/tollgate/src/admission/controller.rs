@@ -14,6 +14,7 @@ use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
 use super::pool_set::PoolSet;
 use super::scope::{Grant, Outcome, PermitSlot, Scope, Waiter};
+use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
 use crate::clock::{Instant, SharedClock};
 use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow};
@@ -132,7 +133,10 @@ impl AdmissionController {
     /// Dropping the returned [`Acquire`] future at any point leaves nothing
     /// behind: its queue entry is removed (the next call becomes head if it
     /// was the head), a reservation it had been granted is refunded in full
-    /// exactly once, and no permit is held.
+    /// exactly once, and no permit is held. On a scope kept in a
+    /// shared store ([`ControllerBuilder::shared_store`]) that refund is a
+    /// detached round trip bounded by the store's timeout, and a
+    /// reservation still in flight is refunded when its answer arrives.
     pub fn acquire(&self, call: &Call, deadline: Deadline) -> Acquire<'_> {
         Acquire::new(self, *call, deadline)
     }
@@ -146,8 +150,9 @@ impl AdmissionController {
         call: &Call,
         deadline: Deadline,
         slow: &mut Option<SlowAcquire<'a>>,
+        shared: &mut Option<Box<SharedAcquire<'a>>>,
     ) -> Option<Result<Lease, AdmissionError>> {
-        match self.try_start(call, deadline, slow) {
+        match self.try_start(call, deadline, slow, shared) {
             Ok(lease) => lease.map(Ok),
             Err(e) => Some(Err(e)),
         }
@@ -159,6 +164,7 @@ impl AdmissionController {
         call: &Call,
         deadline: Deadline,
         slow: &mut Option<SlowAcquire<'a>>,
+        shared: &mut Option<Box<SharedAcquire<'a>>>,
     ) -> Result<Option<Lease>, AdmissionError> {
         let inner = &*self.inner;
         let scope = inner
@@ -178,6 +184,15 @@ impl AdmissionController {
         let pool = inner.pools.resolve(call.pool)?;
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
+        if let Some(remote) = &scope.shared {
+            // Quota kept in a shared store: a stage of its own (DQ-1).
+            remote.remote.check(&demand)?;
+            let id = IdGuard::register(inner, call.id)?.disarm();
+            *shared = Some(Box::new(SharedAcquire::new(
+                self, scope, remote, demand, pool, deadline, arrived, id,
+            )));
+            return Ok(None);
+        }
         let mut id = IdGuard::register(inner, call.id)?;
         let mut ticket = 0;
         let entered = inner.enter(scope, &demand, pool, deadline, arrived, &mut ticket)?;
@@ -259,6 +274,11 @@ impl AdmissionController {
             }
             st.ready_at = None;
             st.invalidate_projection();
+            drop(st);
+            if let Some(shared) = &scope.shared {
+                shared.turn.close();
+                shared.wake();
+            }
         }
         inner.pools.close();
     }
@@ -495,6 +515,7 @@ impl Inner {
             pool,
             released: false,
             reconciled: false,
+            remote: None,
         }
     }
 

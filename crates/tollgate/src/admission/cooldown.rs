@@ -40,7 +40,7 @@ impl CooldownOutcome {
 
 impl AdmissionController {
     /// Reports a provider 429 to `scope`, seen by an attempt that started
-    /// under cooldown `generation` ([`Lease::generation`]), with the
+    /// under cooldown `generation` ([`Lease::generation`](crate::Lease::generation)), with the
     /// server's hint if any (SPEC CD-1, CD-2).
     ///
     /// A 429 from an attempt older than the running cooldown is stale: it

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::controller::Inner;
 use super::cooldown::CooldownOutcome;
+use super::shared::RemoteLease;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
 use crate::quota::{LimitedBy, RefusalCost, Reservation};
@@ -59,6 +60,9 @@ pub struct Lease {
     pub(crate) pool: Option<u32>,
     pub(crate) released: bool,
     pub(crate) reconciled: bool,
+    /// Settlements of a reservation kept in a shared store (`None`: it is
+    /// in this process, in the scope's own or fallback store).
+    pub(crate) remote: Option<RemoteLease>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -73,6 +77,7 @@ impl std::fmt::Debug for Lease {
             .field("tokens_reserved", &self.reservation.demand.tokens)
             .field("released", &self.released)
             .field("reconciled", &self.reconciled)
+            .field("shared", &self.remote.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +131,10 @@ impl Lease {
         if std::mem::replace(&mut self.reconciled, true) {
             return Err(AlreadySettled);
         }
+        if let Some(remote) = &mut self.remote {
+            let inner = &self.inner;
+            return Ok(inner.reconcile_shared(self.scope, &self.reservation, usage, remote));
+        }
         Ok(self.inner.reconcile(self.scope, &self.reservation, usage))
     }
 
@@ -150,6 +159,11 @@ impl Lease {
         if self.reconciled || at <= self.reservation.stamp {
             return;
         }
+        if let Some(remote) = &mut self.remote {
+            let inner = &self.inner;
+            inner.recount_shared(self.scope, &self.reservation, at, remote);
+            return;
+        }
         self.inner.recount(self.scope, &mut self.reservation, at);
     }
 
@@ -167,6 +181,11 @@ impl Lease {
             RefusalCost::Request => (false, true),
             RefusalCost::Free => (true, true),
         };
+        if let Some(remote) = &mut self.remote {
+            let (inner, reservation) = (&self.inner, &self.reservation);
+            inner.release_refused_shared(self.scope, reservation, requests, tokens, remote);
+            return Ok(());
+        }
         self.inner
             .release_refused(self.scope, &self.reservation, requests, tokens);
         Ok(())

@@ -26,6 +26,7 @@ use std::task::Waker;
 
 use super::pool_set::PoolSet;
 use super::queue::WaitList;
+use super::shared::SharedScope;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
@@ -34,7 +35,7 @@ use crate::quota::{Demand, Hold, LimitedBy, QuotaStore, Reservation};
 /// Queue lengths up to which a stale projection is rebuilt for an early
 /// verdict (SPEC Q-11); longer queues fall back to judging the demand alone,
 /// which is still a valid lower bound.
-const REBUILD_LIMIT: usize = 256;
+pub(super) const REBUILD_LIMIT: usize = 256;
 /// Steps a projection may take per demand before it gives up.
 const PROJECTION_STEPS: usize = 1024;
 
@@ -203,6 +204,18 @@ pub struct ScopeCounters {
     pub gap_tokens: u64,
     /// Limits adopted or changed from the provider's advertisement.
     pub limits_adopted: u64,
+    /// Operations on the scope's shared store that failed or timed out
+    /// (SPEC DQ-3, DQ-5; always 0 for an in-process scope).
+    pub store_errors: u64,
+    /// Admissions refused because the shared store was unavailable and the
+    /// scope fails closed (DQ-3).
+    pub store_unavailable: u64,
+    /// Reservations taken from the local fallback share while the shared
+    /// store was unavailable (`fail_open_local`, DQ-3).
+    pub fallback_admissions: u64,
+    /// Settlements or refunds that did not reach the shared store; their
+    /// amounts stay counted there (never over a quota).
+    pub settlements_failed: u64,
 }
 
 impl ScopeCounters {
@@ -258,6 +271,9 @@ pub(crate) struct Scope {
     pub(crate) learning: std::sync::atomic::AtomicBool,
     pub(crate) capacity: usize,
     pub(crate) state: Mutex<ScopeState>,
+    /// The shared store keeping this scope's quota, if any (SPEC DQ-1);
+    /// `state.store` is then its local fallback share.
+    pub(crate) shared: Option<Arc<SharedScope>>,
 }
 
 impl Scope {
@@ -289,7 +305,14 @@ impl Scope {
                 projection: Projection::default(),
                 pools,
             }),
+            shared: None,
         }
+    }
+
+    /// Keeps the scope's quota in `shared`.
+    pub(crate) fn with_shared(mut self, shared: SharedScope) -> Self {
+        self.shared = Some(Arc::new(shared));
+        self
     }
 }
 
@@ -471,7 +494,11 @@ impl ScopeState {
 
 /// Commits `demand` to a projected store at the first instant from `from`
 /// at which it fits.
-fn schedule(shadow: &mut dyn QuotaStore, demand: &Demand, mut from: Instant) -> Option<Instant> {
+pub(super) fn schedule(
+    shadow: &mut dyn QuotaStore,
+    demand: &Demand,
+    mut from: Instant,
+) -> Option<Instant> {
     for _ in 0..PROJECTION_STEPS {
         match shadow.reserve(demand, from, Hold::Leased) {
             Ok(_) => return Some(from),

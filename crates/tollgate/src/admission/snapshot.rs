@@ -6,9 +6,10 @@ use std::sync::atomic::Ordering;
 
 use super::controller::AdmissionController;
 use super::scope::ScopeCounters;
+use super::shared::StoreMode;
 use crate::call::{PoolId, ScopeId};
 use crate::config::Overflow;
-use crate::quota::{Dimension, LimitSnapshot};
+use crate::quota::{Dimension, LimitSnapshot, StoreError};
 
 /// The state of a controller at one instant. Never contains payloads,
 /// headers, keys, prompts, responses or caller identities.
@@ -72,6 +73,13 @@ pub struct ScopeSnapshot {
     pub cooldown_remaining: Option<Duration>,
     /// Totals since the controller started.
     pub counters: ScopeCounters,
+    /// Where the scope's quota is taken from now, for a scope kept in a
+    /// shared store (SPEC DQ-3); `None` for an in-process scope. A shared
+    /// scope's `limits` list the local fallback share while it is in
+    /// [`StoreMode::LocalFallback`] and is empty otherwise: the shared
+    /// amounts are read with
+    /// [`AdmissionController::shared_limits`].
+    pub store: Option<StoreMode>,
 }
 
 impl Snapshot {
@@ -153,6 +161,23 @@ impl ScopeSnapshot {
 }
 
 impl AdmissionController {
+    /// Every limit of `scope` as its shared store sees it now, in one round
+    /// trip bounded by the store's timeout (SPEC OBS-1 for DQ-1). `None`
+    /// for an unknown scope or one kept in this process (see
+    /// [`snapshot`](Self::snapshot)).
+    pub async fn shared_limits(
+        &self,
+        scope: ScopeId,
+    ) -> Option<Result<Vec<LimitSnapshot>, StoreError>> {
+        let shared = self.inner.scopes.get(scope.index())?.shared.as_ref()?;
+        let answer = shared.remote.snapshot(shared.timeout).await;
+        match &answer {
+            Ok(_) => shared.answered(),
+            Err(e) => shared.failed(self.inner.clock.now(), e),
+        }
+        Some(answer)
+    }
+
     /// A redacted view of the controller (SPEC OBS-1): counts and
     /// availability only, never payloads or identities of callers.
     pub fn snapshot(&self) -> Snapshot {
@@ -164,18 +189,31 @@ impl AdmissionController {
             .map(|scope| {
                 let mut st = scope.state.lock();
                 let mut limits = Vec::new();
-                st.store.snapshot(now, &mut limits);
+                let mut counters = st.counters;
+                let mut waiting = st.queue.len();
+                let store = scope.shared.as_ref().map(|shared| {
+                    // Reading the state is when an idle scope finds out that
+                    // its store answers again.
+                    shared.usable(now);
+                    shared.count(&mut counters);
+                    waiting = shared.queued();
+                    shared.mode()
+                });
+                if matches!(store, None | Some(StoreMode::LocalFallback)) {
+                    st.store.snapshot(now, &mut limits);
+                }
                 ScopeSnapshot {
                     id: scope.id,
                     name: scope.name.to_string(),
-                    queued: st.queued(scope.capacity),
-                    waiting_for_slot: st.queue.len().saturating_sub(scope.capacity),
+                    queued: waiting.min(scope.capacity),
+                    waiting_for_slot: waiting.saturating_sub(scope.capacity),
                     queue_capacity: scope.capacity,
                     pending: st.pending,
                     limits,
                     cooldown_generation: st.cooldown.generation,
                     cooldown_remaining: st.cooldown.active(now).map(|u| u - now),
-                    counters: st.counters,
+                    counters,
+                    store,
                 }
             })
             .collect();

@@ -9,6 +9,7 @@ mod demand;
 mod fixed;
 mod limit;
 mod local;
+mod remote;
 mod sliding;
 mod store;
 
@@ -19,4 +20,5 @@ pub use demand::{
     BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost, Reservation,
 };
 pub use local::LocalQuota;
+pub use remote::{RemoteBackend, RemoteQuota, SharedRemote, StoreError, StoreFuture, Unavailable};
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -223,6 +223,13 @@ impl SlidingWindow {
     /// Replaces a leased estimate by the reported amount in the same slot
     /// (SPEC Q-5). Nothing changes once the slot aged out.
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+        if estimate == 0 {
+            // A zero amount opened no slot: its debt is counted from its
+            // own instant (the slot found by its stamp may have closed
+            // before it, and would let the debt go too early).
+            self.insert_at(actual, stamp, stamp);
+            return;
+        }
         if let Some(slot) = self.locate(stamp).and_then(|i| self.log.get_mut(i)) {
             if actual >= estimate {
                 let debt = actual - estimate;
@@ -471,6 +478,21 @@ mod tests {
         w.insert_at(5, 0, 61 * S);
         assert_eq!(w.used(), 8);
         assert_eq!(w.used_at(20 * S), 5);
+    }
+
+    // proves: Q-5, Q-7 (debt on a zero estimate, which opened no slot, is
+    // counted for a whole window from the attempt's own instant)
+    #[test]
+    fn debt_on_a_zero_estimate_is_counted_from_its_instant() {
+        let mut w = SlidingWindow::new(100, 60 * S);
+        w.add(1, 0, false);
+        w.add(0, 30 * S, false);
+        w.reconcile(30 * S, 0, 40);
+        assert_eq!(w.used(), 41);
+        w.prune(60 * S);
+        assert_eq!(w.used(), 40, "not gone with the earlier slot");
+        w.prune(90 * S);
+        assert_eq!(w.used(), 0);
     }
 
     // proves: Q-2 (merged admissions expire one window after the latest)

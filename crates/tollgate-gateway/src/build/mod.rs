@@ -1,0 +1,270 @@
+//! Builds the gateway's runtime from a validated configuration.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use tollgate::TokenEstimate;
+use tollgate::config::ConfigError as EngineConfigError;
+use tollgate::lifecycle::{AttemptPolicy, CallReport, CircuitBreaker, SeededJitter, Supervisor};
+use tollgate::quota::SharedRemote;
+use tollgate_openai::HttpProvider;
+use tollgate_openai::provider::BuildError;
+use tollgate_openai::tokens::TokenEstimator;
+use tollgate_redis::{RedisBackend, RedisSettings};
+
+use crate::access_log::AccessLog;
+use crate::auth::{AdminAuth, Authenticator, TenantId};
+use crate::config::{ConfigError, GatewayConfig, ModelKind as ConfiguredKind, QuotaStoreConfig};
+use crate::metrics::{DeploymentMetrics, Metrics, ModelMetrics};
+use crate::provider::{GatewayProvider, GatewayRequest};
+use crate::router::InFlight;
+use crate::state::{AppState, Bounds, Deployment, Model, ModelKind};
+
+/// Why the runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildFailure {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The engine refused a derived setting.
+    #[error("{origin}: {source}")]
+    Engine {
+        /// The configuration's file.
+        origin: String,
+        /// What the engine said.
+        source: EngineConfigError,
+    },
+    /// The shared quota store could not be set up.
+    #[error("{origin}: quota_store: {reason}")]
+    QuotaStore {
+        /// The configuration's file.
+        origin: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// An upstream client could not be built.
+    #[error("{origin}: providers.{provider}: {source}")]
+    Provider {
+        /// The configuration's file.
+        origin: String,
+        /// The provider.
+        provider: String,
+        /// What went wrong.
+        source: BuildError,
+    },
+}
+
+mod upstream;
+
+pub use upstream::ScopeRuntime;
+
+/// The shared quota store of `config`, kept from `previous` when
+/// `[quota_store]` did not change (its connection and subscriber go on).
+fn shared_store(
+    config: &GatewayConfig,
+    previous: Option<&AppState>,
+) -> Result<Option<SharedRemote>, BuildFailure> {
+    let QuotaStoreConfig::Redis(redis) = &config.quota_store else {
+        return Ok(None);
+    };
+    if let Some(kept) = previous
+        .filter(|p| p.config.quota_store == config.quota_store)
+        .and_then(|p| p.quota_store.clone())
+    {
+        return Ok(Some(kept));
+    }
+    let url = config.quota_store_url()?.unwrap_or_default();
+    let settings = RedisSettings::new(url)
+        .prefix(redis.prefix.clone())
+        .timeout(redis.timeout)
+        .on_unavailable(redis.on_unavailable);
+    let backend = RedisBackend::new(settings).map_err(|e| BuildFailure::QuotaStore {
+        origin: config.origin.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Some(Arc::new(backend)))
+}
+
+/// Builds the shared state for `config`.
+pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, BuildFailure> {
+    build_with(config, metrics, None)
+}
+
+/// Builds the shared state for `config`, keeping from `previous` (the
+/// running state, on reload) the quota state of every scope and tenant
+/// whose settings did not change and the circuit of every provider whose
+/// settings did not change (SPEC GW-15).
+pub fn build_with(
+    config: &GatewayConfig,
+    metrics: Metrics,
+    previous: Option<&AppState>,
+) -> Result<Arc<AppState>, BuildFailure> {
+    config.validate()?;
+    let engine = |source| BuildFailure::Engine {
+        origin: config.origin.clone(),
+        source,
+    };
+
+    // Upstream side: one controller per quota scope, its quota in the
+    // shared store when one is configured (SPEC DQ-1).
+    let shared = shared_store(config, previous)?;
+    let upstream = upstream::scopes(
+        config,
+        previous.map_or(&[], |p| &p.upstream),
+        shared.as_ref(),
+    )
+    .map_err(engine)?;
+
+    // Tenant side: one controller per tenant, admitted once per call.
+    let auth = Authenticator::new(config);
+    let tenant_slots = (0..auth.tenant_count())
+        .filter_map(TenantId::from_index)
+        .map(|id| {
+            let name = config.tenant_name(id).unwrap_or_default();
+            let kept = previous.and_then(|p| p.tenant_slots.iter().find(|t| &*t.name == name));
+            crate::tenants::slot(config, id, kept)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(engine)?;
+
+    // One HTTP client and one circuit breaker per provider; a provider
+    // whose settings did not change keeps its circuit.
+    let mut providers = HashMap::new();
+    let mut breakers = Vec::new();
+    for p in &config.providers {
+        let key = config.provider_api_key(p)?;
+        let mut b = HttpProvider::builder(p.base_url.clone())
+            .connect_timeout(p.connect_timeout)
+            .max_response_body(p.max_response_bytes);
+        if let Some(key) = key {
+            b = b.api_key(key.expose().to_owned());
+        }
+        let http = b.build().map_err(|source| BuildFailure::Provider {
+            origin: config.origin.clone(),
+            provider: p.name.clone(),
+            source,
+        })?;
+        let kept = previous
+            .filter(|prev| prev.config.provider(&p.name) == Some(p))
+            .and_then(|prev| prev.breakers.iter().find(|(n, _)| **n == *p.name))
+            .map(|(_, b)| b.clone());
+        let breaker = match kept {
+            Some(b) => b,
+            None => CircuitBreaker::new(p.circuit).map_err(engine)?,
+        };
+        breakers.push((Arc::<str>::from(p.name.as_str()), breaker.clone()));
+        providers.insert(p.name.clone(), (http, breaker, p));
+    }
+
+    let mut models = HashMap::new();
+    for m in &config.models {
+        let name: Arc<str> = Arc::from(m.name.as_str());
+        let handles = ModelMetrics::new(m.kind.as_str(), &m.name);
+        let configured = &m.deployments;
+        // With several deployments the router retries across them, so each
+        // supervisor makes one attempt per call (SPEC GW-11).
+        let policy = if configured.len() > 1 {
+            AttemptPolicy {
+                max_attempts: 1,
+                ..config.retry
+            }
+        } else {
+            config.retry
+        };
+        let mut deployments = Vec::with_capacity(configured.len());
+        for d in configured {
+            let Some((http, breaker, provider)) = providers.get(&d.provider) else {
+                continue;
+            };
+            let deployment_metrics = DeploymentMetrics::new(&m.name, &d.name);
+            let scope_name = m.deployment_scope(d);
+            let Some(runtime) = upstream.iter().find(|s| *s.name == *scope_name) else {
+                continue;
+            };
+            let controller = &runtime.controller;
+            let scope = controller
+                .scope_id(&scope_name)
+                .unwrap_or(tollgate::ScopeId::FIRST);
+            let observer_name = Arc::clone(&name);
+            let observer_metrics = metrics.clone();
+            let observer_handles = handles.clone();
+            let mut sb = Supervisor::builder(
+                controller.clone(),
+                GatewayProvider::new(http.clone(), deployment_metrics.clone()),
+            )
+            .scope(scope)
+            .policy(policy)
+            .breaker(breaker.clone())
+            .transport_timeout(provider.attempt_timeout)
+            .accounting(provider.engine_accounting())
+            .estimator(Arc::new(|r: &GatewayRequest| {
+                Ok::<TokenEstimate, _>(r.estimate)
+            }))
+            .observer(Arc::new(move |report: &CallReport| {
+                observer_metrics.call(&observer_name, &observer_handles, report);
+            }));
+            if let Some(pool) = controller.pool_id(&m.deployment_pool(d)) {
+                sb = sb.pool(pool);
+            }
+            deployments.push(Deployment {
+                name: Arc::from(d.name.as_str()),
+                upstream_model: d.upstream_model.clone(),
+                supervisor: sb.build().map_err(engine)?,
+                scope,
+                breaker: breaker.clone(),
+                estimator: TokenEstimator::new()
+                    .with_default_output(m.default_max_tokens)
+                    .with_profile(provider.accounting),
+                weight: d.weight,
+                in_flight: InFlight::default(),
+                metrics: deployment_metrics,
+            });
+        }
+        let kind = match m.kind {
+            ConfiguredKind::Chat => ModelKind::Chat,
+            ConfiguredKind::Embeddings => ModelKind::Embeddings,
+        };
+        models.insert(
+            m.name.clone(),
+            Arc::new(Model {
+                name,
+                kind,
+                deployments,
+                fallbacks: m.fallbacks.iter().map(|f| Arc::from(f.as_str())).collect(),
+                policy: config.retry,
+                jitter: Arc::new(SeededJitter::random()),
+                metrics: handles,
+            }),
+        );
+    }
+
+    let admin = AdminAuth::from_config(config)?;
+    let bounds = Bounds {
+        default_timeout: config.admission.default_timeout,
+        max_timeout: config.admission.max_timeout,
+        max_body_bytes: config.server.max_body_bytes,
+        body_read_timeout: config.server.body_read_timeout,
+    };
+    tollgate_openai::tokens::warm_up();
+    let access_log = match previous {
+        Some(p) => p
+            .access_log
+            .reconfigured(config.server.log_format, config.server.access_log),
+        None => AccessLog::new(config.server.log_format, config.server.access_log),
+    };
+    Ok(Arc::new(AppState {
+        models,
+        upstream,
+        quota_store: shared,
+        tenant_slots,
+        auth,
+        admin,
+        breakers,
+        bounds,
+        metrics,
+        access_log,
+        config: config.clone(),
+        shutting_down: AtomicBool::new(false),
+    }))
+}

@@ -1,0 +1,129 @@
+//! Rate-limit headers for clients (SPEC GW-13): the tenant's tightest
+//! request limit and tightest token limit, in the names and formats the
+//! OpenAI SDKs read.
+//!
+//! | header | value |
+//! |---|---|
+//! | `x-ratelimit-limit-requests` / `-tokens` | the amount of the tightest limit |
+//! | `x-ratelimit-remaining-requests` / `-tokens` | what it has left now (0 while in debt) |
+//! | `x-ratelimit-reset-requests` / `-tokens` | how long until the tenant could start another request (of this request's size, for tokens): `0s` when it could now, else the instant from the engine's projection (SPEC Q-11), e.g. `6m0s`, `1.5s`, `150ms` |
+//!
+//! The tightest limit of a dimension is the one with the least left among
+//! the tenant's own limits and its limits on the requested model (ties: the
+//! longer window). A tenant without limits of a dimension gets no headers
+//! for it.
+
+use std::cmp::Reverse;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate::clock::Instant;
+use tollgate::quota::Dimension;
+use tollgate::{LimitSnapshot, ScopeId, TokenEstimate};
+
+use crate::tenants::TenantSlot;
+
+/// The header names of one dimension: limit, remaining, reset.
+fn names(dimension: Dimension) -> [HeaderName; 3] {
+    match dimension {
+        Dimension::Requests => [
+            HeaderName::from_static("x-ratelimit-limit-requests"),
+            HeaderName::from_static("x-ratelimit-remaining-requests"),
+            HeaderName::from_static("x-ratelimit-reset-requests"),
+        ],
+        Dimension::Tokens => [
+            HeaderName::from_static("x-ratelimit-limit-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-tokens"),
+            HeaderName::from_static("x-ratelimit-reset-tokens"),
+        ],
+    }
+}
+
+/// Adds the tenant's rate-limit headers to `headers`; `model` is the
+/// requested model (when known) and `tokens` the request's estimate.
+pub fn add(slot: &TenantSlot, model: Option<&str>, tokens: u64, headers: &mut HeaderMap) {
+    let scopes = [Some(slot.scope), model.and_then(|m| slot.model_scope(m))];
+    let snapshot = slot.controller.snapshot();
+    let limits: Vec<(ScopeId, &LimitSnapshot)> = snapshot
+        .scopes
+        .iter()
+        .filter(|s| scopes.contains(&Some(s.id)))
+        .flat_map(|s| s.limits.iter().map(move |l| (s.id, l)))
+        .collect();
+    for dimension in [Dimension::Requests, Dimension::Tokens] {
+        let tightest = limits
+            .iter()
+            .filter(|(_, l)| l.dimension == dimension)
+            .min_by_key(|(_, l)| (l.available, Reverse(l.window)));
+        let Some((scope, limit)) = tightest else {
+            continue;
+        };
+        let remaining = u64::try_from(limit.available).unwrap_or(0);
+        let (need, estimate) = match dimension {
+            Dimension::Requests => (1, TokenEstimate::new(0, 0)),
+            Dimension::Tokens => (tokens.max(1), TokenEstimate::new(tokens, 0)),
+        };
+        let reset = if remaining >= need {
+            Duration::ZERO
+        } else {
+            let now = Instant::now();
+            slot.controller
+                .forecast(*scope, Some(estimate))
+                .and_then(|f| f.ready_at)
+                .map_or(limit.window, |at| at.saturating_duration_since(now))
+        };
+        let [l, r, t] = names(dimension);
+        headers.insert(l, HeaderValue::from(limit.limit));
+        headers.insert(r, HeaderValue::from(remaining));
+        if let Ok(v) = HeaderValue::from_str(&format_reset(reset)) {
+            headers.insert(t, v);
+        }
+    }
+}
+
+/// A duration as OpenAI writes its resets: `0s`, `150ms`, `1.5s`, `6m0s`,
+/// `1h2m3s` (milliseconds, rounded up).
+pub fn format_reset(d: Duration) -> String {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, frac) = (rest / 1_000, rest % 1_000);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if frac == 0 {
+        out.push_str(&format!("{s}s"));
+    } else {
+        let frac = format!("{frac:03}");
+        out.push_str(&format!("{s}.{}s", frac.trim_end_matches('0')));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: GW-13 (resets in the format OpenAI's headers use)
+    #[test]
+    fn resets_read_like_openai_durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(format_reset(Duration::ZERO), "0s");
+        assert_eq!(format_reset(Duration::from_nanos(1)), "1ms");
+        assert_eq!(format_reset(ms(150)), "150ms");
+        assert_eq!(format_reset(ms(1_500)), "1.5s");
+        assert_eq!(format_reset(ms(360_000)), "6m0s");
+        assert_eq!(format_reset(ms(3_723_040)), "1h2m3.04s");
+        assert_eq!(format_reset(ms(86_400_000)), "24h0m0s");
+    }
+}

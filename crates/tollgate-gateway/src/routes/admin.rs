@@ -1,0 +1,135 @@
+//! The admin endpoints (SPEC OBS-1, GW-15): `GET /admin/snapshot` and
+//! `POST /admin/reload`, both behind the admin key
+//! (`server.admin_key_env`); 404 when no admin key is configured.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use http::{HeaderMap, StatusCode, header};
+use serde_json::{Value, json};
+use tollgate::Snapshot;
+use tollgate_openai::ErrorResponse;
+
+use crate::error::ApiError;
+use crate::live::{Live, ReloadError};
+use crate::state::AppState;
+
+/// Checks the admin key of a request.
+fn admin(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(admin) = &app.admin else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorResponse::invalid_request("No admin key is configured.").with_code("not_found"),
+        ));
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or_default());
+    admin.check(presented).map_err(|_| ApiError::unauthorized())
+}
+
+/// `POST /admin/reload`: re-reads the configuration file (SPEC GW-15).
+/// 200 once the new configuration serves new requests; 422 with the
+/// located error (file, field, reason, position) when the file is invalid,
+/// the running configuration staying; 409 without a file or during a
+/// shutdown.
+pub async fn reload(
+    State(live): State<Arc<Live>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    admin(&live.current(), &headers)?;
+    match live.reload().await {
+        Ok(()) => Ok(Json(json!({ "status": "reloaded" }))),
+        Err(e) => {
+            let status = match e {
+                ReloadError::NoFile | ReloadError::ShuttingDown => StatusCode::CONFLICT,
+                ReloadError::Config(_) | ReloadError::Build(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            };
+            Err(ApiError::new(
+                status,
+                ErrorResponse::invalid_request(e.to_string()).with_code("reload_refused"),
+            ))
+        }
+    }
+}
+
+/// `GET /admin/snapshot`: both controllers and every circuit, redacted
+/// (SPEC OBS-1). Needs the admin key; 404 when none is configured.
+pub async fn snapshot(
+    State(live): State<Arc<Live>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let app = live.current();
+    admin(&app, &headers)?;
+    let circuits: Vec<Value> = app
+        .breakers
+        .iter()
+        .map(|(n, b)| json!({ "provider": &**n, "state": b.state().as_str() }))
+        .collect();
+    Ok(Json(json!({
+        "shutting_down": app.is_shutting_down(),
+        "upstream": snapshot_json(&app.upstream_snapshot()),
+        "tenants": snapshot_json(&app.tenant_snapshot()),
+        "circuits": circuits,
+    })))
+}
+
+/// A snapshot as JSON: counts, availability and configured names only.
+pub fn snapshot_json(s: &Snapshot) -> Value {
+    let scopes: Vec<Value> = s
+        .scopes
+        .iter()
+        .map(|sc| {
+            let limits: Vec<Value> = sc
+                .limits
+                .iter()
+                .map(|l| {
+                    json!({
+                        "dimension": l.dimension.as_str(),
+                        "window_seconds": l.window.as_secs_f64(),
+                        "limit": l.limit,
+                        "capacity": l.capacity,
+                        "available": l.available,
+                        "algorithm": l.algorithm.as_str(),
+                    })
+                })
+                .collect();
+            let k = &sc.counters;
+            json!({
+                "name": sc.name,
+                "queued": sc.queued,
+                "waiting_for_slot": sc.waiting_for_slot,
+                "queue_capacity": sc.queue_capacity,
+                "pending": sc.pending,
+                "cooldown_generation": sc.cooldown_generation,
+                "cooldown_remaining_seconds": sc.cooldown_remaining.map(|d| d.as_secs_f64()),
+                "limits": limits,
+                "admitted": k.admitted,
+                "preempted": k.preempted,
+                "refunded_reservations": k.refunded_reservations,
+                "tokens_reserved": k.tokens_reserved,
+                "tokens_reported": k.tokens_reported,
+                "tokens_refunded": k.tokens_refunded,
+                "tokens_debt": k.tokens_debt,
+                "unknown_usage": k.unknown_usage,
+                "known_zero": k.known_zero,
+                "cooldowns": k.cooldowns,
+            })
+        })
+        .collect();
+    let pools: Vec<Value> = s
+        .pools
+        .iter()
+        .map(|p| json!({ "name": p.name, "limit": p.limit, "available": p.available, "waiting": p.waiting }))
+        .collect();
+    json!({
+        "closed": s.closed,
+        "active": s.active,
+        "queue_capacity": s.queue_capacity,
+        "overflow": s.overflow.as_str(),
+        "backend": s.backend,
+        "scopes": scopes,
+        "pools": pools,
+    })
+}

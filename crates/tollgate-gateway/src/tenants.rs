@@ -1,0 +1,164 @@
+//! Tenants at run time (SPEC POOL-1, POOL-2, GW-12): each tenant has its
+//! own admission controller holding its quota scope `tenant:<name>`
+//! (unlimited without limits), the scopes of its per-model limits
+//! (`tenant:<name>/<model>`) and its pool, plus the list of models it may
+//! call.
+//!
+//! One controller per tenant keeps tenants apart: reading one tenant's
+//! limits for its rate-limit headers (GW-13) touches only that tenant's
+//! scopes, and a reload keeps a tenant's quota state when its limits did
+//! not change (GW-15).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tollgate::config::{ConfigError as EngineConfigError, ControllerConfig, ScopeConfig};
+use tollgate::{AdmissionController, Call, Deadline, Lease, PoolId, ScopeId, TokenEstimate};
+
+use crate::auth::{ANONYMOUS_TENANT, TenantId};
+use crate::config::{GatewayConfig, TENANT_PREFIX};
+
+/// One tenant's admission (SPEC POOL-1, GW-12).
+#[derive(Debug)]
+pub struct TenantSlot {
+    /// The tenant's configured name (`anonymous` for anonymous traffic).
+    pub name: Arc<str>,
+    /// Its scopes and pool.
+    pub controller: AdmissionController,
+    /// What built `controller`; equal settings on reload keep it.
+    pub settings: ControllerConfig,
+    /// The tenant's own scope.
+    pub scope: ScopeId,
+    /// The tenant's pool, when it has a concurrency limit.
+    pub pool: Option<PoolId>,
+    /// The models it may call; `None` = every model.
+    pub models: Option<HashSet<Arc<str>>>,
+    /// The scopes of its per-model limits, by model.
+    pub model_scopes: Vec<(Arc<str>, ScopeId)>,
+}
+
+/// The leases of one call on its tenant's side: the tenant's own, then the
+/// per-model one if the model has its own limits. Held until the call is
+/// terminal; dropping them releases the tenant's permit.
+#[derive(Debug)]
+pub struct TenantLeases(pub Vec<Lease>);
+
+impl TenantLeases {
+    /// How long the tenant's admission waited (quota and permit).
+    pub fn wait(&self) -> std::time::Duration {
+        self.0.iter().map(|l| l.admission().total_wait()).sum()
+    }
+}
+
+impl TenantSlot {
+    /// Whether the tenant may call `model` (SPEC GW-12).
+    pub fn allows(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|m| m.contains(model))
+    }
+
+    /// The scope of the tenant's limits on `model`, if it has some.
+    pub fn model_scope(&self, model: &str) -> Option<ScopeId> {
+        self.model_scopes
+            .iter()
+            .find(|(m, _)| &**m == model)
+            .map(|(_, s)| *s)
+    }
+
+    /// Admits one call of `model`: the tenant's quota and pool permit,
+    /// then its per-model quota (SPEC POOL-1, GW-12). A refusal happens
+    /// before any upstream work.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future returns whatever was admitted (the engine's
+    /// `Acquire` and `Lease` guarantees).
+    pub async fn admit(
+        &self,
+        model: &str,
+        estimate: TokenEstimate,
+        deadline: Deadline,
+    ) -> Result<TenantLeases, tollgate::AdmissionError> {
+        let mut call = Call::new(self.scope).with_estimate(estimate);
+        call.pool = self.pool;
+        let mut leases = vec![self.controller.acquire(&call, deadline).await?];
+        if let Some(scope) = self.model_scope(model) {
+            let call = Call::new(scope).with_estimate(estimate);
+            leases.push(self.controller.acquire(&call, deadline).await?);
+        }
+        Ok(TenantLeases(leases))
+    }
+}
+
+/// The name of tenant `id`'s scope and pool: `tenant:<name>`.
+fn own_name(name: &str) -> String {
+    format!("{TENANT_PREFIX}{name}")
+}
+
+/// The controller settings of tenant `id` of `config` (anonymous
+/// included).
+pub fn settings(config: &GatewayConfig, id: TenantId) -> ControllerConfig {
+    let (name, mut scopes) = match config.tenant(id) {
+        Some(t) => (
+            t.name.as_str(),
+            t.quota_scope()
+                .into_iter()
+                .chain(t.model_scopes())
+                .collect::<Vec<_>>(),
+        ),
+        None => (ANONYMOUS_TENANT, Vec::new()),
+    };
+    if !scopes.iter().any(|s| s.name() == own_name(name)) {
+        scopes.insert(0, ScopeConfig::new(own_name(name)));
+    }
+    ControllerConfig {
+        scopes,
+        queue_capacity: config.admission.queue_capacity,
+        overflow: config.admission.overflow,
+        concurrency: None,
+        pools: config.tenant_pool(id).into_iter().collect(),
+        max_wait: config.admission.max_wait,
+        cooldown: config.cooldown,
+    }
+}
+
+/// The slot of tenant `id`, reusing `previous` (a slot of the running
+/// configuration with the same name) when its settings are unchanged, so
+/// its quota state is kept (SPEC GW-15).
+pub fn slot(
+    config: &GatewayConfig,
+    id: TenantId,
+    previous: Option<&TenantSlot>,
+) -> Result<TenantSlot, EngineConfigError> {
+    let name = config.tenant_name(id).unwrap_or(ANONYMOUS_TENANT);
+    let settings = settings(config, id);
+    let controller = match previous {
+        Some(p) if p.settings == settings => p.controller.clone(),
+        _ => AdmissionController::new(settings.clone())?,
+    };
+    let tenant = config.tenant(id);
+    let scope = controller
+        .scope_id(&own_name(name))
+        .unwrap_or(ScopeId::FIRST);
+    let model_scopes = tenant
+        .map(|t| {
+            t.per_model
+                .iter()
+                .filter_map(|m| {
+                    let scope = controller.scope_id(&t.model_scope_name(&m.model))?;
+                    Some((Arc::from(m.model.as_str()), scope))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(TenantSlot {
+        name: Arc::from(name),
+        pool: controller.pool_id(&own_name(name)),
+        models: tenant
+            .and_then(|t| t.models.as_ref())
+            .map(|m| m.iter().map(|n| Arc::from(n.as_str())).collect()),
+        controller,
+        settings,
+        scope,
+        model_scopes,
+    })
+}

@@ -1,0 +1,289 @@
+//! Reloading the configuration (SPEC GW-15): a valid file replaces
+//! tenants, keys, models, deployments and limits without dropping a
+//! connection or a call; an invalid one is refused with its located error
+//! and the running configuration stays.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use tollgate::quota::Dimension;
+use tollgate_gateway::config::GatewayConfig;
+
+/// The admin key: cargo sets `CARGO_PKG_NAME` for the test process, so the
+/// tests need not change their environment.
+const ADMIN: &str = env!("CARGO_PKG_NAME");
+
+/// Models `chat` (scope `one`, `one_rpm`) and `extra` (scope `two`,
+/// `two_rpm`) on `base_url`; tenant `a`, and `b` when `with_b`.
+fn config(base_url: &str, one_rpm: u64, two_rpm: u64, with_b: bool) -> String {
+    let b = if with_b {
+        format!("[tenants.b]\nkeys_sha256 = [\"{}\"]\n", key_hash(KEY_B))
+    } else {
+        String::new()
+    };
+    format!(
+        r#"
+[server]
+admin_key_env = "CARGO_PKG_NAME"
+
+[providers.sim]
+base_url = "{base_url}"
+
+[scopes.one]
+rpm = {one_rpm}
+[scopes.two]
+rpm = {two_rpm}
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+scope = "one"
+
+[models.extra]
+provider = "sim"
+upstream_model = "sim-chat"
+scope = "two"
+
+[tenants.a]
+keys_sha256 = ["{}"]
+rpm = 1000
+{b}
+"#,
+        key_hash(KEY_A)
+    )
+}
+
+/// `POST /admin/reload`: its status and body.
+async fn reload(gw: &Gateway) -> (u16, String) {
+    let r = client()
+        .post(gw.url("/admin/reload"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("reload answered");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+/// Log output captured in memory.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+fn rewrite(path: &Path, toml: &str) {
+    std::fs::write(path, toml).expect("rewrite the configuration");
+}
+
+// proves: GW-15 (reloads under load fail no request: connections and
+// calls in flight, one-shot and streaming, finish normally)
+#[tokio::test]
+async fn reloads_under_load_fail_no_request() {
+    let sim = slow_sim(Duration::from_millis(2), 20).await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&config(&base, 100_000, 100_000, true)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let (client, url, stop) = (client(), gw.url("/v1/chat/completions"), stop.clone());
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let stream = i % 2 == 0;
+                    let resp = client
+                        .post(&url)
+                        .bearer_auth(KEY_A)
+                        .json(&chat("chat", stream))
+                        .send()
+                        .await;
+                    let outcome = match resp {
+                        Ok(r) if r.status() == 200 && stream => {
+                            let read = read_sse(r).await;
+                            if read.completed() {
+                                Ok(())
+                            } else {
+                                Err(format!("{read:?}"))
+                            }
+                        }
+                        Ok(r) if r.status() == 200 => {
+                            r.bytes().await.map(drop).map_err(|e| e.to_string())
+                        }
+                        Ok(r) => Err(format!("status {}", r.status())),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    outcomes.push(outcome);
+                }
+                outcomes
+            })
+        })
+        .collect();
+    for n in 0..6u64 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Alternate the limits of scope `one` (a new scope state each time)
+        // and the tenants.
+        rewrite(&path, &config(&base, 100_000 + n, 100_000, n % 2 == 0));
+        assert_eq!(reload(&gw).await.0, 200);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for w in workers {
+        for outcome in bounded("worker ends", w).await.unwrap() {
+            assert_eq!(outcome, Ok(()));
+            total += 1;
+        }
+    }
+    assert!(
+        total > 6,
+        "the load ran during the reloads ({total} requests)"
+    );
+    gw.wait_idle().await;
+}
+
+// proves: GW-15 (a key removed by a reload gets 401 at once; a tenant
+// added gets served; key rotation without a restart)
+#[tokio::test]
+async fn a_key_removed_by_reload_is_refused_at_once() {
+    let sim = fast_sim().await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&config(&base, 100, 100, true)).await;
+    let client = client();
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200);
+    rewrite(&path, &config(&base, 100, 100, false));
+    assert_eq!(reload(&gw).await.0, 200);
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(r.status(), 401, "the removed key");
+    let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200);
+    rewrite(&path, &config(&base, 100, 100, true));
+    assert_eq!(reload(&gw).await.0, 200);
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200, "the key added back");
+}
+
+// proves: GW-15 (an invalid file is refused with the same located error as
+// at start, which is logged, and the old configuration keeps running)
+#[tokio::test]
+async fn an_invalid_file_leaves_the_old_configuration_running() {
+    // The test runtime is single-threaded: the server's tasks log into
+    // this thread's subscriber.
+    let logs = Logs::default();
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let sim = fast_sim().await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&config(&base, 100, 100, true)).await;
+    // rpm = 0 is a located error (CFG-1).
+    rewrite(&path, &config(&base, 0, 100, false));
+    let at_start = GatewayConfig::load(&path).unwrap_err().to_string();
+    assert!(at_start.contains("scopes.one.rpm"), "{at_start}");
+    assert!(at_start.contains("line "), "{at_start}");
+    let (status, body) = reload(&gw).await;
+    assert_eq!(status, 422);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["message"], at_start.as_str());
+    assert_eq!(body["error"]["code"], "reload_refused");
+    let logged = logs.text();
+    assert!(
+        logged.contains("configuration reload refused") && logged.contains(&at_start),
+        "the located error is logged: {logged}"
+    );
+    // Still the old configuration: b's key works, scope one has 100.
+    let r = post_chat(&client(), &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200);
+    let one = gw.upstream_scope("one");
+    assert_eq!(one.limits[0].limit, 100);
+    // Without the admin key nothing is reloaded.
+    let r = client().post(gw.url("/admin/reload")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+// proves: GW-15 (the quota state of scopes and tenants whose limits did
+// not change is kept; a scope whose limits changed starts afresh)
+#[tokio::test]
+async fn unchanged_scopes_keep_their_quota_state() {
+    let sim = fast_sim().await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&config(&base, 5, 5, true)).await;
+    let client = client();
+    for model in ["chat", "chat", "extra", "extra"] {
+        let r = post_chat(&client, &gw, Some(KEY_A), &chat(model, false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    let available = |gw: &Gateway, scope: &str| {
+        gw.upstream_scope(scope)
+            .limits
+            .iter()
+            .find(|l| l.dimension == Dimension::Requests)
+            .map(|l| l.available)
+    };
+    assert_eq!(available(&gw, "one"), Some(3));
+    rewrite(&path, &config(&base, 5, 6, false));
+    assert_eq!(reload(&gw).await.0, 200);
+    assert_eq!(available(&gw, "one"), Some(3), "unchanged: kept");
+    assert_eq!(available(&gw, "two"), Some(6), "changed: afresh");
+    let a = gw.tenant_scope("tenant:a");
+    assert_eq!(a.counters.admitted, 4, "tenant a's limits did not change");
+}
+
+// proves: GW-15 (a call in flight finishes under the settings it started
+// with: a stream of a model the reload removes completes; new requests no
+// longer find the model)
+#[tokio::test]
+async fn a_call_in_flight_finishes_under_its_starting_settings() {
+    let sim = slow_sim(Duration::from_millis(20), 30).await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&config(&base, 100, 100, true)).await;
+    let mut held = post_chat(&client(), &gw, Some(KEY_A), &chat("extra", true)).await;
+    assert_eq!(held.status(), 200);
+    let first = bounded("first chunk", held.chunk()).await.unwrap().unwrap();
+    let without_extra = config(&base, 100, 100, true)
+        .replace("[models.extra]", "[models.gone]")
+        .replace("scope = \"two\"", "scope = \"one\"");
+    rewrite(&path, &without_extra);
+    assert_eq!(reload(&gw).await.0, 200);
+    let r = post_chat(&client(), &gw, Some(KEY_A), &chat("extra", true)).await;
+    assert_eq!(r.status(), 404);
+    let read = read_sse_from(
+        held.bytes_stream(),
+        String::from_utf8_lossy(&first).into_owned(),
+    )
+    .await;
+    assert!(read.completed(), "{read:?}");
+    gw.wait_idle().await;
+    assert!(
+        gw.app.upstream_snapshot().is_idle(),
+        "the old state is idle too"
+    );
+}

@@ -1,0 +1,44 @@
+//! Errors of building a backend, and how Redis failures become
+//! [`StoreError`]s.
+
+use std::time::Duration;
+
+use tollgate::quota::StoreError;
+
+/// A Redis backend could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The URL is not a Redis URL.
+    #[error("invalid redis url: {0}")]
+    Url(String),
+    /// The backend needs a tokio runtime (its reconnect and subscriber
+    /// tasks run on it).
+    #[error("a redis backend must be built inside a tokio runtime")]
+    NoRuntime,
+    /// The connection settings were refused.
+    #[error("redis connection settings: {0}")]
+    Connection(String),
+}
+
+/// A Redis error as the engine sees it: the store did not answer usefully.
+pub(crate) fn unavailable(e: &redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// A reply that is not what the script returns (never a panic).
+pub(crate) fn malformed(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("malformed reply from the quota script: {what}"))
+}
+
+/// Runs `fut` within `budget`: a Redis failure or the budget running out
+/// is a [`StoreError`], never a wait beyond it (SPEC DQ-5).
+pub(crate) async fn bounded<T>(
+    budget: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(budget, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(unavailable(&e)),
+        Err(_) => Err(StoreError::Timeout(budget)),
+    }
+}

@@ -1,0 +1,221 @@
+//! Each limit of a scope in the scripts' units: microseconds of the
+//! store's clock, integers that Lua's doubles hold exactly.
+//!
+//! The in-process store counts nanoseconds; Redis `TIME` has microseconds,
+//! and Lua numbers are exact below 2^53 (2^53 µs is 285 years, 2^53 ns only
+//! 104 days). Every conversion rounds so that amounts are counted longer,
+//! never shorter (SPEC Q-7): windows round up to a whole microsecond, the
+//! sliding window's slot span (`window / 512`) rounds down (less merging),
+//! and a token bucket whose level `capacity x window` would leave the exact
+//! range refills in coarser ticks (later, never earlier).
+
+use std::time::Duration;
+
+use tollgate::Dimension;
+use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::quota::{LimitSnapshot, LocalQuota, QuotaStore};
+
+/// Slots per window: the same bounded log as the in-process store.
+const SLOTS: u64 = 512;
+/// Above this a quantity is treated as this (an amount or limit that
+/// large is unlimited in practice; clipping a limit only admits less).
+pub(crate) const MAX_EXACT: u64 = 1 << 52;
+/// A bucket's scaled level stays below this, leaving room for debt.
+const BUCKET_RANGE: u64 = 1 << 50;
+
+/// How a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Sliding,
+    Bucket,
+    Fixed,
+}
+
+impl Kind {
+    fn code(self) -> &'static str {
+        match self {
+            Kind::Sliding => "s",
+            Kind::Bucket => "b",
+            Kind::Fixed => "f",
+        }
+    }
+}
+
+/// One limit, as the scripts take it.
+#[derive(Debug, Clone)]
+pub(crate) struct LimitParams {
+    pub(crate) kind: Kind,
+    pub(crate) dimension: Dimension,
+    /// The configured window (for snapshots and errors).
+    pub(crate) config_window: Duration,
+    /// The window in microseconds, rounded up.
+    pub(crate) window_us: u64,
+    /// Sliding: the slot span (µs); bucket: the tick length (µs);
+    /// fixed: 1.
+    pub(crate) res: u64,
+    /// The window in the algorithm's time unit (bucket: ticks).
+    pub(crate) window: u64,
+    pub(crate) limit: u64,
+    pub(crate) capacity: u64,
+}
+
+impl LimitParams {
+    /// The limits of `scope`, in configuration order, with the scope's
+    /// algorithm (and a token bucket's capacity) as the in-process store
+    /// computes them.
+    pub(crate) fn of(scope: &ScopeConfig, local: &mut LocalQuota) -> (Vec<Self>, Algorithm) {
+        let mut snapshot: Vec<LimitSnapshot> = Vec::new();
+        local.snapshot(tollgate::clock::Instant::now(), &mut snapshot);
+        let algorithm = snapshot
+            .first()
+            .map_or(Algorithm::SlidingWindow, |s| s.algorithm);
+        let params = scope
+            .limits()
+            .iter()
+            .zip(snapshot.iter())
+            .map(|(l, s)| LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm))
+            .collect();
+        (params, algorithm)
+    }
+
+    fn new(
+        dimension: Dimension,
+        amount: u64,
+        window: Duration,
+        capacity: u64,
+        algorithm: Algorithm,
+    ) -> Self {
+        let window_us = micros_up(window).clamp(1, MAX_EXACT);
+        let limit = amount.min(MAX_EXACT);
+        let capacity = capacity.min(MAX_EXACT);
+        let (kind, res, unit_window) = match algorithm {
+            Algorithm::SlidingWindow => (Kind::Sliding, (window_us / SLOTS).max(1), window_us),
+            Algorithm::FixedWindow => (Kind::Fixed, 1, window_us),
+            Algorithm::TokenBucket { .. } => {
+                let tick = bucket_tick(window_us, limit.max(capacity));
+                (Kind::Bucket, tick, window_us.div_ceil(tick))
+            }
+        };
+        LimitParams {
+            kind,
+            dimension,
+            config_window: window,
+            window_us,
+            res,
+            window: unit_window,
+            limit,
+            capacity,
+        }
+    }
+
+    /// The part of the key that tells this limit's state apart: replicas
+    /// configured differently never read each other's state.
+    pub(crate) fn key_suffix(&self) -> String {
+        let tick = if self.kind == Kind::Bucket {
+            format!(":{}", self.res)
+        } else {
+            String::new()
+        };
+        format!(
+            "{}:{}:{}{tick}",
+            self.kind.code(),
+            self.dimension.as_str(),
+            self.window_us
+        )
+    }
+
+    /// The seven script arguments of this limit, with the operation's
+    /// `amount`.
+    pub(crate) fn push_args(&self, amount: u64, out: &mut Vec<String>) {
+        out.push(self.kind.code().to_owned());
+        out.push(self.window.to_string());
+        out.push(self.res.to_string());
+        out.push(self.limit.to_string());
+        out.push(self.capacity.to_string());
+        out.push(
+            match self.dimension {
+                Dimension::Requests => "r",
+                Dimension::Tokens => "t",
+            }
+            .to_owned(),
+        );
+        out.push(amount.min(MAX_EXACT).to_string());
+    }
+}
+
+/// The shortest power-of-two tick (µs) that keeps `(2 * big) x window`
+/// ticks below [`BUCKET_RANGE`].
+fn bucket_tick(window_us: u64, big: u64) -> u64 {
+    let big = u128::from(big.max(1)) * 2;
+    let mut tick = 1u64;
+    while tick < window_us && big * u128::from(window_us.div_ceil(tick)) > u128::from(BUCKET_RANGE)
+    {
+        tick *= 2;
+    }
+    tick
+}
+
+/// A duration in whole microseconds, rounded up (counted longer).
+pub(crate) fn micros_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
+/// A duration in whole microseconds, rounded down.
+pub(crate) fn micros_down(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The TTL of every key of a scope: two of its longest windows plus an
+/// hour (room for pending reservations), in milliseconds. Refreshed on
+/// every write, so only an abandoned scope expires.
+pub(crate) fn ttl_ms(limits: &[LimitParams]) -> u64 {
+    let longest = limits.iter().map(|l| l.window_us).max().unwrap_or(0);
+    (longest.saturating_mul(2) / 1_000).saturating_add(3_600_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: Q-7 (conversions to the store's units only ever count longer)
+    #[test]
+    fn conversions_round_towards_counting_longer() {
+        assert_eq!(micros_up(Duration::from_nanos(1_500)), 2);
+        assert_eq!(micros_down(Duration::from_nanos(1_500)), 1);
+        let l = LimitParams::new(
+            Dimension::Tokens,
+            1_000,
+            Duration::from_secs(60),
+            1_000,
+            Algorithm::SlidingWindow,
+        );
+        assert_eq!(l.window_us, 60_000_000);
+        // 117,187.5 µs rounds down: slots merge less, never more.
+        assert_eq!(l.res, 117_187);
+    }
+
+    // proves: DQ-1 (a bucket's level stays exact in Lua: a large daily
+    // token limit refills in coarser ticks instead)
+    #[test]
+    fn bucket_ticks_keep_the_level_exact() {
+        let day = Duration::from_secs(86_400);
+        let l = LimitParams::new(
+            Dimension::Tokens,
+            50_000_000,
+            day,
+            50_000_000,
+            Algorithm::TokenBucket { burst: None },
+        );
+        assert!(l.res > 1);
+        assert!(u128::from(l.capacity) * u128::from(l.window) < 1 << 53);
+        let small = LimitParams::new(
+            Dimension::Requests,
+            500,
+            Duration::from_secs(60),
+            500,
+            Algorithm::TokenBucket { burst: None },
+        );
+        assert_eq!(small.res, 1);
+        assert_eq!(small.window, 60_000_000);
+    }
+}

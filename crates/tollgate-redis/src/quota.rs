@@ -1,0 +1,334 @@
+//! [`RedisQuota`]: one scope's quota arithmetic in Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::FromRedisValue;
+use tokio::sync::Notify;
+use tollgate::ExceedsLimit;
+use tollgate::clock::Instant;
+use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::quota::{
+    Demand, Dimension, Hold, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteQuota,
+    Reservation, StoreError, StoreFuture,
+};
+
+use crate::backend::Shared;
+use crate::error::bounded;
+use crate::keys::ScopeKeys;
+use crate::limits::{LimitParams, MAX_EXACT, micros_down, ttl_ms};
+use crate::reply::{self, RawReserve};
+use crate::scripts::Op;
+
+/// No explicit store time: the scripts read Redis `TIME`.
+const REDIS_TIME: u64 = u64::MAX;
+
+/// The quota arithmetic of one scope, kept in Redis (SPEC DQ-1).
+///
+/// Every operation is one EVALSHA of its script: atomic across all
+/// processes, on the store's clock (Redis `TIME`, SPEC DQ-5), bounded by
+/// the budget it is given. The reservation's `tick` is the store's instant
+/// in microseconds since the scope's epoch; its `stamp` is the local
+/// instant at which the answer arrived.
+#[derive(Debug)]
+pub struct RedisQuota {
+    shared: Arc<Shared>,
+    keys: ScopeKeys,
+    limits: Vec<LimitParams>,
+    algorithm: Algorithm,
+    ttl_ms: u64,
+    /// Judges `check` from the configuration, without a round trip.
+    local: LocalQuota,
+    notify: Arc<Notify>,
+    /// An explicit store time for every script (tests only), or
+    /// [`REDIS_TIME`].
+    time: AtomicU64,
+}
+
+impl RedisQuota {
+    pub(crate) fn new(shared: Arc<Shared>, scope: &ScopeConfig, notify: Arc<Notify>) -> Self {
+        let mut local = LocalQuota::new(scope, Instant::now());
+        let (limits, algorithm) = LimitParams::of(scope, &mut local);
+        let keys = ScopeKeys::new(&shared.settings.prefix, scope.name(), &limits);
+        RedisQuota {
+            ttl_ms: ttl_ms(&limits),
+            shared,
+            keys,
+            limits,
+            algorithm,
+            local,
+            notify,
+            time: AtomicU64::new(REDIS_TIME),
+        }
+    }
+
+    /// The keys of this scope: the meta key, then each limit's state and
+    /// slot log (only sliding windows write a log).
+    pub fn keys(&self) -> &[String] {
+        &self.keys.keys
+    }
+
+    /// Runs the scripts at an explicit store time (microseconds on the
+    /// store's clock) instead of Redis `TIME`; `None` goes back to `TIME`.
+    /// For tests that drive this store and the in-process one at identical
+    /// instants; never in production (it is not the shared clock).
+    #[doc(hidden)]
+    #[cfg(feature = "testing")]
+    pub fn set_store_time(&self, micros: Option<u64>) {
+        self.time
+            .store(micros.unwrap_or(REDIS_TIME), Ordering::Relaxed);
+    }
+
+    /// The reserve script's answer in the store's units (tests compare it
+    /// with the in-process store's).
+    #[doc(hidden)]
+    pub async fn reserve_raw(
+        &self,
+        demand: Demand,
+        hold: Hold,
+        budget: Duration,
+    ) -> Result<RawReserve, StoreError> {
+        let hold = match hold {
+            Hold::Pending => "p",
+            Hold::Leased => "l",
+        };
+        let reply: Vec<i64> = self
+            .run(Op::Reserve, |d| demand.amount(d), &[hold.into()], budget)
+            .await?;
+        reply::reserve(&reply)
+    }
+
+    /// Runs `op`'s script with each limit's amount from `amount` and the
+    /// operation's own arguments.
+    async fn run<T: FromRedisValue>(
+        &self,
+        op: Op,
+        amount: impl Fn(Dimension) -> u64,
+        extra: &[String],
+        budget: Duration,
+    ) -> Result<T, StoreError> {
+        let mut args = Vec::with_capacity(3 + 7 * self.limits.len() + extra.len());
+        args.push(match self.time.load(Ordering::Relaxed) {
+            REDIS_TIME => String::new(),
+            t => t.to_string(),
+        });
+        args.push(self.ttl_ms.to_string());
+        args.push(self.limits.len().to_string());
+        for l in &self.limits {
+            l.push_args(amount(l.dimension), &mut args);
+        }
+        args.extend_from_slice(extra);
+        let mut invocation = self.shared.scripts.get(op).prepare_invoke();
+        for k in &self.keys.keys {
+            invocation.key(k);
+        }
+        for a in &args {
+            invocation.arg(a);
+        }
+        let mut conn = self.shared.conn.clone();
+        bounded(budget, invocation.invoke_async(&mut conn)).await
+    }
+
+    fn now(&self) -> Instant {
+        self.shared.settings.clock.now()
+    }
+}
+
+/// `micros` after `at` (a wait or a move the store computed); an instant
+/// beyond the clock's range is a malformed reply, not a panic.
+fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
+    at.checked_add(Duration::from_micros(micros))
+        .ok_or_else(|| crate::error::malformed("instant out of range"))
+}
+
+/// A store amount as a script argument.
+fn num(v: u64) -> String {
+    v.min(MAX_EXACT).to_string()
+}
+
+impl RemoteQuota for RedisQuota {
+    fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
+        self.local.check(demand)
+    }
+
+    fn reserve(
+        &self,
+        demand: Demand,
+        hold: Hold,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>> {
+        Box::pin(async move {
+            let raw = self.reserve_raw(demand, hold, budget).await?;
+            // Local instants are taken when the answer is here: a wait of
+            // `d` from the store's now starts no earlier than that.
+            let now = self.now();
+            Ok(match raw {
+                RawReserve::Granted { tick } => Ok(Reservation {
+                    stamp: now,
+                    tick,
+                    demand,
+                    hold,
+                }),
+                RawReserve::Refused { wait, limited_by } => Err(NotUntil {
+                    at: wait.map(|w| later(now, w)).transpose()?,
+                    limited_by,
+                }),
+            })
+        })
+    }
+
+    fn lease(
+        &self,
+        reservation: Reservation,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
+        Box::pin(async move {
+            if reservation.hold == Hold::Leased {
+                return Ok(reservation);
+            }
+            let demand = reservation.demand;
+            let tick: i64 = self
+                .run(
+                    Op::Lease,
+                    |d| demand.amount(d),
+                    &[num(reservation.tick)],
+                    budget,
+                )
+                .await?;
+            Ok(Reservation {
+                stamp: self.now(),
+                tick: reply::instant(tick)?,
+                demand,
+                hold: Hold::Leased,
+            })
+        })
+    }
+
+    fn refund(
+        &self,
+        reservation: Reservation,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let hold = match reservation.hold {
+                Hold::Pending => "p",
+                Hold::Leased => "l",
+            };
+            let extra = [
+                num(reservation.tick),
+                hold.into(),
+                self.keys.channel.clone(),
+            ];
+            let demand = reservation.demand;
+            self.run::<i64>(Op::Refund, |d| demand.amount(d), &extra, budget)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn reconcile(
+        &self,
+        reservation: Reservation,
+        actual_tokens: u64,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if actual_tokens == reservation.demand.tokens {
+                return Ok(());
+            }
+            let extra = [
+                num(reservation.tick),
+                num(reservation.demand.tokens),
+                num(actual_tokens),
+                self.keys.channel.clone(),
+            ];
+            self.run::<i64>(Op::Reconcile, |_| 0, &extra, budget)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn release(
+        &self,
+        reservation: Reservation,
+        requests: bool,
+        tokens: bool,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if !requests && !tokens {
+                return Ok(());
+            }
+            let demand = reservation.demand;
+            let amount = |d: Dimension| {
+                let chosen = match d {
+                    Dimension::Requests => requests,
+                    Dimension::Tokens => tokens,
+                };
+                if chosen { demand.amount(d) } else { 0 }
+            };
+            let extra = [num(reservation.tick), self.keys.channel.clone()];
+            self.run::<i64>(Op::Release, amount, &extra, budget)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn recount(
+        &self,
+        reservation: Reservation,
+        ago: Duration,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
+        Box::pin(async move {
+            if reservation.hold != Hold::Leased {
+                return Ok(reservation);
+            }
+            let demand = reservation.demand;
+            // Rounded down: the instant is later, counted longer.
+            let extra = [num(reservation.tick), num(micros_down(ago))];
+            let moved: i64 = self
+                .run(Op::Recount, |d| demand.amount(d), &extra, budget)
+                .await?;
+            let moved = reply::instant(moved)?;
+            if moved <= reservation.tick {
+                return Ok(reservation);
+            }
+            Ok(Reservation {
+                stamp: later(reservation.stamp, moved - reservation.tick)?,
+                tick: moved,
+                ..reservation
+            })
+        })
+    }
+
+    fn snapshot(
+        &self,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Vec<LimitSnapshot>, StoreError>> {
+        Box::pin(async move {
+            let available: Vec<i64> = self.run(Op::Snapshot, |_| 0, &[], budget).await?;
+            if available.len() != self.limits.len() {
+                return Err(crate::error::malformed("snapshot"));
+            }
+            Ok(self
+                .limits
+                .iter()
+                .zip(available)
+                .map(|(l, available)| LimitSnapshot {
+                    dimension: l.dimension,
+                    window: l.config_window,
+                    limit: l.limit,
+                    capacity: l.capacity,
+                    available,
+                    algorithm: self.algorithm,
+                })
+                .collect())
+        })
+    }
+
+    fn changes(&self) -> Option<Arc<Notify>> {
+        Some(self.notify.clone())
+    }
+}

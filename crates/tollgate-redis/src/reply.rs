@@ -1,0 +1,66 @@
+//! The scripts' replies, checked: anything unexpected is a
+//! [`StoreError`], never a panic.
+
+use tollgate::LimitedBy;
+use tollgate::quota::StoreError;
+
+use crate::error::malformed;
+
+/// What the reserve script answered, in the store's units.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawReserve {
+    /// Granted at the store's instant `tick` (µs since the scope's epoch).
+    Granted {
+        /// The store's instant.
+        tick: u64,
+    },
+    /// Refused; fits no earlier than `wait` µs after the store's now
+    /// (`None`: only a pending reservation's lease or refund frees room).
+    Refused {
+        /// The wait from the store's now, in µs.
+        wait: Option<u64>,
+        /// The short dimensions.
+        limited_by: LimitedBy,
+    },
+}
+
+pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
+    match *reply {
+        [1, tick] => Ok(RawReserve::Granted {
+            tick: instant(tick)?,
+        }),
+        [0, wait, requests, tokens] => Ok(RawReserve::Refused {
+            wait: if wait < 0 { None } else { Some(instant(wait)?) },
+            limited_by: LimitedBy {
+                requests: requests != 0,
+                tokens: tokens != 0,
+            },
+        }),
+        _ => Err(malformed("reserve")),
+    }
+}
+
+/// A store instant or duration (never negative).
+pub(crate) fn instant(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| malformed("negative instant"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: DQ-5 (a malformed reply is an error, not a panic)
+    #[test]
+    fn malformed_replies_are_errors() {
+        assert!(reserve(&[]).is_err());
+        assert!(reserve(&[1]).is_err());
+        assert!(reserve(&[1, -5]).is_err());
+        assert!(reserve(&[2, 1, 0, 0]).is_err());
+        assert_eq!(reserve(&[1, 7]), Ok(RawReserve::Granted { tick: 7 }));
+        assert!(matches!(
+            reserve(&[0, -1, 1, 0]),
+            Ok(RawReserve::Refused { wait: None, .. })
+        ));
+    }
+}

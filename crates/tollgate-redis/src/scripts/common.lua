@@ -1,0 +1,486 @@
+-- Shared by every script (prepended to each): the scope's clock, the
+-- per-limit state and the three algorithms of crates/tollgate/src/quota/
+-- (sliding.rs, bucket.rs, fixed.rs), transcribed line by line.
+--
+-- KEYS[1]    the scope's meta key: {epoch, latest} (cmsgpack)
+-- KEYS[2i]   the state of limit i (cmsgpack)
+-- KEYS[2i+1] the slot log of limit i (a list; sliding window only)
+-- ARGV[1]    "" (use Redis TIME) or an explicit store time in microseconds
+--            (tests only)
+-- ARGV[2]    TTL of every key, in milliseconds
+-- ARGV[3]    n, the number of limits
+-- ARGV[4..]  7 values per limit: kind ("s" sliding, "b" bucket, "f" fixed),
+--            window (microseconds; bucket: ticks), resolution (sliding,
+--            microseconds) or tick length (bucket, microseconds), limit,
+--            capacity, dimension ("r" or "t"), the operation's amount
+-- ARGV[4+7n..] the operation's own arguments
+--
+-- Every quantity is an integer below 2^53, so Lua's doubles hold it
+-- exactly (the Rust side chooses units that keep it so).
+
+local TTL = tonumber(ARGV[2])
+local N = tonumber(ARGV[3])
+local OP = 4 + 7 * N
+
+local limits = {}
+for i = 1, N do
+  local b = 4 + 7 * (i - 1)
+  limits[i] = {
+    key = KEYS[2 * i],
+    log = KEYS[2 * i + 1],
+    kind = ARGV[b],
+    window = tonumber(ARGV[b + 1]),
+    res = tonumber(ARGV[b + 2]),
+    limit = tonumber(ARGV[b + 3]),
+    cap = tonumber(ARGV[b + 4]),
+    dim = ARGV[b + 5],
+    amount = tonumber(ARGV[b + 6]),
+  }
+end
+
+local function arg(i)
+  return ARGV[OP + i - 1]
+end
+
+local function max(a, b) if a > b then return a end return b end
+local function min(a, b) if a < b then return a end return b end
+
+-- The store's now: microseconds since the scope's epoch, never earlier
+-- than an instant already seen (SPEC Q-13). The epoch is set by the first
+-- operation; a scope whose meta key expired starts afresh (its limits'
+-- state is meaningless without it).
+local function clock()
+  local abs
+  if ARGV[1] ~= "" then
+    abs = tonumber(ARGV[1])
+  else
+    local t = redis.call("TIME")
+    abs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local raw = redis.call("GET", KEYS[1])
+  local epoch, latest
+  if raw then
+    local m = cmsgpack.unpack(raw)
+    epoch, latest = m[1], m[2]
+  else
+    epoch, latest = abs, 0
+    for i = 1, N do redis.call("DEL", limits[i].key, limits[i].log) end
+  end
+  local t = max(abs - epoch, latest)
+  redis.call("SET", KEYS[1], cmsgpack.pack({ epoch, t }), "PX", TTL)
+  return t
+end
+
+---------------------------------------------------------------- sliding --
+-- used and carry in the limit's key (cmsgpack {used, carry}); the slot log
+-- in a list of its own, oldest first, one element per slot: cmsgpack of
+-- opened, closes, expires, amount, pending. The fast path reads and writes
+-- the list's two ends only; a settlement locates its slot by binary search
+-- (LINDEX), a refusal reads the whole log (LRANGE) to find the earliest
+-- instant. Slots are read at most once per script (cache).
+
+local S = {}
+
+function S.load(l, raw)
+  local s = { log = l.log, u = 0, c = 0, cache = {} }
+  if raw then
+    local v = cmsgpack.unpack(raw)
+    s.u, s.c = v[1], v[2]
+  end
+  s.n = redis.call("LLEN", l.log)
+  return s
+end
+
+function S.save(s)
+  return cmsgpack.pack({ s.u, s.c })
+end
+
+function S.touch(l, s)
+  if s.n > 0 then redis.call("PEXPIRE", s.log, TTL) end
+end
+
+-- Slot i (1 = oldest), read once per script.
+local function slot(s, i)
+  local x = s.cache[i]
+  if x then return x end
+  local raw = redis.call("LINDEX", s.log, i - 1)
+  if not raw then error("tollgate: slot log shorter than its length") end
+  local o, c, e, a, p = cmsgpack.unpack(raw)
+  x = { o = o, c = c, e = e, a = a, p = p, raw = raw }
+  s.cache[i] = x
+  return x
+end
+
+local function encode(x)
+  x.raw = cmsgpack.pack(x.o, x.c, x.e, x.a, x.p)
+  return x.raw
+end
+
+local function put(s, i, x)
+  redis.call("LSET", s.log, i - 1, encode(x))
+  s.cache[i] = x
+end
+
+local function push(s, x)
+  redis.call("RPUSH", s.log, encode(x))
+  s.n = s.n + 1
+  s.cache[s.n] = x
+end
+
+local function pop_front(s)
+  redis.call("LPOP", s.log)
+  s.n = s.n - 1
+  s.cache = {}
+end
+
+-- Inserts x before slot i (slots are unique by their opening instant, so
+-- the pivot is found by value).
+local function insert(s, i, x)
+  if i > s.n then return push(s, x) end
+  local pivot = slot(s, i).raw
+  redis.call("LINSERT", s.log, "BEFORE", pivot, encode(x))
+  s.n = s.n + 1
+  s.cache = {}
+end
+
+function S.advance(l, s, now)
+  while s.n > 0 do
+    local f = slot(s, 1)
+    if f.e > now then break end
+    s.u = max(0, s.u - (f.a - f.p))
+    s.c = s.c + f.p
+    pop_front(s)
+  end
+end
+
+function S.fits(l, s, amount)
+  return amount == 0 or s.u + amount <= l.limit
+end
+
+function S.earliest(l, s, amount, now)
+  local excess = s.u + amount - l.limit
+  if excess <= 0 or amount == 0 then return now end
+  local freed = 0
+  local all = redis.call("LRANGE", s.log, 0, -1)
+  for i = 1, #all do
+    local _, _, e, a, p = cmsgpack.unpack(all[i])
+    freed = freed + a - p
+    if freed >= excess then return max(e, now) end
+  end
+  return nil
+end
+
+function S.add(l, s, amount, now, pending)
+  if amount == 0 then return end
+  s.u = s.u + amount
+  local pend = 0
+  if pending then pend = amount end
+  local expires = now + l.window
+  if s.n > 0 then
+    local b = slot(s, s.n)
+    if now < b.c then
+      b.a = b.a + amount
+      b.p = b.p + pend
+      b.e = max(b.e, expires)
+      put(s, s.n, b)
+      return
+    end
+  end
+  push(s, { o = now, c = now + l.res, e = expires, a = amount, p = pend })
+end
+
+-- The first index whose slot opened after `at` (n + 1 if none).
+local function after(s, at)
+  local lo, hi = 1, s.n + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if slot(s, mid).o <= at then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+local function locate(s, stamp)
+  if s.n > 0 and slot(s, s.n).o <= stamp then return s.n end
+  local i = after(s, stamp) - 1
+  if i >= 1 then return i end
+  return nil
+end
+
+local function take(s, stamp, amount, pending)
+  local i = locate(s, stamp)
+  if i then
+    local x = slot(s, i)
+    local t = min(amount, x.a)
+    x.a = x.a - t
+    if pending then x.p = max(0, x.p - t) end
+    put(s, i, x)
+    s.u = max(0, s.u - t)
+  elseif pending then
+    local t = min(amount, s.c)
+    s.c = s.c - t
+    s.u = max(0, s.u - t)
+  end
+end
+
+function S.refund(l, s, stamp, amount, pending)
+  take(s, stamp, amount, pending)
+end
+
+function S.lease(l, s, stamp, amount, now)
+  take(s, stamp, amount, true)
+  S.add(l, s, amount, now, false)
+end
+
+function S.release(l, s, stamp, amount)
+  take(s, stamp, amount, false)
+end
+
+local insert_at
+
+function S.reconcile(l, s, stamp, estimate, actual)
+  if estimate == 0 then
+    -- A zero amount opened no slot: its debt counts from its own instant.
+    insert_at(l, s, actual, stamp, stamp)
+    return
+  end
+  local i = locate(s, stamp)
+  if not i then return end
+  local x = slot(s, i)
+  if actual >= estimate then
+    local debt = actual - estimate
+    x.a = x.a + debt
+    s.u = s.u + debt
+  else
+    local back = min(estimate - actual, x.a - x.p)
+    x.a = x.a - back
+    s.u = max(0, s.u - back)
+  end
+  put(s, i, x)
+end
+
+insert_at = function(l, s, amount, at, now)
+  local expires = at + l.window
+  if amount == 0 or expires <= now then return end
+  if s.n == 0 or at >= slot(s, s.n).o then return S.add(l, s, amount, at, false) end
+  s.u = s.u + amount
+  local nxt = after(s, at)
+  local prev = nxt - 1
+  if prev >= 1 then
+    local x = slot(s, prev)
+    if at < x.c then
+      x.a = x.a + amount
+      x.e = max(x.e, expires)
+      put(s, prev, x)
+      return
+    end
+  end
+  local closes = at + l.res
+  if nxt <= s.n then closes = min(slot(s, nxt).o, closes) end
+  insert(s, nxt, { o = at, c = closes, e = expires, a = amount, p = 0 })
+end
+
+function S.recount(l, s, stamp, amount, at, now)
+  if at <= stamp then return stamp end
+  take(s, stamp, amount, false)
+  insert_at(l, s, amount, at, now)
+  return at
+end
+
+function S.available(l, s)
+  return l.limit - s.u
+end
+
+----------------------------------------------------------------- bucket --
+-- level in units x window ticks, updated (microseconds), pending units.
+-- One tick is l.res microseconds (1 unless the limit is so large that a
+-- finer tick would leave Lua's exact integers).
+
+local B = {}
+
+function B.load(l, raw)
+  if raw then return cmsgpack.unpack(raw) end
+  return { l = l.cap * l.window, u = 0, p = 0 }
+end
+
+function B.save(b)
+  return cmsgpack.pack(b)
+end
+
+function B.advance(l, b, now)
+  if now <= b.u then return end
+  local ticks = math.floor((now - b.u) / l.res)
+  if ticks == 0 then return end
+  b.l = min(b.l + ticks * l.limit, l.cap * l.window)
+  b.u = b.u + ticks * l.res
+end
+
+local function free(l, b)
+  return b.l - b.p * l.window
+end
+
+local function need(l, amount)
+  return min(amount, l.cap) * l.window
+end
+
+function B.fits(l, b, amount)
+  return amount == 0 or free(l, b) >= need(l, amount)
+end
+
+function B.earliest(l, b, amount, now)
+  local n = need(l, amount)
+  local deficit = n - free(l, b)
+  if deficit <= 0 or amount == 0 then return max(now, b.u) end
+  if n + b.p * l.window > l.cap * l.window then return nil end
+  local rate = max(l.limit, 1)
+  local wait = math.floor((deficit + rate - 1) / rate)
+  return max(b.u + wait * l.res, now)
+end
+
+local function btake(l, b, amount)
+  b.l = b.l - amount * l.window
+end
+
+local function bgive(l, b, amount)
+  b.l = min(b.l + amount * l.window, l.cap * l.window)
+end
+
+function B.add(l, b, amount, now, pending)
+  if pending then b.p = b.p + amount else btake(l, b, amount) end
+end
+
+function B.refund(l, b, stamp, amount, pending)
+  if pending then b.p = max(0, b.p - amount) else bgive(l, b, amount) end
+end
+
+function B.lease(l, b, stamp, amount, now)
+  b.p = max(0, b.p - amount)
+  btake(l, b, amount)
+end
+
+function B.release(l, b, stamp, amount)
+  bgive(l, b, amount)
+end
+
+function B.reconcile(l, b, stamp, estimate, actual)
+  if actual >= estimate then btake(l, b, actual - estimate) else bgive(l, b, estimate - actual) end
+end
+
+function B.recount(l, b, stamp, amount, at, now)
+  return stamp
+end
+
+function B.available(l, b)
+  return math.floor(free(l, b) / l.window)
+end
+
+------------------------------------------------------------------ fixed --
+-- index of the current window, used and pending units.
+
+local F = {}
+
+function F.load(l, raw)
+  if raw then return cmsgpack.unpack(raw) end
+  return { i = 0, u = 0, p = 0 }
+end
+
+function F.save(f)
+  return cmsgpack.pack(f)
+end
+
+local function index_of(l, at)
+  return math.floor(at / l.window)
+end
+
+function F.advance(l, f, now)
+  local idx = index_of(l, now)
+  if idx > f.i then
+    f.i = idx
+    f.u = 0
+  end
+end
+
+function F.fits(l, f, amount)
+  return amount == 0 or f.u + f.p + amount <= l.limit
+end
+
+function F.earliest(l, f, amount, now)
+  if F.fits(l, f, amount) then return now end
+  if f.p + amount > l.limit then return nil end
+  return max(l.window * (f.i + 1), now)
+end
+
+function F.add(l, f, amount, now, pending)
+  if pending then f.p = f.p + amount else f.u = f.u + amount end
+end
+
+function F.refund(l, f, stamp, amount, pending)
+  if pending then
+    f.p = max(0, f.p - amount)
+  elseif index_of(l, stamp) == f.i then
+    f.u = max(0, f.u - amount)
+  end
+end
+
+function F.lease(l, f, stamp, amount, now)
+  F.advance(l, f, now)
+  f.p = max(0, f.p - amount)
+  f.u = f.u + amount
+end
+
+function F.release(l, f, stamp, amount)
+  F.refund(l, f, stamp, amount, false)
+end
+
+function F.reconcile(l, f, stamp, estimate, actual)
+  if index_of(l, stamp) == f.i then f.u = max(0, f.u - estimate) + actual end
+end
+
+function F.recount(l, f, stamp, amount, at, now)
+  local to = index_of(l, at)
+  if to == index_of(l, stamp) or to ~= f.i then return stamp end
+  f.u = f.u + amount
+  return at
+end
+
+function F.available(l, f)
+  return l.limit - (f.u + f.p)
+end
+
+------------------------------------------------------------------ scope --
+
+local ALGO = { s = S, b = B, f = F }
+
+-- Loads every limit's state (and its algorithm) into l.algo / l.state.
+local function load()
+  for i = 1, N do
+    local l = limits[i]
+    l.algo = ALGO[l.kind]
+    if not l.algo then error("tollgate: unknown limit kind " .. tostring(l.kind)) end
+    l.state = l.algo.load(l, redis.call("GET", l.key))
+  end
+end
+
+local function advance(now)
+  for i = 1, N do
+    local l = limits[i]
+    l.algo.advance(l, l.state, now)
+  end
+end
+
+-- Writes limit i's state back, with the scope's TTL.
+local function save_one(i)
+  local l = limits[i]
+  redis.call("SET", l.key, l.algo.save(l.state), "PX", TTL)
+  if l.algo.touch then l.algo.touch(l, l.state) end
+end
+
+-- Writes every limit's state back, with the scope's TTL.
+local function save()
+  for i = 1, N do save_one(i) end
+end
+
+-- Tells other processes that quota came back (SPEC DQ-4: a waiter there
+-- retries before its computed instant).
+local function publish(channel)
+  redis.call("PUBLISH", channel, "")
+end

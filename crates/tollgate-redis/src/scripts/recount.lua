@@ -1,0 +1,17 @@
+-- recount: the provider counted a leased reservation no later than `ago`
+-- microseconds before the store's now (SPEC Q-15); it stays counted until
+-- one window after that instant. Arguments: stamp, ago. Returns the stamp
+-- that now locates it.
+local stamp, ago = tonumber(arg(1)), tonumber(arg(2))
+local now = clock()
+local at = max(0, now - ago)
+if at <= stamp then return stamp end
+load()
+advance(now)
+local moved = stamp
+for i = 1, N do
+  local l = limits[i]
+  moved = max(moved, l.algo.recount(l, l.state, stamp, l.amount, at, now))
+end
+save()
+return moved

@@ -1,0 +1,16 @@
+-- release: gives back what a refused attempt took from the chosen
+-- dimensions (SPEC Q-16); a limit's amount is 0 when its dimension is not
+-- chosen. Needs no clock. Arguments: stamp, channel. Returns 1.
+local stamp, channel = tonumber(arg(1)), arg(2)
+load()
+local given = false
+for i = 1, N do
+  local l = limits[i]
+  if l.amount > 0 then
+    l.algo.release(l, l.state, stamp, l.amount)
+    save_one(i)
+    given = true
+  end
+end
+if given then publish(channel) end
+return 1

@@ -1,0 +1,42 @@
+-- reserve: takes every limit's amount at the store's now, all or nothing
+-- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4).
+-- Arguments: hold ("p" pending, "l" leased).
+-- Returns {1, now} when granted; {0, wait, requests, tokens} when not:
+-- wait in microseconds from now (-1: only a pending reservation's lease or
+-- refund can make room), and which dimensions were short (0/1).
+local pending = arg(1) == "p"
+local now = clock()
+load()
+advance(now)
+local fits = true
+for i = 1, N do
+  local l = limits[i]
+  if not l.algo.fits(l, l.state, l.amount) then fits = false end
+end
+if fits then
+  for i = 1, N do
+    local l = limits[i]
+    l.algo.add(l, l.state, l.amount, now, pending)
+  end
+  save()
+  return { 1, now }
+end
+-- The advanced state is kept, as the in-process store keeps it: a later
+-- reconciliation lands on the bucket as of its last refill.
+save()
+local at, requests, tokens = nil, 0, 0
+for i = 1, N do
+  local l = limits[i]
+  if not l.algo.fits(l, l.state, l.amount) then
+    if l.dim == "r" then requests = 1 else tokens = 1 end
+    -- A known instant is still a useful lower bound when another limit
+    -- waits on a pending lease: the waiter re-checks then.
+    local e = l.algo.earliest(l, l.state, l.amount, now)
+    if e then
+      if at then at = max(at, e) else at = e end
+    end
+  end
+end
+local wait = -1
+if at then wait = at - now end
+return { 0, wait, requests, tokens }

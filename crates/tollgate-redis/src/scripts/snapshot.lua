@@ -1,0 +1,13 @@
+-- snapshot: every limit's available units at the store's now (negative
+-- while in debt), in configuration order. Keeps the advanced state, as
+-- the in-process store does.
+local now = clock()
+load()
+advance(now)
+save()
+local out = {}
+for i = 1, N do
+  local l = limits[i]
+  out[i] = l.algo.available(l, l.state)
+end
+return out

@@ -1,0 +1,544 @@
+//! One property suite for both stores (SPEC DQ-1, DQ-2, Q-1, Q-7): the
+//! same random operation sequences, run against the in-process
+//! `LocalQuota` and the Redis store at identical instants, give the same
+//! admissions, the same waits (to the microsecond) and the same
+//! availability, for each algorithm, with one limit and with several; and
+//! an independent log of what was admitted never exceeds the Q-7 bound.
+//! Windows that are not whole microseconds (the store rounds them up) are
+//! run against Redis alone: the Q-7 bound of the configured window holds.
+
+mod common;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use tollgate::clock::Instant;
+use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::quota::{Demand, Dimension, Hold, LocalQuota, QuotaStore, RemoteQuota, Reservation};
+use tollgate_redis::{RawReserve, RedisBackend, RedisQuota};
+
+use common::BUDGET;
+
+/// What the suite exercised (printed, and checked to be non-trivial).
+static STATS: [std::sync::atomic::AtomicU64; 4] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+const GRANTED: usize = 0;
+const REFUSED_AT: usize = 1;
+const REFUSED_NONE: usize = 2;
+const MOVED: usize = 3;
+
+fn count(i: usize) {
+    STATS[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Windows are multiples of 512 µs, so both stores' slot spans agree.
+const W: u64 = 512_000;
+/// Store time of the first operation of every case.
+const T0: u64 = 1_000_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve {
+        tokens: u64,
+        pending: bool,
+    },
+    Lease(usize),
+    Refund(usize),
+    Reconcile {
+        index: usize,
+        actual: u64,
+    },
+    Release {
+        index: usize,
+        requests: bool,
+        tokens: bool,
+    },
+    Recount {
+        index: usize,
+        ago: u64,
+    },
+    Advance(u64),
+    /// Sleep until the instant the last refusal gave, and try again.
+    Retry,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..40u64, any::<bool>()).prop_map(|(tokens, pending)| Op::Reserve { tokens, pending }),
+        2 => any::<usize>().prop_map(Op::Lease),
+        1 => any::<usize>().prop_map(Op::Refund),
+        2 => (any::<usize>(), 0..60u64).prop_map(|(index, actual)| Op::Reconcile { index, actual }),
+        1 => (any::<usize>(), any::<bool>(), any::<bool>())
+            .prop_map(|(index, requests, tokens)| Op::Release { index, requests, tokens }),
+        1 => (any::<usize>(), 0..3_000u64).prop_map(|(index, ago)| Op::Recount { index, ago }),
+        3 => (0..3_000u64).prop_map(Op::Advance),
+        1 => (W / 4..W).prop_map(Op::Advance),
+        2 => Just(Op::Retry),
+    ]
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    algorithm: Algorithm,
+    several: bool,
+    /// Reconciliations above the estimate allowed (debt).
+    debt: bool,
+    /// Windows 333 ns longer than whole microseconds: Redis alone.
+    odd: bool,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (0..4u8, any::<bool>(), any::<bool>(), 0..4u8).prop_map(|(a, several, debt, odd)| Case {
+        algorithm: match a {
+            0 => Algorithm::SlidingWindow,
+            1 => Algorithm::FixedWindow,
+            2 => Algorithm::TokenBucket { burst: None },
+            _ => Algorithm::TokenBucket {
+                burst: Some(Duration::from_micros(W / 4)),
+            },
+        },
+        several,
+        debt,
+        odd: odd == 0,
+    })
+}
+
+fn scope(name: &str, case: Case) -> ScopeConfig {
+    let w = Duration::from_nanos(W * 1_000 + if case.odd { 333 } else { 0 });
+    let mut s = ScopeConfig::new(name)
+        .algorithm(case.algorithm)
+        .requests(4, w)
+        .tokens(60, w);
+    if case.several {
+        s = s.requests(7, 2 * w).tokens(100, 3 * w);
+    }
+    s
+}
+
+/// One admitted reservation, as both stores and the log know it.
+#[derive(Debug, Clone)]
+struct Entry {
+    local: Reservation,
+    remote: Reservation,
+    /// What it counts now per dimension (the log's own view).
+    requests: u64,
+    tokens: u64,
+    /// Store µs at which the attempt started (None: pending).
+    start: Option<u64>,
+    /// Reconciled or released: settled, only counted.
+    settled: bool,
+}
+
+/// What was taken from and given back to a limit, and when (the log).
+#[derive(Debug, Default)]
+struct Flow {
+    /// Bucket only: (instant, amount) taken at an attempt's start.
+    takes: Vec<(u64, u64)>,
+    /// Bucket only: (instant, amount) given back.
+    gives: Vec<(u64, u64)>,
+}
+
+struct Harness<'a> {
+    case: Case,
+    config: ScopeConfig,
+    /// `None` with odd windows: Redis alone.
+    local: Option<LocalQuota>,
+    remote: &'a RedisQuota,
+    /// Each limit's capacity, as the in-process store computes it.
+    capacity: Vec<u64>,
+    epoch: Instant,
+    now: u64,
+    entries: Vec<Entry>,
+    flows: Vec<Flow>,
+    /// The last refusal with an instant: tokens, pending, wait (µs).
+    refused: Option<(u64, bool, u64)>,
+    biggest: u64,
+}
+
+fn amount(d: Dimension, requests: u64, tokens: u64) -> u64 {
+    match d {
+        Dimension::Requests => requests,
+        Dimension::Tokens => tokens,
+    }
+}
+
+impl Harness<'_> {
+    fn instant(&self) -> Instant {
+        self.epoch + Duration::from_micros(self.now)
+    }
+
+    fn pick(&self, i: usize, want: impl Fn(&Entry) -> bool) -> Option<usize> {
+        let matching: Vec<usize> = (0..self.entries.len())
+            .filter(|&k| want(&self.entries[k]))
+            .collect();
+        (!matching.is_empty()).then(|| matching[i % matching.len()])
+    }
+
+    fn at(&self) {
+        self.remote.set_store_time(Some(T0 + self.now));
+    }
+
+    /// Reserves `tokens` now; on a refusal, remembers it for `Retry`.
+    async fn reserve(&mut self, tokens: u64, pending: bool) -> Result<(), TestCaseError> {
+        let now = self.instant();
+        let demand = Demand::new(tokens);
+        if self.remote.check(&demand).is_err() {
+            return Ok(());
+        }
+        let hold = if pending { Hold::Pending } else { Hold::Leased };
+        let local = self.local.as_mut().map(|l| l.reserve(&demand, now, hold));
+        let raw = self
+            .remote
+            .reserve_raw(demand, hold, BUDGET)
+            .await
+            .map_err(fail)?;
+        match (local, raw) {
+            (Some(Ok(_)) | None, RawReserve::Granted { tick }) => {
+                prop_assert_eq!(tick, self.now, "store instant");
+                count(GRANTED);
+                self.bound_holds(&demand)?;
+                let remote = Reservation {
+                    stamp: now,
+                    tick,
+                    demand,
+                    hold,
+                };
+                let start = (!pending).then_some(self.now);
+                if let Some(t) = start {
+                    self.take(t, demand.requests, demand.tokens);
+                }
+                let local = match local {
+                    Some(Ok(local)) => local,
+                    _ => remote,
+                };
+                self.entries.push(Entry {
+                    local,
+                    remote,
+                    requests: demand.requests,
+                    tokens,
+                    start,
+                    settled: false,
+                });
+            }
+            (local @ (Some(Err(_)) | None), RawReserve::Refused { wait, limited_by }) => {
+                if let Some(Err(local)) = local {
+                    prop_assert_eq!(local.limited_by, limited_by);
+                    let local_wait = local.at.map(|at| {
+                        (at.saturating_duration_since(now).as_nanos()).div_ceil(1_000) as u64
+                    });
+                    prop_assert_eq!(local_wait, wait, "wait");
+                }
+                count(if wait.is_some() {
+                    REFUSED_AT
+                } else {
+                    REFUSED_NONE
+                });
+                self.refused = wait.map(|w| (tokens, pending, w));
+            }
+            (local, raw) => {
+                prop_assert!(false, "stores disagree: local {:?}, redis {:?}", local, raw)
+            }
+        }
+        Ok(())
+    }
+
+    async fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
+        self.at();
+        let now = self.instant();
+        match op {
+            Op::Advance(dt) => self.now += dt,
+            Op::Reserve { tokens, pending } => self.reserve(tokens, pending).await?,
+            Op::Retry => {
+                // A waiter wakes at the instant it was told and tries
+                // again: boundaries are hit exactly.
+                if let Some((tokens, pending, wait)) = self.refused.take() {
+                    self.now += wait;
+                    self.at();
+                    self.reserve(tokens, pending).await?;
+                }
+            }
+            Op::Lease(i) => {
+                let Some(k) = self.pick(i, |e| e.start.is_none()) else {
+                    return Ok(());
+                };
+                let e = &mut self.entries[k];
+                if let Some(l) = &mut self.local {
+                    l.lease(&mut e.local, now);
+                }
+                e.remote = self.remote.lease(e.remote, BUDGET).await.map_err(fail)?;
+                prop_assert_eq!(e.remote.tick, self.now);
+                e.start = Some(self.now);
+                let (r, t) = (e.requests, e.tokens);
+                self.take(self.now, r, t);
+            }
+            Op::Refund(i) => {
+                let Some(k) = self.pick(i, |e| !e.settled) else {
+                    return Ok(());
+                };
+                let e = self.entries.remove(k);
+                if let Some(l) = &mut self.local {
+                    l.refund(&e.local, now);
+                }
+                self.remote.refund(e.remote, BUDGET).await.map_err(fail)?;
+                if e.start.is_some() {
+                    self.give(e.requests, e.tokens);
+                }
+            }
+            Op::Reconcile { index, actual } => {
+                let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
+                    return Ok(());
+                };
+                let estimate = self.entries[k].tokens;
+                let actual = if self.case.debt {
+                    actual
+                } else {
+                    actual.min(estimate)
+                };
+                let e = &mut self.entries[k];
+                if let Some(l) = &mut self.local {
+                    l.reconcile(&e.local, actual);
+                }
+                self.remote
+                    .reconcile(e.remote, actual, BUDGET)
+                    .await
+                    .map_err(fail)?;
+                e.tokens = actual;
+                e.settled = true;
+                self.give(0, estimate.saturating_sub(actual));
+            }
+            Op::Release {
+                index,
+                requests,
+                tokens,
+            } => {
+                let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
+                    return Ok(());
+                };
+                let e = &mut self.entries[k];
+                if let Some(l) = &mut self.local {
+                    l.release(&e.local, requests, tokens);
+                }
+                self.remote
+                    .release(e.remote, requests, tokens, BUDGET)
+                    .await
+                    .map_err(fail)?;
+                let given = (
+                    if requests { e.requests } else { 0 },
+                    if tokens { e.tokens } else { 0 },
+                );
+                e.requests -= given.0;
+                e.tokens -= given.1;
+                e.settled = true;
+                self.give(given.0, given.1);
+            }
+            Op::Recount { index, ago } => {
+                let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
+                    return Ok(());
+                };
+                let ago = ago.min(self.now);
+                let at = now - Duration::from_micros(ago);
+                let e = &mut self.entries[k];
+                let exact = self.local.is_some();
+                if let Some(l) = &mut self.local {
+                    l.recount(&mut e.local, at, now);
+                }
+                e.remote = self
+                    .remote
+                    .recount(e.remote, Duration::from_micros(ago), BUDGET)
+                    .await
+                    .map_err(fail)?;
+                if exact {
+                    prop_assert_eq!(e.local.tick, e.remote.tick * 1_000, "recounted stamp");
+                }
+                if Some(e.remote.tick) != e.start {
+                    count(MOVED);
+                }
+                e.start = Some(e.remote.tick);
+            }
+        }
+        self.same_availability().await
+    }
+
+    /// Both stores see the same availability in every limit.
+    async fn same_availability(&mut self) -> Result<(), TestCaseError> {
+        self.at();
+        let remote = self.remote.snapshot(BUDGET).await.map_err(fail)?;
+        let now = self.instant();
+        let Some(store) = &mut self.local else {
+            return Ok(());
+        };
+        let mut local = Vec::new();
+        store.snapshot(now, &mut local);
+        let view = |v: &[tollgate::LimitSnapshot]| -> Vec<(i64, u64)> {
+            v.iter().map(|s| (s.available, s.capacity)).collect()
+        };
+        prop_assert_eq!(view(&local), view(&remote), "availability at {}", self.now);
+        Ok(())
+    }
+
+    fn take(&mut self, at: u64, requests: u64, tokens: u64) {
+        for (l, flow) in self.config.limits().iter().zip(&mut self.flows) {
+            let a = amount(l.dimension, requests, tokens);
+            self.biggest = self.biggest.max(a);
+            flow.takes.push((at, a));
+        }
+    }
+
+    fn give(&mut self, requests: u64, tokens: u64) {
+        for (l, flow) in self.config.limits().iter().zip(&mut self.flows) {
+            flow.gives
+                .push((self.now, amount(l.dimension, requests, tokens)));
+        }
+    }
+
+    /// SPEC Q-7, judged from the log alone, at the instant `demand` was
+    /// admitted (it is not yet in the log).
+    fn bound_holds(&self, demand: &Demand) -> Result<(), TestCaseError> {
+        let now = self.now;
+        for (i, l) in self.config.limits().iter().enumerate() {
+            // Counted at `now` when started less than one configured
+            // window before (in ns: the window need not be whole µs).
+            let w_ns = l.window.as_nanos();
+            let within = |start: u64| u128::from(now - start) * 1_000 < w_ns;
+            let new = demand.amount(l.dimension);
+            if new == 0 {
+                // Nothing admitted in this limit (nothing always fits,
+                // even in debt).
+                continue;
+            }
+            let counted = |e: &Entry| amount(l.dimension, e.requests, e.tokens);
+            let pending: u64 = self
+                .entries
+                .iter()
+                .filter(|e| e.start.is_none())
+                .map(counted)
+                .sum();
+            match self.case.algorithm {
+                Algorithm::SlidingWindow => {
+                    // Every interval of one window ending now.
+                    let live: u64 = self
+                        .entries
+                        .iter()
+                        .filter(|e| e.start.is_some_and(within))
+                        .map(counted)
+                        .sum();
+                    prop_assert!(
+                        live + pending + new <= l.amount,
+                        "sliding window over its limit at {now}: {live} + {pending} + {new} > {}",
+                        l.amount
+                    );
+                }
+                Algorithm::FixedWindow => {
+                    // The store's own windows (rounded up to whole µs).
+                    let w = w_ns.div_ceil(1_000) as u64;
+                    let live: u64 = self
+                        .entries
+                        .iter()
+                        .filter(|e| e.start.is_some_and(|s| s / w == now / w))
+                        .map(counted)
+                        .sum();
+                    prop_assert!(
+                        live + pending + new <= l.amount,
+                        "fixed window over its limit at {now}"
+                    );
+                }
+                Algorithm::TokenBucket { .. } if !self.case.debt => {
+                    // Started in the window ending now (this one included)
+                    // at most max(C, E_max) + limit, plus what was given
+                    // back in it.
+                    let c = self.capacity[i];
+                    let flow = &self.flows[i];
+                    let inside = |v: &[(u64, u64)]| -> u64 {
+                        v.iter().filter(|(t, _)| within(*t)).map(|(_, a)| a).sum()
+                    };
+                    let started = inside(&flow.takes) + new;
+                    let bound = c.max(self.biggest.max(new)) + l.amount + inside(&flow.gives);
+                    prop_assert!(
+                        started <= bound,
+                        "bucket over its bound at {now}: {started} > {bound}"
+                    );
+                }
+                Algorithm::TokenBucket { .. } => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fail(e: tollgate::quota::StoreError) -> TestCaseError {
+    TestCaseError::fail(format!("store error: {e}"))
+}
+
+async fn run_case(backend: &RedisBackend, case: Case, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let config = scope(&common::unique("parity"), case);
+    let remote = backend.open_scope(&config);
+    let epoch = Instant::now();
+    let flows = config.limits().iter().map(|_| Flow::default()).collect();
+    let local = LocalQuota::new(&config, epoch);
+    let mut snapshot = Vec::new();
+    local.clone().snapshot(epoch, &mut snapshot);
+    let mut h = Harness {
+        case,
+        local: (!case.odd).then_some(local),
+        capacity: snapshot.iter().map(|s| s.capacity).collect(),
+        config,
+        remote: &remote,
+        epoch,
+        now: 0,
+        entries: Vec::new(),
+        flows,
+        refused: None,
+        biggest: 0,
+    };
+    // The first operation sets the store's epoch: both start at 0.
+    h.same_availability().await?;
+    for op in ops {
+        h.step(op).await?;
+    }
+    Ok(())
+}
+
+// proves: DQ-1, DQ-2, Q-1, Q-7 (the Redis scripts admit, refuse, wait and
+// count exactly as the in-process store, for every algorithm, with one
+// limit and with several; the admitted log never exceeds the Q-7 bound)
+#[test]
+fn redis_store_matches_the_in_process_store() {
+    let Some(server) = common::server("redis_store_matches_the_in_process_store") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let backend = rt.block_on(async { common::backend(&server, "parity") });
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(256);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let strategy = (case(), proptest::collection::vec(op(), 1..80));
+    let result = runner.run(&strategy, |(case, ops)| {
+        rt.block_on(run_case(&backend, case, ops))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let stats: Vec<u64> = STATS
+        .iter()
+        .map(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    eprintln!(
+        "parity: granted {}, refused with an instant {}, refused until a lease {}, recounts moved {}",
+        stats[0], stats[1], stats[2], stats[3]
+    );
+    assert!(
+        stats.iter().all(|&n| n > 0),
+        "every outcome exercised: {stats:?}"
+    );
+}

@@ -1,0 +1,209 @@
+//! The store's contract with Redis itself (SPEC DQ-1, DQ-4, DQ-5): keys,
+//! TTLs, scripts reloaded after NOSCRIPT, notices across replicas.
+
+mod common;
+
+use std::time::Duration;
+
+use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::quota::{Demand, Hold, RemoteQuota};
+
+use common::BUDGET;
+
+fn config(name: &str) -> ScopeConfig {
+    ScopeConfig::new(common::unique(name))
+        .requests(10, Duration::from_secs(60))
+        .requests(100, Duration::from_secs(3_600))
+        .tokens(1_000, Duration::from_secs(60))
+}
+
+/// `SCRIPT FLUSH`: the next EVALSHA answers NOSCRIPT.
+async fn flush_scripts(raw: &mut redis::aio::MultiplexedConnection) {
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+// proves: DQ-1 (scripts are called with EVALSHA and loaded again when
+// Redis answers NOSCRIPT: an operation after SCRIPT FLUSH still works)
+#[tokio::test]
+async fn operations_survive_a_script_flush() {
+    let Some(server) = common::server("operations_survive_a_script_flush") else {
+        return;
+    };
+    let store = common::backend(&server, "noscript").open_scope(&config("noscript"));
+    let mut raw = common::raw(&server).await;
+    store
+        .reserve(Demand::new(5), Hold::Leased, BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    flush_scripts(&mut raw).await;
+    let r = store
+        .reserve(Demand::new(5), Hold::Pending, BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    flush_scripts(&mut raw).await;
+    store.lease(r, BUDGET).await.unwrap();
+    let snapshot = store.snapshot(BUDGET).await.unwrap();
+    assert_eq!(snapshot[0].available, 8);
+    assert_eq!(snapshot[2].available, 990);
+}
+
+// proves: DQ-5 (every key written has a TTL longer than the longest
+// window, refreshed on write; all keys of a scope share one hash tag and
+// start with the prefix)
+#[tokio::test]
+async fn every_key_has_a_ttl() {
+    let Some(server) = common::server("every_key_has_a_ttl") else {
+        return;
+    };
+    for algorithm in [
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket { burst: None },
+        Algorithm::FixedWindow,
+    ] {
+        let config = config("ttl").algorithm(algorithm);
+        let store = common::backend(&server, "ttl").open_scope(&config);
+        let r = store
+            .reserve(Demand::new(7), Hold::Pending, BUDGET)
+            .await
+            .unwrap()
+            .unwrap();
+        let r = store.lease(r, BUDGET).await.unwrap();
+        store.reconcile(r, 3, BUDGET).await.unwrap();
+        store.release(r, true, false, BUDGET).await.unwrap();
+        let tag = format!("{{ttl:{}}}", config.name());
+        assert_eq!(store.keys().len(), 7, "meta + state and log per limit");
+        let written = if algorithm == Algorithm::SlidingWindow {
+            7
+        } else {
+            4
+        };
+        let mut raw = common::raw(&server).await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{}*", config.name()))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), written, "{keys:?}");
+        for key in &keys {
+            assert!(store.keys().contains(key), "unexpected key {key}");
+            assert!(key.starts_with(&tag), "{key} outside the hash tag {tag}");
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            // Longest window one hour: two of it plus an hour.
+            assert!(
+                ttl > 3 * 3_600_000 - 60_000 && ttl <= 3 * 3_600_000,
+                "{key}: TTL {ttl} ms"
+            );
+        }
+    }
+}
+
+// proves: DQ-4 (a refund, a release or a reconciliation below the estimate
+// in one replica wakes the waiters of the scope in another one)
+#[tokio::test]
+async fn giving_quota_back_notifies_other_replicas() {
+    let Some(server) = common::server("giving_quota_back_notifies_other_replicas") else {
+        return;
+    };
+    let config = config("notice");
+    let waiter = common::backend(&server, "notice").open_scope(&config);
+    let giver = common::backend(&server, "notice").open_scope(&config);
+    let changes = waiter.changes().expect("redis sends notices");
+    // Let the subscriber connect: a notice before then is lost (waiters
+    // then wake at their computed instants).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let notified = |what: &'static str| {
+        let n = changes.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), n.notified())
+                .await
+                .unwrap_or_else(|_| panic!("no notice after {what}"));
+        }
+    };
+    let r = giver
+        .reserve(Demand::new(50), Hold::Pending, BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    let wait = tokio::spawn(notified("refund"));
+    tokio::task::yield_now().await;
+    giver.refund(r, BUDGET).await.unwrap();
+    wait.await.unwrap();
+
+    let r = giver
+        .reserve(Demand::new(50), Hold::Leased, BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    let wait = tokio::spawn(notified("reconcile"));
+    tokio::task::yield_now().await;
+    giver.reconcile(r, 10, BUDGET).await.unwrap();
+    wait.await.unwrap();
+
+    let r = giver
+        .reserve(Demand::new(50), Hold::Leased, BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    let wait = tokio::spawn(notified("release"));
+    tokio::task::yield_now().await;
+    giver.release(r, true, true, BUDGET).await.unwrap();
+    wait.await.unwrap();
+}
+
+// proves: Q-3 (a demand above a whole limit never fits: judged from the
+// configuration, without a round trip)
+#[tokio::test]
+async fn check_needs_no_round_trip() {
+    // No server at all: an unreachable URL.
+    let backend = tollgate_redis::RedisBackend::new(tollgate_redis::RedisSettings::new(
+        "redis://127.0.0.1:1",
+    ))
+    .unwrap();
+    let store = backend.open_scope(&config("check"));
+    assert!(store.check(&Demand::new(1_000)).is_ok());
+    let e = store.check(&Demand::new(1_001)).unwrap_err();
+    assert_eq!(e.limit, 1_000);
+}
+
+// proves: Q-2 (memory per limit stays bounded in Redis too: admissions
+// merge into at most 512 + 1 slots per window, whatever the rate)
+#[tokio::test]
+async fn the_slot_log_stays_bounded() {
+    let Some(server) = common::server("the_slot_log_stays_bounded") else {
+        return;
+    };
+    let config =
+        ScopeConfig::new(common::unique("bounded")).requests(1_000_000, Duration::from_millis(512));
+    let store = common::backend(&server, "bounded").open_scope(&config);
+    let mut raw = common::raw(&server).await;
+    let log = store.keys()[2].clone();
+    let mut longest = 0;
+    // One admission every 300 µs of store time for three windows.
+    for i in 0..5_000u64 {
+        store.set_store_time(Some(1_000_000 + i * 300));
+        store
+            .reserve(Demand::new(0), Hold::Leased, BUDGET)
+            .await
+            .unwrap()
+            .unwrap();
+        if i % 100 == 0 {
+            let len: u64 = redis::cmd("LLEN")
+                .arg(&log)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            longest = longest.max(len);
+        }
+    }
+    assert!(longest > 400 && longest <= 513, "log held {longest} slots");
+}

@@ -1,0 +1,255 @@
+//! What a scope kept in a shared store holds in this process: the store,
+//! the FIFO turn, the store's health and its counters.
+//!
+//! # Implementation notes
+//!
+//! * The *turn* is a fair semaphore of one permit (`Permits`): one
+//!   reservation of the scope is in flight at a time, in arrival order
+//!   (SPEC DQ-4, ADM-4). Its holder and its waiting line are the scope's
+//!   queue, bounded by the queue capacity under the `reject` overflow
+//!   policy (ADM-5); under `wait`, producers past the capacity line up
+//!   behind it.
+//! * *Health* is the store's state as this process last saw it
+//!   ([`StoreMode`]). A failed operation makes the scope unavailable at
+//!   once; while unavailable, reservations never touch the store (so no
+//!   call waits for a store that does not answer) and at most one *probe*
+//!   (a read of the store's limits) runs at a time, at most one per
+//!   [`PROBE_INTERVAL`]. Any answer of the store (a probe's or an
+//!   operation's) makes it shared again.
+//! * `room` is notified whenever quota of the scope comes back: by the
+//!   store's own notices ([`RemoteQuota::changes`]), by this process's
+//!   refunds and settlements, and when admission stops. Only the turn's
+//!   holder waits on it, so a notice wakes one call, not a herd.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::admission::permits::Permits;
+use crate::admission::scope::ScopeCounters;
+use crate::clock::{Instant, SharedClock};
+use crate::config::Overflow;
+use crate::deadline::Deadline;
+use crate::quota::{RemoteQuota, Unavailable};
+
+/// How often an unavailable store is probed, at most.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Where a shared scope takes its quota from now (SPEC DQ-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreMode {
+    /// From the shared store.
+    Shared,
+    /// Nowhere: the store did not answer and the policy is `fail_closed`,
+    /// so admissions fail at once with
+    /// [`AdmissionError::QuotaStoreUnavailable`](crate::AdmissionError::QuotaStoreUnavailable).
+    Unavailable,
+    /// From this process's fallback share (`limit / replicas` of every
+    /// limit): the store did not answer and the policy is
+    /// `fail_open_local`.
+    LocalFallback,
+}
+
+impl StoreMode {
+    /// The stable name: `shared`, `unavailable`, `local_fallback`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoreMode::Shared => "shared",
+            StoreMode::Unavailable => "unavailable",
+            StoreMode::LocalFallback => "local_fallback",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Health {
+    mode: StoreMode,
+    /// A probe is running.
+    probing: bool,
+    /// No probe starts before this instant.
+    next_probe: Option<Instant>,
+}
+
+/// Totals of a shared scope, kept outside the scope's lock so detached
+/// settlements can count.
+#[derive(Debug, Default)]
+pub(crate) struct SharedStats {
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) rejected_unavailable: AtomicU64,
+    pub(crate) fallback_admissions: AtomicU64,
+    pub(crate) settlements_failed: AtomicU64,
+    /// Reservations granted to calls that had gone while the round trip
+    /// was in flight (refunded when the answer arrived).
+    pub(crate) refunded_in_flight: AtomicU64,
+}
+
+impl SharedStats {
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A scope's shared store as this process uses it. See the module notes.
+#[derive(Debug)]
+pub(crate) struct SharedScope {
+    pub(crate) remote: Arc<dyn RemoteQuota>,
+    /// The per-operation timeout, before clipping by a deadline.
+    pub(crate) timeout: Duration,
+    pub(crate) on_unavailable: Unavailable,
+    /// One reservation in flight at a time, in arrival order.
+    pub(crate) turn: Permits,
+    /// Notified when quota comes back or admission stops.
+    pub(crate) room: Arc<Notify>,
+    pub(crate) clock: SharedClock,
+    health: Mutex<Health>,
+    pub(crate) stats: SharedStats,
+}
+
+impl SharedScope {
+    pub(crate) fn new(
+        remote: Arc<dyn RemoteQuota>,
+        timeout: Duration,
+        on_unavailable: Unavailable,
+        capacity: usize,
+        overflow: Overflow,
+        clock: SharedClock,
+    ) -> Self {
+        // The holder of the turn is the head of the queue: `capacity`
+        // queued calls are the holder and `capacity - 1` in line.
+        let waiting = match overflow {
+            Overflow::Reject => capacity.saturating_sub(1),
+            Overflow::Wait => usize::MAX,
+        };
+        let room = remote.changes().unwrap_or_default();
+        SharedScope {
+            remote,
+            timeout,
+            on_unavailable,
+            turn: Permits::bounded(1, waiting),
+            room,
+            clock,
+            health: Mutex::new(Health {
+                mode: StoreMode::Shared,
+                probing: false,
+                next_probe: None,
+            }),
+            stats: SharedStats::default(),
+        }
+    }
+
+    /// Calls queued: the turn's holder (the head) and those in its line.
+    pub(crate) fn queued(&self) -> usize {
+        let holder = usize::from(self.turn.available() == 0);
+        self.turn.waiting() + holder
+    }
+
+    /// Where quota comes from now.
+    pub(crate) fn mode(&self) -> StoreMode {
+        self.health.lock().mode
+    }
+
+    /// The budget of one operation started at `now`: the timeout clipped
+    /// by the deadline (SPEC DQ-5). `None` once the deadline has passed.
+    pub(crate) fn budget(&self, deadline: Deadline, now: Instant) -> Option<Duration> {
+        match deadline.remaining(now) {
+            None => Some(self.timeout),
+            Some(left) if left.is_zero() => None,
+            Some(left) => Some(left.min(self.timeout)),
+        }
+    }
+
+    /// Whether reservations may go to the store now. While it is
+    /// unavailable they may not; a probe is started when one is due.
+    pub(crate) fn usable(self: &Arc<Self>, now: Instant) -> bool {
+        let mut health = self.health.lock();
+        if health.mode == StoreMode::Shared {
+            return true;
+        }
+        if !health.probing && health.next_probe.is_none_or(|t| t <= now) {
+            health.probing = true;
+            drop(health);
+            let this = Arc::clone(self);
+            let started = spawn(async move {
+                let answered = this.remote.snapshot(this.timeout).await.is_ok();
+                if !answered {
+                    SharedStats::count(&this.stats.store_errors);
+                }
+                this.probed(answered);
+            });
+            if !started {
+                self.probed(false);
+            }
+        }
+        false
+    }
+
+    fn probed(&self, answered: bool) {
+        let now = self.clock.now();
+        let mut health = self.health.lock();
+        health.probing = false;
+        if answered {
+            health.mode = StoreMode::Shared;
+            health.next_probe = None;
+            drop(health);
+            tracing::info!("quota store answers again: shared mode");
+        } else {
+            health.next_probe = now.checked_add(PROBE_INTERVAL);
+        }
+    }
+
+    /// The store answered an operation.
+    pub(crate) fn answered(&self) {
+        let mut health = self.health.lock();
+        if health.mode != StoreMode::Shared {
+            health.mode = StoreMode::Shared;
+            health.next_probe = None;
+        }
+    }
+
+    /// An operation failed: the store is unavailable from now on, until it
+    /// answers again.
+    pub(crate) fn failed(&self, now: Instant, error: &crate::quota::StoreError) {
+        SharedStats::count(&self.stats.store_errors);
+        let mode = match self.on_unavailable {
+            Unavailable::FailClosed => StoreMode::Unavailable,
+            Unavailable::FailOpenLocal { .. } => StoreMode::LocalFallback,
+        };
+        let mut health = self.health.lock();
+        if health.mode == StoreMode::Shared {
+            health.mode = mode;
+            health.next_probe = Some(now);
+            drop(health);
+            tracing::warn!(mode = mode.as_str(), %error, "quota store unavailable");
+        }
+    }
+
+    /// Adds this scope's shared-store totals to `counters`.
+    pub(crate) fn count(&self, counters: &mut ScopeCounters) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        counters.store_errors = load(&self.stats.store_errors);
+        counters.store_unavailable = load(&self.stats.rejected_unavailable);
+        counters.fallback_admissions = load(&self.stats.fallback_admissions);
+        counters.settlements_failed = load(&self.stats.settlements_failed);
+        counters.refunded_reservations += load(&self.stats.refunded_in_flight);
+    }
+
+    /// Wakes the turn's holder: quota came back, or admission stopped.
+    pub(crate) fn wake(&self) {
+        self.room.notify_waiters();
+    }
+}
+
+/// Runs `task` detached on the current runtime; `false` outside one.
+pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> bool {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            drop(handle.spawn(task));
+            true
+        }
+        Err(_) => false,
+    }
+}

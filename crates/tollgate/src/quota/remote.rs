@@ -1,0 +1,196 @@
+//! The seam to a quota store shared by several processes (SPEC DQ-1..DQ-5).
+//!
+//! A [`QuotaStore`](super::QuotaStore) answers under the scope's lock in
+//! nanoseconds; a shared store answers over the network. So a shared scope
+//! is driven through this asynchronous interface instead: every operation
+//! is one atomic round trip (one script) bounded by the time budget it is
+//! given, and every instant is the store's own clock (Redis `TIME`), never
+//! this process's. Instants in what it returns are local: a wait of `d`
+//! computed by the store becomes `local now + d` when the answer arrives,
+//! so replicas whose clocks disagree still agree on every wait.
+//!
+//! The controller keeps FIFO order within one process (SPEC DQ-4): one
+//! reservation of a scope is in flight at a time, in arrival order.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::demand::{Demand, Hold, NotUntil, Reservation};
+use super::store::LimitSnapshot;
+use crate::config::ScopeConfig;
+use crate::error::ExceedsLimit;
+
+/// A boxed, sendable future: what a shared store's operations return.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a shared store did not answer (SPEC DQ-3, DQ-5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// No answer within the operation's budget.
+    #[error("quota store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The store cannot be reached or refused the operation.
+    #[error("quota store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a shared scope does while its store is unavailable (SPEC DQ-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unavailable {
+    /// Refuse at once (the gateway answers 503): never a wait, never a
+    /// silent switch to per-process limits. The default.
+    #[default]
+    FailClosed,
+    /// Admit from a local store holding `limit / replicas` of every limit
+    /// until the shared store answers again.
+    FailOpenLocal {
+        /// How many processes share the budget (at least 1).
+        replicas: u32,
+    },
+}
+
+impl Unavailable {
+    /// The configuration name: `fail_closed` or `fail_open_local`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Unavailable::FailClosed => "fail_closed",
+            Unavailable::FailOpenLocal { .. } => "fail_open_local",
+        }
+    }
+}
+
+/// The quota arithmetic of one scope, kept in a store shared by processes.
+///
+/// The same arithmetic as [`LocalQuota`](super::LocalQuota) (sliding
+/// window with the bounded slot log, token bucket, fixed window; all
+/// limits all-or-nothing, SPEC Q-1), but each operation is a round trip.
+/// A [`Reservation`] returned here carries the store's instant in `tick`
+/// (microseconds of the store's clock) and the local instant of the answer
+/// in `stamp`; settling locates it by `tick` alone.
+///
+/// Every operation takes `budget`, the most it may take (its own timeout
+/// already clipped by the call's deadline, SPEC DQ-5), and fails with
+/// [`StoreError::Timeout`] rather than wait longer. An operation that
+/// failed may or may not have taken effect; callers treat a failed
+/// `reserve` as not granted (the store's TTLs and the window age out any
+/// amount it took), and a failed settlement as not applied (amounts stay
+/// counted: never over a quota).
+///
+/// # How the controller uses it
+///
+/// (See `docs/design.md`, "Shared quota stores".)
+///
+/// * An admitted call costs one `reserve` (`Hold::Leased`) when a
+///   concurrency permit was free, or `reserve` (`Hold::Pending`) and then
+///   `lease` when it had to wait for one. Reconciliation costs one
+///   `reconcile` only when the reported usage differs from the estimate.
+/// * Every returned future must resolve within its `budget` (the controller
+///   does not add a timer of its own): a store that cannot answer in time
+///   answers [`StoreError::Timeout`].
+/// * A `reserve` that failed but took effect with `Hold::Pending` is never
+///   leased nor refunded by the controller: the store must let such a
+///   pending hold expire (a TTL on pending entries), or it blocks the room
+///   it holds until then. A `Hold::Leased` one ages out with its window.
+/// * After a `lease` that failed, the controller refunds the reservation
+///   as it had it (pending): the store may have leased it meanwhile.
+/// * `snapshot` is also the health probe of an unavailable store (at most
+///   one in flight per scope, at most every 200 ms).
+/// * The controller notifies the [`changes`](RemoteQuota::changes) notice
+///   itself after its own refunds and settlements that give room back, so
+///   the notice must be an object of this process (one per scope handle).
+pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
+    /// Fails when `demand` can never fit, whatever the wait (SPEC Q-3);
+    /// judged from the configuration, without a round trip.
+    fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
+
+    /// Takes `demand` from every limit, all or nothing, at the store's now.
+    /// `Ok(Err(_))`: nothing changed; the demand fits no earlier than
+    /// `NotUntil::at` (a local instant), or, with `at: None`, only once a
+    /// pending reservation somewhere is leased or refunded.
+    fn reserve(
+        &self,
+        demand: Demand,
+        hold: Hold,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>>;
+
+    /// Turns a pending reservation into a leased one at the store's now and
+    /// returns it restamped.
+    fn lease(
+        &self,
+        reservation: Reservation,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
+
+    /// Restores a reservation whose attempt never started, in full
+    /// (SPEC Q-9).
+    fn refund(
+        &self,
+        reservation: Reservation,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>>;
+
+    /// Replaces a started attempt's token estimate by what the provider
+    /// reported (SPEC Q-5).
+    fn reconcile(
+        &self,
+        reservation: Reservation,
+        actual_tokens: u64,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>>;
+
+    /// Gives back what a refused attempt took from the chosen dimensions
+    /// (SPEC Q-16).
+    fn release(
+        &self,
+        reservation: Reservation,
+        requests: bool,
+        tokens: bool,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>>;
+
+    /// The provider counted a leased reservation no later than `ago` before
+    /// the store's now (SPEC Q-15): it stays counted until one window after
+    /// that instant. Returns the restamped reservation.
+    fn recount(
+        &self,
+        reservation: Reservation,
+        ago: Duration,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
+
+    /// One entry per limit, as the store sees it now.
+    fn snapshot(&self, budget: Duration)
+    -> StoreFuture<'_, Result<Vec<LimitSnapshot>, StoreError>>;
+
+    /// Notified whenever any process gives quota of this scope back
+    /// (refund, release, reconciliation below the estimate), so a waiter
+    /// can try again before the instant it was told. `None`: the store
+    /// sends no such notices and waiters wake at their instants only.
+    fn changes(&self) -> Option<Arc<Notify>> {
+        None
+    }
+}
+
+/// Opens the shared store of each scope (SPEC DQ-1).
+pub trait RemoteBackend: fmt::Debug + Send + Sync + 'static {
+    /// The shared store of `scope`.
+    fn open(&self, scope: &ScopeConfig) -> Arc<dyn RemoteQuota>;
+
+    /// The per-operation timeout, before clipping by a call's deadline.
+    fn timeout(&self) -> Duration;
+
+    /// What to do while the store is unavailable.
+    fn on_unavailable(&self) -> Unavailable;
+
+    /// The backend's name, for the snapshot (e.g. `"redis"`).
+    fn name(&self) -> &'static str;
+}
+
+/// A shared backend handle.
+pub type SharedRemote = Arc<dyn RemoteBackend>;

@@ -1,0 +1,881 @@
+//! The admission controller on a quota store shared by several processes
+//! (SPEC §13 DQ-1..DQ-5), against the in-process test store of
+//! `test_store.rs` (test support only; the Redis store is tested in its own
+//! crate).
+
+mod test_store;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tollgate::config::{PoolConfig, ScopeConfig};
+use tollgate::quota::Unavailable;
+use tollgate::{
+    AdmissionController, AdmissionError, Call, Deadline, Dimension, Lease, Phase, PoolId,
+    RefusalCost, ScopeId, StoreMode, TokenEstimate, Usage,
+};
+
+use test_store::{Calls, Outage, TestBackend, TestStore, assert_windows};
+
+const SCOPE: &str = "acct";
+const SECOND: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_millis(50);
+
+/// A replica: a controller on `store`, built from `scope` and `build`.
+fn replica(
+    store: &Arc<TestStore>,
+    on_unavailable: Unavailable,
+    scope: ScopeConfig,
+    build: impl FnOnce(tollgate::ControllerBuilder) -> tollgate::ControllerBuilder,
+) -> (AdmissionController, TestBackend) {
+    let backend = store.backend(TIMEOUT, on_unavailable);
+    let controller = build(
+        AdmissionController::builder()
+            .scope(scope)
+            .shared_store(Arc::new(backend.clone())),
+    )
+    .build()
+    .expect("valid configuration");
+    (controller, backend)
+}
+
+/// Whether an admission of `call` still waited after `d` (it is then
+/// dropped: cancelled at whatever stage it was in).
+async fn gave_up(c: &AdmissionController, call: Call, d: Duration) -> bool {
+    tokio::time::timeout(d, c.acquire(&call, Deadline::NONE))
+        .await
+        .is_err()
+}
+
+/// Admits `call` without a deadline on a task of its own.
+fn spawn_acquire(c: &AdmissionController, call: Call) -> JoinHandle<Result<Lease, AdmissionError>> {
+    let c = c.clone();
+    tokio::spawn(async move { c.acquire(&call, Deadline::NONE).await })
+}
+
+fn call(tokens: u64) -> Call {
+    Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(tokens, 0))
+}
+
+fn within(d: Duration) -> Deadline {
+    Deadline::from_timeout(Some(d), Instant::now())
+}
+
+/// Lets detached settlements run (paused clock: they finish at once).
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn available(store: &TestStore, dimension: Dimension) -> i64 {
+    store
+        .limits(SCOPE)
+        .iter()
+        .find(|l| l.dimension == dimension)
+        .map(|l| l.available)
+        .expect("a limit of that dimension")
+}
+
+fn mode(c: &AdmissionController) -> Option<StoreMode> {
+    c.snapshot().scopes[0].store
+}
+
+// proves: DQ-2, Q-7, Q-13, Q-9 (several replicas, real threads and clock:
+// no rolling window over the limit, every unit and permit back at the end)
+#[test]
+fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(12)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        const WINDOW: Duration = Duration::from_millis(400);
+        const REQUESTS: u64 = 30;
+        const TOKENS: u64 = 3_000;
+        let store = TestStore::new(Duration::from_secs(3_600));
+        store.set_latency(Duration::from_micros(300));
+        let scope = ScopeConfig::new(SCOPE)
+            .requests(REQUESTS, WINDOW)
+            .tokens(TOKENS, WINDOW);
+        let replicas: Vec<_> = (0..3)
+            .map(|_| {
+                replica(&store, Unavailable::FailClosed, scope.clone(), |b| {
+                    b.concurrency(3).queue_capacity(64)
+                })
+                .0
+            })
+            .collect();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let stop = Instant::now() + Duration::from_millis(1_600);
+        let mut tasks = Vec::new();
+        for (r, controller) in replicas.iter().enumerate() {
+            for w in 0..12u64 {
+                let controller = controller.clone();
+                let admitted = Arc::clone(&admitted);
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = fastrand::Rng::with_seed(r as u64 * 100 + w);
+                    while Instant::now() < stop {
+                        let estimate = rng.u64(20..200);
+                        let deadline = within(Duration::from_millis(rng.u64(1..300)));
+                        // Cancel at a random moment: any await of the
+                        // admission (turn, round trips, sleeps, permit).
+                        let cancel_after = Duration::from_micros(rng.u64(0..4_000));
+                        let acquire = controller.acquire(&call(estimate), deadline);
+                        let lease = match tokio::time::timeout(cancel_after, acquire).await {
+                            Ok(Ok(lease)) => lease,
+                            Ok(Err(_)) | Err(_) => continue,
+                        };
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                        let mut lease = lease;
+                        tokio::time::sleep(Duration::from_micros(rng.u64(0..2_000))).await;
+                        match rng.u8(0..10) {
+                            0 => {
+                                let _ = lease.refused(RefusalCost::Free);
+                            }
+                            1 => {
+                                // Debt: more than estimated.
+                                let _ = lease.reconcile(Usage::known(estimate + 50));
+                            }
+                            2 => lease.counted_by(Instant::now()),
+                            3 => {
+                                let _ = controller
+                                    .start_cooldown(ScopeId::FIRST, Duration::from_millis(3));
+                            }
+                            4 => {}
+                            _ => {
+                                let _ = lease.reconcile(Usage::known(rng.u64(0..=estimate)));
+                            }
+                        }
+                        drop(lease);
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.expect("worker");
+        }
+        // Detached settlements and refunds land within their timeout.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let records = store.records(SCOPE);
+        let counters: Vec<_> = replicas
+            .iter()
+            .map(|c| c.snapshot().scopes[0].counters)
+            .collect();
+        let sum = |f: fn(&tollgate::ScopeCounters) -> u64| counters.iter().map(f).sum::<u64>();
+        // Each lease is in the store exactly once; every refunded grant is not.
+        assert_eq!(records.len() as u64, admitted.load(Ordering::Relaxed));
+        assert_eq!(sum(|c| c.admitted), admitted.load(Ordering::Relaxed));
+        assert!(
+            sum(|c| c.refunded_reservations) > 0,
+            "cancellations refunded grants"
+        );
+        assert!(
+            sum(|c| c.preempted) > 0,
+            "cooldowns preempted grants (CD-3)"
+        );
+        assert!(sum(|c| c.tokens_debt) > 0, "debt was recorded");
+        assert_eq!(
+            sum(|c| c.store_errors),
+            0,
+            "deadlines are not store failures"
+        );
+        assert_eq!(sum(|c| c.settlements_failed), 0);
+        let (max_requests, max_tokens) = assert_windows(&records, WINDOW, REQUESTS, TOKENS);
+        assert!(
+            admitted.load(Ordering::Relaxed) > 2 * REQUESTS,
+            "the run was oversubscribed"
+        );
+        assert_eq!(
+            max_requests, REQUESTS,
+            "the limit was reached, not only respected"
+        );
+        assert!(max_tokens <= TOKENS);
+        assert_eq!(store.pending(SCOPE), 0, "no pending reservation leaked");
+        for c in &replicas {
+            c.idle().await;
+            assert!(c.snapshot().is_idle(), "{:?}", c.snapshot());
+            assert_eq!(c.snapshot().active, 0);
+        }
+        // Every unit comes back once the window has passed.
+        tokio::time::sleep(WINDOW + Duration::from_millis(50)).await;
+        assert_eq!(available(&store, Dimension::Requests), REQUESTS as i64);
+        assert_eq!(available(&store, Dimension::Tokens), TOKENS as i64);
+    });
+}
+
+// proves: DQ-3, DQ-5 under load (outages that refuse or hang, on real
+// threads: no admission outlives its deadline by more than one timeout,
+// every permit comes back, and the replicas return to the shared store)
+#[test]
+fn outages_under_load_never_hang_and_leave_nothing_held() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let store = TestStore::new(Duration::from_secs(600));
+        store.set_latency(Duration::from_micros(200));
+        let scope = ScopeConfig::new(SCOPE)
+            .requests(40, Duration::from_millis(300))
+            .tokens(4_000, Duration::from_millis(300));
+        let policies = [
+            Unavailable::FailOpenLocal { replicas: 2 },
+            Unavailable::FailClosed,
+        ];
+        let replicas: Vec<_> = policies
+            .into_iter()
+            .map(|p| {
+                let backend = store.backend(Duration::from_millis(200), p);
+                AdmissionController::builder()
+                    .scope(scope.clone())
+                    .concurrency(4)
+                    .shared_store(Arc::new(backend))
+                    .build()
+                    .expect("valid configuration")
+            })
+            .collect();
+        let stop = Instant::now() + Duration::from_millis(1_200);
+        let faults = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let cycle = [Outage::Refuse, Outage::Up, Outage::Hang, Outage::Up];
+                for outage in cycle.iter().cycle() {
+                    if Instant::now() >= stop {
+                        break;
+                    }
+                    store.set_outage(*outage);
+                    tokio::time::sleep(Duration::from_millis(120)).await;
+                }
+                store.set_outage(Outage::Up);
+            })
+        };
+        let mut tasks = Vec::new();
+        for (r, controller) in replicas.iter().enumerate() {
+            for w in 0..8u64 {
+                let controller = controller.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = fastrand::Rng::with_seed(7 + r as u64 * 10 + w);
+                    let mut worst = Duration::ZERO;
+                    while Instant::now() < stop {
+                        let budget = Duration::from_millis(rng.u64(1..100));
+                        let started = Instant::now();
+                        let estimate = rng.u64(10..100);
+                        let admitted = controller.acquire(&call(estimate), within(budget)).await;
+                        worst = worst.max(started.elapsed().saturating_sub(budget));
+                        if let Ok(mut lease) = admitted {
+                            tokio::time::sleep(Duration::from_micros(rng.u64(0..1_000))).await;
+                            let _ = lease.reconcile(Usage::known(rng.u64(0..=2 * estimate)));
+                        }
+                    }
+                    worst
+                }));
+            }
+        }
+        let mut worst = Duration::ZERO;
+        for t in tasks {
+            worst = worst.max(t.await.expect("worker"));
+        }
+        faults.await.expect("faults");
+        // Past the deadline by scheduling on a busy machine at most, never
+        // by a store timeout (a hang would overrun by 200 ms or more).
+        assert!(
+            worst < Duration::from_millis(100),
+            "overran a deadline by {worst:?}"
+        );
+        let fallback: u64 = replicas
+            .iter()
+            .map(|c| c.snapshot().scopes[0].counters.fallback_admissions)
+            .sum();
+        let refused: u64 = replicas
+            .iter()
+            .map(|c| c.snapshot().scopes[0].counters.store_unavailable)
+            .sum();
+        assert!(fallback > 0, "fail_open_local served during outages");
+        assert!(refused > 0, "fail_closed refused during outages");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for c in &replicas {
+            c.idle().await;
+            let snapshot = c.snapshot();
+            assert!(snapshot.is_idle(), "{snapshot:?}");
+            let _ = c.shared_limits(ScopeId::FIRST).await;
+            assert_eq!(mode(c), Some(StoreMode::Shared), "back to the shared store");
+        }
+    });
+}
+
+// proves: DQ-4, ADM-4 (FIFO within one replica: a later small demand never
+// overtakes an earlier large one)
+#[tokio::test(start_paused = true)]
+async fn admissions_follow_arrival_order_within_a_replica() {
+    let store = TestStore::new(Duration::from_secs(7));
+    let scope = ScopeConfig::new(SCOPE).tokens(100, SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let first = c.acquire(&call(60), Deadline::NONE).await.expect("room");
+    drop(first);
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    // 60 does not fit until the first one ages out; 10 would fit now.
+    for (i, tokens) in [60u64, 10, 30, 10, 90, 5].into_iter().enumerate() {
+        let (c, order) = (c.clone(), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            let lease = c
+                .acquire(&call(tokens), Deadline::NONE)
+                .await
+                .expect("admitted");
+            order.lock().push((i, lease.admission().ticket));
+        }));
+        tokio::task::yield_now().await;
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let order = order.lock().clone();
+    let arrivals: Vec<usize> = order.iter().map(|o| o.0).collect();
+    assert_eq!(arrivals, vec![0, 1, 2, 3, 4, 5]);
+    let tickets: Vec<u64> = order.iter().map(|o| o.1).collect();
+    assert!(tickets.windows(2).all(|w| w[0] < w[1]), "{tickets:?}");
+}
+
+// proves: DQ-3 (fail_closed answers at once with a typed error, never a
+// wait; the state is in the snapshot; shared again by itself)
+#[tokio::test(start_paused = true)]
+async fn fail_closed_refuses_at_once_and_recovers() {
+    let store = TestStore::new(Duration::from_secs(11));
+    let scope = ScopeConfig::new(SCOPE).requests(100, SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    assert_eq!(mode(&c), Some(StoreMode::Shared));
+    store.set_outage(Outage::Hang);
+    // The first call finds out within the operation's timeout...
+    let started = Instant::now();
+    let e = c
+        .acquire(&call(1), within(SECOND))
+        .await
+        .expect_err("store down");
+    assert_eq!(
+        e,
+        AdmissionError::QuotaStoreUnavailable {
+            scope: ScopeId::FIRST
+        }
+    );
+    assert_eq!(e.kind(), "quota_store_unavailable");
+    assert!(started.elapsed() <= TIMEOUT);
+    assert_eq!(mode(&c), Some(StoreMode::Unavailable));
+    // ...later ones do not wait at all, and do not touch the store.
+    let reserves = Calls::get(&backend.calls.reserve);
+    let started = Instant::now();
+    for _ in 0..5 {
+        let e = c
+            .acquire(&call(1), within(SECOND))
+            .await
+            .expect_err("still down");
+        assert!(matches!(e, AdmissionError::QuotaStoreUnavailable { .. }));
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(Calls::get(&backend.calls.reserve), reserves);
+    let snapshot = c.snapshot();
+    assert_eq!(snapshot.scopes[0].counters.store_unavailable, 6);
+    assert!(snapshot.scopes[0].counters.store_errors >= 1);
+    assert!(snapshot.is_idle());
+    // The store comes back: a probe finds out, no restart needed.
+    store.set_outage(Outage::Up);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let _ = c.snapshot();
+    settle().await;
+    assert_eq!(mode(&c), Some(StoreMode::Shared));
+    let lease = c
+        .acquire(&call(1), within(SECOND))
+        .await
+        .expect("shared again");
+    assert_eq!(Calls::get(&backend.calls.reserve), reserves + 1);
+    drop(lease);
+}
+
+// proves: DQ-3 (fail_open_local admits within limit / replicas, visibly,
+// and returns to the shared store when it answers)
+#[tokio::test(start_paused = true)]
+async fn fail_open_local_admits_the_local_share_and_returns() {
+    let store = TestStore::new(Duration::from_secs(13));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(10, 60 * SECOND)
+        .tokens(1_000, 60 * SECOND);
+    let policy = Unavailable::FailOpenLocal { replicas: 4 };
+    let (c, backend) = replica(&store, policy, scope, |b| b);
+    store.set_outage(Outage::Refuse);
+    // More than the local share (1000 / 4) can ever hold: refused at once.
+    let e = c
+        .acquire(&call(300), within(SECOND))
+        .await
+        .expect_err("larger than the share");
+    assert!(matches!(e, AdmissionError::QuotaStoreUnavailable { .. }));
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(
+            c.acquire(&call(1), within(SECOND))
+                .await
+                .expect("local share"),
+        );
+    }
+    // 10 / 4 = 2: the third waits for the share's window, beyond its deadline.
+    let e = c
+        .acquire(&call(1), within(SECOND))
+        .await
+        .expect_err("share spent");
+    assert_eq!(e.phase(), Some(Phase::Rate));
+    assert!(
+        e.retry_at().is_some(),
+        "the early verdict carries the instant (Q-11)"
+    );
+    let snapshot = c.snapshot();
+    let s = &snapshot.scopes[0];
+    assert_eq!(s.store, Some(StoreMode::LocalFallback));
+    assert_eq!(s.counters.fallback_admissions, 2);
+    assert_eq!(
+        s.limit(Dimension::Requests, 60 * SECOND).map(|l| l.limit),
+        Some(2)
+    );
+    assert_eq!(s.available(Dimension::Requests, 60 * SECOND), Some(0));
+    drop(leases);
+    // Back: the next reservation goes to the shared store again.
+    store.set_outage(Outage::Up);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let _ = c.snapshot();
+    settle().await;
+    assert_eq!(mode(&c), Some(StoreMode::Shared));
+    let reserves = Calls::get(&backend.calls.reserve);
+    let lease = c.acquire(&call(1), within(SECOND)).await.expect("shared");
+    assert_eq!(Calls::get(&backend.calls.reserve), reserves + 1);
+    assert_eq!(
+        store.records(SCOPE).len(),
+        1,
+        "admitted by the shared store"
+    );
+    drop(lease);
+    assert!(
+        c.snapshot().scopes[0].limits.is_empty(),
+        "shared amounts live in the store"
+    );
+    let limits = c
+        .shared_limits(ScopeId::FIRST)
+        .await
+        .expect("shared scope")
+        .expect("store up");
+    assert_eq!(limits[0].available, 9);
+}
+
+// proves: Q-11 on a shared scope (the store's instant gives the early
+// verdict at once, with the instant as a hint)
+#[tokio::test(start_paused = true)]
+async fn early_verdict_on_a_shared_scope() {
+    let store = TestStore::new(Duration::from_secs(17));
+    let scope = ScopeConfig::new(SCOPE).requests(2, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| {
+        b.max_wait(10 * SECOND)
+    });
+    let a = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let b = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let started = Instant::now();
+    let e = c
+        .acquire(&call(1), within(5 * SECOND))
+        .await
+        .expect_err("spent");
+    assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
+    let AdmissionError::DeadlineExceeded { phase, retry_at } = e else {
+        panic!("unexpected {e:?}");
+    };
+    assert_eq!(phase, Phase::Rate);
+    let hint = retry_at.expect("hint") - started;
+    assert!(hint > 59 * SECOND && hint <= 60 * SECOND, "{hint:?}");
+    let e = c
+        .acquire(&call(1), Deadline::NONE)
+        .await
+        .expect_err("too far");
+    assert!(
+        matches!(e, AdmissionError::QuotaWaitTooLong { .. }),
+        "{e:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    drop((a, b));
+    assert!(c.snapshot().is_idle());
+}
+
+// proves: DQ-1 fast path (one store round trip per admitted call; a call
+// that waits for concurrency takes two)
+#[tokio::test(start_paused = true)]
+async fn one_round_trip_per_admitted_call_on_the_fast_path() {
+    let store = TestStore::new(Duration::from_secs(19));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(1_000, SECOND)
+        .tokens(100_000, SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    for _ in 0..50 {
+        let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+        // Usage equal to the estimate changes nothing: no round trip.
+        lease
+            .reconcile(Usage::known(100))
+            .expect("first settlement");
+    }
+    settle().await;
+    assert_eq!(backend.calls.round_trips(), 50);
+    assert_eq!(Calls::get(&backend.calls.reserve), 50);
+    // Waiting for the one permit: reserve (pending), then lease.
+    let held = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&c, call(100));
+    settle().await;
+    drop(held);
+    let lease = waiter.await.expect("task").expect("admitted");
+    assert!(lease.admission().concurrency);
+    assert_eq!(Calls::get(&backend.calls.reserve), 52);
+    assert_eq!(Calls::get(&backend.calls.lease), 1);
+}
+
+/// Asserts that every unit is back in the store and nothing is held.
+#[track_caller]
+fn assert_all_back(store: &TestStore, c: &AdmissionController, requests: i64) {
+    assert_eq!(
+        available(store, Dimension::Requests),
+        requests,
+        "{:?}",
+        store.records(SCOPE)
+    );
+    assert_eq!(store.pending(SCOPE), 0);
+    assert!(c.snapshot().is_idle(), "{:?}", c.snapshot());
+}
+
+// proves: Q-9 on a shared scope (cancelled at each stage: a granted
+// reservation refunded exactly once, nothing else held)
+#[tokio::test(start_paused = true)]
+async fn cancellation_at_each_stage_refunds_exactly_once() {
+    let store = TestStore::new(Duration::from_secs(23));
+    store.set_latency(Duration::from_millis(10));
+    let scope = ScopeConfig::new(SCOPE).requests(3, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| {
+        b.pool(PoolConfig::new("p", 1))
+    });
+    let refunds = || Calls::get(&backend.calls.refund);
+    let pooled = |tokens| call(tokens).with_pool(PoolId::new(0));
+
+    // 1. In flight: the reservation lands after the call is gone.
+    let id = tollgate::CallId(7);
+    assert!(gave_up(&c, pooled(1).with_id(id), Duration::from_millis(5)).await);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(refunds(), 1);
+    assert_all_back(&store, &c, 3);
+    drop(c.claim(id).expect("the id was released (ADM-6)"));
+
+    // 2. Waiting for the turn behind a call in flight: nothing to refund.
+    let holder = c.acquire(&pooled(1), Deadline::NONE);
+    let waiter = c.acquire(&pooled(1), Deadline::NONE);
+    let (held, gone) = tokio::join!(
+        holder,
+        tokio::time::timeout(Duration::from_millis(1), waiter)
+    );
+    assert!(gone.is_err());
+    let held = held.expect("admitted");
+
+    // 3. Granted, waiting for the permit (pending): refunded once.
+    assert!(gave_up(&c, pooled(1), Duration::from_millis(15)).await);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(refunds(), 2);
+    assert_eq!(
+        available(&store, Dimension::Requests),
+        2,
+        "only the held lease counts"
+    );
+
+    // 4. The lease round trip in flight: refunded once, as leased.
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(
+                Duration::from_millis(25),
+                c.acquire(&pooled(1), Deadline::NONE),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(held);
+    let gone = waiter.await.expect("task");
+    assert!(gone.is_err(), "cancelled while leasing");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(refunds(), 3);
+    assert_eq!(Calls::get(&backend.calls.lease), 1);
+    assert_eq!(
+        available(&store, Dimension::Requests),
+        2,
+        "the first lease stays spent"
+    );
+
+    // 5. Sleeping for quota: nothing granted, nothing to refund.
+    let spent = c.acquire(&pooled(1), Deadline::NONE).await.expect("room");
+    let spent2 = {
+        drop(spent);
+        c.acquire(&pooled(1), Deadline::NONE).await.expect("room")
+    };
+    drop(spent2);
+    assert!(gave_up(&c, pooled(1), Duration::from_secs(1)).await);
+    settle().await;
+    assert_eq!(refunds(), 3);
+    assert_eq!(store.pending(SCOPE), 0);
+    assert!(c.snapshot().is_idle());
+    let counters = c.snapshot().scopes[0].counters;
+    assert_eq!(counters.refunded_reservations, 3);
+    assert_eq!(counters.settlements_failed, 0);
+}
+
+// proves: CD-3 on a shared scope (a grant waiting for its permit when a
+// cooldown starts is refunded once and goes back to the tail)
+#[tokio::test(start_paused = true)]
+async fn cooldown_preempts_a_pending_grant() {
+    let store = TestStore::new(Duration::from_secs(29));
+    let scope = ScopeConfig::new(SCOPE).requests(10, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let held = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&c, call(1));
+    settle().await;
+    c.start_cooldown(ScopeId::FIRST, SECOND).expect("scope");
+    drop(held);
+    let started = Instant::now();
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("admitted after the cooldown");
+    assert!(started.elapsed() >= SECOND - Duration::from_millis(2));
+    assert_eq!(lease.admission().preemptions, 1);
+    assert_eq!(Calls::get(&backend.calls.refund), 1);
+    assert_eq!(c.snapshot().scopes[0].counters.preempted, 1);
+    drop(lease);
+    settle().await;
+    assert_eq!(available(&store, Dimension::Requests), 8);
+}
+
+// proves: on a shared scope (settlements reach the store; debt
+// is retried; a failed settlement is counted and leaves amounts counted)
+#[tokio::test(start_paused = true)]
+async fn settlements_reach_the_store() {
+    let store = TestStore::new(Duration::from_secs(31));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(10, 60 * SECOND)
+        .tokens(1_000, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    lease.counted_by(Instant::now() + Duration::from_millis(5));
+    let settlement = lease.reconcile(Usage::known(250)).expect("first");
+    assert_eq!(settlement.debt, 150);
+    drop(lease);
+    settle().await;
+    assert_eq!(available(&store, Dimension::Tokens), 750);
+    let mut refused = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    refused.refused(RefusalCost::Free).expect("first");
+    drop(refused);
+    settle().await;
+    assert_eq!(available(&store, Dimension::Requests), 9);
+    assert_eq!(available(&store, Dimension::Tokens), 750);
+    // The store goes away before a settlement: it does not land, is
+    // retried (debt), counted, and the amounts stay as they were.
+    let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    store.set_outage(Outage::Refuse);
+    lease.reconcile(Usage::known(400)).expect("first");
+    drop(lease);
+    tokio::time::sleep(SECOND).await;
+    store.set_outage(Outage::Up);
+    assert_eq!(Calls::get(&backend.calls.reconcile), 1 + 3);
+    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 1);
+    assert_eq!(available(&store, Dimension::Tokens), 650);
+}
+
+// proves: CFG-3 for a shared store (located errors before any work:
+// learned limits are per process, a zero timeout, zero replicas, two
+// quota stores)
+#[test]
+fn invalid_shared_store_settings_are_refused() {
+    let store = TestStore::new(Duration::ZERO);
+    let build = |scope: ScopeConfig, timeout, policy| {
+        AdmissionController::builder()
+            .scope(scope)
+            .shared_store(Arc::new(store.backend(timeout, policy)))
+            .build()
+            .map(|_| ())
+    };
+    let learner = ScopeConfig::new("learner").learn_limits(60 * SECOND);
+    let e = build(learner, TIMEOUT, Unavailable::FailClosed).expect_err("learned limits");
+    assert_eq!(e.field, "scopes.learner.learn_limits");
+    let plain = || ScopeConfig::new(SCOPE).requests(1, SECOND);
+    let e = build(plain(), Duration::ZERO, Unavailable::FailClosed).expect_err("no timeout");
+    assert_eq!(e.field, "quota_store.timeout");
+    let zero = Unavailable::FailOpenLocal { replicas: 0 };
+    let e = build(plain(), TIMEOUT, zero).expect_err("no replicas");
+    assert_eq!(e.field, "quota_store.replicas");
+    let e = AdmissionController::builder()
+        .scope(plain())
+        .backend(Arc::new(tollgate::quota::LocalBackend))
+        .shared_store(Arc::new(store.backend(TIMEOUT, Unavailable::FailClosed)))
+        .build()
+        .expect_err("two stores");
+    assert_eq!(e.field, "quota_store");
+    assert!(build(plain(), TIMEOUT, Unavailable::FailClosed).is_ok());
+}
+
+// proves: ADM-5 on a shared scope (the turn's line is bounded by the queue
+// capacity; `reject` refuses past it at once)
+#[tokio::test(start_paused = true)]
+async fn the_line_is_bounded_by_the_queue_capacity() {
+    let store = TestStore::new(Duration::from_secs(37));
+    let scope = ScopeConfig::new(SCOPE).requests(1, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| {
+        b.queue_capacity(2)
+            .overflow(tollgate::config::Overflow::Reject)
+    });
+    let spent = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let mut waiting = Vec::new();
+    // One holds the turn (sleeping for quota), one waits in line.
+    for _ in 0..2 {
+        waiting.push(spawn_acquire(&c, call(1)));
+        settle().await;
+    }
+    let snapshot = c.snapshot();
+    assert_eq!(snapshot.scopes[0].queued, 2);
+    assert_eq!(snapshot.scopes[0].waiting_for_slot, 0);
+    let e = c.acquire(&call(1), Deadline::NONE).await.expect_err("full");
+    assert_eq!(
+        e,
+        AdmissionError::QueueFull {
+            scope: ScopeId::FIRST
+        }
+    );
+    for w in waiting {
+        w.abort();
+    }
+    drop(spent);
+    settle().await;
+    assert!(c.snapshot().is_idle());
+}
+
+// proves: LC-7 on a shared scope (closing wakes the call holding the turn
+// and the calls in line with `Closed`; nothing is left held)
+#[tokio::test(start_paused = true)]
+async fn close_wakes_every_waiter() {
+    let store = TestStore::new(Duration::from_secs(41));
+    let scope = ScopeConfig::new(SCOPE).requests(1, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let spent = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiting: Vec<_> = (0..3).map(|_| spawn_acquire(&c, call(1))).collect();
+    settle().await;
+    c.stop_admitting();
+    for w in waiting {
+        let e = w.await.expect("task").expect_err("closed");
+        assert_eq!(e, AdmissionError::Closed);
+    }
+    drop(spent);
+    c.close().await;
+    assert!(c.snapshot().is_idle());
+    assert_eq!(store.pending(SCOPE), 0);
+}
+
+// proves: DQ-5 (every round trip is bounded by the timeout clipped by the
+// deadline; a deadline cutting a round trip short is a deadline, not a
+// store failure)
+#[tokio::test(start_paused = true)]
+async fn a_round_trip_cut_short_by_the_deadline_is_a_deadline() {
+    let store = TestStore::new(Duration::from_secs(43));
+    store.set_latency(Duration::from_millis(20));
+    let scope = ScopeConfig::new(SCOPE).requests(10, SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let started = Instant::now();
+    let e = c
+        .acquire(&call(1), within(Duration::from_millis(5)))
+        .await
+        .expect_err("too slow for the deadline");
+    assert_eq!(e.phase(), Some(Phase::Rate));
+    assert_eq!(started.elapsed(), Duration::from_millis(5));
+    let snapshot = c.snapshot();
+    assert_eq!(snapshot.scopes[0].store, Some(StoreMode::Shared));
+    assert_eq!(snapshot.scopes[0].counters.store_errors, 0);
+    // A store slower than the whole timeout is unavailable.
+    store.set_latency(2 * TIMEOUT);
+    let started = Instant::now();
+    let e = c
+        .acquire(&call(1), within(SECOND))
+        .await
+        .expect_err("timed out");
+    assert!(
+        matches!(e, AdmissionError::QuotaStoreUnavailable { .. }),
+        "{e:?}"
+    );
+    assert_eq!(started.elapsed(), TIMEOUT);
+}
+
+// proves: DQ-3 (a store lost between the reservation and the lease of a
+// call that waited for concurrency: fail_open_local starts it over on the
+// local share, nothing held twice)
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_round_trip_starts_over_on_the_local_share() {
+    let store = TestStore::new(Duration::from_secs(47));
+    let scope = ScopeConfig::new(SCOPE).requests(10, 60 * SECOND);
+    let policy = Unavailable::FailOpenLocal { replicas: 2 };
+    let (c, _) = replica(&store, policy, scope, |b| b.concurrency(1));
+    let held = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&c, call(1));
+    settle().await;
+    assert_eq!(store.pending(SCOPE), 1, "granted, waiting for the permit");
+    store.set_outage(Outage::Refuse);
+    drop(held);
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("admitted from the local share");
+    assert_eq!(c.snapshot().scopes[0].store, Some(StoreMode::LocalFallback));
+    assert_eq!(c.snapshot().scopes[0].counters.fallback_admissions, 1);
+    drop(lease);
+    // The refund of the lost grant failed too: counted, and the pending
+    // amount stays in the store (the safe direction) until it expires.
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 1);
+    assert!(c.snapshot().is_idle());
+}
+
+// proves: Q-4 across replicas (a waiter sleeps until the store's instant,
+// no polling; a refund announced by the store wakes it earlier), DQ-5 (the
+// instant is the store's wait added to the local clock: the test store's
+// clock runs 53 s ahead of the replicas')
+#[tokio::test(start_paused = true)]
+async fn a_waiter_sleeps_until_the_instant_or_a_notice() {
+    let store = TestStore::new(Duration::from_secs(53));
+    let scope = ScopeConfig::new(SCOPE).requests(1, 10 * SECOND);
+    let (a, _) = replica(&store, Unavailable::FailClosed, scope.clone(), |b| b);
+    let (b, b_backend) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let reserves = || Calls::get(&b_backend.calls.reserve);
+    // The instant: one ask, one sleep, one ask.
+    let spent = a.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let started = Instant::now();
+    let lease = b
+        .acquire(&call(1), Deadline::NONE)
+        .await
+        .expect("after the window");
+    assert_eq!(started.elapsed(), 10 * SECOND);
+    assert_eq!(reserves(), 2, "no polling while it waits");
+    assert!(lease.admission().limited_by.requests);
+    drop((spent, lease));
+    // A notice: the holder of the room is refused and charged nothing
+    // the waiter on the other replica is admitted at once.
+    tokio::time::sleep(10 * SECOND).await;
+    let mut refused = a.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&b, call(1));
+    tokio::time::sleep(SECOND).await;
+    let woken_at = Instant::now();
+    refused
+        .refused(RefusalCost::Free)
+        .expect("first settlement");
+    let lease = waiter.await.expect("task").expect("admitted on the notice");
+    assert_eq!(woken_at.elapsed(), Duration::ZERO);
+    assert_eq!(reserves(), 4);
+    drop((refused, lease));
+}
