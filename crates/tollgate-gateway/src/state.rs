@@ -97,6 +97,9 @@ pub struct AppState {
     pub upstream: Vec<ScopeRuntime>,
     /// The shared quota store of the upstream scopes, if any (SPEC DQ-1).
     pub quota_store: Option<tollgate::quota::SharedRemote>,
+    /// Its URL as resolved at build (a reload with another URL, e.g. a
+    /// changed `url_env` value, connects anew).
+    pub quota_store_url: Option<String>,
     /// Tenants by ordinal: their quotas, pools and allowed models.
     pub tenant_slots: Vec<TenantSlot>,
     /// API key → tenant.

@@ -247,3 +247,144 @@ async fn fail_open_local_serves_the_local_share() {
     );
     gw.wait_idle().await;
 }
+
+// proves: DQ-2, Q-9, GW-6, GW-17 (hostile clients against a replica whose
+// quota lives in Redis: requests with deadlines of a millisecond and
+// clients that hang up while their call is upstream cost only themselves;
+// one window later the shared budget is whole again, the replica is idle,
+// and a well-behaved client is served)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_clients_leave_the_shared_budget_whole() {
+    let Some(redis) = RedisServer::start_or_skip("hostile_clients_leave_the_shared_budget_whole")
+    else {
+        return;
+    };
+    // Answers take 300 ms, so a client can hang up while its call is
+    // upstream.
+    let sim = sim(SimConfig {
+        rpm: Some(RPM),
+        tpm: Some(TPM),
+        window: W,
+        ttft: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await;
+    let gw = replica(&sim, &redis, &format!("hostile-{}", std::process::id()), "").await;
+    let http = client();
+    let url = gw.url("/v1/chat/completions");
+    // Tiny deadlines: admitted or refused, never left holding anything.
+    let tiny: Vec<_> = (0..20)
+        .map(|_| {
+            http.post(&url)
+                .bearer_auth(KEY_A)
+                .header("x-request-timeout", "0.001")
+                .json(&body())
+                .send()
+        })
+        .collect();
+    for resp in futures_util::future::join_all(tiny).await {
+        let status = resp.expect("answer").status().as_u16();
+        assert!(
+            [200, 429, 504].contains(&status),
+            "tiny deadline answered {status}"
+        );
+    }
+    // Clients that hang up while their call waits or is upstream.
+    let gone: Vec<_> = (0..10)
+        .map(|_| common::spawn_chat(&gw, KEY_A, body()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for task in gone {
+        task.abort();
+    }
+    // Every amount taken ages out within a window of its count (plus the
+    // arrival bound); then the shared store has the whole budget again.
+    let app = gw.current();
+    let controller = &app.upstream[0].controller;
+    let scope = controller.scope_id("account").expect("scope");
+    let give_up = Instant::now() + common::PATIENCE;
+    loop {
+        let limits = controller
+            .shared_limits(scope)
+            .await
+            .expect("a shared scope");
+        let limits = limits.expect("Redis answers");
+        if limits.iter().all(|l| l.available == l.limit as i64) {
+            break;
+        }
+        assert!(Instant::now() < give_up, "budget never whole: {limits:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.wait_idle().await;
+    let resp = http
+        .post(&url)
+        .bearer_auth(KEY_A)
+        .json(&body())
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(sim.stats().rejected_429.total(), 0, "{:?}", sim.stats());
+}
+
+/// The replica configuration of [`replica`] as text, for building states
+/// directly.
+fn replica_toml(sim: &SimServer, redis: &RedisServer, prefix: &str) -> String {
+    format!(
+        "[providers.p]\nbase_url = \"{}\"\n\n\
+         [scopes.account]\nlimits = [{{ requests = {RPM}, per = \"2s\" }}]\n\n\
+         [models.gpt-4o-mini]\nprovider = \"p\"\nscope = \"account\"\n\n\
+         [quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"{prefix}\"\n\n{}",
+        sim.openai_base_url(),
+        redis.url(),
+        tenants("", ""),
+    )
+}
+
+// proves: GW-15, DQ-1 (a reload that leaves `[quota_store]` as it was keeps
+// the store's connection and every unchanged scope's controller; one that
+// changes it connects anew and starts the scopes afresh)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_store_unless_it_changed() {
+    use tollgate_gateway::build::build_with;
+    use tollgate_gateway::config::GatewayConfig;
+    use tollgate_gateway::metrics::Metrics;
+
+    let Some(redis) = RedisServer::start_or_skip("a_reload_keeps_the_store_unless_it_changed")
+    else {
+        return;
+    };
+    let sim = account().await;
+    let load = |prefix: &str| {
+        GatewayConfig::from_toml(&replica_toml(&sim, &redis, prefix), "t.toml").expect("valid")
+    };
+    let first = build_with(&load("r1"), Metrics::install(), None).expect("build");
+    // One admission through the first state's scope.
+    let controller = &first.upstream[0].controller;
+    let scope = controller.scope_id("account").expect("scope");
+    drop(
+        controller
+            .acquire(&tollgate::Call::new(scope), tollgate::Deadline::NONE)
+            .await
+            .expect("admitted"),
+    );
+    let admitted = |state: &tollgate_gateway::state::AppState| {
+        state.upstream[0].controller.snapshot().scopes[0]
+            .counters
+            .admitted
+    };
+    let same = build_with(&load("r1"), Metrics::install(), Some(&first)).expect("reload");
+    let (a, b) = (
+        first.quota_store.as_ref().expect("shared"),
+        same.quota_store.as_ref().expect("shared"),
+    );
+    assert!(Arc::ptr_eq(a, b), "the connection is kept");
+    assert_eq!(admitted(&same), 1, "the scope's controller is kept");
+    let other = build_with(&load("r2"), Metrics::install(), Some(&same)).expect("reload");
+    assert!(!Arc::ptr_eq(b, other.quota_store.as_ref().expect("shared")));
+    assert_eq!(
+        admitted(&other),
+        0,
+        "another store: the scope starts afresh"
+    );
+}

@@ -47,6 +47,10 @@ impl RedisBackend {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BuildError::NoRuntime);
         }
+        let prefix = &settings.prefix;
+        if prefix.is_empty() || prefix.contains([':', '{', '}']) {
+            return Err(BuildError::Prefix(prefix.clone()));
+        }
         let client = redis::Client::open(settings.url.as_str())
             .map_err(|e| BuildError::Url(e.to_string()))?;
         let config = ConnectionManagerConfig::new()

@@ -18,6 +18,11 @@ pub enum BuildError {
     /// The connection settings were refused.
     #[error("redis connection settings: {0}")]
     Connection(String),
+    /// The key prefix is empty or holds `:`, `{` or `}`: keys are
+    /// `{prefix:scope}:…`, so a prefix with `:` could share keys with
+    /// another prefix and scope (`a` + `b:c` and `a:b` + `c`).
+    #[error("invalid key prefix {0:?}: it must be non-empty, without `:`, `{{` or `}}`")]
+    Prefix(String),
 }
 
 /// A Redis error as the engine sees it: the store did not answer usefully.

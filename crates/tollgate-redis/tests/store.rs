@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{Demand, Hold, RemoteQuota};
+use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
 
@@ -206,4 +207,18 @@ async fn the_slot_log_stays_bounded() {
         }
     }
     assert!(longest > 400 && longest <= 513, "log held {longest} slots");
+}
+
+// proves: DQ-5 (keys of different prefixes and scopes never meet: a prefix
+// with `:` (prefix `a` + scope `b:c` vs prefix `a:b` + scope `c`) or with a
+// hash-tag brace is refused when the backend is built)
+#[tokio::test]
+async fn a_prefix_that_could_share_keys_is_refused() {
+    for prefix in ["a:b", "a{b", "a}b", ""] {
+        let e = RedisBackend::new(RedisSettings::new("redis://127.0.0.1:1").prefix(prefix))
+            .err()
+            .unwrap_or_else(|| panic!("{prefix:?} accepted"));
+        assert!(matches!(e, BuildError::Prefix(_)), "{prefix:?}: {e}");
+    }
+    assert!(RedisBackend::new(RedisSettings::new("redis://127.0.0.1:1").prefix("prod-eu")).is_ok());
 }

@@ -59,23 +59,27 @@ mod upstream;
 
 pub use upstream::ScopeRuntime;
 
-/// The shared quota store of `config`, kept from `previous` when
-/// `[quota_store]` did not change (its connection and subscriber go on).
+/// The shared quota store of `config` and its resolved URL, kept from
+/// `previous` when `[quota_store]` and the URL did not change (its
+/// connection and subscriber go on). The flag says whether it was kept.
 fn shared_store(
     config: &GatewayConfig,
     previous: Option<&AppState>,
-) -> Result<Option<SharedRemote>, BuildFailure> {
+) -> Result<(Option<SharedRemote>, Option<String>, bool), BuildFailure> {
     let QuotaStoreConfig::Redis(redis) = &config.quota_store else {
-        return Ok(None);
+        return Ok((None, None, true));
     };
+    let url = config.quota_store_url()?.unwrap_or_default();
     if let Some(kept) = previous
-        .filter(|p| p.config.quota_store == config.quota_store)
+        .filter(|p| {
+            p.config.quota_store == config.quota_store
+                && p.quota_store_url.as_deref() == Some(url.as_str())
+        })
         .and_then(|p| p.quota_store.clone())
     {
-        return Ok(Some(kept));
+        return Ok((Some(kept), Some(url), true));
     }
-    let url = config.quota_store_url()?.unwrap_or_default();
-    let settings = RedisSettings::new(url)
+    let settings = RedisSettings::new(url.clone())
         .prefix(redis.prefix.clone())
         .timeout(redis.timeout)
         .on_unavailable(redis.on_unavailable);
@@ -83,7 +87,7 @@ fn shared_store(
         origin: config.origin.clone(),
         reason: e.to_string(),
     })?;
-    Ok(Some(Arc::new(backend)))
+    Ok((Some(Arc::new(backend)), Some(url), false))
 }
 
 /// Builds the shared state for `config`.
@@ -108,13 +112,13 @@ pub fn build_with(
 
     // Upstream side: one controller per quota scope, its quota in the
     // shared store when one is configured (SPEC DQ-1).
-    let shared = shared_store(config, previous)?;
-    let upstream = upstream::scopes(
-        config,
-        previous.map_or(&[], |p| &p.upstream),
-        shared.as_ref(),
-    )
-    .map_err(engine)?;
+    let (shared, shared_url, store_kept) = shared_store(config, previous)?;
+    // A new store connection (another URL) starts every scope afresh.
+    let kept: &[ScopeRuntime] = match previous {
+        Some(p) if store_kept => &p.upstream,
+        _ => &[],
+    };
+    let upstream = upstream::scopes(config, kept, shared.as_ref()).map_err(engine)?;
 
     // Tenant side: one controller per tenant, admitted once per call.
     let auth = Authenticator::new(config);
@@ -257,6 +261,7 @@ pub fn build_with(
         models,
         upstream,
         quota_store: shared,
+        quota_store_url: shared_url,
         tenant_slots,
         auth,
         admin,

@@ -116,10 +116,11 @@ impl RawQuotaStore {
             ));
         }
         let prefix = self.prefix.unwrap_or_else(|| "tollgate".into());
-        if prefix.trim().is_empty() || prefix.contains(['{', '}']) {
+        if prefix.trim().is_empty() || prefix.contains([':', '{', '}']) {
             return Err(Problem::invalid(
                 &at.key("prefix"),
-                "must be non-empty and free of `{` and `}` (they delimit Redis Cluster hash tags)",
+                "must be non-empty and free of `:`, `{` and `}` (keys are `{prefix:scope}:...`, \
+                 one Redis Cluster hash tag per scope)",
             ));
         }
         let timeout = match &self.timeout {
@@ -247,6 +248,10 @@ enabled = true
             ),
             (
                 "[quota_store]\nbackend = \"redis\"\nurl = \"redis://x:1\"\nprefix = \"a{b\"\n",
+                "quota_store.prefix",
+            ),
+            (
+                "[quota_store]\nbackend = \"redis\"\nurl = \"redis://x:1\"\nprefix = \"a:b\"\n",
                 "quota_store.prefix",
             ),
             ("[quota_store]\nbackend = \"etcd\"\n", "quota_store.backend"),
