@@ -254,3 +254,58 @@ impl BatchArgs {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        batch: BatchArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<BatchConfig, BatchError> {
+        let mut all = vec!["tollgate-batch", "in.jsonl", "-o", "out.jsonl"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+            .expect("flags parse")
+            .batch
+            .to_config()
+    }
+
+    // proves: DQ-1, Q-14 (a shared store needs the account's limits stated:
+    // limits learned from one process's answers cannot bind the others;
+    // with them, the run shares the named scope)
+    #[test]
+    fn redis_needs_the_accounts_limits() {
+        let local = ["--base-url", "http://127.0.0.1:9/v1"];
+        let e = config(&[&local[..], &["--redis", "redis://127.0.0.1:6379"]].concat())
+            .expect_err("no limits");
+        assert!(e.to_string().contains("--rpm"), "{e}");
+        let c = config(
+            &[
+                &local[..],
+                &[
+                    "--redis",
+                    "redis://127.0.0.1:6379",
+                    "--rpm",
+                    "500",
+                    "--scope",
+                    "openai-main",
+                ],
+            ]
+            .concat(),
+        )
+        .expect("valid");
+        assert_eq!(c.scope, "openai-main");
+        assert_eq!(c.learn_limits, None);
+        assert_eq!(
+            c.shared.map(|s| s.url).as_deref(),
+            Some("redis://127.0.0.1:6379")
+        );
+        let e = config(&[&local[..], &["--scope", " "]].concat()).expect_err("empty scope");
+        assert!(e.to_string().contains("--scope"), "{e}");
+    }
+}

@@ -318,4 +318,28 @@ mod tests {
         );
         assert!("nope".parse::<ErrorClass>().is_err());
     }
+
+    // proves: DQ-3, CFG-2 (`--redis-unavailable` takes the two modes; a bad
+    // value is a clear error naming what to write, never a silent default)
+    #[test]
+    fn redis_unavailable_parses_or_says_what_to_write() {
+        use tollgate::quota::Unavailable;
+        assert_eq!(
+            parse_unavailable("fail_closed"),
+            Ok(Unavailable::FailClosed)
+        );
+        assert_eq!(
+            parse_unavailable("fail_open_local:3"),
+            Ok(Unavailable::FailOpenLocal { replicas: 3 })
+        );
+        for bad in [
+            "fail_open_local",
+            "fail_open_local:0",
+            "fail_open_local:x",
+            "open",
+        ] {
+            let e = parse_unavailable(bad).expect_err(bad);
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 }
