@@ -52,21 +52,24 @@ echo "== in-process store (LocalQuota), sequential"
 LOCAL=$("$BIN" local | tee "$WORK/local.txt")
 echo "$LOCAL"
 
-echo "== redis, one connection, one call at a time"
-before=$(trips)
-LAT=$("$BIN" latency "$URL" | tee "$WORK/latency.txt")
-after=$(trips)
-echo "$LAT"
-n=$(field admitted "$LAT")
-echo "round trips per admitted call: $(awk -v t=$((after - before)) -v n=$((n + WARM)) 'BEGIN { printf "%.3f", t / n }')"
+# One phase from one process: its line, and round trips per admitted call.
+phase() {
+  local title=$1 out=$2
+  shift 2
+  echo "== $title"
+  local before after line n
+  before=$(trips)
+  line=$("$BIN" "$@" | tee "$WORK/$out.txt")
+  after=$(trips)
+  echo "$line"
+  n=$(field admitted "$line")
+  echo "round trips per admitted call: $(awk -v t=$((after - before)) -v n=$((n + WARM)) 'BEGIN { printf "%.3f", t / n }')"
+}
 
-echo "== redis, one replica, $CONCURRENCY concurrent calls, ${SECS} s"
-before=$(trips)
-ONE=$("$BIN" load "$URL" "$SECS" "$CONCURRENCY" | tee "$WORK/one.txt")
-after=$(trips)
-echo "$ONE"
-n=$(field admitted "$ONE")
-echo "round trips per admitted call: $(awk -v t=$((after - before)) -v n=$((n + WARM)) 'BEGIN { printf "%.3f", t / n }')"
+phase "redis, one connection, one call at a time" latency latency "$URL"
+phase "redis, one replica, $CONCURRENCY concurrent calls, ${SECS} s" one load "$URL" "$SECS" "$CONCURRENCY"
+phase "through the engine: one replica's AdmissionController, $CONCURRENCY concurrent calls, ${SECS} s" \
+  engine engine "$URL" "$SECS" "$CONCURRENCY"
 
 echo "== redis, three replicas (processes), $CONCURRENCY concurrent calls each, ${SECS} s"
 before=$(trips)

@@ -259,6 +259,7 @@ impl Metrics {
                     ("refused_unavailable", k.store_unavailable),
                     ("fallback_admissions", k.fallback_admissions),
                     ("settlements_failed", k.settlements_failed),
+                    ("holds_expired", k.holds_expired),
                 ] {
                     counter!("tollgate_quota_store_events_total", "side" => side, "scope" => name.clone(), "event" => what)
                         .absolute(n);

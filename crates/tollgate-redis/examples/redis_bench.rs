@@ -5,7 +5,13 @@
 //! redis_bench local                      # in-process store, sequential
 //! redis_bench latency URL                # one connection, one call at a time
 //! redis_bench load URL SECS CONCURRENCY  # one replica (backend) under load
+//! redis_bench engine URL SECS CONCURRENCY # the same through the engine
 //! ```
+//!
+//! `engine` admits calls through an `AdmissionController` on the store
+//! (`acquire`, then the lease is dropped), so it includes the FIFO turn of
+//! the scope (one reservation in flight per replica, SPEC DQ-4) and the
+//! concurrency permits (far more than the calls in flight).
 //!
 //! Every mode admits `reserve(Hold::Leased)` demands of one request and 100
 //! tokens from a scope with four limits (requests and tokens over 1 s and
@@ -20,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tollgate::config::ScopeConfig;
-use tollgate::quota::{Demand, Hold, LocalQuota, QuotaStore, RemoteQuota};
+use tollgate::quota::{Demand, Hold, LocalQuota, QuotaStore, RemoteHold, RemoteQuota};
 use tollgate_redis::{RedisBackend, RedisSettings};
 
 const BUDGET: Duration = Duration::from_secs(2);
@@ -74,7 +80,9 @@ async fn run(url: &str, secs: u64, concurrency: usize, mode: &str) {
     let store = Arc::new(backend.open_scope(&scope()));
     // Warm up: the connection, the script cache and the slot log.
     for _ in 0..100 {
-        let _ = store.reserve(Demand::new(100), Hold::Leased, BUDGET).await;
+        let _ = store
+            .reserve(Demand::new(100), RemoteHold::Leased, BUDGET)
+            .await;
     }
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
@@ -85,7 +93,9 @@ async fn run(url: &str, secs: u64, concurrency: usize, mode: &str) {
                 let mut latencies = Vec::new();
                 while Instant::now() < end {
                     let t = Instant::now();
-                    let r = store.reserve(Demand::new(100), Hold::Leased, BUDGET).await;
+                    let r = store
+                        .reserve(Demand::new(100), RemoteHold::Leased, BUDGET)
+                        .await;
                     let took = t.elapsed();
                     match r {
                         Ok(Ok(_)) => latencies.push(took),
@@ -101,6 +111,44 @@ async fn run(url: &str, secs: u64, concurrency: usize, mode: &str) {
         latencies.extend(t.await.expect("task"));
     }
     report(mode, latencies, start.elapsed());
+}
+
+async fn engine(url: &str, secs: u64, concurrency: usize) {
+    use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+    let backend = RedisBackend::new(RedisSettings::new(url).prefix("bench")).expect("backend");
+    let c = AdmissionController::builder()
+        .scope(scope())
+        .concurrency(100_000)
+        .shared_store(Arc::new(backend))
+        .build()
+        .expect("controller");
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 0));
+    for _ in 0..100 {
+        drop(c.acquire(&call, Deadline::NONE).await.expect("admitted"));
+    }
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    let lease = c.acquire(&call, Deadline::NONE).await;
+                    latencies.push(t.elapsed());
+                    drop(lease.expect("the bench scope never refuses"));
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.expect("task"));
+    }
+    report("engine", latencies, start.elapsed());
+    c.close().await;
 }
 
 fn main() {
@@ -124,6 +172,11 @@ fn main() {
                 "load",
             ));
         }
-        other => panic!("unknown mode {other}: local, latency or load"),
+        "engine" => {
+            let secs = arg(2, "5").parse().expect("SECS");
+            let concurrency = arg(3, "16").parse().expect("CONCURRENCY");
+            rt.block_on(engine(&arg(1, "redis://127.0.0.1:6379"), secs, concurrency));
+        }
+        other => panic!("unknown mode {other}: local, latency, load or engine"),
     }
 }

@@ -23,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) struct Shared {
     pub(crate) settings: RedisSettings,
     pub(crate) conn: ConnectionManager,
-    pub(crate) scripts: Scripts,
+    pub(crate) scripts: Arc<Scripts>,
     notices: Arc<Notices>,
     _subscriber: Subscriber,
 }
@@ -61,12 +61,18 @@ impl RedisBackend {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| BuildError::Connection(e.to_string()))?;
         let notices = Arc::new(Notices::default());
-        let subscriber = Subscriber::spawn(client, &settings.prefix, notices.clone());
+        let scripts = Arc::new(Scripts::new());
+        let subscriber = Subscriber::spawn(
+            client,
+            &settings.prefix,
+            notices.clone(),
+            Arc::clone(&scripts),
+        );
         Ok(RedisBackend {
             shared: Arc::new(Shared {
                 settings,
                 conn,
-                scripts: Scripts::new(),
+                scripts,
                 notices,
                 _subscriber: subscriber,
             }),

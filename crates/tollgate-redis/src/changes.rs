@@ -14,6 +14,10 @@
 //! lease or refund frees room) is woken by that lease's process or by its
 //! own timer/deadline. After the subscriber (re)connects it wakes every
 //! scope once, as notices may have been lost meanwhile.
+//!
+//! The same task loads every script into the server whenever it
+//! (re)connects (a restarted Redis has forgotten them; see
+//! [`Scripts::load_all`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::keys::{channel_pattern, channel_prefix};
+use crate::scripts::Scripts;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -70,19 +75,36 @@ impl Drop for Subscriber {
 }
 
 impl Subscriber {
-    pub(crate) fn spawn(client: redis::Client, prefix: &str, notices: Arc<Notices>) -> Self {
+    pub(crate) fn spawn(
+        client: redis::Client,
+        prefix: &str,
+        notices: Arc<Notices>,
+        scripts: Arc<Scripts>,
+    ) -> Self {
         let pattern = channel_pattern(prefix);
         let head = channel_prefix(prefix);
-        Subscriber(tokio::spawn(run(client, pattern, head, notices)))
+        Subscriber(tokio::spawn(run(client, pattern, head, notices, scripts)))
     }
 }
 
-/// Subscribes, dispatches notices until the connection ends, and
-/// reconnects with a capped backoff, forever.
-async fn run(client: redis::Client, pattern: String, head: String, notices: Arc<Notices>) {
+/// Loads the scripts, subscribes, dispatches notices until the connection
+/// ends, and reconnects with a capped backoff, forever.
+async fn run(
+    client: redis::Client,
+    pattern: String,
+    head: String,
+    notices: Arc<Notices>,
+    scripts: Arc<Scripts>,
+) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let connect = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            // Not fatal (a server whose ACL refuses SCRIPT LOAD still runs
+            // EVALSHA, which loads a script itself while its caller waits).
+            if let Err(e) = scripts.load_all(&mut conn).await {
+                tracing::warn!(error = %e, "quota scripts not preloaded");
+            }
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.psubscribe(&pattern).await?;
             Ok::<_, redis::RedisError>(pubsub)

@@ -8,7 +8,11 @@
 //!   state, and for a sliding window `...:log`, its slot log (a list). The
 //!   limit's amount is not in the key (it is passed by the caller), its
 //!   algorithm, dimension and window are: replicas with different
-//!   configurations never read each other's state.
+//!   configurations never read each other's state;
+//! - `...:pend` and `...:pendx`: the limit's pending holds (id → stamp and
+//!   amount) and their expiry instants (a sorted set). Kept per limit, so
+//!   whichever script touches a limit gives back its expired holds, even
+//!   when replicas configure different sets of limits.
 //!
 //! Notices that quota came back go to `prefix:changes:scope`.
 
@@ -17,8 +21,9 @@ use crate::limits::LimitParams;
 /// The names of one scope.
 #[derive(Debug, Clone)]
 pub(crate) struct ScopeKeys {
-    /// The meta key first, then two per limit in configuration order: its
-    /// state and its slot log (written by sliding windows only).
+    /// The meta key first, then four per limit in configuration order: its
+    /// state, its slot log (written by sliding windows only), its pending
+    /// holds and their expiry instants.
     pub(crate) keys: Vec<String>,
     pub(crate) channel: String,
 }
@@ -26,15 +31,14 @@ pub(crate) struct ScopeKeys {
 impl ScopeKeys {
     pub(crate) fn new(prefix: &str, scope: &str, limits: &[LimitParams]) -> Self {
         let tag = format!("{{{prefix}:{scope}}}");
-        let mut keys = Vec::with_capacity(2 * limits.len() + 1);
+        let mut keys = Vec::with_capacity(4 * limits.len() + 1);
         keys.push(format!("{tag}:meta"));
         for l in limits {
             let key = format!("{tag}:{}", l.key_suffix());
             keys.push(format!("{key}:log"));
-            keys.push(key);
-            let last = keys.len() - 1;
-            // The state key first, then its log.
-            keys.swap(last - 1, last);
+            keys.push(format!("{key}:pend"));
+            keys.push(format!("{key}:pendx"));
+            keys.insert(keys.len() - 3, key);
         }
         ScopeKeys {
             keys,

@@ -10,14 +10,14 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Demand, Dimension, Hold, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteQuota,
-    Reservation, StoreError, StoreFuture,
+    Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteHold,
+    RemoteQuota, Reservation, StoreError, StoreFuture,
 };
 
 use crate::backend::Shared;
 use crate::error::bounded;
 use crate::keys::ScopeKeys;
-use crate::limits::{LimitParams, MAX_EXACT, micros_down, ttl_ms};
+use crate::limits::{LimitParams, MAX_EXACT, micros_down, micros_up, ttl_ms};
 use crate::reply::{self, RawReserve};
 use crate::scripts::Op;
 
@@ -63,8 +63,9 @@ impl RedisQuota {
         }
     }
 
-    /// The keys of this scope: the meta key, then each limit's state and
-    /// slot log (only sliding windows write a log).
+    /// The keys of this scope: the meta key, then each limit's state, slot
+    /// log (only sliding windows write one), pending holds and their expiry
+    /// instants.
     pub fn keys(&self) -> &[String] {
         &self.keys.keys
     }
@@ -86,15 +87,17 @@ impl RedisQuota {
     pub async fn reserve_raw(
         &self,
         demand: Demand,
-        hold: Hold,
+        hold: RemoteHold,
         budget: Duration,
     ) -> Result<RawReserve, StoreError> {
-        let hold = match hold {
-            Hold::Pending => "p",
-            Hold::Leased => "l",
+        let extra = match hold {
+            RemoteHold::Leased => vec!["l".to_owned()],
+            RemoteHold::Pending { id, ttl } => {
+                vec!["p".to_owned(), id.to_string(), num(micros_up(ttl))]
+            }
         };
         let reply: Vec<i64> = self
-            .run(Op::Reserve, |d| demand.amount(d), &[hold.into()], budget)
+            .run(Op::Reserve, |d| demand.amount(d), &extra, budget)
             .await?;
         reply::reserve(&reply)
     }
@@ -108,12 +111,13 @@ impl RedisQuota {
         extra: &[String],
         budget: Duration,
     ) -> Result<T, StoreError> {
-        let mut args = Vec::with_capacity(3 + 7 * self.limits.len() + extra.len());
+        let mut args = Vec::with_capacity(4 + 7 * self.limits.len() + extra.len());
         args.push(match self.time.load(Ordering::Relaxed) {
             REDIS_TIME => String::new(),
             t => t.to_string(),
         });
         args.push(self.ttl_ms.to_string());
+        args.push(self.keys.channel.clone());
         args.push(self.limits.len().to_string());
         for l in &self.limits {
             l.push_args(amount(l.dimension), &mut args);
@@ -155,7 +159,7 @@ impl RemoteQuota for RedisQuota {
     fn reserve(
         &self,
         demand: Demand,
-        hold: Hold,
+        hold: RemoteHold,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>> {
         Box::pin(async move {
@@ -168,7 +172,7 @@ impl RemoteQuota for RedisQuota {
                     stamp: now,
                     tick,
                     demand,
-                    hold,
+                    hold: hold.hold(),
                 }),
                 RawReserve::Refused { wait, limited_by } => Err(NotUntil {
                     at: wait.map(|w| later(now, w)).transpose()?,
@@ -181,27 +185,36 @@ impl RemoteQuota for RedisQuota {
     fn lease(
         &self,
         reservation: Reservation,
+        id: HoldId,
         budget: Duration,
-    ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
+    ) -> StoreFuture<'_, Result<Option<Reservation>, StoreError>> {
         Box::pin(async move {
             if reservation.hold == Hold::Leased {
-                return Ok(reservation);
+                return Ok(Some(reservation));
             }
             let demand = reservation.demand;
+            // The amounts come from the hold itself.
             let tick: i64 = self
-                .run(
-                    Op::Lease,
-                    |d| demand.amount(d),
-                    &[num(reservation.tick)],
-                    budget,
-                )
+                .run(Op::Lease, |_| 0, &[id.to_string()], budget)
                 .await?;
-            Ok(Reservation {
+            if tick < 0 {
+                return Ok(None);
+            }
+            Ok(Some(Reservation {
                 stamp: self.now(),
                 tick: reply::instant(tick)?,
                 demand,
                 hold: Hold::Leased,
-            })
+            }))
+        })
+    }
+
+    fn forget(&self, id: HoldId, budget: Duration) -> StoreFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let found: i64 = self
+                .run(Op::Forget, |_| 0, &[id.to_string()], budget)
+                .await?;
+            Ok(found == 1)
         })
     }
 
@@ -211,19 +224,20 @@ impl RemoteQuota for RedisQuota {
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let hold = match reservation.hold {
-                Hold::Pending => "p",
-                Hold::Leased => "l",
-            };
-            let extra = [
-                num(reservation.tick),
-                hold.into(),
-                self.keys.channel.clone(),
-            ];
+            if reservation.hold == Hold::Pending {
+                return Err(StoreError::Unavailable(
+                    "a pending hold is given back by its id (forget)".into(),
+                ));
+            }
             let demand = reservation.demand;
-            self.run::<i64>(Op::Refund, |d| demand.amount(d), &extra, budget)
-                .await
-                .map(drop)
+            self.run::<i64>(
+                Op::Refund,
+                |d| demand.amount(d),
+                &[num(reservation.tick)],
+                budget,
+            )
+            .await
+            .map(drop)
         })
     }
 
@@ -241,7 +255,6 @@ impl RemoteQuota for RedisQuota {
                 num(reservation.tick),
                 num(reservation.demand.tokens),
                 num(actual_tokens),
-                self.keys.channel.clone(),
             ];
             self.run::<i64>(Op::Reconcile, |_| 0, &extra, budget)
                 .await
@@ -268,7 +281,7 @@ impl RemoteQuota for RedisQuota {
                 };
                 if chosen { demand.amount(d) } else { 0 }
             };
-            let extra = [num(reservation.tick), self.keys.channel.clone()];
+            let extra = [num(reservation.tick)];
             self.run::<i64>(Op::Release, amount, &extra, budget)
                 .await
                 .map(drop)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, Hold, RemoteQuota};
+use tollgate::quota::{Demand, HoldId, RemoteHold, RemoteQuota};
 
 use common::BUDGET;
 
@@ -51,10 +51,13 @@ async fn hammer(algorithm: Algorithm, name: &str) {
                 let mut started = 0u32;
                 while tokio::time::Instant::now() < end {
                     let demand = Demand::new(rng.u64(1..=20));
-                    let hold = if rng.bool() {
-                        Hold::Pending
-                    } else {
-                        Hold::Leased
+                    let id = rng.bool().then(HoldId::new);
+                    let hold = match id {
+                        Some(id) => RemoteHold::Pending {
+                            id,
+                            ttl: Duration::from_secs(60),
+                        },
+                        None => RemoteHold::Leased,
                     };
                     let reservation = match store.reserve(demand, hold, BUDGET).await.unwrap() {
                         Ok(r) => r,
@@ -69,13 +72,14 @@ async fn hammer(algorithm: Algorithm, name: &str) {
                             continue;
                         }
                     };
-                    let reservation = if hold == Hold::Pending {
+                    let reservation = if let Some(id) = id {
                         tokio::time::sleep(Duration::from_micros(rng.u64(0..500))).await;
                         if rng.u8(0..4) == 0 {
-                            store.refund(reservation, BUDGET).await.unwrap();
+                            assert!(store.forget(id, BUDGET).await.unwrap());
                             continue;
                         }
-                        store.lease(reservation, BUDGET).await.unwrap()
+                        let leased = store.lease(reservation, id, BUDGET).await.unwrap();
+                        leased.expect("the hold lives a minute")
                     } else {
                         reservation
                     };

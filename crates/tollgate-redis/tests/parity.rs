@@ -15,7 +15,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, Dimension, Hold, LocalQuota, QuotaStore, RemoteQuota, Reservation};
+use tollgate::quota::{
+    Demand, Dimension, Hold, HoldId, LocalQuota, QuotaStore, RemoteHold, RemoteQuota, Reservation,
+};
 use tollgate_redis::{RawReserve, RedisBackend, RedisQuota};
 
 use common::BUDGET;
@@ -128,6 +130,8 @@ struct Entry {
     start: Option<u64>,
     /// Reconciled or released: settled, only counted.
     settled: bool,
+    /// A pending hold's name in Redis.
+    id: Option<HoldId>,
 }
 
 /// What was taken from and given back to a limit, and when (the log).
@@ -187,10 +191,20 @@ impl Harness<'_> {
             return Ok(());
         }
         let hold = if pending { Hold::Pending } else { Hold::Leased };
+        // Holds outlive every case: the in-process store has no expiry
+        // (tests/store.rs proves the expiry on its own).
+        let id = pending.then(HoldId::new);
+        let remote_hold = match id {
+            Some(id) => RemoteHold::Pending {
+                id,
+                ttl: Duration::from_secs(3_600),
+            },
+            None => RemoteHold::Leased,
+        };
         let local = self.local.as_mut().map(|l| l.reserve(&demand, now, hold));
         let raw = self
             .remote
-            .reserve_raw(demand, hold, BUDGET)
+            .reserve_raw(demand, remote_hold, BUDGET)
             .await
             .map_err(fail)?;
         match (local, raw) {
@@ -219,6 +233,7 @@ impl Harness<'_> {
                     tokens,
                     start,
                     settled: false,
+                    id,
                 });
             }
             (local @ (Some(Err(_)) | None), RawReserve::Refused { wait, limited_by }) => {
@@ -266,7 +281,9 @@ impl Harness<'_> {
                 if let Some(l) = &mut self.local {
                     l.lease(&mut e.local, now);
                 }
-                e.remote = self.remote.lease(e.remote, BUDGET).await.map_err(fail)?;
+                let id = e.id.take().expect("a pending entry has a name");
+                let leased = self.remote.lease(e.remote, id, BUDGET).await;
+                e.remote = leased.map_err(fail)?.expect("the hold is there");
                 prop_assert_eq!(e.remote.tick, self.now);
                 e.start = Some(self.now);
                 let (r, t) = (e.requests, e.tokens);
@@ -280,7 +297,13 @@ impl Harness<'_> {
                 if let Some(l) = &mut self.local {
                     l.refund(&e.local, now);
                 }
-                self.remote.refund(e.remote, BUDGET).await.map_err(fail)?;
+                match e.id {
+                    Some(id) => {
+                        let found = self.remote.forget(id, BUDGET).await.map_err(fail)?;
+                        prop_assert!(found, "the hold is there");
+                    }
+                    None => self.remote.refund(e.remote, BUDGET).await.map_err(fail)?,
+                }
                 if e.start.is_some() {
                     self.give(e.requests, e.tokens);
                 }

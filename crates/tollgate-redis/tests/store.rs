@@ -6,10 +6,18 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, Hold, RemoteQuota};
+use tollgate::quota::{Demand, HoldId, RemoteHold, RemoteQuota};
 use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
+
+/// A pending hold that lives an hour.
+fn pending(id: HoldId) -> RemoteHold {
+    RemoteHold::Pending {
+        id,
+        ttl: Duration::from_secs(3_600),
+    }
+}
 
 fn config(name: &str) -> ScopeConfig {
     ScopeConfig::new(common::unique(name))
@@ -37,18 +45,19 @@ async fn operations_survive_a_script_flush() {
     let store = common::backend(&server, "noscript").open_scope(&config("noscript"));
     let mut raw = common::raw(&server).await;
     store
-        .reserve(Demand::new(5), Hold::Leased, BUDGET)
+        .reserve(Demand::new(5), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
     flush_scripts(&mut raw).await;
+    let id = HoldId::new();
     let r = store
-        .reserve(Demand::new(5), Hold::Pending, BUDGET)
+        .reserve(Demand::new(5), pending(id), BUDGET)
         .await
         .unwrap()
         .unwrap();
     flush_scripts(&mut raw).await;
-    store.lease(r, BUDGET).await.unwrap();
+    store.lease(r, id, BUDGET).await.unwrap().unwrap();
     let snapshot = store.snapshot(BUDGET).await.unwrap();
     assert_eq!(snapshot[0].available, 8);
     assert_eq!(snapshot[2].available, 990);
@@ -69,20 +78,31 @@ async fn every_key_has_a_ttl() {
     ] {
         let config = config("ttl").algorithm(algorithm);
         let store = common::backend(&server, "ttl").open_scope(&config);
+        let id = HoldId::new();
         let r = store
-            .reserve(Demand::new(7), Hold::Pending, BUDGET)
+            .reserve(Demand::new(7), pending(id), BUDGET)
             .await
             .unwrap()
             .unwrap();
-        let r = store.lease(r, BUDGET).await.unwrap();
+        // A second hold, still pending: its keys are written too.
+        store
+            .reserve(Demand::new(1), pending(HoldId::new()), BUDGET)
+            .await
+            .unwrap()
+            .unwrap();
+        let r = store.lease(r, id, BUDGET).await.unwrap().unwrap();
         store.reconcile(r, 3, BUDGET).await.unwrap();
         store.release(r, true, false, BUDGET).await.unwrap();
         let tag = format!("{{ttl:{}}}", config.name());
-        assert_eq!(store.keys().len(), 7, "meta + state and log per limit");
+        assert_eq!(
+            store.keys().len(),
+            13,
+            "meta + state, log, holds and their expiries per limit"
+        );
         let written = if algorithm == Algorithm::SlidingWindow {
-            7
+            13
         } else {
-            4
+            10
         };
         let mut raw = common::raw(&server).await;
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -99,9 +119,15 @@ async fn every_key_has_a_ttl() {
                 .query_async(&mut raw)
                 .await
                 .unwrap();
-            // Longest window one hour: two of it plus an hour.
+            // Longest window one hour: two of it plus an hour; a pending
+            // hold's keys a TTL beyond the hold's expiry (an hour here).
+            let most = if key.ends_with(":pend") || key.ends_with(":pendx") {
+                4 * 3_600_000
+            } else {
+                3 * 3_600_000
+            };
             assert!(
-                ttl > 3 * 3_600_000 - 60_000 && ttl <= 3 * 3_600_000,
+                ttl > 3 * 3_600_000 - 60_000 && ttl <= most,
                 "{key}: TTL {ttl} ms"
             );
         }
@@ -130,8 +156,19 @@ async fn giving_quota_back_notifies_other_replicas() {
                 .unwrap_or_else(|_| panic!("no notice after {what}"));
         }
     };
+    let id = HoldId::new();
+    giver
+        .reserve(Demand::new(50), pending(id), BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    let wait = tokio::spawn(notified("forget"));
+    tokio::task::yield_now().await;
+    assert!(giver.forget(id, BUDGET).await.unwrap());
+    wait.await.unwrap();
+
     let r = giver
-        .reserve(Demand::new(50), Hold::Pending, BUDGET)
+        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -141,7 +178,7 @@ async fn giving_quota_back_notifies_other_replicas() {
     wait.await.unwrap();
 
     let r = giver
-        .reserve(Demand::new(50), Hold::Leased, BUDGET)
+        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -151,7 +188,7 @@ async fn giving_quota_back_notifies_other_replicas() {
     wait.await.unwrap();
 
     let r = giver
-        .reserve(Demand::new(50), Hold::Leased, BUDGET)
+        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -193,7 +230,7 @@ async fn the_slot_log_stays_bounded() {
     for i in 0..5_000u64 {
         store.set_store_time(Some(1_000_000 + i * 300));
         store
-            .reserve(Demand::new(0), Hold::Leased, BUDGET)
+            .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
             .await
             .unwrap()
             .unwrap();
@@ -221,4 +258,86 @@ async fn a_prefix_that_could_share_keys_is_refused() {
         assert!(matches!(e, BuildError::Prefix(_)), "{prefix:?}: {e}");
     }
     assert!(RedisBackend::new(RedisSettings::new("redis://127.0.0.1:1").prefix("prod-eu")).is_ok());
+}
+
+// proves: Q-9, DQ-5 (a pending hold that nobody leases or gives back stops
+// counting at its expiry on the store's clock, to the microsecond; a lease
+// after that leases nothing; a hold given back twice is given back once;
+// giving back a hold whose lease landed changes nothing)
+#[tokio::test]
+async fn pending_holds_expire_and_are_given_back_once() {
+    let Some(server) = common::server("pending_holds_expire_and_are_given_back_once") else {
+        return;
+    };
+    for algorithm in [
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket { burst: None },
+        Algorithm::FixedWindow,
+    ] {
+        let config = ScopeConfig::new(common::unique("expiry"))
+            .algorithm(algorithm)
+            .requests(2, Duration::from_secs(60));
+        let store = common::backend(&server, "expiry").open_scope(&config);
+        const T: u64 = 5_000_000_000;
+        let at = |us: u64| store.set_store_time(Some(T + us));
+        let available = || async { store.snapshot(BUDGET).await.unwrap()[0].available };
+        at(0);
+        let (short, long) = (HoldId::new(), HoldId::new());
+        let one = || Demand::new(0);
+        let a = store
+            .reserve(
+                one(),
+                RemoteHold::Pending {
+                    id: short,
+                    ttl: Duration::from_secs(1),
+                },
+                BUDGET,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .reserve(one(), pending(long), BUDGET)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            store
+                .reserve(one(), RemoteHold::Leased, BUDGET)
+                .await
+                .unwrap()
+                .is_err(),
+            "{algorithm:?}: both holds count"
+        );
+        at(999_999);
+        assert_eq!(available().await, 0, "{algorithm:?}: before the expiry");
+        at(1_000_000);
+        assert_eq!(available().await, 1, "{algorithm:?}: at the expiry");
+        assert_eq!(
+            store.lease(a, short, BUDGET).await.unwrap(),
+            None,
+            "{algorithm:?}: an expired hold is not leased"
+        );
+        assert_eq!(available().await, 1, "{algorithm:?}: nothing leased");
+        assert!(store.forget(long, BUDGET).await.unwrap());
+        assert!(
+            !store.forget(long, BUDGET).await.unwrap(),
+            "given back once"
+        );
+        assert_eq!(available().await, 2, "{algorithm:?}: both back");
+
+        let d = HoldId::new();
+        let r = store
+            .reserve(one(), pending(d), BUDGET)
+            .await
+            .unwrap()
+            .unwrap();
+        at(2_000_000);
+        assert!(store.lease(r, d, BUDGET).await.unwrap().is_some());
+        assert!(
+            !store.forget(d, BUDGET).await.unwrap(),
+            "{algorithm:?}: a leased hold is no longer pending"
+        );
+        assert_eq!(available().await, 1, "{algorithm:?}: the lease counts");
+    }
 }

@@ -18,6 +18,7 @@ pub mod config;
 mod deadline;
 mod error;
 pub mod estimate;
+mod in_flight;
 pub mod lifecycle;
 pub mod quota;
 mod sync;

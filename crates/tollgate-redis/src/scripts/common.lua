@@ -1,33 +1,49 @@
 -- Shared by every script (prepended to each): the scope's clock, the
--- per-limit state and the three algorithms of crates/tollgate/src/quota/
--- (sliding.rs, bucket.rs, fixed.rs), transcribed line by line.
+-- per-limit state, the three algorithms of crates/tollgate/src/quota/
+-- (sliding.rs, bucket.rs, fixed.rs), transcribed line by line, and the
+-- pending holds.
 --
--- KEYS[1]    the scope's meta key: {epoch, latest} (cmsgpack)
--- KEYS[2i]   the state of limit i (cmsgpack)
--- KEYS[2i+1] the slot log of limit i (a list; sliding window only)
--- ARGV[1]    "" (use Redis TIME) or an explicit store time in microseconds
---            (tests only)
--- ARGV[2]    TTL of every key, in milliseconds
--- ARGV[3]    n, the number of limits
--- ARGV[4..]  7 values per limit: kind ("s" sliding, "b" bucket, "f" fixed),
---            window (microseconds; bucket: ticks), resolution (sliding,
---            microseconds) or tick length (bucket, microseconds), limit,
---            capacity, dimension ("r" or "t"), the operation's amount
--- ARGV[4+7n..] the operation's own arguments
+-- KEYS[1]      the scope's meta key: {epoch, latest} (cmsgpack)
+-- KEYS[4i-2]   the state of limit i (cmsgpack)
+-- KEYS[4i-1]   the slot log of limit i (a list; sliding window only)
+-- KEYS[4i]     limit i's pending holds: a hash, id -> cmsgpack(tick, amount)
+-- KEYS[4i+1]   the same holds' expiry instants: a sorted set, id -> instant
+-- ARGV[1]      "" (use Redis TIME) or an explicit store time in microseconds
+--              (tests only)
+-- ARGV[2]      TTL of every key, in milliseconds
+-- ARGV[3]      the scope's channel (notices that quota came back)
+-- ARGV[4]      n, the number of limits
+-- ARGV[5..]    7 values per limit: kind ("s" sliding, "b" bucket, "f"
+--              fixed), window (microseconds; bucket: ticks), resolution
+--              (sliding, microseconds) or tick length (bucket,
+--              microseconds), limit, capacity, dimension ("r" or "t"), the
+--              operation's amount
+-- ARGV[5+7n..] the operation's own arguments
 --
 -- Every quantity is an integer below 2^53, so Lua's doubles hold it
 -- exactly (the Rust side chooses units that keep it so).
 
 local TTL = tonumber(ARGV[2])
-local N = tonumber(ARGV[3])
-local OP = 4 + 7 * N
+local CHANNEL = ARGV[3]
+local N = tonumber(ARGV[4])
+local OP = 5 + 7 * N
+
+-- Whether writing a limit's state also refreshes its pending holds' TTL:
+-- only scripts that give back no expired holds (they read no clock) set
+-- it. Every other script gives back the holds whose expiry has come, and
+-- a hold's keys outlive its expiry by a whole TTL (keep_hold), so a hold
+-- is never lost with its keys while the state still counts it.
+local REFRESH_HOLDS = false
 
 local limits = {}
+local pendxs = {}
 for i = 1, N do
-  local b = 4 + 7 * (i - 1)
+  local b = 5 + 7 * (i - 1)
   limits[i] = {
-    key = KEYS[2 * i],
-    log = KEYS[2 * i + 1],
+    key = KEYS[4 * i - 2],
+    log = KEYS[4 * i - 1],
+    pend = KEYS[4 * i],
+    pendx = KEYS[4 * i + 1],
     kind = ARGV[b],
     window = tonumber(ARGV[b + 1]),
     res = tonumber(ARGV[b + 2]),
@@ -36,6 +52,7 @@ for i = 1, N do
     dim = ARGV[b + 5],
     amount = tonumber(ARGV[b + 6]),
   }
+  pendxs[i] = limits[i].pendx
 end
 
 local function arg(i)
@@ -64,7 +81,10 @@ local function clock()
     epoch, latest = m[1], m[2]
   else
     epoch, latest = abs, 0
-    for i = 1, N do redis.call("DEL", limits[i].key, limits[i].log) end
+    for i = 1, N do
+      local l = limits[i]
+      redis.call("DEL", l.key, l.log, l.pend, l.pendx)
+    end
   end
   local t = max(abs - epoch, latest)
   redis.call("SET", KEYS[1], cmsgpack.pack({ epoch, t }), "PX", TTL)
@@ -467,11 +487,22 @@ local function advance(now)
   end
 end
 
--- Writes limit i's state back, with the scope's TTL.
+-- Makes `key` live at least `ttl` ms more, never less than it already
+-- does (PTTL is -1 for a key without one, -2 for a missing key).
+local function extend(key, ttl)
+  local left = redis.call("PTTL", key)
+  if left ~= -2 and left < ttl then redis.call("PEXPIRE", key, ttl) end
+end
+
+-- Writes limit i's state back, with the scope's TTL (see REFRESH_HOLDS).
 local function save_one(i)
   local l = limits[i]
   redis.call("SET", l.key, l.algo.save(l.state), "PX", TTL)
   if l.algo.touch then l.algo.touch(l, l.state) end
+  if REFRESH_HOLDS then
+    extend(l.pend, TTL)
+    extend(l.pendx, TTL)
+  end
 end
 
 -- Writes every limit's state back, with the scope's TTL.
@@ -481,6 +512,75 @@ end
 
 -- Tells other processes that quota came back (SPEC DQ-4: a waiter there
 -- retries before its computed instant).
-local function publish(channel)
-  redis.call("PUBLISH", channel, "")
+local function publish()
+  redis.call("PUBLISH", CHANNEL, "")
+end
+
+--------------------------------------------------------- pending holds --
+-- A pending reservation (granted while its call waits for a concurrency
+-- permit) is named by an id its caller chose before the round trip, and
+-- expires at an instant on the store's clock. So a reserve whose answer was
+-- lost can be given back by id (any number of times: only the first finds
+-- it), a lease knows whether the hold is still there, and a hold that
+-- nobody leases or gives back stops counting at its expiry.
+
+-- Gives back limit l's pending hold `id` if it holds one; true if it did.
+local function drop_hold(l, id)
+  local raw = redis.call("HGET", l.pend, id)
+  redis.call("ZREM", l.pendx, id)
+  if not raw then return false end
+  redis.call("HDEL", l.pend, id)
+  local tick, amount = cmsgpack.unpack(raw)
+  l.algo.refund(l, l.state, tick, amount, true)
+  return true
+end
+
+-- Gives back every pending hold whose expiry has come; true if any.
+-- Costs one EXISTS when no limit holds any (the common case).
+local function expire_holds(now)
+  if N == 0 or redis.call("EXISTS", unpack(pendxs)) == 0 then return false end
+  local any = false
+  for i = 1, N do
+    local l = limits[i]
+    local ids = redis.call("ZRANGEBYSCORE", l.pendx, "-inf", now)
+    for j = 1, #ids do
+      if drop_hold(l, ids[j]) then any = true end
+    end
+  end
+  return any
+end
+
+-- Records pending hold `id` on every limit, expiring at `expires`; the
+-- holds' keys live a TTL beyond it (see REFRESH_HOLDS).
+local function keep_hold(id, now, expires)
+  local ttl = TTL + math.ceil((expires - now) / 1000)
+  for i = 1, N do
+    local l = limits[i]
+    redis.call("HSET", l.pend, id, cmsgpack.pack(now, l.amount))
+    redis.call("ZADD", l.pendx, expires, id)
+    -- Never shortened: an earlier hold may live longer.
+    extend(l.pend, ttl)
+    extend(l.pendx, ttl)
+  end
+end
+
+-- Whether every limit still holds pending hold `id`, and what each holds.
+local function find_hold(id)
+  local found = {}
+  for i = 1, N do
+    local raw = redis.call("HGET", limits[i].pend, id)
+    if not raw then return nil end
+    local tick, amount = cmsgpack.unpack(raw)
+    found[i] = { tick = tick, amount = amount }
+  end
+  return found
+end
+
+-- Removes pending hold `id` from every limit without giving anything back.
+local function forget_hold(id)
+  for i = 1, N do
+    local l = limits[i]
+    redis.call("HDEL", l.pend, id)
+    redis.call("ZREM", l.pendx, id)
+  end
 end

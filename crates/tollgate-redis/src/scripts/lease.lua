@@ -1,12 +1,27 @@
 -- lease: a pending reservation's attempt starts; its amounts move to the
--- store's now. Arguments: stamp. Returns the new stamp (now).
-local stamp = tonumber(arg(1))
+-- store's now. Arguments: the hold's id. Returns the new stamp (now), or
+-- -1 when the hold is no longer there (it expired or was given back):
+-- then nothing is leased, and what any limit still held of it is given
+-- back.
+local id = arg(1)
 local now = clock()
 load()
 advance(now)
+local gave = expire_holds(now)
+local found = find_hold(id)
+if not found then
+  for i = 1, N do
+    if drop_hold(limits[i], id) then gave = true end
+  end
+  save()
+  if gave then publish() end
+  return -1
+end
+forget_hold(id)
 for i = 1, N do
   local l = limits[i]
-  l.algo.lease(l, l.state, stamp, l.amount, now)
+  l.algo.lease(l, l.state, found[i].tick, found[i].amount, now)
 end
 save()
+if gave then publish() end
 return now

@@ -12,6 +12,7 @@ const COMMON: &str = include_str!("common.lua");
 pub(crate) enum Op {
     Reserve,
     Lease,
+    Forget,
     Refund,
     Reconcile,
     Release,
@@ -20,9 +21,10 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 7] = [
+    const ALL: [Op; 8] = [
         Op::Reserve,
         Op::Lease,
+        Op::Forget,
         Op::Refund,
         Op::Reconcile,
         Op::Release,
@@ -34,6 +36,7 @@ impl Op {
         match self {
             Op::Reserve => include_str!("reserve.lua"),
             Op::Lease => include_str!("lease.lua"),
+            Op::Forget => include_str!("forget.lua"),
             Op::Refund => include_str!("refund.lua"),
             Op::Reconcile => include_str!("reconcile.lua"),
             Op::Release => include_str!("release.lua"),
@@ -46,7 +49,7 @@ impl Op {
 /// Every script, with its SHA1 computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    scripts: [Script; 7],
+    scripts: [Script; 8],
 }
 
 impl Scripts {
@@ -59,5 +62,22 @@ impl Scripts {
     pub(crate) fn get(&self, op: Op) -> &Script {
         // `ALL` lists every variant in declaration order.
         &self.scripts[op as usize]
+    }
+
+    /// Loads every script into the server behind `conn` (SCRIPT LOAD).
+    ///
+    /// EVALSHA reloads a script the server does not know (NOSCRIPT) and
+    /// runs it again, but only while its caller still waits: an operation
+    /// sent to a server that has just restarted, whose caller gave up
+    /// before the answer (a deadline, a stall), would never run. So every
+    /// script is loaded whenever a connection to the server is (re)made.
+    pub(crate) async fn load_all<C>(&self, conn: &mut C) -> redis::RedisResult<()>
+    where
+        C: redis::aio::ConnectionLike,
+    {
+        for script in &self.scripts {
+            script.load_async(conn).await?;
+        }
+        Ok(())
     }
 }

@@ -1,8 +1,9 @@
 -- reconcile: replaces a started attempt's token estimate by the reported
 -- usage where the reservation was counted (SPEC Q-5); token limits only.
--- Needs no clock. Arguments: stamp, estimate, actual, channel. Returns 1.
-local stamp, estimate, actual, channel =
-  tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3)), arg(4)
+-- Needs no clock. Arguments: stamp, estimate, actual. Returns 1.
+local stamp, estimate, actual = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
+-- Gives back no expired hold: keeps the holds' keys as long as the state.
+REFRESH_HOLDS = true
 load()
 for i = 1, N do
   local l = limits[i]
@@ -11,5 +12,5 @@ for i = 1, N do
     save_one(i)
   end
 end
-if actual < estimate then publish(channel) end
+if actual < estimate then publish() end
 return 1

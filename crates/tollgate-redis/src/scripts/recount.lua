@@ -8,6 +8,7 @@ local at = max(0, now - ago)
 if at <= stamp then return stamp end
 load()
 advance(now)
+if expire_holds(now) then publish() end
 local moved = stamp
 for i = 1, N do
   local l = limits[i]

@@ -1,13 +1,15 @@
--- refund: restores a reservation whose attempt never started, in full
--- (SPEC Q-9). Arguments: stamp, hold ("p" or "l"), channel. Returns 1.
-local stamp, pending, channel = tonumber(arg(1)), arg(2) == "p", arg(3)
+-- refund: restores a leased reservation whose attempt never started, in
+-- full (SPEC Q-9); pending holds are given back by `forget`. Arguments:
+-- stamp. Returns 1.
+local stamp = tonumber(arg(1))
 local now = clock()
 load()
 advance(now)
+expire_holds(now)
 for i = 1, N do
   local l = limits[i]
-  l.algo.refund(l, l.state, stamp, l.amount, pending)
+  l.algo.refund(l, l.state, stamp, l.amount, false)
 end
 save()
-publish(channel)
+publish()
 return 1

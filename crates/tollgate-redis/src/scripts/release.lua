@@ -1,7 +1,9 @@
 -- release: gives back what a refused attempt took from the chosen
 -- dimensions (SPEC Q-16); a limit's amount is 0 when its dimension is not
--- chosen. Needs no clock. Arguments: stamp, channel. Returns 1.
-local stamp, channel = tonumber(arg(1)), arg(2)
+-- chosen. Needs no clock. Arguments: stamp. Returns 1.
+local stamp = tonumber(arg(1))
+-- Gives back no expired hold: keeps the holds' keys as long as the state.
+REFRESH_HOLDS = true
 load()
 local given = false
 for i = 1, N do
@@ -12,5 +14,5 @@ for i = 1, N do
     given = true
   end
 end
-if given then publish(channel) end
+if given then publish() end
 return 1

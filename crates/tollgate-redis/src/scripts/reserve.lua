@@ -1,13 +1,15 @@
 -- reserve: takes every limit's amount at the store's now, all or nothing
 -- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4).
--- Arguments: hold ("p" pending, "l" leased).
+-- Arguments: hold ("p" pending, "l" leased); for a pending hold, its id
+-- and how long it lives (microseconds) unless leased or given back.
 -- Returns {1, now} when granted; {0, wait, requests, tokens} when not:
--- wait in microseconds from now (-1: only a pending reservation's lease or
--- refund can make room), and which dimensions were short (0/1).
+-- wait in microseconds from now (-1: only a pending reservation's lease,
+-- refund or expiry can make room), and which dimensions were short (0/1).
 local pending = arg(1) == "p"
 local now = clock()
 load()
 advance(now)
+if expire_holds(now) then publish() end
 local fits = true
 for i = 1, N do
   local l = limits[i]
@@ -18,6 +20,7 @@ if fits then
     local l = limits[i]
     l.algo.add(l, l.state, l.amount, now, pending)
   end
+  if pending then keep_hold(arg(2), now, now + tonumber(arg(3))) end
   save()
   return { 1, now }
 end

@@ -295,14 +295,27 @@ impl AdmissionController {
         self.idle().await;
     }
 
-    /// Resolves once no lease is held.
+    /// Resolves once no lease is held, and no pending hold, refund or
+    /// settlement of a shared store is still outstanding.
     ///
     /// Every way capacity comes back wakes it (a lease released, a grant
     /// given back uncollected, a preempted or refused attempt), so it
     /// resolves as soon as the last one is returned, whether or not the
-    /// controller is closed.
+    /// controller is closed. On a shared store it also waits for calls
+    /// whose pending hold is in the store (or on its way there) until it is
+    /// leased or given back, and for refunds and settlements, which run
+    /// after their call has gone, each bounded by the store's timeout (a
+    /// few attempts at most): so a process that exits after `close` leaves
+    /// nothing held in the store.
     pub async fn idle(&self) {
         self.inner.pools.idle().await;
+        for scope in &self.inner.scopes {
+            if let Some(shared) = &scope.shared {
+                // Holds first: giving one back starts a detached round trip.
+                shared.holds.idle().await;
+                shared.detached.idle().await;
+            }
+        }
     }
 
     /// A token cancelled when the controller closes (for supervisors that

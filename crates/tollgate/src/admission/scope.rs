@@ -216,6 +216,9 @@ pub struct ScopeCounters {
     /// Settlements or refunds that did not reach the shared store; their
     /// amounts stay counted there (never over a quota).
     pub settlements_failed: u64,
+    /// Pending holds the shared store had let expire before their call
+    /// leased them (the call reserved again; DQ-5).
+    pub holds_expired: u64,
 }
 
 impl ScopeCounters {

@@ -2,14 +2,13 @@
 //! (SPEC LC-1, LC-7).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{CallError, CallReport, Terminal};
 use crate::admission::CallClaim;
 use crate::call::CallId;
+use crate::in_flight::InFlight;
 
 /// Receives a report for every call once it is terminal and cleaned up.
 pub type Observer = Arc<dyn Fn(&CallReport) + Send + Sync>;
@@ -17,35 +16,25 @@ pub type Observer = Arc<dyn Fn(&CallReport) + Send + Sync>;
 /// The calls a supervisor owns.
 #[derive(Debug)]
 pub(crate) struct Calls {
-    active: AtomicUsize,
-    idle: Notify,
+    active: InFlight,
     pub(crate) shutdown: CancellationToken,
 }
 
 impl Calls {
     pub(crate) fn new(shutdown: CancellationToken) -> Arc<Self> {
         Arc::new(Calls {
-            active: AtomicUsize::new(0),
-            idle: Notify::new(),
+            active: InFlight::default(),
             shutdown,
         })
     }
 
     pub(crate) fn active(&self) -> usize {
-        self.active.load(Ordering::Acquire)
+        self.active.get()
     }
 
     /// Resolves once no call is owned.
     pub(crate) async fn idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.active() == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.active.idle().await;
     }
 }
 
@@ -70,7 +59,7 @@ impl CallGuard {
         observer: Option<Observer>,
         id: Option<CallId>,
     ) -> Self {
-        calls.active.fetch_add(1, Ordering::AcqRel);
+        calls.active.enter();
         CallGuard {
             calls: Arc::clone(calls),
             observer,
@@ -121,9 +110,7 @@ impl CallGuard {
             attempts = self.attempts,
             "call finished"
         );
-        if self.calls.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.calls.idle.notify_waiters();
-        }
+        self.calls.active.leave();
     }
 }
 

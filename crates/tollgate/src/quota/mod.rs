@@ -20,5 +20,8 @@ pub use demand::{
     BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost, Reservation,
 };
 pub use local::LocalQuota;
-pub use remote::{RemoteBackend, RemoteQuota, SharedRemote, StoreError, StoreFuture, Unavailable};
+pub use remote::{
+    HoldId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
+    Unavailable,
+};
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -15,7 +15,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -64,6 +65,74 @@ impl Unavailable {
     }
 }
 
+/// The name of a pending hold in a shared store (SPEC Q-9, DQ-5).
+///
+/// Chosen by the caller before the reserve round trip, so a hold whose
+/// answer never arrived (a timeout, a call dropped meanwhile) can still be
+/// given back, and giving it back twice is harmless: only the first
+/// [`forget`](RemoteQuota::forget) finds it. Unique in practice: a random
+/// 64-bit number per process and a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HoldId(u128);
+
+impl HoldId {
+    /// A new id, never returned before by this process.
+    pub fn new() -> Self {
+        static PROCESS: OnceLock<u64> = OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let process = *PROCESS.get_or_init(|| fastrand::u64(..));
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        HoldId((u128::from(process) << 64) | u128::from(n))
+    }
+
+    /// The id as a number (stores other than Redis may key on it).
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl Default for HoldId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for HoldId {
+    /// 32 hexadecimal digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// How a shared store is to hold a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteHold {
+    /// Counted from the store's now (the call holds its concurrency
+    /// permit); ages out with its windows.
+    Leased,
+    /// Held for a call that still waits for its permit: counted, but not
+    /// yet from a known instant, until [`lease`](RemoteQuota::lease)d or
+    /// [`forget`](RemoteQuota::forget)ten. The store gives it back by
+    /// itself once `ttl` has passed on its clock, so a hold whose call
+    /// vanished costs nobody more than `ttl`.
+    Pending {
+        /// The hold's name.
+        id: HoldId,
+        /// How long the store keeps it unless leased or given back.
+        ttl: Duration,
+    },
+}
+
+impl RemoteHold {
+    /// The engine's view of the hold.
+    pub const fn hold(&self) -> Hold {
+        match self {
+            RemoteHold::Leased => Hold::Leased,
+            RemoteHold::Pending { .. } => Hold::Pending,
+        }
+    }
+}
+
 /// The quota arithmetic of one scope, kept in a store shared by processes.
 ///
 /// The same arithmetic as [`LocalQuota`](super::LocalQuota) (sliding
@@ -85,19 +154,22 @@ impl Unavailable {
 ///
 /// (See `docs/design.md`, "Shared quota stores".)
 ///
-/// * An admitted call costs one `reserve` (`Hold::Leased`) when a
-///   concurrency permit was free, or `reserve` (`Hold::Pending`) and then
-///   `lease` when it had to wait for one. Reconciliation costs one
+/// * An admitted call costs one `reserve` (`RemoteHold::Leased`) when a
+///   concurrency permit was free, or `reserve` (`RemoteHold::Pending`) and
+///   then `lease` when it had to wait for one. Reconciliation costs one
 ///   `reconcile` only when the reported usage differs from the estimate.
 /// * Every returned future must resolve within its `budget` (the controller
 ///   does not add a timer of its own): a store that cannot answer in time
 ///   answers [`StoreError::Timeout`].
-/// * A `reserve` that failed but took effect with `Hold::Pending` is never
-///   leased nor refunded by the controller: the store must let such a
-///   pending hold expire (a TTL on pending entries), or it blocks the room
-///   it holds until then. A `Hold::Leased` one ages out with its window.
-/// * After a `lease` that failed, the controller refunds the reservation
-///   as it had it (pending): the store may have leased it meanwhile.
+/// * A pending hold whose answer is unknown (its `reserve` or its `lease`
+///   failed, or its call went away during either) is given back with
+///   `forget`, retried a few times, which must be idempotent: a `lease`
+///   that did run has removed the hold, so `forget` then changes nothing
+///   and the leased amount ages out with its windows (counted, never over a
+///   quota). A hold nobody forgets expires after its `ttl`.
+/// * A `Hold::Leased` reservation that never started is given back with
+///   `refund`, at most once: a leased `reserve` whose answer was lost is
+///   not refunded (it ages out with its windows).
 /// * `snapshot` is also the health probe of an unavailable store (at most
 ///   one in flight per scope, at most every 200 ms).
 /// * The controller notifies the [`changes`](RemoteQuota::changes) notice
@@ -112,23 +184,33 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     /// `Ok(Err(_))`: nothing changed; the demand fits no earlier than
     /// `NotUntil::at` (a local instant), or, with `at: None`, only once a
     /// pending reservation somewhere is leased or refunded.
+    /// `Ok(Ok(r))` carries `hold.hold()` in `r.hold`.
     fn reserve(
         &self,
         demand: Demand,
-        hold: Hold,
+        hold: RemoteHold,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>>;
 
-    /// Turns a pending reservation into a leased one at the store's now and
-    /// returns it restamped.
+    /// Turns pending hold `id` (granted as `reservation`) into a leased
+    /// reservation at the store's now and returns it restamped; `Ok(None)`
+    /// when the store no longer holds it (it expired or was given back):
+    /// nothing was leased.
     fn lease(
         &self,
         reservation: Reservation,
+        id: HoldId,
         budget: Duration,
-    ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
+    ) -> StoreFuture<'_, Result<Option<Reservation>, StoreError>>;
 
-    /// Restores a reservation whose attempt never started, in full
-    /// (SPEC Q-9).
+    /// Gives back pending hold `id` if the store still holds it (SPEC
+    /// Q-9); `Ok(true)` if it did. Idempotent: safe to repeat when an
+    /// answer is lost.
+    fn forget(&self, id: HoldId, budget: Duration) -> StoreFuture<'_, Result<bool, StoreError>>;
+
+    /// Restores a leased reservation whose attempt never started, in full
+    /// (SPEC Q-9). Pending holds are given back with
+    /// [`forget`](Self::forget).
     fn refund(
         &self,
         reservation: Reservation,

@@ -835,9 +835,10 @@ async fn a_lost_lease_round_trip_starts_over_on_the_local_share() {
     assert_eq!(c.snapshot().scopes[0].store, Some(StoreMode::LocalFallback));
     assert_eq!(c.snapshot().scopes[0].counters.fallback_admissions, 1);
     drop(lease);
-    // The refund of the lost grant failed too: counted, and the pending
-    // amount stays in the store (the safe direction) until it expires.
-    settle().await;
+    // Giving the lost grant back failed too (three attempts, waited for by
+    // `idle`): counted, and the pending hold stays in the store (the safe
+    // direction) until it expires.
+    c.idle().await;
     assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 1);
     assert!(c.snapshot().is_idle());
 }
@@ -878,4 +879,56 @@ async fn a_waiter_sleeps_until_the_instant_or_a_notice() {
     assert_eq!(woken_at.elapsed(), Duration::ZERO);
     assert_eq!(reserves(), 4);
     drop((refused, lease));
+}
+
+// proves: LC-7, Q-9 (close resolves only once the refunds of calls that
+// went away have reached the store: a process that exits right after
+// `close` leaves no pending hold behind)
+#[tokio::test(start_paused = true)]
+async fn close_waits_for_detached_refunds() {
+    let store = TestStore::new(Duration::from_secs(59));
+    store.set_latency(Duration::from_millis(20));
+    let scope = ScopeConfig::new(SCOPE).requests(10, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let held = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&c, call(1));
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    assert_eq!(store.pending(SCOPE), 1, "granted, waiting for the permit");
+    // The waiting call goes away: its hold is given back by a detached
+    // round trip that takes the store's latency.
+    waiter.abort();
+    assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
+    drop(held);
+    let started = Instant::now();
+    c.close().await;
+    assert!(started.elapsed() >= Duration::from_millis(20), "waited");
+    assert_eq!(store.pending(SCOPE), 0, "the hold is back");
+    assert_eq!(available(&store, Dimension::Requests), 9);
+}
+
+// proves: Q-9, DQ-5 (a pending hold the store let expire before its call
+// came to lease it: the call gives its permit back and reserves again, so
+// it is admitted with exactly one unit counted)
+#[tokio::test(start_paused = true)]
+async fn an_expired_hold_is_reserved_again() {
+    let store = TestStore::new(Duration::from_secs(61));
+    let scope = ScopeConfig::new(SCOPE).requests(10, 600 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let held = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let waiter = spawn_acquire(&c, call(1));
+    settle().await;
+    assert_eq!(store.pending(SCOPE), 1);
+    // Without a deadline the hold lives a minute; the permit comes later.
+    tokio::time::sleep(61 * SECOND).await;
+    drop(held);
+    let lease = waiter.await.expect("task").expect("admitted");
+    assert_eq!(c.snapshot().scopes[0].counters.holds_expired, 1);
+    assert_eq!(store.pending(SCOPE), 0);
+    assert_eq!(
+        available(&store, Dimension::Requests),
+        8,
+        "two leased, nothing else"
+    );
+    drop(lease);
+    c.close().await;
 }

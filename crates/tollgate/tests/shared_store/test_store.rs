@@ -29,8 +29,8 @@ use tokio::time::Instant;
 use tollgate::ExceedsLimit;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Demand, Hold, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend, RemoteQuota,
-    Reservation, StoreError, StoreFuture, Unavailable,
+    Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend,
+    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
 };
 
 /// What the injected outage does.
@@ -75,11 +75,42 @@ impl Record {
 struct ScopeServer {
     quota: LocalQuota,
     records: Vec<Record>,
+    /// Pending holds by name, with their expiry (server clock).
+    holds: HashMap<HoldId, (Reservation, Instant)>,
 }
 
 impl ScopeServer {
     fn record(&mut self, tick: u64) -> Option<&mut Record> {
         self.records.iter_mut().find(|r| r.tick == tick)
+    }
+
+    /// Gives back pending hold `id` if held; whether it was.
+    fn drop_hold(&mut self, id: HoldId, now: Instant) -> bool {
+        let Some((r, _)) = self.holds.remove(&id) else {
+            return false;
+        };
+        self.quota.refund(&r, now);
+        if let Some(i) = self
+            .records
+            .iter()
+            .position(|x| x.tick == r.tick && x.leased_at.is_none())
+        {
+            self.records.remove(i);
+        }
+        true
+    }
+
+    /// Gives back every hold whose expiry has come.
+    fn expire(&mut self, now: Instant) {
+        let due: Vec<HoldId> = self
+            .holds
+            .iter()
+            .filter(|(_, (_, expires))| *expires <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.drop_hold(id, now);
+        }
     }
 }
 
@@ -226,6 +257,7 @@ impl TestStore {
         let Some(server) = scopes.get_mut(scope) else {
             return Err(StoreError::Unavailable("unknown scope".into()));
         };
+        server.expire(now);
         Ok(op(server, now))
     }
 }
@@ -288,6 +320,7 @@ impl RemoteBackend for TestBackend {
             .or_insert_with(|| ScopeServer {
                 quota: LocalQuota::new(scope, now),
                 records: Vec::new(),
+                holds: HashMap::new(),
             });
         let notice = Arc::new(Notify::new());
         self.store.notices.lock().push(Arc::downgrade(&notice));
@@ -338,13 +371,17 @@ impl RemoteQuota for TestRemote {
     fn reserve(
         &self,
         demand: Demand,
-        hold: Hold,
+        remote_hold: RemoteHold,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>> {
         bump(&self.calls.reserve);
+        let hold = remote_hold.hold();
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
             match s.quota.reserve(&demand, now, hold) {
                 Ok(r) => {
+                    if let RemoteHold::Pending { id, ttl } = remote_hold {
+                        s.holds.insert(id, (r, now + ttl));
+                    }
                     s.records.push(Record {
                         leased_at: (hold == Hold::Leased).then_some(now),
                         tick: r.tick,
@@ -368,12 +405,13 @@ impl RemoteQuota for TestRemote {
 
     fn lease(
         &self,
-        reservation: Reservation,
+        _reservation: Reservation,
+        id: HoldId,
         budget: Duration,
-    ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
+    ) -> StoreFuture<'_, Result<Option<Reservation>, StoreError>> {
         bump(&self.calls.lease);
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
-            let mut r = reservation;
+            let (mut r, _) = s.holds.remove(&id)?;
             let before = r.tick;
             s.quota.lease(&mut r, now);
             if let Some(rec) = s
@@ -384,11 +422,25 @@ impl RemoteQuota for TestRemote {
                 rec.leased_at = Some(now);
                 rec.tick = r.tick;
             }
-            Reservation {
+            Some(Reservation {
                 stamp: Instant::now(),
                 ..r
-            }
+            })
         }))
+    }
+
+    fn forget(&self, id: HoldId, budget: Duration) -> StoreFuture<'_, Result<bool, StoreError>> {
+        bump(&self.calls.refund);
+        Box::pin(async move {
+            let found = self
+                .store
+                .run(&self.scope, budget, move |s, now| s.drop_hold(id, now))
+                .await?;
+            if found {
+                self.store.notify();
+            }
+            Ok(found)
+        })
     }
 
     fn refund(

@@ -58,11 +58,19 @@ use crate::call::CallId;
 use crate::clock::Instant;
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
-use crate::quota::{Demand, Hold, NotUntil, Reservation, StoreError, Unavailable};
+use crate::quota::{
+    Demand, Hold, HoldId, NotUntil, RemoteHold, Reservation, StoreError, Unavailable,
+};
 
 /// How long a call waits before asking again when the store knows no
-/// instant (only a pending reservation's lease or refund frees the room).
+/// instant (only a pending reservation's lease, refund or expiry frees the
+/// room).
 const PENDING_RETRY: Duration = Duration::from_millis(25);
+
+/// How long the store keeps a pending hold of a call without a deadline
+/// unless leased or given back; a call still waiting for its permit then
+/// reserves again.
+const UNBOUNDED_HOLD: Duration = Duration::from_secs(60);
 
 /// Where a granted reservation lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +87,8 @@ struct Granted {
     origin: Origin,
     /// The scope's cooldown generation when it was reserved.
     generation: u64,
+    /// A pending hold's name in the shared store.
+    id: Option<HoldId>,
 }
 
 enum Stage {
@@ -93,6 +103,8 @@ enum Stage {
         op: ReserveOp,
         permit: bool,
         generation: u64,
+        /// A pending hold's name (no permit was free).
+        id: Option<HoldId>,
         /// Its budget is the deadline's rest, shorter than the timeout.
         clipped: bool,
     },
@@ -136,6 +148,8 @@ pub(crate) struct SharedAcquire<'a> {
     /// Armed before each reservation, so a refund announced while it is in
     /// flight is not missed.
     notice: Option<Pin<Box<Notified<'a>>>>,
+    /// Counted in the scope's holds (see `hold`).
+    holding: bool,
 }
 
 impl<'a> SharedAcquire<'a> {
@@ -172,6 +186,7 @@ impl<'a> SharedAcquire<'a> {
             turn: false,
             timer: None,
             notice: None,
+            holding: false,
         }
     }
 
@@ -196,8 +211,9 @@ impl<'a> SharedAcquire<'a> {
                     op,
                     permit,
                     generation,
+                    id,
                     clipped,
-                } => self.poll_reserve(cx, op, (permit, generation), clipped),
+                } => self.poll_reserve(cx, op, (permit, generation, id), clipped),
                 Stage::Sleep {
                     until,
                     phase,
@@ -284,28 +300,47 @@ impl<'a> SharedAcquire<'a> {
             }));
         };
         let permit = inner.pools.try_acquire(self.pool)?;
-        let hold = if permit { Hold::Leased } else { Hold::Pending };
         if !self.shared.usable(now) {
             return self.unavailable(now, permit, generation);
         }
+        let (hold, id) = if permit {
+            (RemoteHold::Leased, None)
+        } else {
+            let id = HoldId::new();
+            let ttl = self.hold_ttl(now);
+            (RemoteHold::Pending { id, ttl }, Some(id))
+        };
         let shared: &'a SharedScope = self.shared;
         self.notice = Some(Box::pin(shared.room.notified()));
-        let remote = Arc::clone(&shared.remote);
         let demand = self.demand;
+        if id.is_some() {
+            self.hold();
+        }
+        let remote = Arc::clone(&shared.remote);
         self.stage = Stage::Reserve {
             op: Box::pin(async move { remote.reserve(demand, hold, budget).await }),
             permit,
             generation,
+            id,
             clipped: budget < shared.timeout,
         };
         Poll::Ready(Ok(None))
+    }
+
+    /// How long the store keeps this call's pending hold: until its
+    /// deadline and a lease round trip after it, or [`UNBOUNDED_HOLD`].
+    fn hold_ttl(&self, now: Instant) -> Duration {
+        match self.deadline.remaining(now) {
+            Some(left) => left.saturating_add(self.shared.timeout.saturating_mul(2)),
+            None => UNBOUNDED_HOLD,
+        }
     }
 
     fn poll_reserve(
         &mut self,
         cx: &mut Context<'_>,
         mut op: ReserveOp,
-        (permit, generation): (bool, u64),
+        (permit, generation, id): (bool, u64, Option<HoldId>),
         clipped: bool,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
         let answer = match op.as_mut().poll(cx) {
@@ -315,16 +350,27 @@ impl<'a> SharedAcquire<'a> {
                     op,
                     permit,
                     generation,
+                    id,
                     clipped,
                 };
                 return Poll::Pending;
             }
         };
         let now = self.now();
+        if answer.is_err() {
+            // The reservation may have landed: a pending hold is given
+            // back by its name (a leased one ages out with its windows).
+            if let Some(id) = id {
+                settle::forget(self.shared, id);
+            }
+        }
+        if !matches!(answer, Ok(Ok(_))) {
+            self.let_go();
+        }
         match answer {
             Ok(reserved) => {
                 self.shared.answered();
-                self.reserved(reserved, Origin::Remote, permit, generation, now)
+                self.reserved(reserved, Origin::Remote, (permit, generation, id), now)
             }
             // The call's own deadline cut the round trip short: says
             // nothing about the store.
@@ -373,7 +419,7 @@ impl<'a> SharedAcquire<'a> {
         if reserved.is_ok() {
             SharedStats::count(&self.shared.stats.fallback_admissions);
         }
-        self.reserved(reserved, Origin::Fallback, permit, generation, now)
+        self.reserved(reserved, Origin::Fallback, (permit, generation, None), now)
     }
 
     /// The answer to a reservation, with the turn held.
@@ -381,8 +427,7 @@ impl<'a> SharedAcquire<'a> {
         &mut self,
         reserved: Result<Reservation, NotUntil>,
         origin: Origin,
-        permit: bool,
-        generation: u64,
+        (permit, generation, id): (bool, u64, Option<HoldId>),
         now: Instant,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
         let reservation = match reserved {
@@ -400,6 +445,7 @@ impl<'a> SharedAcquire<'a> {
             reservation,
             origin,
             generation,
+            id,
         };
         if permit {
             self.give_turn();
@@ -586,11 +632,16 @@ impl<'a> SharedAcquire<'a> {
                 retry_at: None,
             }));
         };
+        let Some(id) = grant.id else {
+            // Every remote pending grant has a name.
+            self.return_grant(grant);
+            return Poll::Ready(Err(AdmissionError::Closed));
+        };
         let remote = Arc::clone(&self.shared.remote);
         let pending = grant.reservation;
         self.stage = Stage::Lease {
             grant,
-            op: Box::pin(async move { remote.lease(pending, budget).await }),
+            op: Box::pin(async move { remote.lease(pending, id, budget).await }),
             clipped: budget < self.shared.timeout,
         };
         Poll::Ready(Ok(None))
@@ -608,8 +659,14 @@ impl<'a> SharedAcquire<'a> {
             return Poll::Pending;
         };
         let now = self.now();
+        if answer.is_ok() {
+            // Leased (the permit now counts the call) or gone: nothing is
+            // held on the store any more. On a failure `return_grant`
+            // forgets it first.
+            self.let_go();
+        }
         match answer {
-            Ok(reservation) => {
+            Ok(Some(reservation)) => {
                 self.shared.answered();
                 {
                     let mut st = self.scope.state.lock();
@@ -620,6 +677,20 @@ impl<'a> SharedAcquire<'a> {
                 self.shared.wake();
                 grant.reservation = reservation;
                 Poll::Ready(Ok(Some(self.lease(grant))))
+            }
+            Ok(None) => {
+                // The store let the hold expire (the call waited for its
+                // permit longer than the hold lives): nothing is held, so
+                // the permit goes back and the call reserves again.
+                self.shared.answered();
+                {
+                    let mut st = self.scope.state.lock();
+                    st.pending = st.pending.saturating_sub(1);
+                }
+                SharedStats::count(&self.shared.stats.holds_expired);
+                self.inner().pools.release(self.pool);
+                self.stage = Stage::Turn { key: None };
+                Poll::Ready(Ok(None))
             }
             Err(StoreError::Timeout(_)) if clipped => {
                 self.return_grant(grant);
@@ -680,7 +751,7 @@ impl<'a> SharedAcquire<'a> {
     }
 
     /// Refunds a grant that will not be leased (SPEC Q-9), exactly once.
-    fn refund(&self, grant: Granted) {
+    fn refund(&mut self, grant: Granted) {
         let now = self.now();
         let mut st = self.scope.state.lock();
         if grant.reservation.hold == Hold::Pending {
@@ -691,13 +762,19 @@ impl<'a> SharedAcquire<'a> {
             Origin::Fallback => st.store.refund(&grant.reservation, now),
             Origin::Remote => {
                 drop(st);
-                settle::refund(self.shared, grant.reservation);
+                match grant.id {
+                    Some(id) => settle::forget(self.shared, id),
+                    None => settle::refund(self.shared, grant.reservation),
+                }
             }
+        }
+        if grant.id.is_some() {
+            self.let_go();
         }
     }
 
     /// Refunds a grant whose permit is held, and returns the permit.
-    fn return_grant(&self, grant: Granted) {
+    fn return_grant(&mut self, grant: Granted) {
         self.refund(grant);
         self.inner().pools.release(self.pool);
     }
@@ -707,11 +784,13 @@ impl<'a> SharedAcquire<'a> {
         let inner = self.inner();
         match std::mem::replace(&mut self.stage, Stage::Done) {
             Stage::Turn { key: Some(key) } => self.shared.turn.cancel(key),
-            Stage::Reserve { op, permit, .. } => {
+            Stage::Reserve { op, permit, id, .. } => {
+                // Counted before the permit goes back, so `idle` cannot
+                // resolve in between.
+                settle::refund_reserved(self.shared, op, id);
                 if permit {
                     inner.pools.release(self.pool);
                 }
-                settle::refund_reserved(self.shared, op);
             }
             Stage::Permit { grant, key, .. } => {
                 self.refund(grant);
@@ -726,14 +805,36 @@ impl<'a> SharedAcquire<'a> {
                     st.pending = st.pending.saturating_sub(1);
                     st.counters.refunded_reservations += 1;
                 }
-                settle::refund_leasing(self.shared, op, grant.reservation);
+                match grant.id {
+                    Some(id) => settle::refund_leasing(self.shared, op, id),
+                    // Not reached: only named holds are leased remotely.
+                    None => settle::refund(self.shared, grant.reservation),
+                }
                 inner.pools.release(self.pool);
             }
             Stage::Turn { key: None } | Stage::Start | Stage::Sleep { .. } | Stage::Done => {}
         }
         self.give_turn();
+        // After any refund above was counted as a detached round trip.
+        self.let_go();
         if let Some(id) = self.id.take() {
             inner.forget_id(id);
+        }
+    }
+
+    /// A pending hold of this call is (or may be) in the store: `idle`
+    /// and `close` wait until it is leased or given back.
+    fn hold(&mut self) {
+        if !std::mem::replace(&mut self.holding, true) {
+            self.shared.holds.enter();
+        }
+    }
+
+    /// Nothing of this call is held on the store any more (or its giving
+    /// back is counted as a detached round trip).
+    fn let_go(&mut self) {
+        if std::mem::replace(&mut self.holding, false) {
+            self.shared.holds.leave();
         }
     }
 }

@@ -12,6 +12,7 @@
 //! closed or falls back to a local share (`fallback.rs`, DQ-3).
 
 mod acquire;
+mod detached;
 mod fallback;
 mod scope;
 mod settle;

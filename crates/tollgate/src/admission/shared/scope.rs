@@ -29,11 +29,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::detached::Detached;
 use crate::admission::permits::Permits;
 use crate::admission::scope::ScopeCounters;
 use crate::clock::{Instant, SharedClock};
 use crate::config::Overflow;
 use crate::deadline::Deadline;
+use crate::in_flight::InFlight;
 use crate::quota::{RemoteQuota, Unavailable};
 
 /// How often an unavailable store is probed, at most.
@@ -85,6 +87,9 @@ pub(crate) struct SharedStats {
     /// Reservations granted to calls that had gone while the round trip
     /// was in flight (refunded when the answer arrived).
     pub(crate) refunded_in_flight: AtomicU64,
+    /// Pending holds the store no longer had when their call came to lease
+    /// them (expired): the call reserved again.
+    pub(crate) holds_expired: AtomicU64,
 }
 
 impl SharedStats {
@@ -107,6 +112,13 @@ pub(crate) struct SharedScope {
     pub(crate) clock: SharedClock,
     health: Mutex<Health>,
     pub(crate) stats: SharedStats,
+    /// Round trips running after their call (refunds, settlements,
+    /// probes).
+    pub(crate) detached: Arc<Detached>,
+    /// Calls of this process with a pending hold in the store (or a
+    /// reservation of one in flight), until it is leased or its giving
+    /// back is counted in `detached`.
+    pub(crate) holds: InFlight,
 }
 
 impl SharedScope {
@@ -138,7 +150,15 @@ impl SharedScope {
                 next_probe: None,
             }),
             stats: SharedStats::default(),
+            detached: Arc::default(),
+            holds: InFlight::default(),
         }
+    }
+
+    /// Runs `task` detached, counted until it ends (so closing waits for
+    /// it); `false` outside a runtime (nothing runs).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
+        self.detached.spawn(task).is_some()
     }
 
     /// Calls queued: the turn's holder (the head) and those in its line.
@@ -173,7 +193,7 @@ impl SharedScope {
             health.probing = true;
             drop(health);
             let this = Arc::clone(self);
-            let started = spawn(async move {
+            let started = self.spawn(async move {
                 let answered = this.remote.snapshot(this.timeout).await.is_ok();
                 if !answered {
                     SharedStats::count(&this.stats.store_errors);
@@ -235,21 +255,11 @@ impl SharedScope {
         counters.fallback_admissions = load(&self.stats.fallback_admissions);
         counters.settlements_failed = load(&self.stats.settlements_failed);
         counters.refunded_reservations += load(&self.stats.refunded_in_flight);
+        counters.holds_expired = load(&self.stats.holds_expired);
     }
 
     /// Wakes the turn's holder: quota came back, or admission stopped.
     pub(crate) fn wake(&self) {
         self.room.notify_waiters();
-    }
-}
-
-/// Runs `task` detached on the current runtime; `false` outside one.
-pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> bool {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            drop(handle.spawn(task));
-            true
-        }
-        Err(_) => false,
     }
 }

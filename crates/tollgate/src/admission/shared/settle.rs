@@ -5,12 +5,17 @@
 //! store that settles something runs as a detached task bounded by the
 //! store's timeout. What a failed operation would have changed stays as it
 //! was: amounts stay counted (never over a quota), and the failure is
-//! counted (`ScopeCounters::settlements_failed`). Two exceptions are
+//! counted (`ScopeCounters::settlements_failed`). Three exceptions are
 //! written down where they happen: debt (usage above the estimate) is
 //! retried, because losing it would let the scope admit more than its
-//! limit; and a recount that fails leaves the amount counted from the
-//! lease instant instead of the provider's (SPEC Q-15 then holds only as
-//! well as the lease instant approximates the provider's count).
+//! limit; giving back a pending hold is retried, because it is idempotent
+//! (by the hold's id) and otherwise holds room until the hold expires; and
+//! a recount that fails leaves the amount counted from the lease instant
+//! instead of the provider's (SPEC Q-15 then holds only as well as the
+//! lease instant approximates the provider's count).
+//!
+//! Every task runs through the scope's [`Detached`](super::detached)
+//! count, so `close` and `idle` wait for them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,18 +27,19 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
-use crate::quota::{NotUntil, Reservation, StoreError, StoreFuture};
+use crate::quota::{HoldId, NotUntil, Reservation, StoreError, StoreFuture};
 use crate::usage::{Settlement, Usage};
 
-/// Attempts to record debt (usage above the estimate) before giving up.
-const DEBT_ATTEMPTS: u32 = 3;
-/// Pause between two attempts to record debt.
-const DEBT_BACKOFF: Duration = Duration::from_millis(5);
+/// Attempts to record debt (usage above the estimate), or to give back a
+/// pending hold, before giving up.
+const ATTEMPTS: u32 = 3;
+/// Pause between two attempts.
+const BACKOFF: Duration = Duration::from_millis(5);
 
 /// A reservation round trip in flight.
 pub(crate) type ReserveOp = StoreFuture<'static, Result<Result<Reservation, NotUntil>, StoreError>>;
 /// A lease round trip in flight.
-pub(crate) type LeaseOp = StoreFuture<'static, Result<Reservation, StoreError>>;
+pub(crate) type LeaseOp = StoreFuture<'static, Result<Option<Reservation>, StoreError>>;
 
 /// The settlements of one lease kept in a shared store, applied in the
 /// order they were made: each task waits for the one before and starts
@@ -58,9 +64,9 @@ impl RemoteLease {
             };
             op(owned, reservation).await
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => self.last = Some(handle.spawn(task)),
-            Err(_) => SharedStats::count(&shared.stats.settlements_failed),
+        self.last = shared.detached.spawn(task);
+        if self.last.is_none() {
+            SharedStats::count(&shared.stats.settlements_failed);
         }
     }
 }
@@ -90,49 +96,90 @@ fn landed(shared: &SharedScope, done: bool) {
     }
 }
 
-/// Refunds a reservation whose attempt never started (SPEC Q-9), detached.
-pub(crate) fn refund(shared: &Arc<SharedScope>, reservation: Reservation) {
-    let owned = Arc::clone(shared);
-    let started = super::scope::spawn(async move {
-        let op = owned.remote.refund(reservation, owned.timeout);
-        let done = attempt(&owned, op).await.is_some();
-        landed(&owned, done);
-    });
-    if !started {
+/// Runs `task` detached on `shared`'s count; a task that cannot start
+/// (outside a runtime) is a settlement that did not land.
+fn detach(shared: &Arc<SharedScope>, task: impl Future<Output = ()> + Send + 'static) {
+    if !shared.spawn(task) {
         SharedStats::count(&shared.stats.settlements_failed);
     }
+}
+
+/// Refunds a leased reservation whose attempt never started (SPEC Q-9),
+/// detached.
+pub(crate) fn refund(shared: &Arc<SharedScope>, reservation: Reservation) {
+    let owned = Arc::clone(shared);
+    detach(shared, async move {
+        refund_now(&owned, reservation).await;
+    });
+}
+
+async fn refund_now(shared: &SharedScope, reservation: Reservation) {
+    let op = shared.remote.refund(reservation, shared.timeout);
+    let done = attempt(shared, op).await.is_some();
+    landed(shared, done);
+}
+
+/// Gives back pending hold `id` (SPEC Q-9), detached; retried, since only
+/// the first attempt that lands finds it.
+pub(crate) fn forget(shared: &Arc<SharedScope>, id: HoldId) {
+    let owned = Arc::clone(shared);
+    detach(shared, async move {
+        forget_now(&owned, id).await;
+    });
+}
+
+async fn forget_now(shared: &SharedScope, id: HoldId) {
+    for n in 0..ATTEMPTS {
+        if n > 0 {
+            tokio::time::sleep(BACKOFF).await;
+        }
+        let op = shared.remote.forget(id, shared.timeout);
+        if attempt(shared, op).await.is_some() {
+            landed(shared, true);
+            return;
+        }
+    }
+    // The store lets the hold expire.
+    landed(shared, false);
 }
 
 /// A call gave up while its reservation was in flight: whatever the store
-/// grants it is refunded once the answer arrives (SPEC Q-9).
-pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp) {
+/// grants it is given back once the answer arrives (SPEC Q-9); a pending
+/// hold (`id`) is given back by its id even if no answer arrives.
+pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Option<HoldId>) {
     let owned = Arc::clone(shared);
-    let started = super::scope::spawn(async move {
-        if let Ok(Ok(reservation)) = op.await {
-            SharedStats::count(&owned.stats.refunded_in_flight);
-            let op = owned.remote.refund(reservation, owned.timeout);
-            let done = attempt(&owned, op).await.is_some();
-            landed(&owned, done);
+    detach(shared, async move {
+        let answer = op.await;
+        match (answer, id) {
+            (Ok(Err(_)), _) => {}
+            (Ok(Ok(_)), Some(id)) => {
+                SharedStats::count(&owned.stats.refunded_in_flight);
+                forget_now(&owned, id).await;
+            }
+            (Ok(Ok(reservation)), None) => {
+                SharedStats::count(&owned.stats.refunded_in_flight);
+                refund_now(&owned, reservation).await;
+            }
+            (Err(_), Some(id)) => forget_now(&owned, id).await,
+            // A leased reservation whose answer was lost ages out with
+            // its windows (counted, never over a quota).
+            (Err(_), None) => {}
         }
     });
-    if !started {
-        SharedStats::count(&shared.stats.settlements_failed);
-    }
 }
 
-/// A call gave up while its pending reservation was being leased: the
-/// reservation is refunded as the store has it once the answer arrives.
-pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, op: LeaseOp, pending: Reservation) {
+/// A call gave up while its pending hold `id` was being leased: a lease
+/// that landed is refunded, an unknown outcome is given back by id (a no-op
+/// if the lease did land: then the leased amount ages out).
+pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, op: LeaseOp, id: HoldId) {
     let owned = Arc::clone(shared);
-    let started = super::scope::spawn(async move {
-        let reservation = op.await.unwrap_or(pending);
-        let op = owned.remote.refund(reservation, owned.timeout);
-        let done = attempt(&owned, op).await.is_some();
-        landed(&owned, done);
+    detach(shared, async move {
+        match op.await {
+            Ok(Some(leased)) => refund_now(&owned, leased).await,
+            Ok(None) => {}
+            Err(_) => forget_now(&owned, id).await,
+        }
     });
-    if !started {
-        SharedStats::count(&shared.stats.settlements_failed);
-    }
 }
 
 impl Inner {
@@ -167,10 +214,10 @@ impl Inner {
             // limit: retry it. A retry after an attempt that did land but
             // whose answer was lost counts the debt twice, which only
             // admits less.
-            let attempts = if debt { DEBT_ATTEMPTS } else { 1 };
+            let attempts = if debt { ATTEMPTS } else { 1 };
             for n in 0..attempts {
                 if n > 0 {
-                    tokio::time::sleep(DEBT_BACKOFF).await;
+                    tokio::time::sleep(BACKOFF).await;
                 }
                 let op = shared.remote.reconcile(r, actual, shared.timeout);
                 if attempt(&shared, op).await.is_some() {
