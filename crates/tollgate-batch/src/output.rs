@@ -154,6 +154,25 @@ pub fn scan(path: &Path, repair: bool) -> Result<Existing, OutputError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Existing::default()),
         Err(e) => return Err(io_err(path)(e)),
     };
+    let existing = parse_existing(&data, path)?;
+    if repair && existing.torn_bytes > 0 {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        file.set_len(existing.valid_len).map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+    }
+    Ok(existing)
+}
+
+/// What the contents `data` of the output file `path` hold (see [`scan`];
+/// `path` only names the file in errors).
+///
+/// # Errors
+/// A complete line that is not an output line, or two lines for one
+/// `custom_id`.
+pub fn parse_existing(data: &[u8], path: &Path) -> Result<Existing, OutputError> {
     let valid_len = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let mut existing = Existing {
         records: HashMap::new(),
@@ -186,14 +205,6 @@ pub fn scan(path: &Path, repair: bool) -> Result<Existing, OutputError> {
             });
         }
         existing.records.insert(parsed.custom_id, record);
-    }
-    if repair && existing.torn_bytes > 0 {
-        let file = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io_err(path))?;
-        file.set_len(existing.valid_len).map_err(io_err(path))?;
-        file.sync_all().map_err(io_err(path))?;
     }
     Ok(existing)
 }
