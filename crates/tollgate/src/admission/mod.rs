@@ -16,6 +16,7 @@ mod pool_set;
 mod queue;
 mod scope;
 mod settle;
+mod shutdown;
 mod shared;
 mod snapshot;
 
