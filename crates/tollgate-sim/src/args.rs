@@ -121,6 +121,28 @@ pub struct SimArgs {
     /// requests (needs --background-rpm).
     #[arg(long)]
     pub background_tpm: Option<u64>,
+    /// Key the Azure routes (/openai/deployments/{deployment}/...) demand in
+    /// the `api-key` header; a request with an `Authorization` header is
+    /// refused too (401, Azure's body). Unset = no check.
+    #[arg(long, env = "TOLLGATE_SIM_AZURE_KEY", hide_env_values = true)]
+    pub azure_key: Option<String>,
+    /// Key POST /v1/messages demands in the `x-api-key` header (401,
+    /// Anthropic's body). Unset = no check.
+    #[arg(long, env = "TOLLGATE_SIM_ANTHROPIC_KEY", hide_env_values = true)]
+    pub anthropic_key: Option<String>,
+    /// Requests per window on POST /v1/messages, replenished continuously
+    /// (unset = unlimited). Separate from --rpm.
+    #[arg(long)]
+    pub anthropic_rpm: Option<u64>,
+    /// Input tokens per window on POST /v1/messages (ITPM), replenished
+    /// continuously (unset = unlimited). Separate from --tpm.
+    #[arg(long)]
+    pub itpm: Option<u64>,
+    /// Output tokens per window on POST /v1/messages (OTPM): admission takes
+    /// max_tokens, the unused part comes back when the response ends (unset =
+    /// unlimited).
+    #[arg(long)]
+    pub otpm: Option<u64>,
 }
 
 /// `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
@@ -161,6 +183,11 @@ impl SimArgs {
             charge_refusals: self.charge_refusals,
             background_rpm: self.background_rpm,
             background_tpm: self.background_tpm,
+            azure_key: self.azure_key.clone(),
+            anthropic_key: self.anthropic_key.clone(),
+            anthropic_rpm: self.anthropic_rpm,
+            itpm: self.itpm,
+            otpm: self.otpm,
         };
         config.validate()?;
         Ok(config)
@@ -189,6 +216,8 @@ mod tests {
         let mut config = args.to_config().expect("valid");
         // The environment may carry a key for the CLI; it is not a default.
         config.require_key = None;
+        config.azure_key = None;
+        config.anthropic_key = None;
         assert_eq!(config, SimConfig::default());
     }
 
@@ -240,6 +269,16 @@ mod tests {
             "3",
             "--background-tpm",
             "300",
+            "--azure-key",
+            "az-key",
+            "--anthropic-key",
+            "ant-key",
+            "--anthropic-rpm",
+            "50",
+            "--itpm",
+            "40000",
+            "--otpm",
+            "8000",
         ])
         .expect("all flags parse");
         let c = args.to_config().expect("valid");
@@ -272,6 +311,12 @@ mod tests {
         assert!(c.reconcile);
         assert_eq!(c.charge_refusals, RefusalCharge::Requests);
         assert_eq!((c.background_rpm, c.background_tpm), (Some(3), Some(300)));
+        assert_eq!(c.azure_key.as_deref(), Some("az-key"));
+        assert_eq!(c.anthropic_key.as_deref(), Some("ant-key"));
+        assert_eq!(
+            (c.anthropic_rpm, c.itpm, c.otpm),
+            (Some(50), Some(40_000), Some(8_000))
+        );
     }
 
     // proves: CFG-2 (accounting flags: forms accepted, bad values named)

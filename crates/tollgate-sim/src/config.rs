@@ -69,6 +69,23 @@ pub struct SimConfig {
     /// Tokens per window spent by the background consumer, spread over its
     /// `background_rpm` requests. Requires `background_rpm`.
     pub background_tpm: Option<u64>,
+    /// When set, the Azure routes (`/openai/deployments/{deployment}/...`)
+    /// demand this key in the `api-key` header and refuse any request that
+    /// carries an `Authorization` header, with Azure's 401 body.
+    pub azure_key: Option<String>,
+    /// When set, `POST /v1/messages` demands this key in the `x-api-key`
+    /// header, with Anthropic's 401 body otherwise.
+    pub anthropic_key: Option<String>,
+    /// Requests per `window` on `POST /v1/messages`, as a continuously
+    /// replenished bucket (Anthropic's model). `None` = unlimited.
+    pub anthropic_rpm: Option<u64>,
+    /// Input tokens per `window` on `POST /v1/messages` (ITPM), a
+    /// continuously replenished bucket. `None` = unlimited.
+    pub itpm: Option<u64>,
+    /// Output tokens per `window` on `POST /v1/messages` (OTPM), a
+    /// continuously replenished bucket: admission takes `max_tokens`, the
+    /// unused part is given back when the response ends. `None` = unlimited.
+    pub otpm: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -95,6 +112,11 @@ impl Default for SimConfig {
             charge_refusals: RefusalCharge::default(),
             background_rpm: None,
             background_tpm: None,
+            azure_key: None,
+            anthropic_key: None,
+            anthropic_rpm: None,
+            itpm: None,
+            otpm: None,
         }
     }
 }
@@ -158,6 +180,9 @@ impl SimConfig {
             ("max_concurrency", self.max_concurrency),
             ("background_rpm", self.background_rpm),
             ("background_tpm", self.background_tpm),
+            ("anthropic_rpm", self.anthropic_rpm),
+            ("itpm", self.itpm),
+            ("otpm", self.otpm),
         ] {
             if limit == Some(0) {
                 return Err(ConfigError::ZeroLimit { field });
@@ -193,6 +218,19 @@ impl SimConfig {
             && (key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(ConfigError::BadKey);
+        }
+        for (field, key) in [
+            ("azure_key", &self.azure_key),
+            ("anthropic_key", &self.anthropic_key),
+        ] {
+            if let Some(key) = key
+                && (key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()))
+            {
+                return Err(ConfigError::Invalid {
+                    field,
+                    reason: "must be a non-empty printable ASCII string",
+                });
+            }
         }
         self.validate_accounting()
     }
@@ -309,6 +347,57 @@ mod tests {
             ..SimConfig::default()
         };
         assert_eq!(cfg.validate(), Err(ConfigError::BadKey));
+        for (field, cfg) in [
+            (
+                "azure_key",
+                SimConfig {
+                    azure_key: Some(String::new()),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "anthropic_key",
+                SimConfig {
+                    anthropic_key: Some("a b".into()),
+                    ..SimConfig::default()
+                },
+            ),
+        ] {
+            assert!(
+                matches!(cfg.validate(), Err(ConfigError::Invalid { field: f, .. }) if f == field),
+                "{field}"
+            );
+        }
+    }
+
+    // proves: CFG-1 (the Anthropic limits refuse zero like the others)
+    #[test]
+    fn zero_anthropic_limits_are_errors() {
+        for (field, cfg) in [
+            (
+                "anthropic_rpm",
+                SimConfig {
+                    anthropic_rpm: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "itpm",
+                SimConfig {
+                    itpm: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "otpm",
+                SimConfig {
+                    otpm: Some(0),
+                    ..SimConfig::default()
+                },
+            ),
+        ] {
+            assert_eq!(cfg.validate(), Err(ConfigError::ZeroLimit { field }));
+        }
     }
 
     // proves: CFG-1, CFG-2 (accounting knobs: each bad value names its field)

@@ -2,7 +2,7 @@
 //! duration form that OpenAI uses in `x-ratelimit-reset-*` headers.
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A duration flag that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,9 +86,56 @@ pub(crate) fn ceil_millis(d: Duration) -> u128 {
     d.as_nanos().div_ceil(1_000_000)
 }
 
+/// `t` as an RFC 3339 UTC timestamp rounded *up* to the whole second
+/// (`2026-11-30T12:00:05Z`), the form of Anthropic's
+/// `anthropic-ratelimit-*-reset` headers. Rounding up means a client that
+/// waits until the stamp is never early. Instants before 1970 print as the
+/// epoch.
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = ceil_secs(since);
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`, for non-negative day counts).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_matches_known_dates_and_rounds_up() {
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
+        assert_eq!(rfc3339(at(0, 0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(at(0, 1)), "1970-01-01T00:00:01Z");
+        assert_eq!(rfc3339(at(951_782_400, 0)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(at(1_704_067_199, 500)), "2024-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(at(1_798_761_600 + 3_723, 0)),
+            "2027-01-01T01:02:03Z"
+        );
+    }
 
     #[test]
     fn parses_the_documented_forms() {

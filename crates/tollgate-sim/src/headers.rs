@@ -9,7 +9,8 @@ use crate::referee::{Dimension, RateState, RejectCause, Rejection};
 use crate::wire::ApiError;
 
 /// Header naming the cause of a simulator 429 (`rpm`, `tpm`, `too_large`,
-/// `concurrency`), for tests and debugging.
+/// `concurrency`; on `POST /v1/messages` also `anthropic_rpm`, `itpm`,
+/// `otpm`), for tests and debugging.
 pub const REJECT_CAUSE_HEADER: &str = "x-sim-reject-cause";
 
 /// Writes `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the
@@ -123,7 +124,14 @@ pub(crate) fn rejection_response(rejection: &Rejection, tokens: u64, seq: u64) -
         code: Some("rate_limit_exceeded"),
     }
     .into_response();
-    let headers = response.headers_mut();
+    add_rejection_headers(response.headers_mut(), rejection, seq);
+    response
+}
+
+/// The headers of a 429 (OpenAI's and Azure's alike): `retry-after` (whole
+/// seconds, rounded up) and `retry-after-ms` when the wait is known,
+/// `x-sim-reject-cause`, and the `x-ratelimit-*` headers.
+pub(crate) fn add_rejection_headers(headers: &mut HeaderMap, rejection: &Rejection, seq: u64) {
     if let Some(d) = rejection.retry_after {
         insert(
             headers,
@@ -142,7 +150,6 @@ pub(crate) fn rejection_response(rejection: &Rejection, tokens: u64, seq: u64) -
         cause_name(rejection.cause),
     );
     add_rate_headers(headers, &rejection.state, seq);
-    response
 }
 
 /// A simulated 500 or 503 with an OpenAI error body.

@@ -3,12 +3,20 @@
 //!
 //! * **SIM-1** `POST /v1/chat/completions` (one-shot and SSE stream),
 //!   `POST /v1/embeddings`, `GET /v1/models`, with `usage` in responses and in
-//!   the final stream chunk when asked.
+//!   the final stream chunk when asked. Beyond OpenAI's own wire: the
+//!   Responses API (`POST /v1/responses`, one-shot and typed SSE events), the
+//!   Azure OpenAI shape (`/openai/deployments/{deployment}/...?api-version=`
+//!   with the `api-key` header, Azure's 401/404/429 bodies) and Anthropic's
+//!   Messages API (`POST /v1/messages`, one-shot and its SSE events,
+//!   Anthropic's errors and `anthropic-ratelimit-*` headers).
 //! * **SIM-2** Its own exact sliding windows for requests and tokens plus a
 //!   concurrency cap ([`referee`], [`window`]); it shares no code with
 //!   tollgate's limiter. Refusals are 429 with `retry-after`,
 //!   `retry-after-ms` and `x-ratelimit-*` headers computed from the window
-//!   log.
+//!   log. The Messages route has its own limits instead: requests, input
+//!   tokens (ITPM) and output tokens (OTPM) per window, each a continuously
+//!   replenished bucket ([`anthropic`]); admission reserves `max_tokens`
+//!   and the unused part is given back when the response ends.
 //! * **SIM-3** Latency (time to first token, per token) and seeded,
 //!   deterministic faults: 5xx, mid-stream disconnect, slow headers
 //!   ([`faults`]).
@@ -49,7 +57,9 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod anthropic;
 mod args;
+mod azure;
 mod background;
 mod clock;
 mod config;
@@ -57,7 +67,9 @@ pub mod duration;
 pub mod faults;
 mod headers;
 pub mod referee;
+mod responses;
 mod routes;
+mod script;
 mod server;
 mod state;
 mod stats;

@@ -253,6 +253,24 @@ impl Referee {
         ))
     }
 
+    /// Takes a concurrency slot, if the cap allows, for a request that
+    /// another limiter admitted (the Anthropic buckets of
+    /// [`crate::anthropic::limits`]): the cap is the account's, shared by
+    /// every route. The caller must [`release`](Self::release) it exactly
+    /// once. Returns whether a slot was taken.
+    pub fn try_occupy(&mut self) -> bool {
+        if self
+            .limits
+            .concurrency
+            .is_some_and(|cap| self.active >= cap)
+        {
+            return false;
+        }
+        self.active += 1;
+        self.max_active = self.max_active.max(self.active);
+        true
+    }
+
     /// Replaces the token charge of `ticket` by `actual` in its window entry
     /// (which keeps its counting instant). When the entry has already left
     /// the window only the counters change. The window may go above its

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::http::HeaderMap;
 use parking_lot::Mutex;
 
+use crate::anthropic::limits::{
+    MessagesCause, MessagesLimitConfig, MessagesLimits, MessagesRejection, MessagesState,
+};
 use crate::clock::Clock;
 use crate::config::SimConfig;
 use crate::faults::FaultPlan;
@@ -25,8 +28,20 @@ use crate::wire::ApiError;
 pub(crate) enum Route {
     ChatCompletions,
     Embeddings,
+    Responses,
+    AzureChatCompletions,
+    AzureEmbeddings,
+    Messages,
     Models,
     NotFound,
+}
+
+impl Route {
+    /// Whether the route is an API call (counted in `requests_total`, given
+    /// a sequence number).
+    fn is_api(self) -> bool {
+        !matches!(self, Route::Models | Route::NotFound)
+    }
 }
 
 pub(crate) struct Shared {
@@ -60,6 +75,8 @@ pub(crate) struct Charge {
 
 struct Inner {
     referee: Referee,
+    /// The Anthropic buckets of `POST /v1/messages`.
+    messages: MessagesLimits,
     counters: Counters,
     /// Sequence number of the next API request (fault seeding).
     next_seq: u64,
@@ -72,6 +89,31 @@ impl fmt::Debug for Shared {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
+}
+
+/// The outcome of admission for one `POST /v1/messages` request.
+pub(crate) enum MessagesAdmission {
+    /// Taken from the buckets; the guard holds the concurrency slot and
+    /// gives the unused output allowance back when the request ends.
+    Admitted {
+        guard: RequestGuard,
+        state: MessagesState,
+    },
+    /// Refused with 429; nothing taken.
+    Rejected(MessagesRejection),
+    /// Would have been admitted, but the fault plan fails it; nothing taken.
+    ServerError { status: u16, state: MessagesState },
+}
+
+/// What a Messages request asks of the Anthropic buckets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MessagesDemand {
+    /// Input tokens (the simulator's count).
+    pub(crate) input: u64,
+    /// `max_tokens`: the output allowance taken at admission.
+    pub(crate) max_tokens: u64,
+    /// Output tokens the response will generate (at most `max_tokens`).
+    pub(crate) generated: u64,
 }
 
 /// The outcome of admission for one API request.
@@ -96,11 +138,18 @@ impl Shared {
             concurrency: config.max_concurrency,
             window: config.window,
         };
+        let messages = MessagesLimitConfig {
+            requests: config.anthropic_rpm,
+            input_tokens: config.itpm,
+            output_tokens: config.otpm,
+            period: config.window,
+        };
         Self {
             config,
             clock,
             inner: Mutex::new(Inner {
                 referee: Referee::new(limits),
+                messages: MessagesLimits::new(messages),
                 counters: Counters::default(),
                 next_seq: 0,
             }),
@@ -143,19 +192,23 @@ impl Shared {
     }
 
     /// Counts a request on `route` and returns the sequence number of an API
-    /// request (chat completions, embeddings; other routes do not consume
-    /// one).
+    /// request (every route but `/v1/models` and the 404 fallback, which do
+    /// not consume one).
     pub(crate) fn begin(&self, route: Route) -> u64 {
         let mut inner = self.inner.lock();
         let routes = &mut inner.counters.routes;
         match route {
             Route::ChatCompletions => routes.chat_completions += 1,
             Route::Embeddings => routes.embeddings += 1,
+            Route::Responses => routes.responses += 1,
+            Route::AzureChatCompletions => routes.azure_chat_completions += 1,
+            Route::AzureEmbeddings => routes.azure_embeddings += 1,
+            Route::Messages => routes.messages += 1,
             Route::Models => routes.models += 1,
             Route::NotFound => routes.not_found += 1,
         }
         let seq = inner.next_seq;
-        if matches!(route, Route::ChatCompletions | Route::Embeddings) {
+        if route.is_api() {
             inner.counters.requests_total += 1;
             inner.next_seq += 1;
         }
@@ -235,6 +288,7 @@ impl Shared {
                     shared: Arc::clone(self),
                     done: false,
                     settle,
+                    refund_output: 0,
                 },
                 state,
             },
@@ -246,14 +300,69 @@ impl Shared {
         }
     }
 
+    /// Admits a Messages request on the Anthropic buckets and the account's
+    /// concurrency cap (all or nothing), refuses it, or fails it as the fault
+    /// plan says, in one critical section at the counting instant.
+    pub(crate) fn admit_messages(
+        self: &Arc<Self>,
+        demand: MessagesDemand,
+        plan: &FaultPlan,
+    ) -> MessagesAdmission {
+        let mut inner = self.inner.lock();
+        let now = self.clock.now();
+        let inner = &mut *inner;
+        if let Err(rejection) = inner.messages.check(now, demand.input, demand.max_tokens) {
+            inner.counters.count_messages_rejection(rejection.cause);
+            return MessagesAdmission::Rejected(rejection);
+        }
+        if !inner.referee.try_occupy() {
+            let rejection = MessagesRejection {
+                cause: MessagesCause::Concurrency,
+                retry_after: None,
+                state: inner.messages.state(now),
+            };
+            inner.counters.count_messages_rejection(rejection.cause);
+            return MessagesAdmission::Rejected(rejection);
+        }
+        if let Some(status) = plan.server_error {
+            inner.referee.release();
+            inner.counters.faults.server_error += 1;
+            return MessagesAdmission::ServerError {
+                status,
+                state: inner.messages.state(now),
+            };
+        }
+        match inner
+            .messages
+            .try_admit(now, demand.input, demand.max_tokens)
+        {
+            Ok(state) => MessagesAdmission::Admitted {
+                guard: RequestGuard {
+                    shared: Arc::clone(self),
+                    done: false,
+                    settle: None,
+                    refund_output: demand.max_tokens.saturating_sub(demand.generated),
+                },
+                state,
+            },
+            // Unreachable: `check` passed under the same lock.
+            Err(rejection) => {
+                inner.referee.release();
+                inner.counters.count_messages_rejection(rejection.cause);
+                MessagesAdmission::Rejected(rejection)
+            }
+        }
+    }
+
     pub(crate) fn stats(&self) -> SimStats {
         let inner = self.inner.lock();
-        inner.counters.snapshot(&inner.referee)
+        inner.counters.snapshot(&inner.referee, &inner.messages)
     }
 
     pub(crate) fn reset(&self) {
         let mut inner = self.inner.lock();
         inner.referee.clear();
+        inner.messages.clear();
         inner.counters = Counters::default();
         inner.next_seq = 0;
     }
@@ -269,6 +378,9 @@ pub(crate) struct RequestGuard {
     /// With reconciliation: the token entry and the usage that replaces its
     /// charge when the request ends.
     settle: Option<(Ticket, u64)>,
+    /// A Messages request's unused output allowance, given back to the OTPM
+    /// bucket when the request ends (0 for the other routes).
+    refund_output: u64,
 }
 
 impl RequestGuard {
@@ -282,6 +394,11 @@ impl RequestGuard {
         if let Some((ticket, usage)) = self.settle.take() {
             let now = self.shared.clock.now();
             inner.referee.settle(now, ticket, usage);
+        }
+        if self.refund_output > 0 {
+            let now = self.shared.clock.now();
+            let amount = std::mem::take(&mut self.refund_output);
+            inner.messages.refund_output(now, amount);
         }
         inner.referee.release();
         f(&mut inner.counters);

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::anthropic::limits::{MessagesCause, MessagesLimits};
 use crate::referee::{Referee, RejectCause};
 
 /// A point-in-time copy of the simulator's counters.
@@ -15,8 +16,8 @@ use crate::referee::{Referee, RejectCause};
 /// way).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SimStats {
-    /// API requests received (chat completions and embeddings), whatever
-    /// their outcome.
+    /// API requests received (chat completions, embeddings, responses, the
+    /// Azure routes and Anthropic messages), whatever their outcome.
     pub requests_total: u64,
     /// Successful (200) responses started.
     pub ok: u64,
@@ -66,6 +67,20 @@ pub struct SimStats {
     /// (`reconcile`).
     #[serde(default)]
     pub reconciled: u64,
+    /// `POST /v1/messages` requests admitted by the Anthropic buckets.
+    #[serde(default)]
+    pub messages_charged: u64,
+    /// Input tokens taken by admitted `POST /v1/messages` requests (ITPM).
+    #[serde(default)]
+    pub input_tokens_charged: u64,
+    /// Output tokens taken by admitted `POST /v1/messages` requests (OTPM),
+    /// after the unused allowance was given back.
+    #[serde(default)]
+    pub output_tokens_charged: u64,
+    /// Output allowance (`max_tokens` minus the tokens generated) given back
+    /// to the OTPM bucket when responses ended.
+    #[serde(default)]
+    pub output_tokens_refunded: u64,
     /// Requests per route.
     pub routes: RouteStats,
     /// The limits in force (`null` = unlimited).
@@ -83,12 +98,28 @@ pub struct RejectedStats {
     pub too_large: u64,
     /// Concurrency cap reached.
     pub concurrency: u64,
+    /// `POST /v1/messages`: the Anthropic request bucket was empty.
+    #[serde(default)]
+    pub anthropic_rpm: u64,
+    /// `POST /v1/messages`: the input-token bucket (ITPM) lacked room.
+    #[serde(default)]
+    pub itpm: u64,
+    /// `POST /v1/messages`: the output-token bucket (OTPM) lacked room for
+    /// `max_tokens`.
+    #[serde(default)]
+    pub otpm: u64,
 }
 
 impl RejectedStats {
     /// All 429s.
     pub fn total(&self) -> u64 {
-        self.rpm + self.tpm + self.too_large + self.concurrency
+        self.rpm
+            + self.tpm
+            + self.too_large
+            + self.concurrency
+            + self.anthropic_rpm
+            + self.itpm
+            + self.otpm
     }
 }
 
@@ -112,8 +143,20 @@ pub struct RouteStats {
     pub embeddings: u64,
     /// `GET /v1/models`.
     pub models: u64,
-    /// Any unknown path.
+    /// Any unknown path (and an Azure path without `api-version`).
     pub not_found: u64,
+    /// `POST /v1/responses`.
+    #[serde(default)]
+    pub responses: u64,
+    /// `POST /openai/deployments/{deployment}/chat/completions`.
+    #[serde(default)]
+    pub azure_chat_completions: u64,
+    /// `POST /openai/deployments/{deployment}/embeddings`.
+    #[serde(default)]
+    pub azure_embeddings: u64,
+    /// `POST /v1/messages`.
+    #[serde(default)]
+    pub messages: u64,
 }
 
 /// The configured limits.
@@ -125,8 +168,18 @@ pub struct LimitStats {
     pub tpm: Option<u64>,
     /// Concurrent requests.
     pub max_concurrency: Option<u64>,
-    /// Window length in milliseconds.
+    /// Window length in milliseconds (also the replenishment period of the
+    /// Anthropic buckets).
     pub window_ms: u64,
+    /// `POST /v1/messages` requests per window.
+    #[serde(default)]
+    pub anthropic_rpm: Option<u64>,
+    /// `POST /v1/messages` input tokens per window.
+    #[serde(default)]
+    pub itpm: Option<u64>,
+    /// `POST /v1/messages` output tokens per window.
+    #[serde(default)]
+    pub otpm: Option<u64>,
 }
 
 /// The counters that are not derived from the referee.
@@ -153,8 +206,20 @@ impl Counters {
         *slot += 1;
     }
 
-    pub(crate) fn snapshot(&self, referee: &Referee) -> SimStats {
+    pub(crate) fn count_messages_rejection(&mut self, cause: MessagesCause) {
+        let slot = match cause {
+            MessagesCause::Requests => &mut self.rejected.anthropic_rpm,
+            MessagesCause::InputTokens => &mut self.rejected.itpm,
+            MessagesCause::OutputTokens => &mut self.rejected.otpm,
+            MessagesCause::TooLarge => &mut self.rejected.too_large,
+            MessagesCause::Concurrency => &mut self.rejected.concurrency,
+        };
+        *slot += 1;
+    }
+
+    pub(crate) fn snapshot(&self, referee: &Referee, messages: &MessagesLimits) -> SimStats {
         let limits = referee.limits();
+        let anthropic = messages.config();
         SimStats {
             requests_total: self.requests_total,
             ok: self.ok,
@@ -175,12 +240,19 @@ impl Counters {
             refusal_requests_charged: referee.refused_requests_charged(),
             refusal_tokens_charged: referee.refused_tokens_charged(),
             reconciled: referee.reconciled(),
+            messages_charged: messages.charged_requests(),
+            input_tokens_charged: messages.input_charged(),
+            output_tokens_charged: messages.output_charged(),
+            output_tokens_refunded: messages.output_refunded(),
             routes: self.routes,
             limits: LimitStats {
                 rpm: limits.requests,
                 tpm: limits.tokens,
                 max_concurrency: limits.concurrency,
                 window_ms: u64::try_from(limits.window.as_millis()).unwrap_or(u64::MAX),
+                anthropic_rpm: anthropic.requests,
+                itpm: anthropic.input_tokens,
+                otpm: anthropic.output_tokens,
             },
         }
     }

@@ -8,7 +8,16 @@
 //!   content parts; other fields (role, name, tool calls) are not counted;
 //! * embeddings input: text tokens of each string, or the length of each
 //!   token-id array;
-//! * completion: `min(max_completion_tokens or max_tokens, configured length)`.
+//! * completion: `min(max_completion_tokens or max_tokens, configured length)`;
+//! * Responses API input: the chat prompt count over the `instructions` (if
+//!   any, as one message) and the input items (a string `input` is one
+//!   item; an item's content is its string or the `text` of its parts);
+//!   output `min(max_output_tokens, configured length)`;
+//! * Anthropic Messages input: `3 + text tokens of system (string or text
+//!   blocks) + Σ over messages (3 + text tokens of its content)`; output
+//!   `min(max_tokens, configured length)`. Anthropic publishes no offline
+//!   tokenizer: this is the simulator's documented character-based count,
+//!   the one its ITPM bucket charges and its `usage` reports.
 
 use serde_json::Value;
 
@@ -64,6 +73,26 @@ pub fn chat_prompt_tokens<'a>(contents: impl IntoIterator<Item = Option<&'a Valu
     })
 }
 
+/// Input tokens of a Responses API request: the chat prompt count over the
+/// `instructions` (one message, when present) and the `contents` of the
+/// input items.
+pub fn responses_input_tokens<'a>(
+    instructions: Option<&'a Value>,
+    contents: impl IntoIterator<Item = Option<&'a Value>>,
+) -> u64 {
+    chat_prompt_tokens(instructions.map(Some).into_iter().chain(contents))
+}
+
+/// Input tokens of an Anthropic Messages request: `PER_PROMPT` + the text
+/// tokens of `system` + Σ (`PER_MESSAGE` + text tokens of each message's
+/// content).
+pub fn messages_input_tokens<'a>(
+    system: Option<&'a Value>,
+    contents: impl IntoIterator<Item = Option<&'a Value>>,
+) -> u64 {
+    chat_prompt_tokens(contents).saturating_add(system.map_or(0, content_tokens))
+}
+
 /// Completion tokens a chat request will generate: the smaller of what it
 /// allows and what the simulator generates.
 pub fn completion_tokens(requested: Option<u64>, configured: u32) -> u64 {
@@ -96,6 +125,24 @@ mod tests {
             3 + 7 + 4 + 3
         );
         assert_eq!(chat_prompt_tokens([]), 3);
+    }
+
+    #[test]
+    fn responses_and_messages_inputs_follow_the_documented_counts() {
+        let instructions = json!("Be brief."); // 9 chars -> 3
+        let a = json!("Hello, world!"); // 13 chars -> 4
+        let b = json!([{"type": "input_text", "text": "abcd"}]);
+        assert_eq!(responses_input_tokens(None, [Some(&a)]), 3 + 3 + 4);
+        assert_eq!(
+            responses_input_tokens(Some(&instructions), [Some(&a), Some(&b)]),
+            3 + (3 + 3) + (3 + 4) + (3 + 1)
+        );
+        let system = json!([{"type": "text", "text": "abcdefgh"}]);
+        assert_eq!(messages_input_tokens(None, [Some(&a)]), 3 + 3 + 4);
+        assert_eq!(
+            messages_input_tokens(Some(&system), [Some(&a), Some(&b)]),
+            3 + 2 + (3 + 4) + (3 + 1)
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `POST /v1/chat/completions`.
+//! `POST /v1/chat/completions` (and, through [`complete`], the Azure
+//! deployment route).
 //!
 //! Order of work for every request: count it and take its sequence number →
 //! key check (401) → parse and validate (400) → count tokens → draw the fault
@@ -15,10 +16,10 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::{FINGERPRINT, parse_json, require_model, unix_now};
+use super::{Dialect, FINGERPRINT, parse_json, require_model, unix_now};
 use crate::accounting::ChargeMode;
 use crate::faults::FaultPlan;
-use crate::headers::{add_rate_headers, rejection_response, server_error_response};
+use crate::headers::{add_rate_headers, server_error_response};
 use crate::state::{Admission, Charge, Route, Shared};
 use crate::stream::{StreamPlan, sse_body};
 use crate::tokens::{chat_prompt_tokens, completion_tokens, content_chars};
@@ -144,7 +145,26 @@ pub(super) async fn chat_completions(
     if let Err(e) = shared.authorize(&headers) {
         return e.into_response();
     }
-    let plan = match parse_json::<ChatRequest>(&body).and_then(|r| {
+    complete(&shared, Dialect::OpenAi, seq, received, &body).await
+}
+
+/// The Azure operation name of chat completions (in Azure's 429 message).
+pub(super) const AZURE_OPERATION: &str = "ChatCompletions_Create";
+
+/// Everything after the key check, for request `seq` received at
+/// `received`: shared by the OpenAI route and the Azure deployment route
+/// (whose deployment name is the model, and whose 429s are Azure's).
+pub(super) async fn complete(
+    shared: &Arc<Shared>,
+    dialect: Dialect<'_>,
+    seq: u64,
+    received: tokio::time::Instant,
+    body: &[u8],
+) -> Response {
+    let plan = match parse_json::<ChatRequest>(body).and_then(|mut r| {
+        if let Some(deployment) = dialect.deployment() {
+            r.model = Some(deployment.to_owned());
+        }
         let count_chars = shared.config.charge != ChargeMode::Usage;
         validate(r, shared.config.completion_tokens, count_chars)
     }) {
@@ -173,7 +193,7 @@ pub(super) async fn chat_completions(
     let (mut guard, state) = match shared.admit(charge, &faults) {
         Admission::Admitted { guard, state } => (guard, state),
         Admission::Rejected(rejection) => {
-            return rejection_response(&rejection, charge.tokens, seq);
+            return dialect.reject(&rejection, charge.tokens, seq, AZURE_OPERATION);
         }
         Admission::ServerError { status, state } => {
             return server_error_response(status, &state, seq);

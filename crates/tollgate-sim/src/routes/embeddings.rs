@@ -1,4 +1,5 @@
-//! `POST /v1/embeddings`.
+//! `POST /v1/embeddings` (and, through [`embed`], the Azure deployment
+//! route).
 //!
 //! Inputs: a string, an array of strings, an array of token ids, or an array
 //! of token-id arrays. Charged tokens: text tokens of each string, or the
@@ -16,9 +17,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{parse_json, require_model};
+use super::{Dialect, parse_json, require_model};
 use crate::faults::FaultPlan;
-use crate::headers::{add_rate_headers, rejection_response, server_error_response};
+use crate::headers::{add_rate_headers, server_error_response};
 use crate::state::{Admission, Charge, Route, Shared};
 use crate::tokens::text_tokens;
 use crate::wire::{
@@ -181,9 +182,27 @@ pub(super) async fn embeddings(
     if let Err(e) = shared.authorize(&headers) {
         return e.into_response();
     }
-    let plan = match parse_json::<EmbeddingsRequest>(&body)
-        .and_then(|r| validate(r, shared.config.embedding_dim))
-    {
+    embed(&shared, Dialect::OpenAi, seq, received, &body).await
+}
+
+/// The Azure operation name of embeddings (in Azure's 429 message).
+pub(super) const AZURE_OPERATION: &str = "Embeddings_Create";
+
+/// Everything after the key check, for request `seq` received at
+/// `received`: shared by the OpenAI route and the Azure deployment route.
+pub(super) async fn embed(
+    shared: &Arc<Shared>,
+    dialect: Dialect<'_>,
+    seq: u64,
+    received: tokio::time::Instant,
+    body: &[u8],
+) -> Response {
+    let plan = match parse_json::<EmbeddingsRequest>(body).and_then(|mut r| {
+        if let Some(deployment) = dialect.deployment() {
+            r.model = Some(deployment.to_owned());
+        }
+        validate(r, shared.config.embedding_dim)
+    }) {
         Ok(plan) => plan,
         Err(e) => {
             shared.count(|c| c.bad_request += 1);
@@ -206,7 +225,7 @@ pub(super) async fn embeddings(
     let (mut guard, state) = match shared.admit(charge, &faults) {
         Admission::Admitted { guard, state } => (guard, state),
         Admission::Rejected(rejection) => {
-            return rejection_response(&rejection, charge.tokens, seq);
+            return dialect.reject(&rejection, charge.tokens, seq, AZURE_OPERATION);
         }
         Admission::ServerError { status, state } => {
             return server_error_response(status, &state, seq);

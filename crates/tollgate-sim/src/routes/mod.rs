@@ -4,12 +4,18 @@
 //! |------------------------------|-----------------------------------------------|
 //! | `POST /v1/chat/completions`  | one-shot JSON or `stream: true` SSE           |
 //! | `POST /v1/embeddings`        | float or base64 vectors                       |
+//! | `POST /v1/responses`         | Responses API, one-shot or typed SSE events   |
+//! | `POST /openai/deployments/{d}/chat/completions?api-version=` | Azure's chat |
+//! | `POST /openai/deployments/{d}/embeddings?api-version=`       | Azure's embeddings |
+//! | `POST /v1/messages`          | Anthropic Messages, one-shot or SSE events    |
 //! | `GET /v1/models`             | the configured model ids                      |
 //! | `GET /stats`                 | [`crate::SimStats`] as JSON                   |
-//! | `POST /reset`                | clears counters and windows                   |
+//! | `POST /reset`                | clears counters, windows and buckets          |
 //!
-//! `/v1/*` routes demand the bearer key when one is configured; `/stats` and
-//! `/reset` never do (they are the test harness's, not the client's).
+//! The OpenAI `/v1/*` routes demand the bearer key when one is configured;
+//! the Azure routes their `api-key` (`azure_key`), `/v1/messages` its
+//! `x-api-key` (`anthropic_key`); `/stats` and `/reset` never need a key
+//! (they are the test harness's, not the client's).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,12 +24,49 @@ use axum::Router;
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
 
+use axum::response::Response;
+
+use crate::azure::AzureTarget;
+use crate::referee::Rejection;
 use crate::state::Shared;
 use crate::wire::ApiError;
 
 mod admin;
+mod anthropic;
+mod azure;
 pub(crate) mod chat;
 mod embeddings;
+mod responses;
+
+/// The wire an OpenAI-shaped request arrived in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Dialect<'a> {
+    /// OpenAI's own routes.
+    OpenAi,
+    /// An Azure deployment route.
+    Azure(&'a AzureTarget),
+}
+
+impl Dialect<'_> {
+    /// The Azure deployment name, which stands for the model.
+    fn deployment(&self) -> Option<&str> {
+        match self {
+            Dialect::OpenAi => None,
+            Dialect::Azure(target) => Some(&target.deployment),
+        }
+    }
+
+    /// The 429 of this dialect for a refused request of `tokens` tokens;
+    /// `operation` is the Azure operation name.
+    fn reject(&self, rejection: &Rejection, tokens: u64, seq: u64, operation: &str) -> Response {
+        match self {
+            Dialect::OpenAi => crate::headers::rejection_response(rejection, tokens, seq),
+            Dialect::Azure(target) => {
+                crate::azure::rejection_response(rejection, target, operation, seq)
+            }
+        }
+    }
+}
 
 /// `system_fingerprint` of every completion.
 pub(crate) const FINGERPRINT: &str = "tollgate-sim";
@@ -33,6 +76,16 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::responses))
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(azure::chat_completions),
+        )
+        .route(
+            "/openai/deployments/{deployment}/embeddings",
+            post(azure::embeddings),
+        )
+        .route("/v1/messages", post(anthropic::messages))
         .route("/v1/models", get(admin::models))
         .route("/stats", get(admin::stats))
         .route("/reset", post(admin::reset))

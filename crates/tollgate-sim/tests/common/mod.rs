@@ -104,3 +104,80 @@ pub async fn wait_for_stats(server: &SimServer, pred: impl Fn(&tollgate_sim::Sim
     }
     panic!("stats never matched: {:?}", server.stats());
 }
+
+/// A typed SSE stream (`event:` + `data:` per event): the event names,
+/// their JSON payloads, and whether the transfer was cut.
+#[derive(Debug)]
+pub struct TypedSse {
+    pub names: Vec<String>,
+    pub data: Vec<Value>,
+    pub truncated: bool,
+}
+
+pub async fn read_typed_sse(response: reqwest::Response) -> TypedSse {
+    let mut raw = Vec::new();
+    let mut truncated = false;
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => raw.extend_from_slice(&bytes),
+            Err(_) => {
+                truncated = true;
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8(raw).expect("utf-8 body");
+    let (mut names, mut data) = (Vec::new(), Vec::new());
+    for event in text.split("\n\n").filter(|e| !e.is_empty()) {
+        let (name, payload) = event.split_once('\n').expect("two lines");
+        names.push(
+            name.strip_prefix("event: ")
+                .expect("event: line")
+                .to_owned(),
+        );
+        let payload = payload.strip_prefix("data: ").expect("data: line");
+        data.push(serde_json::from_str(payload).expect("data is JSON"));
+    }
+    TypedSse {
+        names,
+        data,
+        truncated,
+    }
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 UTC timestamp of the form
+/// `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn parse_rfc3339(s: &str) -> u64 {
+    assert_eq!(s.len(), 20, "{s}");
+    assert!(s.ends_with('Z') && &s[10..11] == "T", "{s}");
+    let n = |range: std::ops::Range<usize>| -> i64 { s[range].parse().expect("digits") };
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19))
+        .expect("after 1970")
+}
+
+pub async fn post_with(
+    server: &SimServer,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> reqwest::Response {
+    let mut request = client().post(server.url(path)).body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .expect("request sent")
+}
