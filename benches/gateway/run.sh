@@ -9,6 +9,10 @@
 #   # deployments existed (without the three-deployment path):
 #   TOLLGATE=/path/to/old/tollgate GATEWAY_CONFIG=old.toml \
 #     GATEWAY_PATHS="direct gateway nginx" benches/gateway/run.sh
+#   # only the streams, with a second gateway binary ("baseline", same
+#   # configuration, its own port) in the same rounds as the first:
+#   SECTIONS=stream BASELINE=/path/to/old/tollgate \
+#     GATEWAY_PATHS="direct gateway baseline nginx" benches/gateway/run.sh
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
@@ -29,19 +33,26 @@ STREAM_DURATION=${STREAM_DURATION:-15s}
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}   # closed loop, connections
 MAX_DURATION=${MAX_DURATION:-10s}
 SKIP_BUILD=${SKIP_BUILD:-0}
+# Which loads to run: fixed (one-shot open loop), stream, max (closed loop).
+SECTIONS=${SECTIONS:-fixed stream max}
+# Another gateway binary run beside the first as path "baseline".
+BASELINE=${BASELINE:-}
 
 SIM_PORT=18181
 GW_PORT=18182
 NGINX_PORT=18183
+BASE_PORT=18184
 SIM=http://127.0.0.1:$SIM_PORT
 declare -A URL=(
   [direct]=$SIM/v1/chat/completions
   [gateway]=http://127.0.0.1:$GW_PORT/v1/chat/completions
   [gateway3]=http://127.0.0.1:$GW_PORT/v1/chat/completions
   [nginx]=http://127.0.0.1:$NGINX_PORT/v1/chat/completions
+  [baseline]=http://127.0.0.1:$BASE_PORT/v1/chat/completions
 )
 # gateway3: the same gateway, model sim-chat-3 of three deployments.
-declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [nginx]=sim-chat)
+declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [nginx]=sim-chat
+  [baseline]=sim-chat)
 read -r -a PATHS <<<"${GATEWAY_PATHS:-direct gateway gateway3 nginx}"
 GATEWAY_CONFIG=${GATEWAY_CONFIG:-$HERE/gateway.toml}
 # The gateway's tenant key (gateway.toml holds its hash). Sent on every
@@ -55,14 +66,15 @@ source "$ROOT/benches/lib.sh"
 trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT"
+require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT" "$BASE_PORT"
 command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx)" >&2; exit 1; }
 
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli -p tollgate-loadgen
 fi
-TOLLGATE=${TOLLGATE:-$ROOT/target/release/tollgate}  # another gateway binary to compare
-LOADGEN=$ROOT/target/release/tollgate-loadgen
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+TOLLGATE=${TOLLGATE:-$TARGET/release/tollgate}  # another gateway binary to compare
+LOADGEN=$TARGET/release/tollgate-loadgen
 
 # --- servers -------------------------------------------------------------
 "$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
@@ -73,6 +85,16 @@ wait_port $SIM_PORT
 GW_PID=$!
 PIDS+=("$GW_PID")
 wait_port $GW_PORT
+
+BASE_PID=
+if [[ -n $BASELINE ]]; then
+  sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$BASE_PORT\"/" \
+    "$GATEWAY_CONFIG" >"$WORK/baseline.toml"
+  "$BASELINE" serve --config "$WORK/baseline.toml" >"$WORK/baseline.log" 2>&1 &
+  BASE_PID=$!
+  PIDS+=("$BASE_PID")
+  wait_port $BASE_PORT
+fi
 
 mkdir -p "$WORK/nginx"
 nginx -p "$WORK/nginx" -c "$HERE/nginx.conf" >"$WORK/nginx.log" 2>&1 &
@@ -94,7 +116,8 @@ cpu_ticks() {
   echo "$total"
 }
 SIM_PID=${PIDS[0]}
-declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [gateway3]=$GW_PID [nginx]=$NGINX_PID)
+declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [gateway3]=$GW_PID [nginx]=$NGINX_PID
+  [baseline]=${BASE_PID:-$GW_PID})
 
 # One loadgen run: NAME PATH [loadgen flags...]. Writes NAME.json plus the
 # simulator's /stats and the proxies' and simulator's CPU ticks.
@@ -131,20 +154,27 @@ for path in "${PATHS[@]}"; do
   run "warmup-$path" "$path" --rate "$RATE" --duration 3s
 done
 
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
+
+if section fixed; then
 echo "== one-shot, open loop, $RATE/s for $DURATION"
 for r in $(seq "$ROUNDS"); do
   for path in $(order "$r"); do
     run "fixed-$path-$r" "$path" --rate "$RATE" --duration "$DURATION"
   done
 done
+fi
 
+if section stream; then
 echo "== streaming, open loop, $STREAM_RATE/s for $STREAM_DURATION"
 for r in $(seq "$ROUNDS"); do
   for path in $(order "$r"); do
     run "stream-$path-$r" "$path" --rate "$STREAM_RATE" --duration "$STREAM_DURATION" --stream
   done
 done
+fi
 
+if section max; then
 echo "== one-shot, closed loop, $MAX_CONCURRENCY connections for $MAX_DURATION"
 for r in $(seq "$ROUNDS"); do
   for path in $(order "$r"); do
@@ -163,9 +193,10 @@ for r in $(seq "$ROUNDS"); do
     fi
   done
 done
+fi
 
 sleep 2
 grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-after.txt"
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt"
 
-python3 "$HERE/summarize.py" "$WORK" "$ROUNDS" "${PATHS[@]}"
+SECTIONS="$SECTIONS" python3 "$HERE/summarize.py" "$WORK" "$ROUNDS" "${PATHS[@]}"

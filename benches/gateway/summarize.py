@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Tables for benches/gateway/run.sh: python3 summarize.py WORKDIR ROUNDS [PATH...].
 
+The loads shown are those of the SECTIONS environment variable (default:
+"fixed stream max"), as run.sh ran them.
+
 Each figure is the median of the rounds with the range (min-max) beside
 it. Added latency is computed per round (the paths of one round ran back
 to back) and then summarised the same way.
 """
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -59,12 +63,25 @@ def main():
     if len(sys.argv) > 3:
         PATHS = sys.argv[3:]
         PROXIES = [p for p in PATHS if p != "direct"]
+    sections = os.environ.get("SECTIONS", "fixed stream max").split()
     kinds = {}
-    for kind in ["fixed", "stream", "max"]:
+    for kind in sections:
         kinds[kind] = {p: [load(work, f"{kind}-{p}-{r}") for r in range(1, rounds + 1)] for p in PATHS}
 
     print(f"\nmedian of {rounds} rounds (min–max); latencies in ms\n")
+    if "fixed" in kinds:
+        fixed_section(kinds)
+    if "stream" in kinds:
+        stream_section(kinds)
+    if "max" in kinds:
+        max_section(kinds)
+    if "gateway3" in PATHS and len(kinds) == 3:
+        deployments_section(kinds)
+    if "max" in kinds:
+        memory_section(work, rounds)
 
+
+def fixed_section(kinds):
     # -- one-shot, fixed rate ---------------------------------------------
     fixed = kinds["fixed"]
     print(f"### One-shot, open loop, {fixed['direct'][0]['target_rate']:.0f} requests/s\n")
@@ -100,6 +117,8 @@ def main():
         print(f"gateway added p99 / nginx added p99, per round: {med(ratio)}"
               f" [{', '.join(f'{r:.2f}' for r in ratio)}]\n")
 
+
+def stream_section(kinds):
     # -- streaming, fixed rate ----------------------------------------------
     st = kinds["stream"]
     print(f"### Streaming, open loop, {st['direct'][0]['target_rate']:.0f} streams/s\n")
@@ -125,7 +144,14 @@ def main():
         cpu = [cpu_us_per_req(x) for x in st[p]]
         rows.append([p, med(d50, "{:+.0f}"), med(d99, "{:+.0f}"), med(cpu, "{:.0f}")])
     table(["path", "added TTFT p50 µs", "added TTFT p99 µs", "proxy CPU µs/stream"], rows)
+    for p in PROXIES:
+        if p != "nginx" and "nginx" in st:
+            ratio = [cpu_us_per_req(g) / cpu_us_per_req(n) for g, n in zip(st[p], st["nginx"])]
+            print(f"{p} / nginx CPU per stream, per round: {med(ratio)}"
+                  f" [{', '.join(f'{r:.2f}' for r in ratio)}]\n")
 
+
+def max_section(kinds):
     # -- closed loop ----------------------------------------------------------
     mx = kinds["max"]
     print(f"### One-shot, closed loop, {mx['direct'][0]['connections']} connections\n")
@@ -144,10 +170,10 @@ def main():
     ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
     print(f"gateway / nginx throughput: {med(ratio)}\n")
 
-    # -- three deployments against one, streams against nginx ----------------
-    print("### Three deployments against one; streams against nginx\n")
-    st_ratio = [cpu_us_per_req(g) / cpu_us_per_req(n) for g, n in zip(st["gateway"], st["nginx"])]
-    print(f"gateway / nginx CPU per stream: {med(st_ratio)}\n")
+
+def deployments_section(kinds):
+    # -- three deployments against one ----------------------------------------
+    print("### Three deployments against one\n")
     rows = []
     for kind, label in [("fixed", "one-shot, fixed rate"), ("stream", "streams, fixed rate"),
                         ("max", "one-shot, closed loop")] if "gateway3" in PATHS else []:
@@ -159,6 +185,8 @@ def main():
     if "gateway3" in PATHS:
         table(["load", "1 deployment CPU µs/request", "3 deployments CPU µs/request", "added CPU"], rows)
 
+
+def memory_section(work, rounds):
     # -- memory ---------------------------------------------------------------
     def kib(path, key):
         for line in (work / path).read_text().splitlines():

@@ -92,10 +92,12 @@ pub async fn run(
         None => None,
     };
     let local = listener.local_addr().unwrap_or(addr);
-    print_banner(local, sim.as_ref(), &config);
     let options = ServeOptions::from_config(&config.server);
     let live = Arc::new(Live::new(app, config_path.map(Path::to_path_buf), metrics));
-    let hangup = tokio::spawn(reload_on_hangup(Arc::clone(&live)));
+    // SIGHUP is handled before the banner says the gateway is up: until
+    // then the signal's default action would end the process.
+    let hangup = tokio::spawn(reload_on_hangup(Arc::clone(&live), hangups()));
+    print_banner(local, sim.as_ref(), &config);
     let served = serve_live(listener, metrics_listener, live, options, shutdown).await;
     hangup.abort();
     served.map_err(RunError::Serve)?;
@@ -105,21 +107,39 @@ pub async fn run(
     Ok(())
 }
 
-/// Reloads the configuration on every SIGHUP (SPEC GW-15); a refused
-/// reload is logged and the running configuration stays.
-async fn reload_on_hangup(live: Arc<Live>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+/// The process's SIGHUPs, from now on (`None` where there are none, or
+/// when they cannot be listened to: reload with `POST /admin/reload`).
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(hangups) => Some(hangups),
+        Err(_) => {
             tracing::warn!("cannot listen for SIGHUP; reload with POST /admin/reload");
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            let _ = live.reload().await;
+            None
         }
     }
-    #[cfg(not(unix))]
+}
+
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
+/// Reloads the configuration on every SIGHUP (SPEC GW-15); a refused
+/// reload is logged and the running configuration stays.
+#[cfg(unix)]
+async fn reload_on_hangup(live: Arc<Live>, hangups: Option<tokio::signal::unix::Signal>) {
+    let Some(mut hangups) = hangups else {
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let _ = live.reload().await;
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_hangup(live: Arc<Live>, _: Option<()>) {
     let _ = live;
 }
 

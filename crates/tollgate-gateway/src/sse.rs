@@ -1,6 +1,7 @@
 //! The streaming response body (SPEC GW-5, GW-6, LC-3, LC-5).
 //!
-//! Chunks are forwarded as they arrive, byte for byte. A stream that fails
+//! Chunks are forwarded as they arrive, byte for byte: everything the
+//! upstream already delivered goes out in one write. A stream that fails
 //! after output began ends with one OpenAI-style error event (the
 //! provider's own, when it declared the error in the stream; the gateway's
 //! otherwise) and then an aborted body (the HTTP/1.1 chunked encoding is
@@ -53,12 +54,6 @@ pub struct SseBody {
     state: State,
     /// The end seen while a batch was being filled, handled next poll.
     deferred: Option<End>,
-    /// Events read but not yet handed to hyper (see `poll_next`).
-    held: Option<BytesMut>,
-    /// Scheduler passes the held batch has waited.
-    holds: u32,
-    /// Passes in a row that brought nothing new.
-    idle: u32,
     metrics: Metrics,
     model: std::sync::Arc<str>,
     /// The connection's drop instant, cleared once the body ended.
@@ -95,9 +90,6 @@ impl SseBody {
             stream,
             state: State::Streaming,
             deferred: None,
-            held: None,
-            holds: 0,
-            idle: 0,
             metrics,
             model,
             close,
@@ -122,10 +114,6 @@ pub fn error_event(body: &ErrorResponse) -> Bytes {
 
 /// Largest batch of ready events written at once.
 const MAX_BATCH: usize = 64 * 1024;
-/// Most scheduler passes a batch waits for events right behind it.
-const MAX_HOLDS: u32 = 64;
-/// Passes without a new event after which a held batch is written.
-const IDLE_PASSES: u32 = 3;
 
 /// How the upstream stream ended: `None` normally, or with an error.
 type End = Option<Result<Bytes, tollgate::lifecycle::CallError>>;
@@ -184,17 +172,15 @@ impl Stream for SseBody {
             }
             State::Streaming => {
                 // What the upstream already delivered goes out in one write:
-                // ready events are not flushed one by one.
-                let mut batch = this.held.take();
-                let mut fresh = false;
+                // ready events are not flushed one by one. The stream's
+                // upstream connection is driven by this very poll (the
+                // provider's stream path), so `Pending` means nothing more
+                // has arrived: the batch leaves at once.
+                let mut batch = Batch::Empty;
                 let end = loop {
                     match Pin::new(&mut this.stream).poll_next(cx) {
                         Poll::Ready(Some(Ok(chunk))) => {
-                            fresh = true;
-                            let b = batch
-                                .get_or_insert_with(|| BytesMut::with_capacity(chunk.len() * 4));
-                            b.extend_from_slice(&chunk);
-                            if b.len() >= MAX_BATCH {
+                            if batch.push(chunk) >= MAX_BATCH {
                                 break None;
                             }
                         }
@@ -202,35 +188,57 @@ impl Stream for SseBody {
                         Poll::Ready(other) => break Some(other),
                     }
                 };
-                match (batch, end) {
-                    // The upstream just delivered something and may have
-                    // more right behind it (the HTTP client hands over one
-                    // upstream chunk at a time): let the runtime run once
-                    // before writing, so that events that arrived together
-                    // leave together. A poll that brings nothing new
-                    // releases the batch, so a lone event waits one
-                    // scheduler pass, never a timer.
-                    (Some(b), None)
-                        if (fresh || this.idle < IDLE_PASSES)
-                            && b.len() < MAX_BATCH
-                            && this.holds < MAX_HOLDS =>
-                    {
-                        this.idle = if fresh { 0 } else { this.idle + 1 };
-                        this.holds += 1;
-                        this.held = Some(b);
-                        cx.waker().wake_by_ref();
-                        Poll::Pending
-                    }
+                match (batch.take(), end) {
                     (Some(b), end) => {
-                        this.holds = 0;
-                        this.idle = 0;
                         this.deferred = end;
-                        Poll::Ready(Some(Ok(b.freeze())))
+                        Poll::Ready(Some(Ok(b)))
                     }
                     (None, None) => Poll::Pending,
                     (None, Some(end)) => this.end(end, cx),
                 }
             }
+        }
+    }
+}
+
+/// Chunks read in one poll: one is passed on as it is, several are joined.
+enum Batch {
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Batch {
+    /// Adds `chunk`; the batch's length after it.
+    fn push(&mut self, chunk: Bytes) -> usize {
+        match std::mem::replace(self, Batch::Empty) {
+            Batch::Empty => {
+                let len = chunk.len();
+                *self = Batch::One(chunk);
+                len
+            }
+            Batch::One(first) => {
+                let mut joined = BytesMut::with_capacity((first.len() + chunk.len()) * 4);
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&chunk);
+                let len = joined.len();
+                *self = Batch::Many(joined);
+                len
+            }
+            Batch::Many(mut joined) => {
+                joined.extend_from_slice(&chunk);
+                let len = joined.len();
+                *self = Batch::Many(joined);
+                len
+            }
+        }
+    }
+
+    fn take(self) -> Option<Bytes> {
+        match self {
+            Batch::Empty => None,
+            Batch::One(chunk) => Some(chunk),
+            Batch::Many(joined) => Some(joined.freeze()),
         }
     }
 }

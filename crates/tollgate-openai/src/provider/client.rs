@@ -10,7 +10,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Response, Uri};
-use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -20,7 +19,7 @@ use super::classify::{body_error, declared_message, sanitize, send_error, status
 use super::config::{BuildError, HttpProviderBuilder};
 use super::request::{Endpoint, UpstreamRequest};
 use super::stream::{BodyStream, ChunkStream, engine_usage, parse_object};
-use super::transport::{BodyChunks, BodyError, HttpClient};
+use super::transport::{BodyChunks, BodyError, HttpClient, SendError};
 use crate::sse::SseDecoder;
 
 /// The media type of a server-sent-events body.
@@ -106,24 +105,51 @@ impl HttpProvider {
         self.inner.secret.as_deref()
     }
 
-    /// Sends the request and waits for the response headers.
+    /// Sends a one-shot request and waits for the response headers.
     async fn send(
         &self,
         request: &UpstreamRequest,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
-    ) -> Result<Response<Incoming>, ProviderError> {
-        let headers = if request.is_stream() {
-            &self.inner.stream_headers
-        } else {
-            &self.inner.one_shot_headers
-        };
+    ) -> Result<Response<BodyChunks>, ProviderError> {
         let send = self.inner.client.post(
             self.url(request.endpoint()),
-            headers,
+            &self.inner.one_shot_headers,
             request.request_id(),
             request.body().clone(),
         );
+        let read = self.inner.client.read_timeout();
+        let response = self.head(send, deadline, timeout).await?;
+        Ok(response.map(|body| BodyChunks::new(body, read)))
+    }
+
+    /// Sends a stream request (on the stream path, see `h1`) and waits for
+    /// the response headers.
+    async fn send_stream(
+        &self,
+        request: &UpstreamRequest,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<Response<BodyChunks>, ProviderError> {
+        let send = self.inner.client.post_stream(
+            self.url(request.endpoint()),
+            &self.inner.stream_headers,
+            request.request_id(),
+            request.body().clone(),
+        );
+        let read = self.inner.client.read_timeout();
+        let response = self.head(send, deadline, timeout).await?;
+        Ok(response.map(|body| BodyChunks::driven(body, read)))
+    }
+
+    /// Waits for the response headers of `send` under the attempt's time
+    /// and the client's read timeout.
+    async fn head<B>(
+        &self,
+        send: impl Future<Output = Result<Response<B>, SendError>>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<Response<B>, ProviderError> {
         let response = match self.inner.client.read_timeout() {
             None => within(deadline, timeout, "waiting for the response headers", send).await?,
             Some(read) => within(
@@ -145,22 +171,16 @@ impl HttpProvider {
         response.map_err(|err| send_error(&err, self.secret()))
     }
 
-    /// The body of a response as chunks, under the client's read timeout.
-    fn chunks(&self, response: Response<Incoming>) -> BodyChunks {
-        BodyChunks::new(response.into_body(), self.inner.client.read_timeout())
-    }
-
     /// The error for a non-2xx response, with as much of its body as fits
     /// in the limit and the time left.
     async fn status_error(
         &self,
-        response: Response<Incoming>,
+        response: Response<BodyChunks>,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> ProviderError {
         let limit = self.inner.max_error_body;
-        let (parts, body) = response.into_parts();
-        let mut chunks = BodyChunks::new(body, self.inner.client.read_timeout());
+        let (parts, mut chunks) = response.into_parts();
         let read = async {
             let mut body = Vec::new();
             while body.len() < limit {
@@ -216,7 +236,7 @@ impl HttpProvider {
             deadline,
             timeout,
             "reading the response body",
-            collect(self.chunks(response), self.inner.max_response_body),
+            collect(response.into_body(), self.inner.max_response_body),
         )
         .await?
         .map_err(|err| body_error(&err, self.secret()))?;
@@ -238,7 +258,7 @@ impl HttpProvider {
             ));
         }
         let (deadline, timeout) = attempt_deadline(attempt);
-        let response = self.send(request, deadline, timeout).await?;
+        let response = self.send_stream(request, deadline, timeout).await?;
         if !response.status().is_success() {
             return Err(self.status_error(response, deadline, timeout).await);
         }
@@ -257,7 +277,7 @@ impl HttpProvider {
             });
         }
         let budget = budgets_of(response.headers());
-        let body: BodyStream = Box::pin(self.chunks(response));
+        let body: BodyStream = Box::pin(response.into_body());
         let decoder = SseDecoder::with_max_event_size(self.inner.max_event_size);
         Ok(
             ChunkStream::with_decoder(body, decoder, request.forward_usage())

@@ -13,6 +13,7 @@
 mod classify;
 mod client;
 mod config;
+mod h1;
 mod request;
 mod stream;
 mod transport;

@@ -1,12 +1,21 @@
 //! The provider stream: an upstream SSE body in, engine stream events out.
 //!
 //! Implementation notes (invariants):
-//! * Every upstream event that reaches the consumer is re-encoded from the
-//!   decoded event. For the events OpenAI sends (`data: <one line of
-//!   JSON>` and a blank line) the bytes are identical to the upstream's;
-//!   other framings (CRLF line ends, `data:` without the space, several
-//!   `data:` lines) come out normalised but carry the same event. Comment
-//!   lines (keep-alives) are not forwarded.
+//! * Every upstream event reaches the consumer in its canonical form: for
+//!   the events OpenAI sends (`data: <one line>` and a blank line, LF line
+//!   ends) that is the upstream's bytes, relayed without being copied
+//!   (slices of the body's chunks); other framings (CRLF line ends, `data:`
+//!   without the space, several `data:` lines, named events) are decoded
+//!   and re-encoded, normalised but carrying the same event. Comment lines
+//!   (keep-alives) are not forwarded.
+//! * The relay: while the decoder holds nothing (between events), each
+//!   canonical event that is complete in a body chunk is taken from the
+//!   chunk as is — the decoder would yield exactly that event, and
+//!   re-encoding it would give exactly those bytes. Anything else (a
+//!   partial event, another framing, an oversize line, invalid UTF-8) goes
+//!   through the decoder, up to the next blank line. Only what settlement
+//!   needs is looked at in an event: `[DONE]`, and the `usage`, `error`
+//!   and `choices` members of its JSON (checked to be an object).
 //! * The stream ends exactly once, and only in one of three ways: after
 //!   `[DONE]` (forwarded as the last chunk), after a provider-declared error
 //!   chunk (forwarded once inside `StreamEvent::Error`, SPEC LC-4), or with
@@ -44,7 +53,7 @@ use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
 
 use super::classify::{declared_message, describe, sanitize};
 use super::transport::BodyError;
-use crate::sse::{DONE_FRAME, SseDecoder, SseError, SseEvent, SseItem, SseStream, SseStreamError};
+use crate::sse::{DONE_FRAME, SseDecoder, SseError, SseEvent, SseItem};
 use crate::wire;
 
 /// The body of an upstream response as the HTTP client yields it.
@@ -96,7 +105,7 @@ pub struct ChunkStream<S = BodyStream> {
 
 enum State<S> {
     /// Reading events (boxed: the decoder is large, the other states small).
-    Open(Box<SseStream<S>>),
+    Open(Box<Open<S>>),
     /// `[DONE]` seen: reading the body to its end, until `grace` fires
     /// (the timer is started the first time the body is not done yet).
     Draining {
@@ -105,6 +114,14 @@ enum State<S> {
     },
     /// Over; the body is dropped.
     Ended,
+}
+
+/// The body being read and its decoder.
+struct Open<S> {
+    body: S,
+    decoder: SseDecoder,
+    /// Reused for the decoder's output.
+    scratch: Vec<SseItem>,
 }
 
 impl<S> fmt::Debug for ChunkStream<S> {
@@ -139,7 +156,11 @@ where
     /// Decodes `body` with `decoder` (and its size limit).
     pub fn with_decoder(body: S, decoder: SseDecoder, forward_usage: bool) -> Self {
         ChunkStream {
-            state: State::Open(Box::new(SseStream::new(body, decoder))),
+            state: State::Open(Box::new(Open {
+                body,
+                decoder,
+                scratch: Vec::new(),
+            })),
             forward_usage,
             end_grace: Duration::ZERO,
             secret: None,
@@ -199,17 +220,91 @@ where
         self.pending
             .push_back(Ok(StreamEvent::Chunk(Bytes::from_static(DONE_FRAME))));
         self.state = match std::mem::replace(&mut self.state, State::Ended) {
-            State::Open(sse) => State::Draining {
-                body: sse.into_inner(),
+            State::Open(open) => State::Draining {
+                body: open.body,
                 grace: None,
             },
             other => other,
         };
     }
 
+    /// A body chunk: its complete events, in order, until the stream ends.
+    fn on_bytes(&mut self, chunk: &Bytes) {
+        let mut at = 0;
+        while let Some(rest) = chunk.get(at..).filter(|r| !r.is_empty()) {
+            let State::Open(open) = &mut self.state else {
+                // Ended or [DONE]: the rest is not forwarded.
+                return;
+            };
+            let max = open.decoder.max_event_size();
+            if let Some((len, data)) = canonical_event(rest, max)
+                && rest.first().is_some_and(|&b| open.decoder.idle_before(b))
+            {
+                let frame = chunk.slice(at..at + len);
+                at += len;
+                // As the decoder decides (its data is known valid UTF-8).
+                if std::str::from_utf8(data).is_ok_and(|d| d.trim() == "[DONE]") {
+                    self.on_done();
+                } else {
+                    self.on_data_event(data, || frame);
+                }
+                continue;
+            }
+            // Up to the next blank line (LF framing) or the chunk's end.
+            let take = blank_line(rest).map_or(rest.len(), |at| at + 2);
+            let (part, _) = rest.split_at(take);
+            at += take;
+            let mut items = std::mem::take(&mut open.scratch);
+            let pushed = open.decoder.push(part, &mut items);
+            for item in items.drain(..) {
+                if !matches!(self.state, State::Open(_)) {
+                    break;
+                }
+                match item {
+                    SseItem::Done => self.on_done(),
+                    SseItem::Event(event) => self.on_event(event),
+                }
+            }
+            if let State::Open(open) = &mut self.state {
+                open.scratch = items;
+                if let Err(err) = pushed {
+                    // Events completed before the error went out first.
+                    let err = self.sse_broken(err);
+                    self.fail(err);
+                }
+            }
+        }
+    }
+
+    /// The body ended: [DONE] may still be pending in the decoder (without
+    /// its blank line); anything else is a broken stream.
+    fn on_body_end(&mut self) {
+        let State::Open(open) = &mut self.state else {
+            return;
+        };
+        match open.decoder.finish() {
+            Ok(Some(SseItem::Done)) => self.on_done(),
+            Ok(Some(SseItem::Event(event))) => self.on_event(event),
+            Ok(None) => self.fail(ProviderError::new(
+                ErrorKind::StreamBroken,
+                "upstream stream ended before [DONE]",
+            )),
+            Err(err) => {
+                let err = self.sse_broken(err);
+                self.fail(err);
+            }
+        }
+        if matches!(self.state, State::Open(_)) {
+            self.fail(ProviderError::new(
+                ErrorKind::StreamBroken,
+                "upstream stream ended before [DONE]",
+            ));
+        }
+    }
+
     fn on_event(&mut self, event: SseEvent) {
         match event.event.as_deref() {
-            None | Some("message") => self.on_data_event(event),
+            None | Some("message") => self.on_data_event(event.data.as_bytes(), || event.encode()),
             Some("error") => {
                 let message = serde_json::from_str::<Value>(&event.data)
                     .ok()
@@ -226,8 +321,9 @@ where
         }
     }
 
-    fn on_data_event(&mut self, event: SseEvent) {
-        let probe = match parse_object::<ChunkProbe>(event.data.as_bytes()) {
+    /// A data event: `data` is its payload, `frame` its wire form.
+    fn on_data_event(&mut self, data: &[u8], frame: impl FnOnce() -> Bytes) {
+        let probe = match parse_object::<ChunkProbe>(data) {
             Ok(probe) => probe,
             Err(reason) => {
                 let message = format!("upstream stream event is not a JSON object: {reason}");
@@ -240,7 +336,7 @@ where
             let message = declared_message(&serde_json::json!({ "error": error }))
                 .unwrap_or_else(|| "upstream declared an error in the stream".to_owned());
             let err = self.declared(&message, usage);
-            self.end_with(Ok(StreamEvent::Error(event.encode(), err)));
+            self.end_with(Ok(StreamEvent::Error(frame(), err)));
             return;
         }
         let no_choices = probe.choices.as_ref().is_none_or(Vec::is_empty);
@@ -252,18 +348,14 @@ where
                     self.pending.push_back(Ok(StreamEvent::Usage(usage)));
                 }
                 if self.forward_usage {
-                    self.pending
-                        .push_back(Ok(StreamEvent::Chunk(event.encode())));
+                    self.pending.push_back(Ok(StreamEvent::Chunk(frame())));
                 }
             }
             Some(usage) => {
                 self.last_usage = Some(usage);
-                self.pending
-                    .push_back(Ok(StreamEvent::Chunk(event.encode())));
+                self.pending.push_back(Ok(StreamEvent::Chunk(frame())));
             }
-            None => self
-                .pending
-                .push_back(Ok(StreamEvent::Chunk(event.encode()))),
+            None => self.pending.push_back(Ok(StreamEvent::Chunk(frame()))),
         }
     }
 
@@ -301,20 +393,23 @@ where
         self.state = State::Ended;
     }
 
-    fn broken(&self, err: SseStreamError<E>) -> ProviderError {
-        match err {
-            SseStreamError::Body(err) => ProviderError::new(
-                ErrorKind::StreamBroken,
-                format!(
-                    "upstream stream failed before [DONE]: {}",
-                    describe(&err, self.secret())
-                ),
+    fn body_broken(&self, err: &E) -> ProviderError {
+        ProviderError::new(
+            ErrorKind::StreamBroken,
+            format!(
+                "upstream stream failed before [DONE]: {}",
+                describe(err, self.secret())
             ),
-            SseStreamError::Sse(SseError::Truncated { .. }) => ProviderError::new(
+        )
+    }
+
+    fn sse_broken(&self, err: SseError) -> ProviderError {
+        match err {
+            SseError::Truncated { .. } => ProviderError::new(
                 ErrorKind::StreamBroken,
                 "upstream stream was cut inside an event, before [DONE]",
             ),
-            SseStreamError::Sse(err @ SseError::EventTooLarge { .. }) => {
+            err @ SseError::EventTooLarge { .. } => {
                 ProviderError::new(ErrorKind::Protocol, err.to_string())
             }
         }
@@ -353,18 +448,14 @@ where
                         }
                     }
                 }
-                State::Open(sse) => match Pin::new(sse.as_mut()).poll_next(cx) {
+                State::Open(open) => match Pin::new(&mut open.body).poll_next(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(Ok(SseItem::Done))) => this.on_done(),
-                    Poll::Ready(Some(Ok(SseItem::Event(event)))) => this.on_event(event),
+                    Poll::Ready(Some(Ok(chunk))) => this.on_bytes(&chunk),
                     Poll::Ready(Some(Err(err))) => {
-                        let err = this.broken(err);
+                        let err = this.body_broken(&err);
                         this.fail(err);
                     }
-                    Poll::Ready(None) => this.fail(ProviderError::new(
-                        ErrorKind::StreamBroken,
-                        "upstream stream ended before [DONE]",
-                    )),
+                    Poll::Ready(None) => this.on_body_end(),
                 },
             }
         }
@@ -377,6 +468,29 @@ where
             State::Draining { .. } | State::Ended => (pending, Some(pending)),
         }
     }
+}
+
+/// A canonical event at the start of `bytes`: `data: <line>` and a blank
+/// line, LF line ends, the line valid UTF-8 and within `max_event_size`
+/// (what the decoder would take whole). Its length and its data.
+fn canonical_event(bytes: &[u8], max_event_size: usize) -> Option<(usize, &[u8])> {
+    const PREFIX: &[u8] = b"data: ";
+    let rest = bytes.strip_prefix(PREFIX)?;
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let (data, after) = rest.split_at(end);
+    if after.get(1) != Some(&b'\n')
+        || PREFIX.len() + end > max_event_size
+        || data.contains(&b'\r')
+        || std::str::from_utf8(data).is_err()
+    {
+        return None;
+    }
+    Some((PREFIX.len() + end + 2, data))
+}
+
+/// Where the first `\n\n` (an LF line end and a blank line) starts.
+fn blank_line(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(2).position(|w| w == b"\n\n")
 }
 
 /// The members of a stream chunk the adapter looks at. Unknown members are

@@ -245,3 +245,87 @@ fn the_stream_ends_once() {
         assert_eq!(stream.next().await, None);
     });
 }
+
+/// A body mixing the canonical framing (relayed as is) with others (decoded
+/// and re-encoded): a BOM, a keep-alive comment, CRLF line ends, an event
+/// of two data lines, a named `message` event.
+const MIXED: [&str; 9] = [
+    "\u{feff}",
+    ROLE,
+    KEEPALIVE,
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\r\n\r\n",
+    "data: {\"choices\":\ndata: [{\"index\":0}]}\n\n",
+    "event: message\ndata: {\"x\":1}\n\n",
+    HELLO,
+    USAGE,
+    DONE,
+];
+
+fn mixed_expected() -> Vec<ChunkItem> {
+    vec![
+        chunk(ROLE),
+        chunk("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"),
+        chunk("data: {\"choices\":\ndata: [{\"index\":0}]}\n\n"),
+        chunk("event: message\ndata: {\"x\":1}\n\n"),
+        chunk(HELLO),
+        usage12(),
+        chunk(DONE),
+    ]
+}
+
+proptest! {
+    // The relay takes canonical events from the body as they are and
+    // hands everything else to the decoder: at any split, and across the
+    // switches between the two, the events are those of the decoder.
+    // proves: GW-5, LC-3
+    #[test]
+    fn mixed_framings_relay_the_same_at_any_split(cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12)) {
+        let whole = MIXED.concat();
+        let bytes = whole.as_bytes();
+        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        at.sort_unstable();
+        at.dedup();
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for cut in at.into_iter().chain([bytes.len()]) {
+            pieces.push(Ok::<_, io::Error>(Bytes::copy_from_slice(&bytes[start..cut])));
+            start = cut;
+        }
+        let got = block_on(ChunkStream::new(stream::iter(pieces), false).collect::<Vec<_>>());
+        prop_assert_eq!(got, mixed_expected());
+    }
+}
+
+// proves: GW-5 (a stream fed one byte per chunk gives the same events)
+#[test]
+fn mixed_framings_one_byte_at_a_time() {
+    let whole = MIXED.concat();
+    let pieces: Vec<Result<Bytes, io::Error>> = whole
+        .as_bytes()
+        .iter()
+        .map(|b| Ok(Bytes::copy_from_slice(std::slice::from_ref(b))))
+        .collect();
+    let got = block_on(ChunkStream::new(stream::iter(pieces), false).collect::<Vec<_>>());
+    assert_eq!(got, mixed_expected());
+}
+
+// Canonical events are relayed without a copy: the chunks handed on are
+// slices of the body's own buffer.
+#[test]
+fn canonical_events_are_slices_of_the_body() {
+    let whole = Bytes::from([ROLE, HELLO, DONE].concat());
+    let range = whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len();
+    let items = block_on(
+        ChunkStream::new(stream::iter([Ok::<_, io::Error>(whole.clone())]), false)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(items.len(), 3);
+    for item in &items[..2] {
+        match item {
+            Ok(StreamEvent::Chunk(c)) => {
+                assert!(range.contains(&(c.as_ptr() as usize)), "copied: {c:?}");
+            }
+            other => panic!("expected a chunk, got {other:?}"),
+        }
+    }
+}

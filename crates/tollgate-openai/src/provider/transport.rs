@@ -1,5 +1,6 @@
 //! The HTTP client under [`HttpProvider`](super::HttpProvider): hyper's
-//! pooling client over TCP or rustls, and the body types it yields.
+//! pooling client over TCP or rustls for one-shot calls, the stream path of
+//! its own (see `h1`), and the body types they yield.
 //!
 //! A provider sends one `POST` per attempt and nothing else: no redirects,
 //! no proxies, no cookies, no decompression. Using hyper directly keeps the
@@ -27,6 +28,8 @@ use hyper_util::client::proxy::matcher::{Intercept, Matcher};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
+
+use super::h1::{DrivenBody, StreamClient};
 
 /// Settings of an [`HttpClient`].
 #[derive(Debug, Clone)]
@@ -81,7 +84,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// upstream behind a proxy, to the proxy, asking it with `CONNECT` for a
 /// tunnel (TLS then runs through the tunnel, end to end).
 #[derive(Clone)]
-struct Connector {
+pub(super) struct Connector {
     tcp: HttpConnector,
     proxies: Proxies,
 }
@@ -113,13 +116,20 @@ impl tower_service::Service<Uri> for Connector {
 
 /// A pooling HTTP/1.1 and HTTP/2 client (TLS by rustls with the platform's
 /// certificate verifier; HTTP/2 when the server offers it through ALPN).
+/// Stream requests take a path of their own: HTTP/1.1 connections, pooled
+/// apart from the others, each driven by the task that reads its body
+/// (see the `h1` module), so that a stream's events reach their reader
+/// without a hand-over between tasks. The pool settings apply to each of
+/// the two pools.
 ///
-/// Clones share one connection pool: give one client to several
+/// Clones share the connection pools: give one client to several
 /// [`HttpProvider`](super::HttpProvider)s of the same host through
 /// [`HttpProviderBuilder::client`](super::HttpProviderBuilder::client).
 #[derive(Clone)]
 pub struct HttpClient {
     client: Client<HttpsConnector<Connector>, Full<Bytes>>,
+    /// Stream requests: HTTP/1.1 connections driven by their reader.
+    streams: StreamClient,
     proxies: Proxies,
     read_timeout: Option<Duration>,
     /// Why no certificate can be verified (e.g. the system has no CA
@@ -180,14 +190,24 @@ impl HttpClient {
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(settings.connect_timeout));
         let proxies = Proxies::new(&settings.proxy);
+        let connector = Connector {
+            tcp,
+            proxies: proxies.clone(),
+        };
+        let streams = StreamClient::new(
+            HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(connector.clone()),
+            settings.pool_max_idle_per_host,
+            settings.pool_idle_timeout,
+        );
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(Connector {
-                tcp,
-                proxies: proxies.clone(),
-            });
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -196,6 +216,7 @@ impl HttpClient {
             .build(connector);
         HttpClient {
             client,
+            streams,
             proxies,
             read_timeout: settings.read_timeout,
             tls_error,
@@ -244,28 +265,82 @@ impl HttpClient {
         request_id: Option<&HeaderValue>,
         body: Bytes,
     ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri.clone();
-        *request.headers_mut() = headers.clone();
-        if let Some(id) = request_id {
-            request
-                .headers_mut()
-                .insert(HeaderName::from_static("x-request-id"), id.clone());
-        }
-        let sent = self.client.request(request);
-        async move { sent.await.map_err(SendError) }
+        let sent = self.client.request(post(uri, headers, request_id, body));
+        async move { sent.await.map_err(|e| SendError(SendFailure::Pooled(e))) }
     }
+
+    /// Idle connections of the stream path to the host of `uri`.
+    #[cfg(test)]
+    pub(super) fn stream_idle(&self, uri: &Uri) -> usize {
+        self.streams.idle(uri)
+    }
+
+    /// Starts a `POST` of `body` to `uri` whose response body is a stream,
+    /// over HTTP/1.1 on a connection that the body's reader drives (see
+    /// `h1`); resolves with the response head.
+    pub(super) fn post_stream(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        request_id: Option<&HeaderValue>,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Response<DrivenBody>, SendError>> + Send + 'static {
+        self.streams.send(post(uri, headers, request_id, body))
+    }
+}
+
+/// A `POST` of `body` to `uri` with `headers` and the request id.
+fn post(
+    uri: &Uri,
+    headers: &HeaderMap,
+    request_id: Option<&HeaderValue>,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri.clone();
+    *request.headers_mut() = headers.clone();
+    if let Some(id) = request_id {
+        request
+            .headers_mut()
+            .insert(HeaderName::from_static("x-request-id"), id.clone());
+    }
+    request
 }
 
 /// A request that got no response (connecting failed, or the connection
 /// broke before the response head).
 #[derive(Debug)]
-pub struct SendError(hyper_util::client::legacy::Error);
+pub struct SendError(SendFailure);
+
+#[derive(Debug)]
+enum SendFailure {
+    /// From the pooling client (one-shot calls).
+    Pooled(hyper_util::client::legacy::Error),
+    /// Opening a connection of the stream path failed.
+    Connect(BoxError),
+    /// A connection of the stream path failed before the response head.
+    Http(hyper::Error),
+}
+
+impl SendError {
+    pub(super) fn connect(e: BoxError) -> Self {
+        SendError(SendFailure::Connect(e))
+    }
+
+    pub(super) fn http(e: hyper::Error) -> Self {
+        SendError(SendFailure::Http(e))
+    }
+}
 
 impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_connect() {
+        let connect = match &self.0 {
+            SendFailure::Pooled(e) => e.is_connect(),
+            SendFailure::Connect(_) => true,
+            SendFailure::Http(_) => false,
+        };
+        if connect {
             f.write_str("cannot connect to the upstream")
         } else {
             f.write_str("the upstream connection failed before a response")
@@ -275,9 +350,13 @@ impl fmt::Display for SendError {
 
 impl StdError for SendError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        // The client's own error only says "client error (…)": its source
-        // is the part worth showing.
-        self.0.source()
+        match &self.0 {
+            // The client's own error only says "client error (…)": its
+            // source is the part worth showing.
+            SendFailure::Pooled(e) => e.source(),
+            SendFailure::Connect(e) => Some(&**e),
+            SendFailure::Http(e) => Some(e),
+        }
     }
 }
 
@@ -291,6 +370,9 @@ pub enum BodyError {
     /// Nothing arrived for longer than the client's read timeout.
     #[error("no data from the upstream for {0:?} (read timeout)")]
     ReadTimeout(Duration),
+    /// The upstream connection ended without ending the body.
+    #[error("the upstream connection closed before the body ended")]
+    Closed,
     /// A one-shot body grew past the provider's `max_response_body`.
     #[error("the upstream response body exceeds the limit of {limit} bytes (max_response_body)")]
     TooLarge {
@@ -310,7 +392,7 @@ impl BodyError {
 /// [`BodyError::ReadTimeout`] when a gap between chunks exceeds the read
 /// timeout.
 pub struct BodyChunks {
-    body: BodyDataStream<Incoming>,
+    body: Source,
     read_timeout: Option<Duration>,
     /// One timer per body, re-armed (not re-created) for each read.
     timer: Option<Pin<Box<Sleep>>>,
@@ -318,10 +400,27 @@ pub struct BodyChunks {
     done: bool,
 }
 
+/// Where a body's chunks come from.
+enum Source {
+    /// hyper's body, its connection run by the pooling client.
+    Pooled(BodyDataStream<Incoming>),
+    /// A stream body whose connection its reader drives (boxed: the
+    /// connection's state is large).
+    Driven(Box<DrivenBody>),
+}
+
 impl BodyChunks {
     pub(super) fn new(body: Incoming, read_timeout: Option<Duration>) -> Self {
+        Self::with_source(Source::Pooled(BodyDataStream::new(body)), read_timeout)
+    }
+
+    pub(super) fn driven(body: DrivenBody, read_timeout: Option<Duration>) -> Self {
+        Self::with_source(Source::Driven(Box::new(body)), read_timeout)
+    }
+
+    fn with_source(body: Source, read_timeout: Option<Duration>) -> Self {
         BodyChunks {
-            body: BodyDataStream::new(body),
+            body,
             read_timeout,
             timer: None,
             armed: false,
@@ -347,12 +446,18 @@ impl Stream for BodyChunks {
         if this.done {
             return Poll::Ready(None);
         }
-        if let Poll::Ready(item) = Pin::new(&mut this.body).poll_next(cx) {
+        let polled = match &mut this.body {
+            Source::Pooled(body) => Pin::new(body)
+                .poll_next(cx)
+                .map(|item| item.map(|r| r.map_err(BodyError::Http))),
+            Source::Driven(body) => Pin::new(body).poll_next(cx),
+        };
+        if let Poll::Ready(item) = polled {
             this.armed = false;
             if !matches!(item, Some(Ok(_))) {
                 this.done = true;
             }
-            return Poll::Ready(item.map(|r| r.map_err(BodyError::Http)));
+            return Poll::Ready(item);
         }
         let Some(limit) = this.read_timeout else {
             return Poll::Pending;

@@ -125,6 +125,27 @@ impl SseDecoder {
         self.retry
     }
 
+    /// Whether the decoder holds nothing, between two events, if the
+    /// stream goes on with byte `next`: no partial line, no field of a
+    /// pending event, no CR whose LF may follow, no possible BOM. Bytes
+    /// from here up to a blank line may then be decoded without it (the
+    /// stream path's relay of canonical events). Settles the start of the
+    /// stream when `next` cannot begin a BOM.
+    pub(crate) fn idle_before(&mut self, next: u8) -> bool {
+        if self.bom_matched == Some(0) && next != BOM[0] {
+            self.bom_matched = None;
+        }
+        self.bom_matched.is_none()
+            && self.failed.is_none()
+            && self.line_mode == LineMode::Start
+            && !self.after_cr
+            && self.line.is_empty()
+            && self.data.is_empty()
+            && self.event_type.is_empty()
+            && self.event_id.is_none()
+            && self.event_retry.is_none()
+    }
+
     /// Decodes one chunk and appends the completed items to `out`.
     ///
     /// # Errors

@@ -1,0 +1,38 @@
+//! An HTTP/1.1 path of its own for streams: the upstream connection is
+//! driven by the task that reads the response body, not by a task of its
+//! own.
+//!
+//! hyper's pooling client (used for one-shot calls) runs every connection
+//! in a spawned task and hands the response body over one HTTP chunk at a
+//! time through a one-slot channel, so every event of a stream costs a
+//! wake-up of the other task (often on the other worker thread: an eventfd
+//! write and a context switch). Here the connection of a stream is polled
+//! by whoever polls its body — in the gateway, the task that writes the
+//! response to the client: one wake-up per upstream read, whatever the
+//! number of events in it.
+//!
+//! Implementation notes (invariants):
+//! * A [`Conn`](pool::Conn) is owned by exactly one place at a time: the
+//!   pool (idle, polled by nobody), a request waiting for its response
+//!   head, or a [`DrivenBody`]. Dropping it closes the connection, so a
+//!   request or body dropped early aborts its upstream request (SPEC DL-6,
+//!   LC-5).
+//! * A connection goes back to the pool only after its body ended
+//!   normally and hyper reports it ready for another request; anything
+//!   else (an error, a body dropped early, `connection: close`) closes it.
+//! * Idle connections are not watched: a connection the server closed
+//!   while idle is found out when it is taken (polled once first, without
+//!   a waker) and dropped then. Idle ones past the pool's idle timeout are
+//!   dropped when their host is next used; at most `max_idle_per_host`
+//!   stay per host.
+//! * Only HTTP/1.1 is offered (TLS ALPN `http/1.1`).
+
+mod body;
+mod client;
+mod pool;
+
+pub(super) use body::DrivenBody;
+pub(super) use client::StreamClient;
+
+#[cfg(test)]
+mod tests;

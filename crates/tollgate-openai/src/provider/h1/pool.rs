@@ -1,0 +1,154 @@
+//! Idle HTTP/1.1 connections of the stream path, per upstream host.
+//!
+//! Nothing watches them: connections past the idle timeout are dropped
+//! when their host is next used (taken or given back), at most
+//! `max_idle_per_host` stay per host.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http_body_util::Full;
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper_rustls::MaybeHttpsStream;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The transport of a connection: TCP, or TLS over TCP (possibly through a
+/// proxy's tunnel).
+pub(super) type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// Which connections may serve a request: same scheme and authority.
+pub(super) type Key = (Scheme, Authority);
+
+/// One HTTP/1.1 connection: the handle that sends requests and the state
+/// machine that does its I/O, polled by the connection's current user.
+pub(super) struct Conn {
+    pub(super) sender: SendRequest<Full<Bytes>>,
+    driver: Connection<Io, Full<Bytes>>,
+    /// The driver completed: the connection is over, never polled again.
+    ended: bool,
+}
+
+impl Conn {
+    pub(super) fn new(
+        sender: SendRequest<Full<Bytes>>,
+        driver: Connection<Io, Full<Bytes>>,
+    ) -> Self {
+        Conn {
+            sender,
+            driver,
+            ended: false,
+        }
+    }
+
+    /// Does the connection's pending I/O (writes the request, reads and
+    /// decodes what arrived, handing it to the response or its body).
+    /// Its failures reach the response or the body; once it completed it
+    /// is not polled again.
+    pub(super) fn drive(&mut self, cx: &mut Context<'_>) {
+        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
+            self.ended = true;
+        }
+    }
+
+    /// Whether the connection is over (closed, failed or shut down).
+    pub(super) fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Whether the connection can take another request now. Polls it once
+    /// without a waker (nobody is to be woken for an idle connection), so
+    /// that a close or a finished exchange is noticed.
+    fn reusable(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        self.drive(&mut cx);
+        !self.ended && self.sender.is_ready()
+    }
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// Idle connections per host (see the module documentation of `h1`).
+/// Clones share the pool.
+#[derive(Clone)]
+pub(super) struct Pool {
+    /// Per host, oldest first.
+    idle: Arc<Mutex<HashMap<Key, Vec<Idle>>>>,
+    max_idle_per_host: usize,
+    idle_timeout: Option<Duration>,
+}
+
+impl Pool {
+    pub(super) fn new(max_idle_per_host: usize, idle_timeout: Option<Duration>) -> Self {
+        Pool {
+            idle: Arc::new(Mutex::new(HashMap::new())),
+            max_idle_per_host,
+            idle_timeout,
+        }
+    }
+
+    fn expired(&self, idle: &Idle) -> bool {
+        self.idle_timeout.is_some_and(|t| idle.since.elapsed() >= t)
+    }
+
+    /// The most recently used idle connection to `key` that is still
+    /// usable. Stale ones are closed on the way (outside the lock).
+    pub(super) fn take(&self, key: &Key) -> Option<Conn> {
+        loop {
+            let idle = {
+                let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                let list = map.get_mut(key)?;
+                let newest = list.pop()?;
+                if self.expired(&newest) {
+                    // The newest is too old, so are all the others.
+                    let stale = std::mem::take(list);
+                    drop(map);
+                    drop(stale);
+                    return None;
+                }
+                newest
+            };
+            let mut conn = idle.conn;
+            if conn.reusable() {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Keeps `conn` for the next request to `key`, if it can take one and
+    /// the host has room; closes it otherwise.
+    pub(super) fn put(&self, key: Key, mut conn: Conn) {
+        if self.max_idle_per_host == 0 || !conn.reusable() {
+            return;
+        }
+        let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = map.entry(key).or_default();
+        // The expired ones (oldest first), and the oldest past the cap.
+        let expired = list.iter().take_while(|idle| self.expired(idle)).count();
+        let over = (list.len() - expired + 1).saturating_sub(self.max_idle_per_host);
+        let dropped: Vec<Idle> = list.drain(..expired + over).collect();
+        list.push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+        drop(map);
+        drop(dropped);
+    }
+
+    /// Idle connections held for `key` (for tests).
+    #[cfg(test)]
+    pub(super) fn idle(&self, key: &Key) -> usize {
+        let map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(key).map_or(0, Vec::len)
+    }
+}
