@@ -49,10 +49,20 @@ pub struct BatchArgs {
     /// Requests per --window.
     #[arg(long)]
     pub rpm: Option<u64>,
-    /// Tokens per --window.
+    /// Tokens (input plus output) per --window.
     #[arg(long)]
     pub tpm: Option<u64>,
-    /// The window of --rpm and --tpm (e.g. 1m; shorter for tests).
+    /// Input tokens per --window (SPEC Q-12; e.g. Anthropic's ITPM). The
+    /// simulator of --sim does not enforce it on the routes batch calls.
+    #[arg(long)]
+    pub itpm: Option<u64>,
+    /// Output tokens (the output allowance, settled from the reported
+    /// output) per --window (SPEC Q-12; e.g. Anthropic's OTPM). The
+    /// simulator of --sim does not enforce it on the routes batch calls.
+    #[arg(long)]
+    pub otpm: Option<u64>,
+    /// The window of --rpm, --tpm, --itpm and --otpm (e.g. 1m; shorter for
+    /// tests).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub window: Duration,
     /// A further limit, e.g. `tokens=5000000/1d` or `requests=10000/1d`
@@ -163,7 +173,12 @@ impl BatchArgs {
     /// # Errors
     /// A zero limit, or no key for the OpenAI API.
     pub fn to_config(&self) -> Result<BatchConfig, BatchError> {
-        for (name, v) in [("--rpm", self.rpm), ("--tpm", self.tpm)] {
+        for (name, v) in [
+            ("--rpm", self.rpm),
+            ("--tpm", self.tpm),
+            ("--itpm", self.itpm),
+            ("--otpm", self.otpm),
+        ] {
             if v == Some(0) {
                 return Err(BatchError::Config(format!("{name} must be at least 1")));
             }
@@ -187,6 +202,18 @@ impl BatchArgs {
                 amount,
                 window: self.window,
             });
+        }
+        for (dimension, amount) in [
+            (Dimension::InputTokens, self.itpm),
+            (Dimension::OutputTokens, self.otpm),
+        ] {
+            if let Some(amount) = amount {
+                limits.push(Limit {
+                    dimension,
+                    amount,
+                    window: self.window,
+                });
+            }
         }
         limits.extend(self.limits.iter().copied());
         let target = if self.sim {
@@ -246,7 +273,8 @@ impl BatchArgs {
             // needs its limits stated.
             if c.limits.is_empty() {
                 return Err(BatchError::Config(
-                    "--redis needs the account's limits (--rpm, --tpm or --limit)".into(),
+                    "--redis needs the account's limits (--rpm, --tpm, --itpm, --otpm or --limit)"
+                        .into(),
                 ));
             }
             c.learn_limits = None;
@@ -307,5 +335,49 @@ mod tests {
         );
         let e = config(&[&local[..], &["--scope", " "]].concat()).expect_err("empty scope");
         assert!(e.to_string().contains("--scope"), "{e}");
+    }
+
+    // proves: Q-12 (--itpm and --otpm add input-token and output-token
+    // limits over --window, beside --rpm/--tpm and --limit; zero is an error
+    // naming the flag)
+    #[test]
+    fn itpm_and_otpm_add_input_and_output_limits() {
+        let local = ["--base-url", "http://127.0.0.1:9/v1"];
+        let c = config(
+            &[
+                &local[..],
+                &[
+                    "--rpm",
+                    "50",
+                    "--itpm",
+                    "400000",
+                    "--otpm",
+                    "80000",
+                    "--window",
+                    "30s",
+                    "--limit",
+                    "output_tokens=1000000/1d",
+                ],
+            ]
+            .concat(),
+        )
+        .expect("valid");
+        let limits: Vec<_> = c
+            .limits
+            .iter()
+            .map(|l| (l.dimension, l.amount, l.window.as_secs()))
+            .collect();
+        assert_eq!(
+            limits,
+            [
+                (Dimension::Requests, 50, 30),
+                (Dimension::InputTokens, 400_000, 30),
+                (Dimension::OutputTokens, 80_000, 30),
+                (Dimension::OutputTokens, 1_000_000, 86_400),
+            ]
+        );
+        assert_eq!(c.learn_limits, None);
+        let e = config(&[&local[..], &["--otpm", "0"]].concat()).expect_err("zero");
+        assert!(e.to_string().contains("--otpm"), "{e}");
     }
 }

@@ -102,8 +102,9 @@ impl FromStr for ErrorClass {
     }
 }
 
-/// Parses a limit such as `tokens=5000000/1d` or `requests=500/1m`
-/// (`rpm`/`tpm` are accepted for `requests`/`tokens`; the window is a
+/// Parses a limit such as `tokens=5000000/1d`, `requests=500/1m` or
+/// `input_tokens=400000/1m` (`rpm`/`tpm`/`itpm`/`otpm` are accepted for
+/// `requests`/`tokens`/`input_tokens`/`output_tokens`; the window is a
 /// duration such as `60s`, `1m`, `1h`, `1d`).
 ///
 /// # Errors
@@ -115,9 +116,12 @@ pub fn parse_limit(s: &str) -> Result<Limit, String> {
     let dimension = match dim.trim() {
         "requests" | "rpm" => Dimension::Requests,
         "tokens" | "tpm" => Dimension::Tokens,
+        "input_tokens" | "itpm" => Dimension::InputTokens,
+        "output_tokens" | "otpm" => Dimension::OutputTokens,
         other => {
             return Err(format!(
-                "`{s}`: unknown dimension `{other}` (requests or tokens)"
+                "`{s}`: unknown dimension `{other}` \
+                 (requests, tokens, input_tokens or output_tokens)"
             ));
         }
     };
@@ -310,13 +314,32 @@ mod tests {
         assert_eq!((l.amount, l.window), (500, Duration::from_secs(60)));
         assert!(parse_limit("tokens=0/1m").is_err());
         assert!(parse_limit("tokens=5/0s").is_err());
-        assert!(parse_limit("bytes=5/1m").is_err());
+        let e = parse_limit("bytes=5/1m").expect_err("unknown");
+        assert!(e.contains("input_tokens or output_tokens"), "{e}");
         assert!(parse_limit("tokens5").is_err());
         assert_eq!(
             "invalid_request".parse::<ErrorClass>(),
             Ok(ErrorClass::InvalidRequest)
         );
         assert!("nope".parse::<ErrorClass>().is_err());
+    }
+
+    // proves: Q-12 (`--limit` takes input and output token limits, by name
+    // or by the itpm/otpm shortcuts)
+    #[test]
+    fn input_and_output_limits_parse() {
+        let l = parse_limit("input_tokens=400000/1m").expect("limit");
+        assert_eq!(
+            (l.dimension, l.amount, l.window),
+            (Dimension::InputTokens, 400_000, Duration::from_secs(60))
+        );
+        let l = parse_limit("otpm=80000/1m").expect("limit");
+        assert_eq!(l.dimension, Dimension::OutputTokens);
+        assert_eq!(
+            parse_limit("itpm=5/1h").map(|l| l.dimension),
+            Ok(Dimension::InputTokens)
+        );
+        assert!(parse_limit("output_tokens=0/1m").is_err());
     }
 
     // proves: DQ-3, CFG-2 (`--redis-unavailable` takes the two modes; a bad

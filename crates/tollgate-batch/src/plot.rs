@@ -25,6 +25,8 @@ pub fn write(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((2, 1));
     let end = wall.as_secs_f64().max(0.001);
+    // Two panels: requests and total tokens. The run records each start's
+    // total only, so input/output token limits (SPEC Q-12) are not drawn.
     for (panel, dimension) in panels.iter().zip([Dimension::Requests, Dimension::Tokens]) {
         // The shortest window of the dimension is the one that binds first.
         let limit = limits
@@ -39,10 +41,7 @@ pub fn write(
             .chain(limit.map(|l| l.amount as f64))
             .fold(1.0_f64, f64::max)
             * 1.1;
-        let what = match dimension {
-            Dimension::Requests => "requests",
-            Dimension::Tokens => "tokens",
-        };
+        let what = dimension.as_str();
         let caption = match limit {
             Some(l) => format!(
                 "{what} started in the trailing {} (limit {})",
@@ -88,9 +87,10 @@ fn trailing(
 ) -> Vec<(f64, f64)> {
     let w = window.as_secs_f64();
     let step = (end / 1000.0).max(w / 50.0).max(0.001);
+    // Starts carry their total tokens only (see `write`).
     let amount = |&(_, tokens): &(Duration, u64)| match dimension {
         Dimension::Requests => 1.0,
-        Dimension::Tokens => tokens as f64,
+        Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => tokens as f64,
     };
     let mut out = Vec::new();
     let (mut lo, mut hi, mut sum) = (0usize, 0usize, 0.0_f64);

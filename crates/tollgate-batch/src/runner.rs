@@ -109,22 +109,24 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
         .map_err(BatchError::Input)?;
     let mut errors = InputErrors::new();
     for item in &items {
-        for limit in config
-            .limits
-            .iter()
-            .filter(|l| l.dimension == Dimension::Tokens)
-        {
+        for limit in config.limits.iter().filter(|l| l.dimension.is_tokens()) {
             let total = item.estimate.total();
-            if total > limit.amount {
+            let asked = match limit.dimension {
+                Dimension::InputTokens => item.estimate.input,
+                Dimension::OutputTokens => item.estimate.output,
+                _ => total,
+            };
+            if asked > limit.amount {
                 errors.push(
                     Some(item.line),
                     InputErrorCode::EstimateExceedsLimit,
                     format!(
-                        "custom_id `{}`: estimate of {total} tokens ({} input + {} output) is larger than the whole limit of {} tokens per {}",
+                        "custom_id `{}`: estimate of {total} tokens ({} input + {} output) is larger than the whole limit of {} {} per {}",
                         input::printable(&item.custom_id),
                         item.estimate.input,
                         item.estimate.output,
                         limit.amount,
+                        limit.dimension.as_str(),
                         humantime::format_duration(limit.window)
                     ),
                 );

@@ -33,15 +33,30 @@ use crate::input::Item;
 use crate::stats::Stats;
 use crate::{BatchError, Outcome};
 
-/// The lower bound on wall time for a demand of `requests` and `tokens`
-/// under `limits` (see the module docs).
-pub fn lower_bound(limits: &[Limit], requests: u64, tokens: u64) -> Duration {
+/// What a run asks of each dimension, for [`lower_bound`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Amounts {
+    /// Requests.
+    pub requests: u64,
+    /// Tokens (input plus output).
+    pub tokens: u64,
+    /// Input tokens (0 when unknown: the bound stays a lower bound).
+    pub input: u64,
+    /// Output tokens (0 when unknown).
+    pub output: u64,
+}
+
+/// The lower bound on wall time for a demand of `amounts` under `limits`
+/// (see the module docs); each limit counts its own dimension (SPEC Q-12).
+pub fn lower_bound(limits: &[Limit], amounts: Amounts) -> Duration {
     limits
         .iter()
         .map(|l| {
             let demand = match l.dimension {
-                Dimension::Requests => requests,
-                Dimension::Tokens => tokens,
+                Dimension::Requests => amounts.requests,
+                Dimension::Tokens => amounts.tokens,
+                Dimension::InputTokens => amounts.input,
+                Dimension::OutputTokens => amounts.output,
             };
             let windows = demand.div_ceil(l.amount).saturating_sub(1);
             l.window
@@ -78,7 +93,13 @@ impl Plan {
             p.output_tokens = p.output_tokens.saturating_add(i.estimate.output);
         }
         p.tokens = p.input_tokens.saturating_add(p.output_tokens);
-        p.lower_bound_s = lower_bound(limits, p.requests, p.tokens).as_secs_f64();
+        let amounts = Amounts {
+            requests: p.requests,
+            tokens: p.tokens,
+            input: p.input_tokens,
+            output: p.output_tokens,
+        };
+        p.lower_bound_s = lower_bound(limits, amounts).as_secs_f64();
         p
     }
 }
@@ -286,7 +307,17 @@ impl Summary {
                 unknown_usage: counters.unknown_usage,
             },
             wall_time_s: wall.as_secs_f64(),
-            lower_bound_s: lower_bound(&config.limits, counters.admitted, charged).as_secs_f64(),
+            // The counters keep the total only: input and output limits
+            // do not raise this bound (it stays a lower bound).
+            lower_bound_s: lower_bound(
+                &config.limits,
+                Amounts {
+                    requests: counters.admitted,
+                    tokens: charged,
+                    ..Amounts::default()
+                },
+            )
+            .as_secs_f64(),
             quota_wait_ms: Percentiles::of(&stats.quota_waits()),
             sim,
         }
@@ -434,11 +465,41 @@ mod tests {
                 window: m,
             },
         ];
-        assert_eq!(lower_bound(&limits, 0, 0), Duration::ZERO);
-        assert_eq!(lower_bound(&limits, 100, 1_000), Duration::ZERO);
-        assert_eq!(lower_bound(&limits, 101, 10), m);
-        assert_eq!(lower_bound(&limits, 10, 4_500), 4 * m);
-        assert_eq!(lower_bound(&[], 10, 4_500), Duration::ZERO);
+        let rt = |requests, tokens| Amounts {
+            requests,
+            tokens,
+            ..Amounts::default()
+        };
+        assert_eq!(lower_bound(&limits, rt(0, 0)), Duration::ZERO);
+        assert_eq!(lower_bound(&limits, rt(100, 1_000)), Duration::ZERO);
+        assert_eq!(lower_bound(&limits, rt(101, 10)), m);
+        assert_eq!(lower_bound(&limits, rt(10, 4_500)), 4 * m);
+        assert_eq!(lower_bound(&[], rt(10, 4_500)), Duration::ZERO);
+    }
+
+    // proves: Q-12 (input and output limits bound the run by their own
+    // amounts, not the total)
+    #[test]
+    fn lower_bound_counts_input_and_output_limits_by_their_own_amounts() {
+        let m = Duration::from_secs(60);
+        let limit = |dimension, amount| Limit {
+            dimension,
+            amount,
+            window: m,
+        };
+        let limits = [
+            limit(Dimension::InputTokens, 1_000),
+            limit(Dimension::OutputTokens, 100),
+        ];
+        let a = Amounts {
+            requests: 1,
+            tokens: 1_300,
+            input: 1_000,
+            output: 300,
+        };
+        // Output binds: 300 output tokens need three windows of 100.
+        assert_eq!(lower_bound(&limits, a), 2 * m);
+        assert_eq!(lower_bound(&limits[..1], a), Duration::ZERO);
         let p = Percentiles::of(&[
             Duration::from_millis(1),
             Duration::from_millis(2),

@@ -12,6 +12,14 @@
 //! the tenant's own limits and its limits on the requested model (ties: the
 //! longer window). A tenant without limits of a dimension gets no headers
 //! for it.
+//!
+//! The `-tokens` headers describe `tokens` (input plus output) limits only,
+//! as OpenAI's do. Input-token and output-token limits (SPEC Q-12, `itpm` /
+//! `otpm`) get headers of their own in the same pattern,
+//! `x-ratelimit-{limit,remaining,reset}-input-tokens` and
+//! `...-output-tokens`, so a tenant with only those limits gets no
+//! `-tokens` headers rather than numbers that mean something else (the
+//! OpenAI SDKs ignore the extra names).
 
 use std::cmp::Reverse;
 use std::time::Duration;
@@ -36,12 +44,27 @@ fn names(dimension: Dimension) -> [HeaderName; 3] {
             HeaderName::from_static("x-ratelimit-remaining-tokens"),
             HeaderName::from_static("x-ratelimit-reset-tokens"),
         ],
+        Dimension::InputTokens => [
+            HeaderName::from_static("x-ratelimit-limit-input-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-input-tokens"),
+            HeaderName::from_static("x-ratelimit-reset-input-tokens"),
+        ],
+        Dimension::OutputTokens => [
+            HeaderName::from_static("x-ratelimit-limit-output-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-output-tokens"),
+            HeaderName::from_static("x-ratelimit-reset-output-tokens"),
+        ],
     }
 }
 
 /// Adds the tenant's rate-limit headers to `headers`; `model` is the
-/// requested model (when known) and `tokens` the request's estimate.
-pub fn add(slot: &TenantSlot, model: Option<&str>, tokens: u64, headers: &mut HeaderMap) {
+/// requested model (when known) and `estimate` the request's estimate.
+pub fn add(
+    slot: &TenantSlot,
+    model: Option<&str>,
+    estimate: TokenEstimate,
+    headers: &mut HeaderMap,
+) {
     let scopes = [Some(slot.scope), model.and_then(|m| slot.model_scope(m))];
     let snapshot = slot.controller.snapshot();
     let limits: Vec<(ScopeId, &LimitSnapshot)> = snapshot
@@ -50,7 +73,7 @@ pub fn add(slot: &TenantSlot, model: Option<&str>, tokens: u64, headers: &mut He
         .filter(|s| scopes.contains(&Some(s.id)))
         .flat_map(|s| s.limits.iter().map(move |l| (s.id, l)))
         .collect();
-    for dimension in [Dimension::Requests, Dimension::Tokens] {
+    for dimension in Dimension::ALL {
         let tightest = limits
             .iter()
             .filter(|(_, l)| l.dimension == dimension)
@@ -59,9 +82,13 @@ pub fn add(slot: &TenantSlot, model: Option<&str>, tokens: u64, headers: &mut He
             continue;
         };
         let remaining = u64::try_from(limit.available).unwrap_or(0);
+        // A request's size on this dimension, and the demand whose start
+        // the reset forecasts: one request unit, or the whole request.
         let (need, estimate) = match dimension {
             Dimension::Requests => (1, TokenEstimate::new(0, 0)),
-            Dimension::Tokens => (tokens.max(1), TokenEstimate::new(tokens, 0)),
+            Dimension::Tokens => (estimate.total().max(1), estimate),
+            Dimension::InputTokens => (estimate.input.max(1), estimate),
+            Dimension::OutputTokens => (estimate.output.max(1), estimate),
         };
         let reset = if remaining >= need {
             Duration::ZERO

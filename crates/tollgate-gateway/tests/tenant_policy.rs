@@ -190,3 +190,42 @@ async fn remaining_goes_down_by_what_was_reserved_and_settled() {
     assert_eq!(number(&r, "x-ratelimit-remaining-requests"), 96);
     gw.wait_idle().await;
 }
+
+// proves: Q-12, GW-13 (a tenant's itpm/otpm limits take the request's
+// input estimate and output allowance, are settled from the reported
+// prompt and completion tokens, and are told in headers of their own; a
+// tenant without a tokens limit gets no `-tokens` headers)
+#[tokio::test]
+async fn input_and_output_limits_settle_from_the_reported_split() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(
+        &sim.openai_base_url(),
+        "itpm = 100000\notpm = 50000",
+        "",
+    ))
+    .await;
+    let client = client();
+    let (mut input_left, mut output_left) = (100_000u64, 50_000u64);
+    for _ in 0..2 {
+        let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-ratelimit-limit-tokens"), None);
+        assert_eq!(number(&r, "x-ratelimit-limit-input-tokens"), 100_000);
+        assert_eq!(number(&r, "x-ratelimit-limit-output-tokens"), 50_000);
+        assert_eq!(
+            header(&r, "x-ratelimit-reset-output-tokens").as_deref(),
+            Some("0s")
+        );
+        let input = number(&r, "x-ratelimit-remaining-input-tokens");
+        let output = number(&r, "x-ratelimit-remaining-output-tokens");
+        let body: Value = r.json().await.unwrap();
+        input_left -= body["usage"]["prompt_tokens"].as_u64().unwrap();
+        output_left -= body["usage"]["completion_tokens"].as_u64().unwrap();
+        assert_eq!(
+            (input, output),
+            (input_left, output_left),
+            "settled to the reported split"
+        );
+    }
+    gw.wait_idle().await;
+}

@@ -62,7 +62,7 @@ fn report(mode: &str, mut latencies: Vec<Duration>, took: Duration) {
 
 fn local() {
     let store = Mutex::new(LocalQuota::new(&scope(), tollgate::clock::Instant::now()));
-    let demand = Demand::new(100);
+    let demand = Demand::new(100, 0);
     let start = Instant::now();
     let mut latencies = Vec::with_capacity(1_000_000);
     while start.elapsed() < Duration::from_secs(2) {
@@ -81,7 +81,7 @@ async fn run(url: &str, secs: u64, concurrency: usize, mode: &str) {
     // Warm up: the connection, the script cache and the slot log.
     for _ in 0..100 {
         let _ = store
-            .reserve(Demand::new(100), RemoteHold::Leased, BUDGET)
+            .reserve(Demand::new(100, 0), RemoteHold::Leased, BUDGET)
             .await;
     }
     let start = Instant::now();
@@ -94,7 +94,7 @@ async fn run(url: &str, secs: u64, concurrency: usize, mode: &str) {
                 while Instant::now() < end {
                     let t = Instant::now();
                     let r = store
-                        .reserve(Demand::new(100), RemoteHold::Leased, BUDGET)
+                        .reserve(Demand::new(100, 0), RemoteHold::Leased, BUDGET)
                         .await;
                     let took = t.elapsed();
                     match r {

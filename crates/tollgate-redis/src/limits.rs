@@ -136,6 +136,8 @@ impl LimitParams {
             match self.dimension {
                 Dimension::Requests => "r",
                 Dimension::Tokens => "t",
+                Dimension::InputTokens => "i",
+                Dimension::OutputTokens => "o",
             }
             .to_owned(),
         );
@@ -192,6 +194,34 @@ mod tests {
         assert_eq!(l.window_us, 60_000_000);
         // 117,187.5 µs rounds down: slots merge less, never more.
         assert_eq!(l.res, 117_187);
+    }
+
+    // proves: Q-12, DQ-1 (input and output token limits reach the scripts
+    // with their own dimension codes and keep their state under keys of
+    // their own, apart from the token limit of the same window)
+    #[test]
+    fn input_and_output_limits_have_their_own_codes_and_keys() {
+        let minute = Duration::from_secs(60);
+        let params = |d| LimitParams::new(d, 1_000, minute, 1_000, Algorithm::SlidingWindow);
+        let code = |d| {
+            let mut args = Vec::new();
+            params(d).push_args(7, &mut args);
+            (args[5].clone(), args[6].clone())
+        };
+        assert_eq!(code(Dimension::Tokens), ("t".to_owned(), "7".to_owned()));
+        assert_eq!(code(Dimension::InputTokens).0, "i");
+        assert_eq!(code(Dimension::OutputTokens).0, "o");
+        assert_eq!(code(Dimension::Requests).0, "r");
+        let keys: Vec<String> = Dimension::ALL
+            .iter()
+            .map(|&d| params(d).key_suffix())
+            .collect();
+        assert_eq!(keys[2], "s:input_tokens:60000000");
+        assert_eq!(keys[3], "s:output_tokens:60000000");
+        let mut unique = keys.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len());
     }
 
     // proves: DQ-1 (a bucket's level stays exact in Lua: a large daily

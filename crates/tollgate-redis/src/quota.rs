@@ -10,8 +10,8 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteHold,
-    RemoteQuota, Reservation, StoreError, StoreFuture,
+    Actual, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore,
+    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
 };
 
 use crate::backend::Shared;
@@ -244,19 +244,29 @@ impl RemoteQuota for RedisQuota {
     fn reconcile(
         &self,
         reservation: Reservation,
-        actual_tokens: u64,
+        actual: Actual,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            if actual_tokens == reservation.demand.tokens {
+            let demand = reservation.demand;
+            // Each limit's amount is its estimate; the script settles each
+            // token limit from its own dimension's figure (SPEC Q-12).
+            let settled = |d: Dimension| actual.amount(d, &demand).unwrap_or(0);
+            let dims = [
+                Dimension::Tokens,
+                Dimension::InputTokens,
+                Dimension::OutputTokens,
+            ];
+            if dims.iter().all(|&d| settled(d) == demand.amount(d)) {
                 return Ok(());
             }
             let extra = [
                 num(reservation.tick),
-                num(reservation.demand.tokens),
-                num(actual_tokens),
+                num(settled(Dimension::Tokens)),
+                num(settled(Dimension::InputTokens)),
+                num(settled(Dimension::OutputTokens)),
             ];
-            self.run::<i64>(Op::Reconcile, |_| 0, &extra, budget)
+            self.run::<i64>(Op::Reconcile, |d| demand.amount(d), &extra, budget)
                 .await
                 .map(drop)
         })
@@ -275,10 +285,8 @@ impl RemoteQuota for RedisQuota {
             }
             let demand = reservation.demand;
             let amount = |d: Dimension| {
-                let chosen = match d {
-                    Dimension::Requests => requests,
-                    Dimension::Tokens => tokens,
-                };
+                // `tokens` stands for every token dimension (SPEC Q-16).
+                let chosen = if d.is_tokens() { tokens } else { requests };
                 if chosen { demand.amount(d) } else { 0 }
             };
             let extra = [num(reservation.tick)];

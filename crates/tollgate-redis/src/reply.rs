@@ -30,11 +30,13 @@ pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
         [1, tick] => Ok(RawReserve::Granted {
             tick: instant(tick)?,
         }),
-        [0, wait, requests, tokens] => Ok(RawReserve::Refused {
+        [0, wait, requests, tokens, input_tokens, output_tokens] => Ok(RawReserve::Refused {
             wait: if wait < 0 { None } else { Some(instant(wait)?) },
             limited_by: LimitedBy {
                 requests: requests != 0,
                 tokens: tokens != 0,
+                input_tokens: input_tokens != 0,
+                output_tokens: output_tokens != 0,
             },
         }),
         _ => Err(malformed("reserve")),
@@ -56,11 +58,22 @@ mod tests {
         assert!(reserve(&[]).is_err());
         assert!(reserve(&[1]).is_err());
         assert!(reserve(&[1, -5]).is_err());
-        assert!(reserve(&[2, 1, 0, 0]).is_err());
+        assert!(reserve(&[2, 1, 0, 0, 0, 0]).is_err());
+        assert!(reserve(&[0, 1, 0, 0]).is_err());
         assert_eq!(reserve(&[1, 7]), Ok(RawReserve::Granted { tick: 7 }));
         assert!(matches!(
-            reserve(&[0, -1, 1, 0]),
+            reserve(&[0, -1, 1, 0, 0, 0]),
             Ok(RawReserve::Refused { wait: None, .. })
         ));
+    }
+
+    // proves: Q-12 (a refusal names each short dimension, input and output
+    // tokens included)
+    #[test]
+    fn refusals_name_input_and_output_tokens() {
+        let Ok(RawReserve::Refused { limited_by, .. }) = reserve(&[0, 5, 0, 0, 1, 1]) else {
+            panic!("a refusal");
+        };
+        assert_eq!(limited_by.as_str(), "input_tokens+output_tokens");
     }
 }

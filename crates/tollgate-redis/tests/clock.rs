@@ -43,7 +43,7 @@ async fn replicas_with_skewed_clocks_admit_exactly() {
     for i in 0..4 {
         let store = if i % 2 == 0 { &a } else { &b };
         let r = store
-            .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
+            .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
             .await
             .unwrap();
         granted.push(r.expect("within the limit"));
@@ -53,11 +53,11 @@ async fn replicas_with_skewed_clocks_admit_exactly() {
     assert_eq!(granted[0].stamp, ahead.now(), "stamped by its own clock");
     assert_eq!(granted[1].stamp, frozen.now(), "stamped by its own clock");
     let refused_a = a
-        .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap();
     let refused_b = b
-        .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap();
     let wait_a = refused_a.expect_err("full").at.unwrap() - ahead.now();
@@ -77,7 +77,7 @@ async fn replicas_with_skewed_clocks_admit_exactly() {
     // clock does.
     frozen.advance(Duration::from_secs(600));
     let again = b
-        .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap();
     let wait = again.expect_err("still full").at.unwrap() - frozen.now();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, HoldId, RemoteHold, RemoteQuota};
+use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota};
 
 use common::BUDGET;
 
@@ -50,7 +50,7 @@ async fn hammer(algorithm: Algorithm, name: &str) {
                 let end = tokio::time::Instant::now() + RUN;
                 let mut started = 0u32;
                 while tokio::time::Instant::now() < end {
-                    let demand = Demand::new(rng.u64(1..=20));
+                    let demand = Demand::new(rng.u64(1..=20), 0);
                     let id = rng.bool().then(HoldId::new);
                     let hold = match id {
                         Some(id) => RemoteHold::Pending {
@@ -88,15 +88,18 @@ async fn hammer(algorithm: Algorithm, name: &str) {
                         let mut log = log.lock();
                         log.push(Started {
                             tick: reservation.tick,
-                            tokens: demand.tokens,
+                            tokens: demand.tokens(),
                         });
                         log.len() - 1
                     };
                     // Reported usage below the estimate gives tokens back
                     // (not for the bucket, whose bound is without refunds).
                     if !bucket && rng.bool() {
-                        let actual = rng.u64(0..=demand.tokens);
-                        store.reconcile(reservation, actual, BUDGET).await.unwrap();
+                        let actual = rng.u64(0..=demand.tokens());
+                        store
+                            .reconcile(reservation, Actual::total(actual), BUDGET)
+                            .await
+                            .unwrap();
                         log.lock()[index].tokens = actual;
                     }
                 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Demand, Hold, HoldId, RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError,
+    Actual, Demand, Hold, HoldId, RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError,
 };
 use tollgate_redis::{RedisBackend, RedisQuota, RedisSettings};
 
@@ -39,12 +39,12 @@ async fn every_op(
     };
     time!(
         "reserve",
-        store.reserve(Demand::new(1), RemoteHold::Leased, budget)
+        store.reserve(Demand::new(1, 0), RemoteHold::Leased, budget)
     );
     time!("lease", store.lease(pending, HoldId::new(), budget));
     time!("forget", store.forget(HoldId::new(), budget));
     time!("refund", store.refund(r, budget));
-    time!("reconcile", store.reconcile(r, 0, budget));
+    time!("reconcile", store.reconcile(r, Actual::total(0), budget));
     time!("release", store.release(r, true, true, budget));
     time!(
         "recount",
@@ -75,7 +75,7 @@ async fn operations_fail_fast_while_redis_is_down_and_recover() {
         .tokens(100_000, Duration::from_secs(60));
     let store = backend.open_scope(&config);
     let r = store
-        .reserve(Demand::new(10), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(10, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -124,7 +124,7 @@ async fn operations_fail_fast_while_redis_is_down_and_recover() {
     loop {
         let notified = changes.notified();
         let r = other
-            .reserve(Demand::new(1), RemoteHold::Leased, BUDGET)
+            .reserve(Demand::new(1, 0), RemoteHold::Leased, BUDGET)
             .await
             .unwrap()
             .unwrap();

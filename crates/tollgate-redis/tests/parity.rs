@@ -2,8 +2,10 @@
 //! same random operation sequences, run against the in-process
 //! `LocalQuota` and the Redis store at identical instants, give the same
 //! admissions, the same waits (to the microsecond) and the same
-//! availability, for each algorithm, with one limit and with several; and
-//! an independent log of what was admitted never exceeds the Q-7 bound.
+//! availability, for each algorithm, with one limit and with several, with
+//! input-token and output-token limits beside or instead of the token
+//! limit (SPEC Q-12); and an independent log of what was admitted never
+//! exceeds the Q-7 bound of any limit.
 //! Windows that are not whole microseconds (the store rounds them up) are
 //! run against Redis alone: the Q-7 bound of the configured window holds.
 
@@ -16,7 +18,8 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Demand, Dimension, Hold, HoldId, LocalQuota, QuotaStore, RemoteHold, RemoteQuota, Reservation,
+    Actual, Demand, Dimension, Hold, HoldId, LocalQuota, QuotaStore, RemoteHold, RemoteQuota,
+    Reservation,
 };
 use tollgate_redis::{RawReserve, RedisBackend, RedisQuota};
 
@@ -42,14 +45,18 @@ const T0: u64 = 1_000_000;
 #[derive(Debug, Clone)]
 enum Op {
     Reserve {
-        tokens: u64,
+        input: u64,
+        output: u64,
         pending: bool,
     },
     Lease(usize),
     Refund(usize),
     Reconcile {
         index: usize,
-        actual: u64,
+        input: u64,
+        output: u64,
+        /// The provider split its usage (else only the total is known).
+        split: bool,
     },
     Release {
         index: usize,
@@ -67,10 +74,12 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..40u64, any::<bool>()).prop_map(|(tokens, pending)| Op::Reserve { tokens, pending }),
+        4 => (0..25u64, 0..15u64, any::<bool>())
+            .prop_map(|(input, output, pending)| Op::Reserve { input, output, pending }),
         2 => any::<usize>().prop_map(Op::Lease),
         1 => any::<usize>().prop_map(Op::Refund),
-        2 => (any::<usize>(), 0..60u64).prop_map(|(index, actual)| Op::Reconcile { index, actual }),
+        2 => (any::<usize>(), 0..40u64, 0..20u64, any::<bool>())
+            .prop_map(|(index, input, output, split)| Op::Reconcile { index, input, output, split }),
         1 => (any::<usize>(), any::<bool>(), any::<bool>())
             .prop_map(|(index, requests, tokens)| Op::Release { index, requests, tokens }),
         1 => (any::<usize>(), 0..3_000u64).prop_map(|(index, ago)| Op::Recount { index, ago }),
@@ -88,32 +97,49 @@ struct Case {
     debt: bool,
     /// Windows 333 ns longer than whole microseconds: Redis alone.
     odd: bool,
+    /// Which token dimensions are limited (SPEC Q-12): 0 tokens only,
+    /// 1 tokens, input and output, 2 input and output only.
+    dims: u8,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (0..4u8, any::<bool>(), any::<bool>(), 0..4u8).prop_map(|(a, several, debt, odd)| Case {
-        algorithm: match a {
-            0 => Algorithm::SlidingWindow,
-            1 => Algorithm::FixedWindow,
-            2 => Algorithm::TokenBucket { burst: None },
-            _ => Algorithm::TokenBucket {
-                burst: Some(Duration::from_micros(W / 4)),
+    (0..4u8, any::<bool>(), any::<bool>(), 0..4u8, 0..3u8).prop_map(
+        |(a, several, debt, odd, dims)| Case {
+            algorithm: match a {
+                0 => Algorithm::SlidingWindow,
+                1 => Algorithm::FixedWindow,
+                2 => Algorithm::TokenBucket { burst: None },
+                _ => Algorithm::TokenBucket {
+                    burst: Some(Duration::from_micros(W / 4)),
+                },
             },
+            several,
+            debt,
+            odd: odd == 0,
+            dims,
         },
-        several,
-        debt,
-        odd: odd == 0,
-    })
+    )
 }
 
 fn scope(name: &str, case: Case) -> ScopeConfig {
     let w = Duration::from_nanos(W * 1_000 + if case.odd { 333 } else { 0 });
     let mut s = ScopeConfig::new(name)
         .algorithm(case.algorithm)
-        .requests(4, w)
-        .tokens(60, w);
+        .requests(4, w);
+    if case.dims < 2 {
+        s = s.tokens(60, w);
+    }
+    if case.dims > 0 {
+        s = s.input_tokens(40, w).output_tokens(25, w);
+    }
     if case.several {
-        s = s.requests(7, 2 * w).tokens(100, 3 * w);
+        s = s.requests(7, 2 * w);
+        if case.dims < 2 {
+            s = s.tokens(100, 3 * w);
+        }
+        if case.dims > 0 {
+            s = s.input_tokens(70, 2 * w).output_tokens(45, 3 * w);
+        }
     }
     s
 }
@@ -123,9 +149,9 @@ fn scope(name: &str, case: Case) -> ScopeConfig {
 struct Entry {
     local: Reservation,
     remote: Reservation,
-    /// What it counts now per dimension (the log's own view).
-    requests: u64,
-    tokens: u64,
+    /// What it counts now per dimension, in the order of
+    /// `Dimension::ALL` (the log's own view).
+    counts: Counts,
     /// Store µs at which the attempt started (None: pending).
     start: Option<u64>,
     /// Reconciled or released: settled, only counted.
@@ -155,16 +181,23 @@ struct Harness<'a> {
     now: u64,
     entries: Vec<Entry>,
     flows: Vec<Flow>,
-    /// The last refusal with an instant: tokens, pending, wait (µs).
-    refused: Option<(u64, bool, u64)>,
+    /// The last refusal with an instant: demand, pending, wait (µs).
+    refused: Option<(Demand, bool, u64)>,
     biggest: u64,
 }
 
-fn amount(d: Dimension, requests: u64, tokens: u64) -> u64 {
-    match d {
-        Dimension::Requests => requests,
-        Dimension::Tokens => tokens,
-    }
+/// Amounts per dimension, in the order of `Dimension::ALL`.
+type Counts = [u64; 4];
+
+fn ix(d: Dimension) -> usize {
+    Dimension::ALL
+        .iter()
+        .position(|x| *x == d)
+        .expect("every dimension")
+}
+
+fn counts(demand: &Demand) -> Counts {
+    Dimension::ALL.map(|d| demand.amount(d))
 }
 
 impl Harness<'_> {
@@ -183,10 +216,9 @@ impl Harness<'_> {
         self.remote.set_store_time(Some(T0 + self.now));
     }
 
-    /// Reserves `tokens` now; on a refusal, remembers it for `Retry`.
-    async fn reserve(&mut self, tokens: u64, pending: bool) -> Result<(), TestCaseError> {
+    /// Reserves `demand` now; on a refusal, remembers it for `Retry`.
+    async fn reserve(&mut self, demand: Demand, pending: bool) -> Result<(), TestCaseError> {
         let now = self.instant();
-        let demand = Demand::new(tokens);
         if self.remote.check(&demand).is_err() {
             return Ok(());
         }
@@ -220,7 +252,7 @@ impl Harness<'_> {
                 };
                 let start = (!pending).then_some(self.now);
                 if let Some(t) = start {
-                    self.take(t, demand.requests, demand.tokens);
+                    self.take(t, counts(&demand));
                 }
                 let local = match local {
                     Some(Ok(local)) => local,
@@ -229,8 +261,7 @@ impl Harness<'_> {
                 self.entries.push(Entry {
                     local,
                     remote,
-                    requests: demand.requests,
-                    tokens,
+                    counts: counts(&demand),
                     start,
                     settled: false,
                     id,
@@ -249,7 +280,7 @@ impl Harness<'_> {
                 } else {
                     REFUSED_NONE
                 });
-                self.refused = wait.map(|w| (tokens, pending, w));
+                self.refused = wait.map(|w| (demand, pending, w));
             }
             (local, raw) => {
                 prop_assert!(false, "stores disagree: local {:?}, redis {:?}", local, raw)
@@ -263,14 +294,18 @@ impl Harness<'_> {
         let now = self.instant();
         match op {
             Op::Advance(dt) => self.now += dt,
-            Op::Reserve { tokens, pending } => self.reserve(tokens, pending).await?,
+            Op::Reserve {
+                input,
+                output,
+                pending,
+            } => self.reserve(Demand::new(input, output), pending).await?,
             Op::Retry => {
                 // A waiter wakes at the instant it was told and tries
                 // again: boundaries are hit exactly.
-                if let Some((tokens, pending, wait)) = self.refused.take() {
+                if let Some((demand, pending, wait)) = self.refused.take() {
                     self.now += wait;
                     self.at();
-                    self.reserve(tokens, pending).await?;
+                    self.reserve(demand, pending).await?;
                 }
             }
             Op::Lease(i) => {
@@ -286,8 +321,8 @@ impl Harness<'_> {
                 e.remote = leased.map_err(fail)?.expect("the hold is there");
                 prop_assert_eq!(e.remote.tick, self.now);
                 e.start = Some(self.now);
-                let (r, t) = (e.requests, e.tokens);
-                self.take(self.now, r, t);
+                let c = e.counts;
+                self.take(self.now, c);
             }
             Op::Refund(i) => {
                 let Some(k) = self.pick(i, |e| !e.settled) else {
@@ -305,30 +340,48 @@ impl Harness<'_> {
                     None => self.remote.refund(e.remote, BUDGET).await.map_err(fail)?,
                 }
                 if e.start.is_some() {
-                    self.give(e.requests, e.tokens);
+                    self.give(e.counts);
                 }
             }
-            Op::Reconcile { index, actual } => {
+            Op::Reconcile {
+                index,
+                input,
+                output,
+                split,
+            } => {
                 let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
                     return Ok(());
                 };
-                let estimate = self.entries[k].tokens;
-                let actual = if self.case.debt {
-                    actual
+                let estimate = self.entries[k].local.demand;
+                let (input, output) = if self.case.debt {
+                    (input, output)
                 } else {
-                    actual.min(estimate)
+                    (input.min(estimate.input), output.min(estimate.output))
+                };
+                // A provider that reports only a total leaves the input
+                // and output limits at their estimates (SPEC Q-12).
+                let actual = if split {
+                    Actual::split(input, output)
+                } else {
+                    Actual::total(input + output)
                 };
                 let e = &mut self.entries[k];
                 if let Some(l) = &mut self.local {
-                    l.reconcile(&e.local, actual);
+                    l.reconcile(&e.local, &actual);
                 }
                 self.remote
                     .reconcile(e.remote, actual, BUDGET)
                     .await
                     .map_err(fail)?;
-                e.tokens = actual;
+                let before = e.counts;
+                for d in Dimension::ALL {
+                    if let Some(used) = actual.amount(d, &estimate) {
+                        e.counts[ix(d)] = used;
+                    }
+                }
+                let given = std::array::from_fn(|i| before[i].saturating_sub(e.counts[i]));
                 e.settled = true;
-                self.give(0, estimate.saturating_sub(actual));
+                self.give(given);
             }
             Op::Release {
                 index,
@@ -346,14 +399,19 @@ impl Harness<'_> {
                     .release(e.remote, requests, tokens, BUDGET)
                     .await
                     .map_err(fail)?;
-                let given = (
-                    if requests { e.requests } else { 0 },
-                    if tokens { e.tokens } else { 0 },
-                );
-                e.requests -= given.0;
-                e.tokens -= given.1;
+                let given: Counts = std::array::from_fn(|i| {
+                    let chosen = if Dimension::ALL[i].is_tokens() {
+                        tokens
+                    } else {
+                        requests
+                    };
+                    if chosen { e.counts[i] } else { 0 }
+                });
+                for (c, g) in e.counts.iter_mut().zip(given) {
+                    *c -= g;
+                }
                 e.settled = true;
-                self.give(given.0, given.1);
+                self.give(given);
             }
             Op::Recount { index, ago } => {
                 let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
@@ -400,18 +458,17 @@ impl Harness<'_> {
         Ok(())
     }
 
-    fn take(&mut self, at: u64, requests: u64, tokens: u64) {
+    fn take(&mut self, at: u64, counts: Counts) {
         for (l, flow) in self.config.limits().iter().zip(&mut self.flows) {
-            let a = amount(l.dimension, requests, tokens);
+            let a = counts[ix(l.dimension)];
             self.biggest = self.biggest.max(a);
             flow.takes.push((at, a));
         }
     }
 
-    fn give(&mut self, requests: u64, tokens: u64) {
+    fn give(&mut self, counts: Counts) {
         for (l, flow) in self.config.limits().iter().zip(&mut self.flows) {
-            flow.gives
-                .push((self.now, amount(l.dimension, requests, tokens)));
+            flow.gives.push((self.now, counts[ix(l.dimension)]));
         }
     }
 
@@ -430,7 +487,7 @@ impl Harness<'_> {
                 // even in debt).
                 continue;
             }
-            let counted = |e: &Entry| amount(l.dimension, e.requests, e.tokens);
+            let counted = |e: &Entry| e.counts[ix(l.dimension)];
             let pending: u64 = self
                 .entries
                 .iter()
@@ -522,9 +579,12 @@ async fn run_case(backend: &RedisBackend, case: Case, ops: Vec<Op>) -> Result<()
     Ok(())
 }
 
-// proves: DQ-1, DQ-2, Q-1, Q-7 (the Redis scripts admit, refuse, wait and
-// count exactly as the in-process store, for every algorithm, with one
-// limit and with several; the admitted log never exceeds the Q-7 bound)
+// proves: DQ-1, DQ-2, Q-1, Q-7, Q-12 (the Redis scripts admit, refuse,
+// wait, settle and count exactly as the in-process store, for every
+// algorithm, with one limit and with several, with input and output token
+// limits beside or instead of the token limit, settled from a split or a
+// total-only report; the admitted log never exceeds the Q-7 bound of any
+// limit)
 #[test]
 fn redis_store_matches_the_in_process_store() {
     let Some(server) = common::server("redis_store_matches_the_in_process_store") else {

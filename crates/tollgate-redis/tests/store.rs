@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, HoldId, RemoteHold, RemoteQuota};
+use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota};
 use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
@@ -45,14 +45,14 @@ async fn operations_survive_a_script_flush() {
     let store = common::backend(&server, "noscript").open_scope(&config("noscript"));
     let mut raw = common::raw(&server).await;
     store
-        .reserve(Demand::new(5), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(5, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
     flush_scripts(&mut raw).await;
     let id = HoldId::new();
     let r = store
-        .reserve(Demand::new(5), pending(id), BUDGET)
+        .reserve(Demand::new(5, 0), pending(id), BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -80,18 +80,18 @@ async fn every_key_has_a_ttl() {
         let store = common::backend(&server, "ttl").open_scope(&config);
         let id = HoldId::new();
         let r = store
-            .reserve(Demand::new(7), pending(id), BUDGET)
+            .reserve(Demand::new(7, 0), pending(id), BUDGET)
             .await
             .unwrap()
             .unwrap();
         // A second hold, still pending: its keys are written too.
         store
-            .reserve(Demand::new(1), pending(HoldId::new()), BUDGET)
+            .reserve(Demand::new(1, 0), pending(HoldId::new()), BUDGET)
             .await
             .unwrap()
             .unwrap();
         let r = store.lease(r, id, BUDGET).await.unwrap().unwrap();
-        store.reconcile(r, 3, BUDGET).await.unwrap();
+        store.reconcile(r, Actual::total(3), BUDGET).await.unwrap();
         store.release(r, true, false, BUDGET).await.unwrap();
         let tag = format!("{{ttl:{}}}", config.name());
         assert_eq!(
@@ -158,7 +158,7 @@ async fn giving_quota_back_notifies_other_replicas() {
     };
     let id = HoldId::new();
     giver
-        .reserve(Demand::new(50), pending(id), BUDGET)
+        .reserve(Demand::new(50, 0), pending(id), BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -168,7 +168,7 @@ async fn giving_quota_back_notifies_other_replicas() {
     wait.await.unwrap();
 
     let r = giver
-        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -178,17 +178,17 @@ async fn giving_quota_back_notifies_other_replicas() {
     wait.await.unwrap();
 
     let r = giver
-        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
     let wait = tokio::spawn(notified("reconcile"));
     tokio::task::yield_now().await;
-    giver.reconcile(r, 10, BUDGET).await.unwrap();
+    giver.reconcile(r, Actual::total(10), BUDGET).await.unwrap();
     wait.await.unwrap();
 
     let r = giver
-        .reserve(Demand::new(50), RemoteHold::Leased, BUDGET)
+        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
         .await
         .unwrap()
         .unwrap();
@@ -208,8 +208,8 @@ async fn check_needs_no_round_trip() {
     ))
     .unwrap();
     let store = backend.open_scope(&config("check"));
-    assert!(store.check(&Demand::new(1_000)).is_ok());
-    let e = store.check(&Demand::new(1_001)).unwrap_err();
+    assert!(store.check(&Demand::new(1_000, 0)).is_ok());
+    let e = store.check(&Demand::new(1_001, 0)).unwrap_err();
     assert_eq!(e.limit, 1_000);
 }
 
@@ -230,7 +230,7 @@ async fn the_slot_log_stays_bounded() {
     for i in 0..5_000u64 {
         store.set_store_time(Some(1_000_000 + i * 300));
         store
-            .reserve(Demand::new(0), RemoteHold::Leased, BUDGET)
+            .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
             .await
             .unwrap()
             .unwrap();
@@ -283,7 +283,7 @@ async fn pending_holds_expire_and_are_given_back_once() {
         let available = || async { store.snapshot(BUDGET).await.unwrap()[0].available };
         at(0);
         let (short, long) = (HoldId::new(), HoldId::new());
-        let one = || Demand::new(0);
+        let one = || Demand::new(0, 0);
         let a = store
             .reserve(
                 one(),

@@ -125,6 +125,10 @@ pub struct Settlement {
     pub refunded: u64,
     /// Tokens charged beyond the estimate.
     pub debt: u64,
+    /// What was reported, split as the provider split it: other leases of
+    /// the same call (a tenant's) settle their input and output limits from
+    /// it (SPEC Q-12).
+    pub usage: Usage,
 }
 
 impl Settlement {
@@ -135,12 +139,14 @@ impl Settlement {
                 reported: None,
                 refunded: 0,
                 debt: 0,
+                usage,
             },
             Some(actual) => Settlement {
                 estimate,
                 reported: Some(actual),
                 refunded: estimate.saturating_sub(actual),
                 debt: actual.saturating_sub(estimate),
+                usage,
             },
         }
     }

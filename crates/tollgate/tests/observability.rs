@@ -282,6 +282,8 @@ async fn second_admission(
 const NOT_LIMITED: LimitedBy = LimitedBy {
     requests: false,
     tokens: false,
+    input_tokens: false,
+    output_tokens: false,
 };
 
 // proves: OBS-4 (every admission reports which limit bound its wait: none,
@@ -324,6 +326,7 @@ async fn every_admission_reports_what_it_waited_for() {
     let requests_only = LimitedBy {
         requests: true,
         tokens: false,
+        ..NOT_LIMITED
     };
     assert_eq!(a.limited_by, requests_only);
     assert_eq!((a.quota_wait, a.concurrency_wait), (MINUTE, secs(0)));
@@ -340,6 +343,7 @@ async fn every_admission_reports_what_it_waited_for() {
     let tokens_only = LimitedBy {
         requests: false,
         tokens: true,
+        ..NOT_LIMITED
     };
     assert_eq!(a.limited_by, tokens_only);
     assert_eq!((a.quota_wait, a.concurrency_wait), (MINUTE, secs(0)));
@@ -350,6 +354,7 @@ async fn every_admission_reports_what_it_waited_for() {
     let both_limits = LimitedBy {
         requests: true,
         tokens: true,
+        ..NOT_LIMITED
     };
     assert_eq!(a.limited_by, both_limits);
     assert_eq!(a.quota_wait, MINUTE);

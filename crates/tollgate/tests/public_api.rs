@@ -172,6 +172,7 @@ async fn limited_by_names_the_binding_dimension() {
     let expected = LimitedBy {
         requests: false,
         tokens: true,
+        ..LimitedBy::default()
     };
     assert_eq!(second.admission().limited_by, expected);
     assert_eq!(expected.as_str(), Dimension::Tokens.as_str());

@@ -1,5 +1,5 @@
 //! Property tests of quota arithmetic, refunds and admission bounds
-//! (SPEC ). Failing cases are kept under
+//! (SPEC ). Failing cases are kept under
 //! `proptest-regressions/` when proptest finds any.
 
 mod common;
@@ -10,7 +10,7 @@ use common::settle;
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, Hold, LocalQuota, QuotaStore, Reservation};
+use tollgate::quota::{Actual, Demand, Dimension, Hold, LocalQuota, QuotaStore, Reservation};
 use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
 
 const W: Duration = Duration::from_secs(60);
@@ -135,7 +135,7 @@ proptest! {
             match op {
                 Op::Arrive { dt, tokens: n } => {
                     now += Duration::from_millis(dt);
-                    if let Ok(r) = store.reserve(&Demand::new(n), now, Hold::Pending) {
+                    if let Ok(r) = store.reserve(&Demand::new(n, 0), now, Hold::Pending) {
                         pending.push(r);
                     }
                 }
@@ -145,7 +145,7 @@ proptest! {
                         let mut r = pending.remove(0);
                         store.lease(&mut r, now);
                         requests.push((now, 1));
-                        tokens.push((now, r.demand.tokens));
+                        tokens.push((now, r.demand.tokens()));
                         leased.push(r);
                     }
                 }
@@ -159,10 +159,10 @@ proptest! {
                     // refunds only.
                     if algorithm == Algorithm::SlidingWindow && !leased.is_empty() {
                         let r = leased.remove(0);
-                        let actual = r.demand.tokens * pct / 100;
-                        store.reconcile(&r, actual);
+                        let actual = r.demand.tokens() * pct / 100;
+                        store.reconcile(&r, &Actual::total(actual));
                         // The reconciled amount replaces the estimate where it was counted.
-                        if let Some(e) = tokens.iter_mut().find(|e| e.0 == r.stamp && e.1 == r.demand.tokens) {
+                        if let Some(e) = tokens.iter_mut().find(|e| e.0 == r.stamp && e.1 == r.demand.tokens()) {
                             e.1 = actual;
                         }
                     }
@@ -197,7 +197,7 @@ proptest! {
         let (mut requests, mut tokens) = (Vec::new(), Vec::new());
         for (dt, n) in arrivals {
             now += Duration::from_millis(dt);
-            if store.try_reserve(&Demand::new(n), now, Hold::Leased).is_some() {
+            if store.try_reserve(&Demand::new(n, 0), now, Hold::Leased).is_some() {
                 requests.push((now, 1));
                 tokens.push((now, n));
             }
@@ -225,7 +225,7 @@ proptest! {
         let before = available(&mut store, now);
         for (dt, n) in demands {
             now += Duration::from_millis(dt % 50);
-            if let Ok(r) = store.reserve(&Demand::new(n), now, Hold::Pending) {
+            if let Ok(r) = store.reserve(&Demand::new(n, 0), now, Hold::Pending) {
                 held.push(r);
             }
         }
@@ -330,5 +330,174 @@ proptest! {
             }
             Ok(())
         })?;
+    }
+}
+
+/// Which limits a Q-12 case configures, per minute-long window `W`:
+/// requests, tokens, input tokens, output tokens (`None`: not limited).
+type IoLimits = (u64, Option<u64>, Option<u64>, Option<u64>);
+
+fn io_limits() -> impl Strategy<Value = IoLimits> {
+    (
+        1u64..8,
+        prop::option::of(60u64..200),
+        prop::option::of(40u64..150),
+        prop::option::of(20u64..80),
+    )
+        .prop_filter("at least one token dimension", |(_, t, i, o)| {
+            t.is_some() || i.is_some() || o.is_some()
+        })
+}
+
+#[derive(Debug, Clone)]
+enum IoOp {
+    /// Reserve (pending) after `dt` ms.
+    Arrive { dt: u64, input: u64, output: u64 },
+    /// Lease the oldest pending reservation after `dt` ms.
+    Lease { dt: u64 },
+    /// Refund the newest pending reservation.
+    Cancel,
+    /// Report usage for the oldest leased attempt: input and output as
+    /// percentages of the estimates, split or as a total only.
+    Settle {
+        input_pct: u64,
+        output_pct: u64,
+        split: bool,
+    },
+}
+
+fn io_ops() -> impl Strategy<Value = Vec<IoOp>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => (0u64..20_000, 0u64..40, 0u64..20)
+                .prop_map(|(dt, input, output)| IoOp::Arrive { dt, input, output }),
+            3 => (0u64..20_000).prop_map(|dt| IoOp::Lease { dt }),
+            1 => Just(IoOp::Cancel),
+            1 => (0u64..100, 0u64..100, any::<bool>())
+                .prop_map(|(input_pct, output_pct, split)| IoOp::Settle { input_pct, output_pct, split }),
+        ],
+        1..120,
+    )
+}
+
+/// The largest amount admitted in any window of one dimension, against its
+/// Q-7 bound.
+fn check_dimension(
+    algorithm: Algorithm,
+    epoch: Instant,
+    dimension: Dimension,
+    limit: Option<u64>,
+    events: &[(Instant, u64)],
+) -> Result<(), TestCaseError> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    let e_max = events.iter().map(|e| e.1).max().unwrap_or(0);
+    let got = match algorithm {
+        Algorithm::FixedWindow => max_per_fixed_window(events, epoch, W),
+        _ => max_in_window(events, W),
+    };
+    prop_assert!(
+        got <= bound(algorithm, limit, e_max),
+        "{} {got} > bound for {algorithm:?} limit {limit}",
+        dimension.as_str()
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    // proves, Q-1 (with input-token and output-token limits
+    // beside or instead of a token limit, random demands of input and
+    // output never exceed the bound of any limit in any window: requests,
+    // tokens, input tokens and output tokens each keep their algorithm's
+    // bound, with reservations that wait, are cancelled or leased later,
+    // and, for the sliding window, settled per dimension from split or
+    // total-only reports; nothing leaks)
+    #[test]
+    fn io_limits_keep_their_bounds(algorithm in algorithms(), limits in io_limits(), ops in io_ops()) {
+        let (rpm, tpm, itpm, otpm) = limits;
+        let t0 = Instant::now();
+        let mut scope = ScopeConfig::new("io").requests(rpm, W).algorithm(algorithm);
+        if let Some(n) = tpm {
+            scope = scope.tokens(n, W);
+        }
+        if let Some(n) = itpm {
+            scope = scope.input_tokens(n, W);
+        }
+        if let Some(n) = otpm {
+            scope = scope.output_tokens(n, W);
+        }
+        let mut store = LocalQuota::new(&scope, t0);
+        let mut now = t0;
+        let mut pending: Vec<Reservation> = Vec::new();
+        let mut leased: Vec<Reservation> = Vec::new();
+        // Per dimension, in the order of `Dimension::ALL`: what started when.
+        let mut log: [Vec<(Instant, u64)>; 4] = Default::default();
+        for op in ops {
+            match op {
+                IoOp::Arrive { dt, input, output } => {
+                    now += Duration::from_millis(dt);
+                    if let Ok(r) = store.reserve(&Demand::new(input, output), now, Hold::Pending) {
+                        pending.push(r);
+                    }
+                }
+                IoOp::Lease { dt } => {
+                    now += Duration::from_millis(dt);
+                    if !pending.is_empty() {
+                        let mut r = pending.remove(0);
+                        store.lease(&mut r, now);
+                        for (events, d) in log.iter_mut().zip(Dimension::ALL) {
+                            events.push((now, r.demand.amount(d)));
+                        }
+                        leased.push(r);
+                    }
+                }
+                IoOp::Cancel => {
+                    if let Some(r) = pending.pop() {
+                        store.refund(&r, now);
+                    }
+                }
+                IoOp::Settle { input_pct, output_pct, split } => {
+                    // Q-7 bounds the token bucket and fixed window without
+                    // refunds only.
+                    if algorithm == Algorithm::SlidingWindow && !leased.is_empty() {
+                        let r = leased.remove(0);
+                        let (input, output) =
+                            (r.demand.input * input_pct / 100, r.demand.output * output_pct / 100);
+                        let actual = if split {
+                            Actual::split(input, output)
+                        } else {
+                            Actual::total(input + output)
+                        };
+                        store.reconcile(&r, &actual);
+                        // Each settled amount replaces its estimate where
+                        // it was counted.
+                        for (events, d) in log.iter_mut().zip(Dimension::ALL) {
+                            let Some(used) = actual.amount(d, &r.demand) else {
+                                continue;
+                            };
+                            let estimate = r.demand.amount(d);
+                            if let Some(e) = events.iter_mut().find(|e| e.0 == r.stamp && e.1 == estimate) {
+                                e.1 = used;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let configured = [Some(rpm), tpm, itpm, otpm];
+        for ((d, limit), events) in Dimension::ALL.into_iter().zip(configured).zip(&log) {
+            check_dimension(algorithm, t0, d, limit, events)?;
+        }
+        for r in pending.drain(..) {
+            store.refund(&r, now);
+        }
+        let mut snapshot = Vec::new();
+        store.snapshot(now + W * 3, &mut snapshot);
+        for l in snapshot {
+            prop_assert_eq!(l.available, l.capacity as i64, "{} leaked", l.dimension);
+        }
     }
 }

@@ -152,6 +152,8 @@ struct RawScope {
     burst: Option<String>,
     rpm: Option<u64>,
     tpm: Option<u64>,
+    itpm: Option<u64>,
+    otpm: Option<u64>,
     #[serde(default)]
     limits: Vec<RawLimit>,
     queue_capacity: Option<usize>,
@@ -172,6 +174,8 @@ enum RawAlgorithm {
 struct RawLimit {
     requests: Option<u64>,
     tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
     per: String,
 }
 
@@ -208,12 +212,14 @@ struct RawDeployment {
     weight: Option<u32>,
 }
 
-/// `rpm`, `tpm` and `limits` of a tenant's per-model table.
+/// `rpm`, `tpm`, `itpm`, `otpm` and `limits` of a tenant's per-model table.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTenantModel {
     rpm: Option<u64>,
     tpm: Option<u64>,
+    itpm: Option<u64>,
+    otpm: Option<u64>,
     #[serde(default)]
     limits: Vec<RawLimit>,
 }
@@ -234,6 +240,8 @@ struct RawTenant {
     max_wait: Option<String>,
     rpm: Option<u64>,
     tpm: Option<u64>,
+    itpm: Option<u64>,
+    otpm: Option<u64>,
     #[serde(default)]
     limits: Vec<RawLimit>,
     models: Option<Vec<String>>,
@@ -498,9 +506,8 @@ fn accounting(at: &FieldPath, value: Option<&toml::Value>) -> Result<Profile, Pr
                 "openai" => Ok(Profile::OpenAi),
                 "anthropic" => Err(Problem::invalid(
                     at,
-                    "the anthropic profile needs separate input and output limits, which \
-                     tollgate does not have yet; use \"tokenizer\" with the sum of the ITPM and \
-                     OTPM limits as tpm",
+                    "the anthropic profile is not available yet; use \"tokenizer\" with the \
+                     provider's ITPM and OTPM limits as itpm and otpm",
                 )),
                 other => Err(Problem::invalid(
                     at,
@@ -618,6 +625,8 @@ impl RawScope {
             algorithm,
             rpm: self.rpm,
             tpm: self.tpm,
+            itpm: self.itpm,
+            otpm: self.otpm,
             limits,
             queue_capacity: self.queue_capacity,
             learn_limits: learn(&at, self.learn_limits, self.learn_window.as_ref())?,
@@ -627,20 +636,33 @@ impl RawScope {
 
 impl RawLimit {
     fn convert(&self, at: &FieldPath) -> Result<Limit, Problem> {
-        let (dimension, amount) = match (self.requests, self.tokens) {
-            (Some(n), None) => (Dimension::Requests, n),
-            (None, Some(n)) => (Dimension::Tokens, n),
-            (Some(_), Some(_)) => {
+        let set: Vec<(Dimension, u64)> = [
+            (Dimension::Requests, self.requests),
+            (Dimension::Tokens, self.tokens),
+            (Dimension::InputTokens, self.input_tokens),
+            (Dimension::OutputTokens, self.output_tokens),
+        ]
+        .into_iter()
+        .filter_map(|(d, n)| n.map(|n| (d, n)))
+        .collect();
+        let (dimension, amount) = match set[..] {
+            [one] => one,
+            [] => {
                 return Err(Problem::invalid(
                     at,
-                    "sets both requests and tokens; write one limit per entry, \
-                     e.g. { requests = 10000, per = \"1d\" }",
+                    "needs requests, tokens, input_tokens or output_tokens, \
+                     e.g. { tokens = 5000000, per = \"1d\" }",
                 ));
             }
-            (None, None) => {
+            [(a, _), (b, _), ..] => {
                 return Err(Problem::invalid(
                     at,
-                    "needs requests or tokens, e.g. { tokens = 5000000, per = \"1d\" }",
+                    format!(
+                        "sets both {} and {}; write one limit per entry, \
+                         e.g. {{ requests = 10000, per = \"1d\" }}",
+                        a.as_str(),
+                        b.as_str()
+                    ),
                 ));
             }
         };
@@ -791,6 +813,8 @@ impl RawTenant {
                     limits: limits(&at.key("per_model").key(&model), &m.limits)?,
                     rpm: m.rpm,
                     tpm: m.tpm,
+                    itpm: m.itpm,
+                    otpm: m.otpm,
                     model,
                 })
             })
@@ -805,6 +829,8 @@ impl RawTenant {
             max_wait: duration_opt(&at.key("max_wait"), self.max_wait.as_ref())?,
             rpm: self.rpm,
             tpm: self.tpm,
+            itpm: self.itpm,
+            otpm: self.otpm,
             name,
         })
     }

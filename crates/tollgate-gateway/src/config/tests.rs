@@ -112,6 +112,17 @@ fn annotated_example_loads_and_validates() {
             },
         ]
     );
+    let split = c.scope("split-demo").unwrap();
+    let dims: Vec<_> = split.all_limits().iter().map(|l| l.dimension).collect();
+    assert_eq!(
+        dims,
+        [
+            Dimension::Requests,
+            Dimension::InputTokens,
+            Dimension::OutputTokens,
+            Dimension::InputTokens
+        ]
+    );
     let engine = main.to_scope_config();
     assert_eq!(engine.name(), "openai-main");
     assert_eq!(engine.limits().len(), 4);
@@ -171,6 +182,7 @@ fn annotated_example_loads_and_validates() {
         [
             "burst-demo",
             "openai-main",
+            "split-demo",
             "model:gpt-4o/second-key",
             "model:local-llama",
             "tenant:team-a",
@@ -689,7 +701,7 @@ fn malformed_limit_entries_are_errors() {
     fail_at(
         &scope("limits = [{ per = \"1m\" }]"),
         "scopes.s.limits[0]",
-        "needs requests or tokens",
+        "needs requests, tokens, input_tokens or output_tokens",
     );
     fail_at(
         &scope("rpm = 10\nlimits = [{ requests = 20, per = \"60s\" }]"),
@@ -991,7 +1003,7 @@ fn bad_accounting_settings_are_errors() {
     fail_at(
         &with_provider("accounting = \"anthropic\"", ""),
         "providers.p.accounting",
-        "separate input and output limits",
+        "as itpm and otpm",
     );
     fail_at(
         &with_provider("accounting = 4", ""),
@@ -1099,4 +1111,92 @@ fn bad_learn_limits_are_errors() {
         "scopes.s.learn_window",
         "is not a duration",
     );
+}
+
+// proves: Q-12 (input and output token limits: the itpm/otpm shortcuts of
+// scopes, tenants and per-model tables and { input_tokens = N, per } /
+// { output_tokens = N, per } entries become per-dimension limits, and a
+// scope with only those needs a token estimate)
+#[test]
+fn input_and_output_token_limits_parse() {
+    let text = with_model(&format!(
+        "scope = \"s\"\n[scopes.s]\nitpm = 400000\notpm = 80000\n\
+         limits = [{{ input_tokens = 9000000, per = \"1d\" }}, \
+         {{ output_tokens = 1000, per = \"1s\" }}]\n\
+         [tenants.u]\nkeys_sha256 = [\"{}\"]\nitpm = 1000\n\
+         [tenants.u.per_model.m]\notpm = 50\n",
+        to_hex(&hash_key("sk-u"))
+    ));
+    let c = ok(&text);
+    let s = c.scope("s").unwrap();
+    assert_eq!((s.itpm, s.otpm), (Some(400_000), Some(80_000)));
+    let limit = |dimension, amount, window| Limit {
+        dimension,
+        amount,
+        window,
+    };
+    assert_eq!(
+        s.all_limits(),
+        [
+            limit(Dimension::InputTokens, 400_000, MINUTE),
+            limit(Dimension::OutputTokens, 80_000, MINUTE),
+            limit(Dimension::InputTokens, 9_000_000, DAY),
+            limit(Dimension::OutputTokens, 1_000, Duration::from_secs(1)),
+        ]
+    );
+    assert!(s.has_token_limit());
+    assert!(s.to_scope_config().has_token_limit());
+    let u = c.tenants.iter().find(|t| t.name == "u").unwrap();
+    assert_eq!(
+        u.all_limits(),
+        [limit(Dimension::InputTokens, 1_000, MINUTE)]
+    );
+    assert_eq!(
+        u.per_model[0].all_limits(),
+        [limit(Dimension::OutputTokens, 50, MINUTE)]
+    );
+}
+
+// proves: Q-12, CFG-1 (the new keys fail like the old ones, at their exact
+// setting path: zero, two dimensions in one entry, a repeated limit)
+#[test]
+fn input_and_output_token_limit_errors_are_located() {
+    let scope = |body: &str| with_model(&format!("scope = \"s\"\n[scopes.s]\n{body}\n"));
+    fail_at(&scope("itpm = 0"), "scopes.s.itpm", "positive");
+    fail_at(&scope("otpm = 0"), "scopes.s.otpm", "positive");
+    fail_at(
+        &scope("limits = [{ input_tokens = 0, per = \"1d\" }]"),
+        "scopes.s.limits[0].input_tokens",
+        "positive",
+    );
+    fail_at(
+        &scope("limits = [{ input_tokens = 1, output_tokens = 2, per = \"1m\" }]"),
+        "scopes.s.limits[0]",
+        "both input_tokens and output_tokens",
+    );
+    fail_at(
+        &scope("limits = [{ tokens = 1, input_tokens = 2, per = \"1m\" }]"),
+        "scopes.s.limits[0]",
+        "both tokens and input_tokens",
+    );
+    fail_at(
+        &scope("otpm = 10\nlimits = [{ output_tokens = 20, per = \"60s\" }]"),
+        "scopes.s.limits[0]",
+        "repeats the output_tokens limit per 1m already set at scopes.s.otpm",
+    );
+    // Input, output and total limits of one window are distinct limits.
+    ok(&scope("tpm = 10\nitpm = 10\notpm = 10"));
+    let tenant = |body: &str| {
+        with_model(&format!(
+            "[tenants.u]\nkeys_sha256 = [\"{}\"]\n{body}\n",
+            to_hex(&hash_key("sk-u"))
+        ))
+    };
+    fail_at(&tenant("otpm = 0"), "tenants.u.otpm", "positive");
+    fail_at(
+        &tenant("[tenants.u.per_model.m]\nitpm = 0"),
+        "tenants.u.per_model.m.itpm",
+        "positive",
+    );
+    fail_at(&scope("iptm = 5"), "scopes.s.iptm", "unknown");
 }

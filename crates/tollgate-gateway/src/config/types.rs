@@ -243,8 +243,12 @@ pub struct QuotaScope {
     pub algorithm: Algorithm,
     /// `rpm`: requests per minute.
     pub rpm: Option<u64>,
-    /// `tpm`: tokens per minute.
+    /// `tpm`: tokens (input plus output) per minute.
     pub tpm: Option<u64>,
+    /// `itpm`: input tokens per minute (SPEC Q-12).
+    pub itpm: Option<u64>,
+    /// `otpm`: output tokens per minute (SPEC Q-12).
+    pub otpm: Option<u64>,
     /// The `limits` array, in file order.
     pub limits: Vec<Limit>,
     /// Per-scope override of `admission.queue_capacity`.
@@ -257,9 +261,9 @@ pub struct QuotaScope {
 }
 
 impl QuotaScope {
-    /// Every limit: `rpm`, then `tpm`, then the `limits` array.
+    /// Every limit: `rpm`, `tpm`, `itpm`, `otpm`, then the `limits` array.
     pub fn all_limits(&self) -> Vec<Limit> {
-        minute_limits(self.rpm, self.tpm)
+        minute_limits([self.rpm, self.tpm, self.itpm, self.otpm])
             .chain(self.limits.iter().copied())
             .collect()
     }
@@ -267,7 +271,7 @@ impl QuotaScope {
     /// Whether any limit counts tokens, or may once learned (requests then
     /// need an estimate).
     pub fn has_token_limit(&self) -> bool {
-        self.learn_limits.is_some() || self.limits_dimension(Dimension::Tokens)
+        self.learn_limits.is_some() || self.all_limits().iter().any(|l| l.dimension.is_tokens())
     }
 
     /// The engine's scope settings.
@@ -292,19 +296,27 @@ impl QuotaScope {
     }
 }
 
-/// The per-minute limits of `rpm` / `tpm` shortcuts.
-pub(super) fn minute_limits(rpm: Option<u64>, tpm: Option<u64>) -> impl Iterator<Item = Limit> {
-    let requests = rpm.map(|amount| Limit {
-        dimension: Dimension::Requests,
-        amount,
-        window: MINUTE,
-    });
-    let tokens = tpm.map(|amount| Limit {
-        dimension: Dimension::Tokens,
-        amount,
-        window: MINUTE,
-    });
-    requests.into_iter().chain(tokens)
+/// The per-minute shortcuts, in the order of [`Dimension::ALL`].
+pub(super) const SHORTCUTS: [(&str, Dimension); 4] = [
+    ("rpm", Dimension::Requests),
+    ("tpm", Dimension::Tokens),
+    ("itpm", Dimension::InputTokens),
+    ("otpm", Dimension::OutputTokens),
+];
+
+/// The per-minute limits of the `rpm` / `tpm` / `itpm` / `otpm` shortcuts
+/// (given in the order of [`SHORTCUTS`]).
+pub(super) fn minute_limits(amounts: [Option<u64>; 4]) -> impl Iterator<Item = Limit> {
+    SHORTCUTS
+        .into_iter()
+        .zip(amounts)
+        .filter_map(|((_, dimension), amount)| {
+            amount.map(|amount| Limit {
+                dimension,
+                amount,
+                window: MINUTE,
+            })
+        })
 }
 
 /// Which route a model serves.
@@ -387,6 +399,10 @@ pub struct TenantConfig {
     pub rpm: Option<u64>,
     /// Tenant quota: tokens per minute.
     pub tpm: Option<u64>,
+    /// Tenant quota: input tokens per minute.
+    pub itpm: Option<u64>,
+    /// Tenant quota: output tokens per minute.
+    pub otpm: Option<u64>,
     /// Tenant quota: the `limits` array, like a scope's (SPEC GW-12).
     pub limits: Vec<Limit>,
     /// The models this tenant may call; `None` = every model. Others
@@ -406,14 +422,18 @@ pub struct TenantModelLimits {
     pub rpm: Option<u64>,
     /// Tokens per minute.
     pub tpm: Option<u64>,
+    /// Input tokens per minute.
+    pub itpm: Option<u64>,
+    /// Output tokens per minute.
+    pub otpm: Option<u64>,
     /// The `limits` array.
     pub limits: Vec<Limit>,
 }
 
 impl TenantModelLimits {
-    /// `rpm`, `tpm`, then `limits`.
+    /// `rpm`, `tpm`, `itpm`, `otpm`, then `limits`.
     pub fn all_limits(&self) -> Vec<Limit> {
-        minute_limits(self.rpm, self.tpm)
+        minute_limits([self.rpm, self.tpm, self.itpm, self.otpm])
             .chain(self.limits.iter().copied())
             .collect()
     }
@@ -435,9 +455,10 @@ impl TenantConfig {
         )
     }
 
-    /// Every limit of the tenant's own scope: `rpm`, `tpm`, then `limits`.
+    /// Every limit of the tenant's own scope: `rpm`, `tpm`, `itpm`,
+    /// `otpm`, then `limits`.
     pub fn all_limits(&self) -> Vec<Limit> {
-        minute_limits(self.rpm, self.tpm)
+        minute_limits([self.rpm, self.tpm, self.itpm, self.otpm])
             .chain(self.limits.iter().copied())
             .collect()
     }

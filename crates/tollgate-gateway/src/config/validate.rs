@@ -12,7 +12,7 @@ use super::deployment::DeploymentConfig;
 use super::error::{FieldPath, Problem};
 use super::types::{
     AnonymousConfig, GatewayConfig, MODEL_PREFIX, ModelConfig, ProviderConfig, QuotaScope,
-    TENANT_PREFIX, TenantConfig,
+    SHORTCUTS, TENANT_PREFIX, TenantConfig,
 };
 use crate::auth::{ANONYMOUS_TENANT, KeyHash};
 
@@ -603,7 +603,7 @@ fn check_scope(s: &QuotaScope) -> Check {
     if let Algorithm::TokenBucket { burst } = s.algorithm {
         non_zero_opt(&at.key("burst"), burst)?;
     }
-    let seen = check_limits(&at, s.rpm, s.tpm, &s.limits)?;
+    let seen = check_limits(&at, [s.rpm, s.tpm, s.itpm, s.otpm], &s.limits)?;
     if let Some(window) = s.learn_limits {
         non_zero(&at.key("learn_window"), window)?;
         let requests = seen.iter().any(|(d, _, _)| *d == Dimension::Requests);
@@ -625,25 +625,23 @@ fn check_scope(s: &QuotaScope) -> Check {
     Ok(())
 }
 
-/// `rpm`, `tpm` and a `limits` array (a scope's, a tenant's): positive
-/// amounts, windows longer than zero, no (dimension, window) twice.
-/// Returns every limit's dimension, window and path.
+/// The `rpm` / `tpm` / `itpm` / `otpm` shortcuts (in that order) and a
+/// `limits` array (a scope's, a tenant's): positive amounts, windows longer
+/// than zero, no (dimension, window) twice. Returns every limit's
+/// dimension, window and path.
 fn check_limits(
     at: &FieldPath,
-    rpm: Option<u64>,
-    tpm: Option<u64>,
+    shortcuts: [Option<u64>; 4],
     limits: &[Limit],
 ) -> Result<Vec<(Dimension, Duration, FieldPath)>, Problem> {
-    positive(&at.key("rpm"), rpm)?;
-    positive(&at.key("tpm"), tpm)?;
     // (dimension, window) → where it was first set, to catch repeats.
     let mut seen: Vec<(Dimension, Duration, FieldPath)> = Vec::new();
     let minute = Duration::from_secs(60);
-    if rpm.is_some() {
-        seen.push((Dimension::Requests, minute, at.key("rpm")));
-    }
-    if tpm.is_some() {
-        seen.push((Dimension::Tokens, minute, at.key("tpm")));
+    for ((key, dimension), amount) in SHORTCUTS.into_iter().zip(shortcuts) {
+        positive(&at.key(key), amount)?;
+        if amount.is_some() {
+            seen.push((dimension, minute, at.key(key)));
+        }
     }
     for (
         i,
@@ -688,9 +686,13 @@ fn check_tenant(at: &FieldPath, t: &TenantConfig) -> Check {
         ));
     }
     pool_bounds(at, t.concurrency, t.max_waiting, t.max_wait)?;
-    check_limits(at, t.rpm, t.tpm, &t.limits)?;
+    check_limits(at, [t.rpm, t.tpm, t.itpm, t.otpm], &t.limits)?;
     for m in &t.per_model {
-        check_limits(&at.key("per_model").key(&m.model), m.rpm, m.tpm, &m.limits)?;
+        check_limits(
+            &at.key("per_model").key(&m.model),
+            [m.rpm, m.tpm, m.itpm, m.otpm],
+            &m.limits,
+        )?;
     }
     Ok(())
 }

@@ -63,8 +63,9 @@ struct Exchange {
     tenant: Option<usize>,
     /// The requested model, once known and allowed.
     model: Option<Arc<str>>,
-    /// Tokens reserved for the tenant.
-    tokens: u64,
+    /// Tokens reserved for the tenant (input estimate and output
+    /// allowance).
+    tokens: TokenEstimate,
     /// The access line was written, or handed to the stream body (which
     /// writes it when the stream ends).
     logged: bool,
@@ -116,7 +117,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         },
         tenant: None,
         model: None,
-        tokens: 0,
+        tokens: TokenEstimate::new(0, 0),
         logged: false,
         log: app.access_log.clone(),
         arrived,
@@ -165,7 +166,7 @@ async fn serve<R: Route>(
         return Err(ApiError::shutting_down());
     };
     let estimate = R::estimate(&primary.estimator, &request);
-    x.tokens = estimate.total();
+    x.tokens = estimate;
     x.record.tokens_estimated = Some(estimate.total());
     let tenant_lease = common::admit_tenant(app, tenant, &first.name, estimate, deadline).await?;
     x.record.queue = tenant_lease.wait();
@@ -274,9 +275,9 @@ async fn serve<R: Route>(
                         .metrics
                         .success(false, elapsed, a.quota_wait, a.concurrency_wait);
                     served(&mut x.record, model, deployment, &reached, &a, elapsed);
-                    let reported = done.settlement.and_then(|s| s.reported);
-                    x.record.tokens_reported = reported;
-                    return Ok(one_shot(done.response, reported, tenant_lease));
+                    let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
+                    x.record.tokens_reported = usage.total();
+                    return Ok(one_shot(done.response, usage, tenant_lease));
                 }
                 Err(e) => e,
             }
@@ -323,10 +324,10 @@ fn served(
 }
 
 /// The response of a completed one-shot call; the tenant's tokens are
-/// settled with what the upstream reported (before the rate-limit headers
-/// are read, so they show the settled amounts).
-fn one_shot(body: Bytes, reported: Option<u64>, mut tenant: TenantLeases) -> Response {
-    let used = reported.map_or(Usage::UNKNOWN, Usage::known);
+/// settled with what the upstream reported, input and output included for
+/// the tenant's `itpm`/`otpm` limits (SPEC Q-12), before the rate-limit
+/// headers are read, so they show the settled amounts.
+fn one_shot(body: Bytes, used: Usage, mut tenant: TenantLeases) -> Response {
     for lease in &mut tenant.0 {
         let _ = lease.reconcile(used);
     }

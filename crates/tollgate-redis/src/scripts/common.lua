@@ -16,7 +16,8 @@
 -- ARGV[5..]    7 values per limit: kind ("s" sliding, "b" bucket, "f"
 --              fixed), window (microseconds; bucket: ticks), resolution
 --              (sliding, microseconds) or tick length (bucket,
---              microseconds), limit, capacity, dimension ("r" or "t"), the
+--              microseconds), limit, capacity, dimension ("r" requests,
+--              "t" tokens, "i" input tokens, "o" output tokens), the
 --              operation's amount
 -- ARGV[5+7n..] the operation's own arguments
 --

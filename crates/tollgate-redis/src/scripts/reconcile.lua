@@ -1,16 +1,23 @@
--- reconcile: replaces a started attempt's token estimate by the reported
--- usage where the reservation was counted (SPEC Q-5); token limits only.
--- Needs no clock. Arguments: stamp, estimate, actual. Returns 1.
-local stamp, estimate, actual = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
+-- reconcile: replaces a started attempt's token estimates by the reported
+-- usage where the reservation was counted (SPEC Q-5), each token limit
+-- from its own dimension's figure (SPEC Q-12); request limits are never
+-- touched. Needs no clock. Each limit's amount is its estimate.
+-- Arguments: stamp, then the actual tokens, input tokens and output tokens
+-- (an unknown split is passed as the estimate). Returns 1.
+local stamp = tonumber(arg(1))
+local actuals = { t = tonumber(arg(2)), i = tonumber(arg(3)), o = tonumber(arg(4)) }
 -- Gives back no expired hold: keeps the holds' keys as long as the state.
 REFRESH_HOLDS = true
 load()
+local back = false
 for i = 1, N do
   local l = limits[i]
-  if l.dim == "t" then
-    l.algo.reconcile(l, l.state, stamp, estimate, actual)
+  local actual = actuals[l.dim]
+  if actual and actual ~= l.amount then
+    l.algo.reconcile(l, l.state, stamp, l.amount, actual)
     save_one(i)
+    if actual < l.amount then back = true end
   end
 end
-if actual < estimate then publish() end
+if back then publish() end
 return 1

@@ -2,9 +2,10 @@
 -- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4).
 -- Arguments: hold ("p" pending, "l" leased); for a pending hold, its id
 -- and how long it lives (microseconds) unless leased or given back.
--- Returns {1, now} when granted; {0, wait, requests, tokens} when not:
--- wait in microseconds from now (-1: only a pending reservation's lease,
--- refund or expiry can make room), and which dimensions were short (0/1).
+-- Returns {1, now} when granted; {0, wait, requests, tokens, input tokens,
+-- output tokens} when not: wait in microseconds from now (-1: only a
+-- pending reservation's lease, refund or expiry can make room), and which
+-- dimensions were short (0/1).
 local pending = arg(1) == "p"
 local now = clock()
 load()
@@ -27,11 +28,12 @@ end
 -- The advanced state is kept, as the in-process store keeps it: a later
 -- reconciliation lands on the bucket as of its last refill.
 save()
-local at, requests, tokens = nil, 0, 0
+local at = nil
+local short = { r = 0, t = 0, i = 0, o = 0 }
 for i = 1, N do
   local l = limits[i]
   if not l.algo.fits(l, l.state, l.amount) then
-    if l.dim == "r" then requests = 1 else tokens = 1 end
+    short[l.dim] = 1
     -- A known instant is still a useful lower bound when another limit
     -- waits on a pending lease: the waiter re-checks then.
     local e = l.algo.earliest(l, l.state, l.amount, now)
@@ -42,4 +44,4 @@ for i = 1, N do
 end
 local wait = -1
 if at then wait = at - now end
-return { 0, wait, requests, tokens }
+return { 0, wait, short.r, short.t, short.i, short.o }

@@ -19,7 +19,6 @@ use crate::call::{Call, CallId};
 use crate::clock::Instant;
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
-use crate::quota::Demand;
 
 enum Stage {
     /// Linked in the scope's queue under `key`.
@@ -127,7 +126,6 @@ impl Future for Acquire<'_> {
 pub(crate) struct SlowAcquire<'a> {
     inner: &'a Inner,
     scope: &'a Scope,
-    demand: Demand,
     pool: Option<u32>,
     deadline: Deadline,
     arrived: Instant,
@@ -152,7 +150,6 @@ impl<'a> SlowAcquire<'a> {
     pub(crate) fn new(
         inner: &'a Inner,
         scope: &'a Scope,
-        demand: Demand,
         pool: Option<u32>,
         deadline: Deadline,
         arrived: Instant,
@@ -163,7 +160,6 @@ impl<'a> SlowAcquire<'a> {
         let mut this = SlowAcquire {
             inner,
             scope,
-            demand,
             pool,
             deadline,
             arrived,
@@ -365,6 +361,9 @@ impl<'a> SlowAcquire<'a> {
         self.stage = Stage::Done;
         let now = self.inner.clock.now();
         self.admission.concurrency_wait += now - granted_at;
+        // The demand travels in its grant (no copy in this future: every
+        // queued waiter's task holds one).
+        let demand = grant.reservation.demand;
         match self.inner.finish(self.scope, grant, self.pool, now) {
             Err(e) => Poll::Ready(Err(e)),
             Ok(Some(grant)) => Poll::Ready(Ok(Some(grant))),
@@ -375,7 +374,7 @@ impl<'a> SlowAcquire<'a> {
                 let ticket = &mut self.admission.ticket;
                 match self.inner.enter(
                     self.scope,
-                    &self.demand,
+                    &demand,
                     self.pool,
                     self.deadline,
                     now,

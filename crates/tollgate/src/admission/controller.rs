@@ -175,11 +175,11 @@ impl AdmissionController {
             return Err(AdmissionError::Closed);
         }
         let demand = match call.estimate {
-            Some(e) => Demand::new(e.total()),
+            Some(e) => Demand::new(e.input, e.output),
             None if scope.needs_estimate => {
                 return Err(AdmissionError::TokenEstimateRequired { scope: scope.id });
             }
-            None => Demand::new(0),
+            None => Demand::new(0, 0),
         };
         let pool = inner.pools.resolve(call.pool)?;
         let arrived = inner.clock.now();
@@ -218,7 +218,6 @@ impl AdmissionController {
         *slow = Some(SlowAcquire::new(
             inner,
             scope,
-            demand,
             pool,
             deadline,
             arrived,
@@ -328,7 +327,7 @@ impl Inner {
                     st.grants += 1;
                     if permit {
                         st.counters.admitted += 1;
-                        st.counters.tokens_reserved += demand.tokens;
+                        st.counters.tokens_reserved += demand.tokens();
                         return Ok(Entered::Leased(grant));
                     }
                     // Take a place in the permit queue under the scope lock,
@@ -346,7 +345,7 @@ impl Inner {
                         Ok(None) => {
                             st.store.lease(&mut grant.reservation, now);
                             st.counters.admitted += 1;
-                            st.counters.tokens_reserved += demand.tokens;
+                            st.counters.tokens_reserved += demand.tokens();
                             return Ok(Entered::Leased(grant));
                         }
                     }
@@ -421,7 +420,7 @@ impl Inner {
         grant.generation = st.cooldown.generation;
         st.pending = st.pending.saturating_sub(1);
         st.counters.admitted += 1;
-        st.counters.tokens_reserved += grant.reservation.demand.tokens;
+        st.counters.tokens_reserved += grant.reservation.demand.tokens();
         if st.ready_at.is_none() && !st.queue.is_empty() {
             st.drain(now);
         }

@@ -37,7 +37,7 @@ impl AdmissionController {
     /// reserved or queued; the scope's state is not changed.
     pub fn forecast(&self, scope: ScopeId, estimate: Option<TokenEstimate>) -> Option<Forecast> {
         let scope = self.inner.scopes.get(scope.index())?;
-        let demand = Demand::new(estimate.map_or(0, |e| e.total()));
+        let demand = estimate.map_or(Demand::new(0, 0), |e| Demand::new(e.input, e.output));
         let now = self.inner.clock.now();
         let mut st = scope.state.lock();
         if st.closed || st.store.check(&demand).is_err() {
@@ -49,7 +49,7 @@ impl AdmissionController {
             // `now`, without copying it (the common case of a router's
             // question).
             let n = st.store.not_until(&demand, now);
-            let fits = !n.limited_by.requests && !n.limited_by.tokens;
+            let fits = n.limited_by.is_none();
             return Some(Forecast {
                 ready_at: if fits { Some(now) } else { n.at },
                 cooling_until,

@@ -74,7 +74,7 @@ impl std::fmt::Debug for Lease {
             .field("pool", &self.pool())
             .field("hold", &self.reservation.hold)
             .field("generation", &self.generation)
-            .field("tokens_reserved", &self.reservation.demand.tokens)
+            .field("tokens_reserved", &self.reservation.demand.tokens())
             .field("released", &self.released)
             .field("reconciled", &self.reconciled)
             .field("shared", &self.remote.is_some())

@@ -16,8 +16,8 @@ mod pool_set;
 mod queue;
 mod scope;
 mod settle;
-mod shutdown;
 mod shared;
+mod shutdown;
 mod snapshot;
 
 pub use acquire::Acquire;

@@ -87,8 +87,10 @@ pub(crate) struct Grant {
 
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    /// The demand's tokens (every attempt takes one request unit).
-    pub(crate) tokens: u64,
+    /// The demand's input and output tokens (every attempt takes one
+    /// request unit): kept small, one per queued call.
+    pub(crate) input: u64,
+    pub(crate) output: u64,
     /// The pool it takes a permit from once granted.
     pub(crate) pool: Option<u32>,
     pub(crate) waker: Option<Waker>,
@@ -100,7 +102,8 @@ pub(crate) struct Waiter {
 impl Waiter {
     pub(crate) fn new(demand: Demand, pool: Option<u32>) -> Self {
         Waiter {
-            tokens: demand.tokens,
+            input: demand.input,
+            output: demand.output,
             pool,
             waker: None,
             outcome: Outcome::Waiting,
@@ -136,7 +139,7 @@ impl Waiter {
     }
 
     pub(crate) fn demand(&self) -> Demand {
-        Demand::new(self.tokens)
+        Demand::new(self.input, self.output)
     }
 
     pub(crate) fn wake(&mut self) {
@@ -180,13 +183,14 @@ pub struct ScopeCounters {
     pub preempted: u64,
     /// Reservations refunded in full before their lease.
     pub refunded_reservations: u64,
-    /// Tokens reserved by leased attempts.
+    /// Tokens (input plus output) reserved by leased attempts; the token
+    /// counters count totals whatever the scope's token dimensions.
     pub tokens_reserved: u64,
-    /// Tokens providers reported for settled attempts.
+    /// Tokens providers reported for settled attempts (totals).
     pub tokens_reported: u64,
-    /// Tokens given back by settlements below the estimate.
+    /// Tokens given back by settlements below the estimate (totals).
     pub tokens_refunded: u64,
-    /// Tokens charged beyond the estimate.
+    /// Tokens charged beyond the estimate (totals).
     pub tokens_debt: u64,
     /// Settlements with unknown usage (the estimate was kept).
     pub unknown_usage: u64,
@@ -200,7 +204,8 @@ pub struct ScopeCounters {
     pub refusals_released: u64,
     /// Request units taken out because the provider had less left.
     pub gap_requests: u64,
-    /// Tokens taken out because the provider had less left.
+    /// Tokens taken out because the provider had less left, from
+    /// limits of any token dimension.
     pub gap_tokens: u64,
     /// Limits adopted or changed from the provider's advertisement.
     pub limits_adopted: u64,

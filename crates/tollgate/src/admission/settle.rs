@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::controller::{AdmissionController, Inner};
 use crate::call::ScopeId;
 use crate::clock::Instant;
-use crate::quota::{BudgetReport, Dimension, Observed, Reservation};
+use crate::quota::{Actual, BudgetReport, Dimension, Observed, Reservation};
 use crate::usage::{Settlement, Usage};
 
 impl AdmissionController {
@@ -100,7 +100,9 @@ impl Inner {
             let observed = st.store.observe(report, at, now);
             match report.dimension {
                 Dimension::Requests => st.counters.gap_requests += observed.gap,
-                Dimension::Tokens => st.counters.gap_tokens += observed.gap,
+                Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => {
+                    st.counters.gap_tokens += observed.gap;
+                }
             }
             if observed.adopted.is_some() {
                 st.counters.limits_adopted += 1;
@@ -124,20 +126,20 @@ impl Inner {
         reservation: &Reservation,
         usage: Usage,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens, usage);
+        let settlement = Settlement::new(reservation.demand.tokens(), usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
             return settlement;
         };
         let mut st = scope.state.lock();
         st.counters.settle(&settlement);
-        let Some(actual) = settlement.reported else {
+        let Some(actual) = Actual::from_usage(&usage) else {
             // Unknown usage keeps the estimate: nothing changes.
             return settlement;
         };
-        st.store.reconcile(reservation, actual);
+        st.store.reconcile(reservation, &actual);
         // Room given back may admit the head right now; debt only moves the
         // head's instant later, which its timer finds out by itself.
-        if settlement.refunded > 0 {
+        if actual.refunds(&reservation.demand) {
             st.invalidate_projection();
             if !st.queue.is_empty() {
                 let now = self.clock.now();

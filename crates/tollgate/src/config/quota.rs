@@ -42,7 +42,7 @@ impl Algorithm {
 /// One (dimension, amount, window) limit (SPEC Q-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
-    /// Requests or tokens.
+    /// Requests, tokens, input tokens or output tokens (SPEC Q-12).
     pub dimension: Dimension,
     /// How many per window; must be positive.
     pub amount: u64,
@@ -100,6 +100,28 @@ impl ScopeConfig {
         })
     }
 
+    /// Adds an input-token limit of `amount` per `window` (SPEC Q-12): it
+    /// takes each attempt's input estimate and is settled from the
+    /// reported input tokens.
+    pub fn input_tokens(self, amount: u64, window: Duration) -> Self {
+        self.limit(Limit {
+            dimension: Dimension::InputTokens,
+            amount,
+            window,
+        })
+    }
+
+    /// Adds an output-token limit of `amount` per `window` (SPEC Q-12): it
+    /// takes each attempt's output allowance and is settled from the
+    /// reported output tokens.
+    pub fn output_tokens(self, amount: u64, window: Duration) -> Self {
+        self.limit(Limit {
+            dimension: Dimension::OutputTokens,
+            amount,
+            window,
+        })
+    }
+
     /// Adds a limit.
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
@@ -123,7 +145,10 @@ impl ScopeConfig {
     /// the first report, a scope without a request limit admits one request
     /// per window, so nothing is sent blind; a token limit is added when
     /// the provider first advertises one. Configured limits are never
-    /// changed by what the provider says.
+    /// changed by what the provider says. A report applies to its own
+    /// dimension only: the `x-ratelimit-*-tokens` headers describe `tokens`
+    /// limits, and `input_tokens`/`output_tokens` limits (SPEC Q-12) are
+    /// neither learned nor charged from them.
     pub fn learn_limits(mut self, window: Duration) -> Self {
         self.learn = Some(window);
         self
@@ -146,7 +171,7 @@ impl ScopeConfig {
 
     /// Whether any limit counts tokens (or may, once learned).
     pub fn has_token_limit(&self) -> bool {
-        self.learn.is_some() || self.limits.iter().any(|l| l.dimension == Dimension::Tokens)
+        self.learn.is_some() || self.limits.iter().any(|l| l.dimension.is_tokens())
     }
 
     /// Checks every field (SPEC CFG-1, CFG-2).

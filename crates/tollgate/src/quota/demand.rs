@@ -4,50 +4,198 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
-/// A quota dimension (SPEC Q-1).
+/// A quota dimension (SPEC ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dimension {
     /// Request units: one per physical attempt.
     Requests,
     /// Tokens: estimated input plus expected output, reconciled later.
     Tokens,
+    /// Input tokens only: the estimated input, reconciled from the reported
+    /// input (providers such as Anthropic limit it on its own, SPEC Q-12).
+    InputTokens,
+    /// Output tokens only: the output allowance, reconciled from the
+    /// reported output.
+    OutputTokens,
 }
 
 impl Dimension {
-    /// The dimension's stable lower-case name.
+    /// Every dimension, in a stable order.
+    pub const ALL: [Dimension; 4] = [
+        Dimension::Requests,
+        Dimension::Tokens,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+    ];
+
+    /// The dimension's stable lower-case name: `requests`, `tokens`,
+    /// `input_tokens` or `output_tokens`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Dimension::Requests => "requests",
             Dimension::Tokens => "tokens",
+            Dimension::InputTokens => "input_tokens",
+            Dimension::OutputTokens => "output_tokens",
         }
+    }
+
+    /// Whether the dimension counts tokens of any kind (reconciled after
+    /// the call, given back by a refusal that charges no tokens).
+    pub const fn is_tokens(self) -> bool {
+        !matches!(self, Dimension::Requests)
     }
 }
 
-/// The amounts one attempt reserves from every limit of its scope.
+impl std::fmt::Display for Dimension {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The amounts one attempt reserves from every limit of its scope: one
+/// request unit, its input estimate and its output allowance (SPEC Q-12).
+/// A `tokens` limit takes their sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Demand {
     /// Request units (one per attempt).
     pub requests: u64,
-    /// Estimated tokens (input plus expected output).
-    pub tokens: u64,
+    /// Estimated input tokens.
+    pub input: u64,
+    /// Expected output tokens (the output allowance).
+    pub output: u64,
 }
 
 impl Demand {
-    /// One request unit and `tokens` estimated tokens.
-    pub const fn new(tokens: u64) -> Self {
+    /// One request unit, `input` estimated input tokens and `output`
+    /// expected output tokens.
+    pub const fn new(input: u64, output: u64) -> Self {
         Demand {
             requests: 1,
-            tokens,
+            input,
+            output,
         }
+    }
+
+    /// Input plus output: what a `tokens` limit takes.
+    pub const fn tokens(&self) -> u64 {
+        self.input.saturating_add(self.output)
     }
 
     /// The amount this demand takes from a limit of `dimension`.
     pub const fn amount(&self, dimension: Dimension) -> u64 {
         match dimension {
             Dimension::Requests => self.requests,
-            Dimension::Tokens => self.tokens,
+            Dimension::Tokens => self.tokens(),
+            Dimension::InputTokens => self.input,
+            Dimension::OutputTokens => self.output,
         }
     }
+}
+
+/// What a started attempt used, per token dimension, as settlement sees it
+/// (SPEC ).
+///
+/// `tokens` is the reported total. `input` and `output` are the reported
+/// split when the provider gave one. `None` keeps that dimension's
+/// estimate, capped at the total: a provider that reports only a total says
+/// nothing about the split, so `input_tokens` and `output_tokens` limits
+/// stay as reserved while a `tokens` limit is reconciled to the total,
+/// except that neither side can have used more than the whole (a known
+/// zero gives every token dimension back, SPEC Q-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Actual {
+    /// The reported total.
+    pub tokens: u64,
+    /// The reported input tokens, if known.
+    pub input: Option<u64>,
+    /// The reported output tokens, if known.
+    pub output: Option<u64>,
+}
+
+impl Actual {
+    /// Only a total is known: input and output limits keep their estimate
+    /// (capped at the total).
+    pub const fn total(tokens: u64) -> Self {
+        Actual {
+            tokens,
+            input: None,
+            output: None,
+        }
+    }
+
+    /// Known input and output; the total is their sum.
+    pub const fn split(input: u64, output: u64) -> Self {
+        Actual {
+            tokens: input.saturating_add(output),
+            input: Some(input),
+            output: Some(output),
+        }
+    }
+
+    /// What settlement makes of reported usage: `None` when the total is
+    /// unknown (the estimate stays). A side that is missing is derived from
+    /// the total and the other side when both are known (SPEC Q-6: an
+    /// absent counter next to a present one counts as zero), and otherwise
+    /// keeps its estimate.
+    pub fn from_usage(usage: &crate::usage::Usage) -> Option<Self> {
+        let tokens = usage.total()?;
+        let (input, output) = match (usage.input(), usage.output()) {
+            (Some(i), Some(o)) => (Some(i), Some(o)),
+            (Some(i), None) => (Some(i), Some(tokens.saturating_sub(i))),
+            (None, Some(o)) => (Some(tokens.saturating_sub(o)), Some(o)),
+            (None, None) => (None, None),
+        };
+        Some(Actual {
+            tokens,
+            input,
+            output,
+        })
+    }
+
+    /// Whether settling `estimate` to this gives anything back on some
+    /// token dimension.
+    pub fn refunds(&self, estimate: &Demand) -> bool {
+        self.compare(estimate).0
+    }
+
+    /// Whether settling `estimate` to this charges debt on some token
+    /// dimension.
+    pub fn debt(&self, estimate: &Demand) -> bool {
+        self.compare(estimate).1
+    }
+
+    /// (some dimension below its estimate, some dimension above it).
+    fn compare(&self, estimate: &Demand) -> (bool, bool) {
+        let (mut below, mut above) = (false, false);
+        for d in Dimension::ALL {
+            if let Some(used) = self.amount(d, estimate) {
+                below |= used < estimate.amount(d);
+                above |= used > estimate.amount(d);
+            }
+        }
+        (below, above)
+    }
+
+    /// What a limit of `dimension` is settled to, given what `estimate`
+    /// reserved on it; `None` for request limits (never reconciled).
+    pub const fn amount(&self, dimension: Dimension, estimate: &Demand) -> Option<u64> {
+        match dimension {
+            Dimension::Requests => None,
+            Dimension::Tokens => Some(self.tokens),
+            Dimension::InputTokens => match self.input {
+                Some(i) => Some(i),
+                None => Some(min(estimate.input, self.tokens)),
+            },
+            Dimension::OutputTokens => match self.output {
+                Some(o) => Some(o),
+                None => Some(min(estimate.output, self.tokens)),
+            },
+        }
+    }
+}
+
+const fn min(a: u64, b: u64) -> u64 {
+    if a < b { a } else { b }
 }
 
 /// Whether a reservation is waiting for the rest of its admission or already
@@ -80,21 +228,50 @@ pub struct Reservation {
     pub hold: Hold,
 }
 
-/// Which dimensions kept a demand from fitting (SPEC OBS-4).
+/// Which dimensions kept a demand from fitting (SPEC OBS-4, Q-12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct LimitedBy {
     /// A request limit was short.
     pub requests: bool,
-    /// A token limit was short.
+    /// A token limit (input plus output) was short.
     pub tokens: bool,
+    /// An input-token limit was short.
+    pub input_tokens: bool,
+    /// An output-token limit was short.
+    pub output_tokens: bool,
 }
 
 impl LimitedBy {
-    pub(crate) fn add(&mut self, dimension: Dimension) {
+    /// Only `dimension` was short.
+    pub fn only(dimension: Dimension) -> LimitedBy {
+        let mut l = LimitedBy::default();
+        l.add(dimension);
+        l
+    }
+
+    /// Marks `dimension` as short.
+    pub fn add(&mut self, dimension: Dimension) {
         match dimension {
             Dimension::Requests => self.requests = true,
             Dimension::Tokens => self.tokens = true,
+            Dimension::InputTokens => self.input_tokens = true,
+            Dimension::OutputTokens => self.output_tokens = true,
         }
+    }
+
+    /// Whether `dimension` was short.
+    pub const fn has(&self, dimension: Dimension) -> bool {
+        match dimension {
+            Dimension::Requests => self.requests,
+            Dimension::Tokens => self.tokens,
+            Dimension::InputTokens => self.input_tokens,
+            Dimension::OutputTokens => self.output_tokens,
+        }
+    }
+
+    /// Whether no dimension was short.
+    pub const fn is_none(&self) -> bool {
+        !(self.requests || self.tokens || self.input_tokens || self.output_tokens)
     }
 
     /// Merges two observations.
@@ -102,17 +279,44 @@ impl LimitedBy {
         LimitedBy {
             requests: self.requests || other.requests,
             tokens: self.tokens || other.tokens,
+            input_tokens: self.input_tokens || other.input_tokens,
+            output_tokens: self.output_tokens || other.output_tokens,
         }
     }
 
-    /// `"requests"`, `"tokens"`, `"requests+tokens"` or `"none"`.
+    /// The short dimensions' names joined by `+` in the order of
+    /// [`Dimension::ALL`] (`"requests"`, `"tokens"`, `"requests+tokens"`,
+    /// `"input_tokens+output_tokens"`...), or `"none"`.
     pub const fn as_str(&self) -> &'static str {
-        match (self.requests, self.tokens) {
-            (true, true) => "requests+tokens",
-            (true, false) => "requests",
-            (false, true) => "tokens",
-            (false, false) => "none",
-        }
+        const NAMES: [&str; 16] = [
+            "none",
+            "requests",
+            "tokens",
+            "requests+tokens",
+            "input_tokens",
+            "requests+input_tokens",
+            "tokens+input_tokens",
+            "requests+tokens+input_tokens",
+            "output_tokens",
+            "requests+output_tokens",
+            "tokens+output_tokens",
+            "requests+tokens+output_tokens",
+            "input_tokens+output_tokens",
+            "requests+input_tokens+output_tokens",
+            "tokens+input_tokens+output_tokens",
+            "requests+tokens+input_tokens+output_tokens",
+        ];
+        let bits = self.requests as usize
+            | (self.tokens as usize) << 1
+            | (self.input_tokens as usize) << 2
+            | (self.output_tokens as usize) << 3;
+        NAMES[bits]
+    }
+}
+
+impl std::fmt::Display for LimitedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -132,7 +336,8 @@ pub struct NotUntil {
 /// `x-ratelimit-reset-*` (or another provider's equivalents).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetReport {
-    /// Requests or tokens.
+    /// Requests or tokens (a provider's input/output token reports apply
+    /// to `input_tokens`/`output_tokens` limits the same way).
     pub dimension: Dimension,
     /// The advertised amount per window.
     pub limit: Option<u64>,
@@ -161,7 +366,8 @@ pub enum RefusalCost {
     /// per-minute limits).
     #[default]
     Full,
-    /// The request unit only; no tokens.
+    /// The request unit only; no tokens of any dimension (tokens, input,
+    /// output).
     Request,
     /// Nothing: a refused request never counted.
     Free,
@@ -175,5 +381,80 @@ impl RefusalCost {
             RefusalCost::Request => "request",
             RefusalCost::Free => "free",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::{Counter, Usage};
+
+    // proves: Q-12 (each dimension takes its own amount: requests one unit,
+    // tokens input plus output, input and output their own parts)
+    #[test]
+    fn a_demand_gives_each_dimension_its_amount() {
+        let d = Demand::new(300, 40);
+        let amounts = Dimension::ALL.map(|dim| d.amount(dim));
+        assert_eq!(amounts, [1, 340, 300, 40]);
+        let names = Dimension::ALL.map(Dimension::as_str);
+        assert_eq!(
+            names,
+            ["requests", "tokens", "input_tokens", "output_tokens"]
+        );
+        assert_eq!(Dimension::InputTokens.to_string(), "input_tokens");
+        assert!(!Dimension::Requests.is_tokens());
+        assert!(Dimension::OutputTokens.is_tokens());
+    }
+
+    // proves, Q-6 (settlement takes each token limit from its
+    // own reported figure; a total-only report keeps the input and output
+    // estimates, capped at the total; a missing side next to a present one
+    // is the rest of the total)
+    #[test]
+    fn settlement_figures_per_dimension() {
+        let est = Demand::new(100, 50);
+        let at = |a: Actual| Dimension::ALL.map(|d| a.amount(d, &est));
+        let split = Actual::from_usage(&Usage::from_io(70, 20)).expect("known");
+        assert_eq!(at(split), [None, Some(90), Some(70), Some(20)]);
+        let total = Actual::from_usage(&Usage::known(120)).expect("known");
+        assert_eq!(at(total), [None, Some(120), Some(100), Some(50)]);
+        let small = Actual::from_usage(&Usage::known(30)).expect("known");
+        assert_eq!(at(small), [None, Some(30), Some(30), Some(30)]);
+        let zero = Actual::from_usage(&Usage::known(0)).expect("known");
+        assert_eq!(at(zero), [None, Some(0), Some(0), Some(0)]);
+        let input_only = Usage::from_counters(
+            Counter::Value(90),
+            Counter::Value(60),
+            Counter::Absent,
+            Counter::Absent,
+        );
+        let one_side = Actual::from_usage(&input_only).expect("known");
+        assert_eq!(at(one_side), [None, Some(90), Some(60), Some(30)]);
+        assert_eq!(Actual::from_usage(&Usage::UNKNOWN), None);
+        // Refund and debt are judged per dimension: less input, more output.
+        let mixed = Actual::split(40, 110);
+        assert!(mixed.refunds(&est) && mixed.debt(&est));
+        let same = Actual::split(100, 50);
+        assert!(!same.refunds(&est) && !same.debt(&est));
+    }
+
+    // proves: Q-12, OBS-4 (limited_by names each short dimension)
+    #[test]
+    fn limited_by_names_every_dimension() {
+        assert_eq!(LimitedBy::default().as_str(), "none");
+        assert!(LimitedBy::default().is_none());
+        let mut l = LimitedBy::only(Dimension::OutputTokens);
+        assert_eq!(l.as_str(), "output_tokens");
+        assert!(l.has(Dimension::OutputTokens) && !l.has(Dimension::Tokens));
+        l.add(Dimension::InputTokens);
+        assert_eq!(l.to_string(), "input_tokens+output_tokens");
+        let all = l.union(LimitedBy {
+            requests: true,
+            tokens: true,
+            ..LimitedBy::default()
+        });
+        assert_eq!(all.as_str(), "requests+tokens+input_tokens+output_tokens");
+        assert_eq!(LimitedBy::only(Dimension::Requests).as_str(), "requests");
+        assert_eq!(LimitedBy::only(Dimension::Tokens).as_str(), "tokens");
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::Nanos;
 use super::demand::{
-    BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
+    Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
 use super::limit::{LimitState, nanos};
 use super::store::{LimitSnapshot, QuotaStore};
@@ -210,14 +210,16 @@ impl QuotaStore for LocalQuota {
     }
 
     #[inline]
-    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64) {
-        if actual_tokens == reservation.demand.tokens {
-            return;
-        }
-        let stamp = reservation.tick;
+    fn reconcile(&mut self, reservation: &Reservation, actual: &Actual) {
+        let (stamp, demand) = (reservation.tick, &reservation.demand);
         for l in &mut self.limits {
-            if l.dimension() == Dimension::Tokens {
-                l.reconcile(stamp, reservation.demand.tokens, actual_tokens);
+            // Each token limit from its own figure (SPEC Q-12).
+            let Some(used) = actual.amount(l.dimension(), demand) else {
+                continue;
+            };
+            let estimate = demand.amount(l.dimension());
+            if used != estimate {
+                l.reconcile(stamp, estimate, used);
             }
         }
     }
@@ -247,9 +249,11 @@ impl QuotaStore for LocalQuota {
 
     fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
         for l in &mut self.limits {
-            let give = match l.dimension() {
-                Dimension::Requests => requests,
-                Dimension::Tokens => tokens,
+            // `tokens` stands for every token dimension (SPEC ).
+            let give = if l.dimension().is_tokens() {
+                tokens
+            } else {
+                requests
             };
             if give {
                 l.release(reservation.tick, reservation.demand.amount(l.dimension()));

@@ -2,7 +2,8 @@
 //!
 //! A scope has any number of limits, each a (dimension, amount, window)
 //! counted by one of three algorithms; a demand takes one request unit and
-//! its estimated tokens from every limit at once, or nothing.
+//! its estimated tokens from every limit at once, or nothing. A token limit
+//! counts input plus output, or only input, or only output (SPEC Q-12).
 
 mod bucket;
 mod demand;
@@ -17,7 +18,8 @@ mod store;
 pub(crate) type Nanos = u64;
 
 pub use demand::{
-    BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost, Reservation,
+    Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, RefusalCost,
+    Reservation,
 };
 pub use local::LocalQuota;
 pub use remote::{

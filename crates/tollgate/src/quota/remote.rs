@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::demand::{Demand, Hold, NotUntil, Reservation};
+use super::demand::{Actual, Demand, Hold, NotUntil, Reservation};
 use super::store::LimitSnapshot;
 use crate::config::ScopeConfig;
 use crate::error::ExceedsLimit;
@@ -218,16 +218,17 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// Replaces a started attempt's token estimate by what the provider
-    /// reported (SPEC Q-5).
+    /// reported (SPEC Q-5), each token limit from its own figure (SPEC
+    /// Q-12, see [`QuotaStore::reconcile`](super::QuotaStore::reconcile)).
     fn reconcile(
         &self,
         reservation: Reservation,
-        actual_tokens: u64,
+        actual: Actual,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// Gives back what a refused attempt took from the chosen dimensions
-    /// (SPEC Q-16).
+    /// (SPEC Q-16); `tokens` covers every token dimension.
     fn release(
         &self,
         reservation: Reservation,

@@ -14,7 +14,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::demand::{BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation};
+use super::demand::{
+    Actual, BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation,
+};
 use super::local::LocalQuota;
 use crate::clock::Instant;
 use crate::config::{Algorithm, ScopeConfig};
@@ -64,13 +66,16 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     fn refund(&mut self, reservation: &Reservation, now: Instant);
 
     /// Replaces a started attempt's token estimate by what the provider
-    /// reported (SPEC Q-5); zero gives every reserved token back while the
-    /// request unit stays spent. Called at most once per reservation. The
+    /// reported (SPEC Q-5), each token limit from its own figure (SPEC
+    /// `tokens` from the total, `input_tokens` from the input,
+    /// `output_tokens` from the output, or its estimate when the split is
+    /// unknown); zero gives every reserved token back while the request
+    /// unit stays spent. Called at most once per reservation. The
     /// change lands where the reservation was counted, so it needs no
     /// current time: a window that aged out is not touched, and debt in a
     /// bucket is charged as of its last refill, which lies between the
     /// attempt's start and now.
-    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64);
+    fn reconcile(&mut self, reservation: &Reservation, actual: &Actual);
 
     /// The provider counted a leased reservation no later than `at`
     /// (SPEC Q-15): it stays counted until one window after `at`, and the
@@ -82,6 +87,7 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Gives back what a leased attempt took from the chosen dimensions:
     /// the provider refused it and charged nothing for them (SPEC Q-16).
+    /// `tokens` covers every token dimension (tokens, input and output).
     /// Called at most once per reservation, before any reconciliation.
     fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
         let _ = (reservation, requests, tokens);
@@ -144,7 +150,7 @@ pub type SharedBackend = Arc<dyn QuotaBackend>;
 /// The state of one limit (SPEC OBS-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitSnapshot {
-    /// Requests or tokens.
+    /// Requests, tokens, input tokens or output tokens.
     pub dimension: Dimension,
     /// The window.
     pub window: Duration,

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tollgate::ExceedsLimit;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend,
+    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend,
     RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
 };
 
@@ -386,7 +386,7 @@ impl RemoteQuota for TestRemote {
                         leased_at: (hold == Hold::Leased).then_some(now),
                         tick: r.tick,
                         requests: demand.requests,
-                        estimate: demand.tokens,
+                        estimate: demand.tokens(),
                         actual: None,
                         tokens_released: false,
                     });
@@ -465,14 +465,14 @@ impl RemoteQuota for TestRemote {
     fn reconcile(
         &self,
         reservation: Reservation,
-        actual_tokens: u64,
+        actual: Actual,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.reconcile);
         Box::pin(self.store.give_back(&self.scope, budget, move |s, _| {
-            s.quota.reconcile(&reservation, actual_tokens);
+            s.quota.reconcile(&reservation, &actual);
             if let Some(rec) = s.record(reservation.tick) {
-                rec.actual = Some(actual_tokens);
+                rec.actual = Some(actual.tokens);
             }
         }))
     }

@@ -145,18 +145,20 @@ fn to_origin_form(request: &mut Request<()>, uri: &Uri) -> Result<(), SendError>
 
 /// Why an exchange got no response head.
 enum Failed {
-    /// The connection was closed before any response: on a pooled
+    /// The request was never written (hyper handed it back): on a pooled
     /// connection, the server had closed it while idle.
     Closed(hyper::Error),
     /// Anything else.
     Other(hyper::Error),
-    /// The connection ended without a word about the request.
+    /// The connection ended without a word about the request (whether it
+    /// was written is unknown: not sent again).
     Vanished,
 }
 
 impl Failed {
+    /// The request was never written: another connection may carry it.
     fn is_stale(&self) -> bool {
-        matches!(self, Failed::Closed(_) | Failed::Vanished)
+        matches!(self, Failed::Closed(_))
     }
 
     fn into_send_error(self) -> SendError {
@@ -175,7 +177,12 @@ async fn exchange(
     mut conn: Conn,
     request: Request<Full<Bytes>>,
 ) -> Result<(Response<hyper::body::Incoming>, Conn), Failed> {
-    let mut response = pin!(conn.sender.send_request(request));
+    // `try_send_request` hands the request back when it was never written
+    // (the connection had closed while idle): only then may it go out again
+    // on another connection. A request that was written may have reached
+    // the upstream, which may have run and billed it: that is the engine's
+    // call to retry or not (SPEC RT-1, RT-5), never this client's.
+    let mut response = pin!(conn.sender.try_send_request(request));
     let head = std::future::poll_fn(|cx| {
         conn.drive(cx);
         match response.as_mut().poll(cx) {
@@ -189,8 +196,8 @@ async fn exchange(
     .await;
     match head {
         Some(Ok(response)) => Ok((response, conn)),
-        Some(Err(e)) if e.is_canceled() || e.is_incomplete_message() => Err(Failed::Closed(e)),
-        Some(Err(e)) => Err(Failed::Other(e)),
+        Some(Err(e)) if e.message().is_some() => Err(Failed::Closed(e.into_error())),
+        Some(Err(e)) => Err(Failed::Other(e.into_error())),
         None => Err(Failed::Vanished),
     }
 }

@@ -25,7 +25,8 @@
 //!   a waker) and dropped then. Idle ones past the pool's idle timeout are
 //!   dropped when their host is next used; at most `max_idle_per_host`
 //!   stay per host.
-//! * Only HTTP/1.1 is offered (TLS ALPN `http/1.1`).
+//! * Only HTTP/1.1 is spoken (the TLS handshake offers no ALPN: an
+//!   upstream that speaks only HTTP/2 over TLS fails on this path).
 
 mod body;
 mod client;

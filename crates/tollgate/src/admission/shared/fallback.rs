@@ -4,7 +4,9 @@
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
 use crate::error::ExceedsLimit;
-use crate::quota::{Demand, Hold, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, Reservation};
+use crate::quota::{
+    Actual, Demand, Hold, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, Reservation,
+};
 
 /// `limit / replicas` (at least 1) of every limit of a scope, in process.
 ///
@@ -51,8 +53,8 @@ impl QuotaStore for FallbackQuota {
         self.0.refund(reservation, now);
     }
 
-    fn reconcile(&mut self, reservation: &Reservation, actual_tokens: u64) {
-        self.0.reconcile(reservation, actual_tokens);
+    fn reconcile(&mut self, reservation: &Reservation, actual: &Actual) {
+        self.0.reconcile(reservation, actual);
     }
 
     fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {

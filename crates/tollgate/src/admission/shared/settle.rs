@@ -27,7 +27,7 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
-use crate::quota::{HoldId, NotUntil, Reservation, StoreError, StoreFuture};
+use crate::quota::{Actual, HoldId, NotUntil, Reservation, StoreError, StoreFuture};
 use crate::usage::{Settlement, Usage};
 
 /// Attempts to record debt (usage above the estimate), or to give back a
@@ -196,19 +196,19 @@ impl Inner {
         usage: Usage,
         remote: &mut RemoteLease,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens, usage);
+        let settlement = Settlement::new(reservation.demand.tokens(), usage);
         let (Some(s), Some(shared)) = (self.scopes.get(scope.index()), self.shared_scope(scope))
         else {
             return settlement;
         };
         s.state.lock().counters.settle(&settlement);
-        let Some(actual) = settlement.reported else {
+        let Some(actual) = Actual::from_usage(&usage) else {
             return settlement;
         };
-        if actual == reservation.demand.tokens {
+        let debt = actual.debt(&reservation.demand);
+        if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
         }
-        let debt = settlement.debt > 0;
         remote.then(shared, *reservation, move |shared, r| async move {
             // Debt that does not land lets the scope admit more than its
             // limit: retry it. A retry after an attempt that did land but
@@ -228,7 +228,7 @@ impl Inner {
             landed(&shared, false);
             if debt {
                 tracing::warn!(
-                    debt = actual.saturating_sub(r.demand.tokens),
+                    debt = actual.tokens.saturating_sub(r.demand.tokens()),
                     "token debt not recorded in the quota store"
                 );
             }
