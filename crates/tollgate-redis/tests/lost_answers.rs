@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{RemoteBackend, RemoteQuota};
-use tollgate::{AdmissionController, AdmissionError, Call, Deadline, ScopeId};
+use tollgate::{AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId};
 use tollgate_redis::{RedisBackend, RedisServer, RedisSettings};
 
 /// The window of most scopes here.
@@ -51,8 +51,9 @@ async fn ready(server: &RedisServer) {
 }
 
 /// A backend whose operations may take `timeout`, and a controller of one
-/// scope (`requests` a `window`, one concurrency permit) on it.
-fn replica(
+/// scope (`requests` a `window`, one concurrency permit) on it, once the
+/// backend's scripts are loaded (see `ready`).
+async fn replica(
     server: &RedisServer,
     name: &str,
     timeout: Duration,
@@ -73,7 +74,20 @@ fn replica(
         .shared_store(Arc::clone(&backend) as Arc<dyn RemoteBackend>)
         .build()
         .expect("controller");
+    ready(server).await;
     (backend, scope, c)
+}
+
+/// Takes the scope's one concurrency permit, then stalls Redis for `ms`:
+/// the next call must reserve a pending hold, which Redis runs only once
+/// the stall ends.
+async fn permit_taken_then_stall(server: &RedisServer, c: &AdmissionController, ms: u64) -> Lease {
+    let held = c
+        .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
+        .await
+        .expect("first call");
+    pause(server, ms).await;
+    held
 }
 
 /// Pending holds left in Redis for `scope`, and its available units once
@@ -116,11 +130,10 @@ async fn a_pending_reservation_cut_short_by_its_deadline_is_not_lost() {
     };
     // A store timeout longer than the stall: only the call's own deadline
     // cuts the reservation's round trip short.
-    let (backend, scope, c) = replica(&server, "clipped", Duration::from_secs(1), (3, WINDOW));
-    ready(&server).await;
+    let (backend, scope, c) =
+        replica(&server, "clipped", Duration::from_secs(1), (3, WINDOW)).await;
     let call = Call::new(ScopeId::FIRST);
-    let held = c.acquire(&call, Deadline::NONE).await.expect("first call");
-    pause(&server, 300).await;
+    let held = permit_taken_then_stall(&server, &c, 300).await;
     let e = c
         .acquire(&call, Deadline::after(Duration::from_millis(100)))
         .await
@@ -147,11 +160,10 @@ async fn a_call_dropped_during_its_reservation_leaves_nothing() {
     else {
         return;
     };
-    let (backend, scope, c) = replica(&server, "dropped", Duration::from_secs(1), (3, WINDOW));
-    ready(&server).await;
+    let (backend, scope, c) =
+        replica(&server, "dropped", Duration::from_secs(1), (3, WINDOW)).await;
     let call = Call::new(ScopeId::FIRST);
-    let held = c.acquire(&call, Deadline::NONE).await.expect("first call");
-    pause(&server, 300).await;
+    let held = permit_taken_then_stall(&server, &c, 300).await;
     // The caller gives up (a client hung up) with no deadline of its own.
     let gone =
         tokio::time::timeout(Duration::from_millis(100), c.acquire(&call, Deadline::NONE)).await;
@@ -175,8 +187,8 @@ async fn a_lease_whose_answer_is_lost_is_counted_once() {
     // A window long enough that the leased unit surely still counts when
     // it is looked at.
     let window = Duration::from_secs(3);
-    let (backend, scope, c) = replica(&server, "leasing", Duration::from_millis(100), (3, window));
-    ready(&server).await;
+    let (backend, scope, c) =
+        replica(&server, "leasing", Duration::from_millis(100), (3, window)).await;
     let call = Call::new(ScopeId::FIRST);
     let held = c.acquire(&call, Deadline::NONE).await.expect("first call");
     // The second call's quota is reserved at once (pending): it waits for
@@ -230,13 +242,9 @@ fn close_waits_for_a_pending_hold_in_flight() {
         .build()
         .expect("runtime");
     let (backend, scope, keys) = process.block_on(async {
-        let (backend, scope, c) = replica(&server, "closing", Duration::from_secs(2), (3, WINDOW));
-        ready(&server).await;
-        let held = c
-            .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
-            .await
-            .expect("first call");
-        pause(&server, 400).await;
+        let (backend, scope, c) =
+            replica(&server, "closing", Duration::from_secs(2), (3, WINDOW)).await;
+        let held = permit_taken_then_stall(&server, &c, 400).await;
         // No permit free: a pending reservation, stalled in Redis.
         let waiter = {
             let c = c.clone();

@@ -22,15 +22,11 @@ pub(crate) fn add_rate_headers(headers: &mut HeaderMap, state: &RateState, seq: 
     if let Some(d) = state.tokens {
         add_dimension(headers, TOKEN_HEADERS, &d);
     }
-    insert(
-        headers,
-        HeaderName::from_static("x-request-id"),
-        &format!("req_sim_{seq}"),
-    );
+    insert(headers, "x-request-id", &format!("req_sim_{seq}"));
 }
 
-/// The limit, remaining and reset header names of one dimension.
-type Names = [&'static str; 3];
+/// The limit, remaining and reset header names of one limited dimension.
+pub(crate) type Names = [&'static str; 3];
 
 const REQUEST_HEADERS: Names = [
     "x-ratelimit-limit-requests",
@@ -44,29 +40,29 @@ const TOKEN_HEADERS: Names = [
     "x-ratelimit-reset-tokens",
 ];
 
-fn add_dimension(headers: &mut HeaderMap, [limit, remaining, reset]: Names, d: &Dimension) {
-    insert(
-        headers,
-        HeaderName::from_static(limit),
-        &d.limit.to_string(),
-    );
-    insert(
-        headers,
-        HeaderName::from_static(remaining),
-        &d.remaining.to_string(),
-    );
-    insert(
-        headers,
-        HeaderName::from_static(reset),
-        &go_duration(d.reset),
-    );
+fn add_dimension(headers: &mut HeaderMap, names: Names, d: &Dimension) {
+    let values = [
+        d.limit.to_string(),
+        d.remaining.to_string(),
+        go_duration(d.reset),
+    ];
+    add_limit_headers(headers, names, values);
 }
 
-fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    // Values are digits, durations or fixed ASCII words: always valid, so a
-    // failed conversion is skipped rather than panicking.
+/// Writes the limit, remaining and reset `values` of one limited dimension
+/// under its `names`.
+pub(crate) fn add_limit_headers(headers: &mut HeaderMap, names: Names, values: [String; 3]) {
+    for (name, value) in names.into_iter().zip(values) {
+        insert(headers, name, &value);
+    }
+}
+
+/// Writes header `name`.
+pub(crate) fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    // Values are digits, durations, timestamps or fixed ASCII words: always
+    // valid, so a failed conversion is skipped rather than panicking.
     if let Ok(value) = HeaderValue::try_from(value) {
-        headers.insert(name, value);
+        headers.insert(HeaderName::from_static(name), value);
     }
 }
 
@@ -133,22 +129,10 @@ pub(crate) fn rejection_response(rejection: &Rejection, tokens: u64, seq: u64) -
 /// `x-sim-reject-cause`, and the `x-ratelimit-*` headers.
 pub(crate) fn add_rejection_headers(headers: &mut HeaderMap, rejection: &Rejection, seq: u64) {
     if let Some(d) = rejection.retry_after {
-        insert(
-            headers,
-            HeaderName::from_static("retry-after"),
-            &ceil_secs(d).to_string(),
-        );
-        insert(
-            headers,
-            HeaderName::from_static("retry-after-ms"),
-            &ceil_millis(d).to_string(),
-        );
+        insert(headers, "retry-after", &ceil_secs(d).to_string());
+        insert(headers, "retry-after-ms", &ceil_millis(d).to_string());
     }
-    insert(
-        headers,
-        HeaderName::from_static(REJECT_CAUSE_HEADER),
-        cause_name(rejection.cause),
-    );
+    insert(headers, REJECT_CAUSE_HEADER, cause_name(rejection.cause));
     add_rate_headers(headers, &rejection.state, seq);
 }
 

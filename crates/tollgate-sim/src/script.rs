@@ -14,54 +14,115 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream;
 use serde::Serialize;
 
+use crate::config::SimConfig;
 use crate::state::RequestGuard;
-use crate::stream::SimulatedDisconnect;
+use crate::stream::{SimulatedDisconnect, event_stream_response};
 
-/// The events of one stream.
+/// The events of one stream: `HEAD` events, one delta per output token,
+/// then `TAIL` events.
 pub(crate) trait EventScript: Send + 'static {
-    /// Events of a complete stream.
-    fn len(&self) -> u32;
-    /// Delay before event `i`.
-    fn delay(&self, i: u32) -> Duration;
+    /// Events before the first delta.
+    const HEAD: u32;
+    /// Events after the last delta.
+    const TAIL: u32;
+    /// Output tokens, one delta each.
+    fn output_tokens(&self) -> u64;
     /// The bytes of event `i` (`i < len()`).
     fn event(&self, i: u32) -> Bytes;
+
+    /// Deltas of a stream of `output_tokens`.
+    fn deltas_of(output_tokens: u64) -> u32 {
+        u32::try_from(output_tokens).unwrap_or(u32::MAX - Self::HEAD - Self::TAIL)
+    }
+
+    /// Events of a complete stream of `output_tokens`.
+    fn event_count(output_tokens: u64) -> u32 {
+        Self::deltas_of(output_tokens).saturating_add(Self::HEAD + Self::TAIL)
+    }
+
+    /// Deltas of this stream.
+    fn deltas(&self) -> u32 {
+        Self::deltas_of(self.output_tokens())
+    }
+
+    /// Events of this stream, complete.
+    fn len(&self) -> u32 {
+        Self::event_count(self.output_tokens())
+    }
+
+    /// Delay before event `i`: `ttft` before the first, `per_token` before
+    /// each delta, none before the others.
+    fn delay(&self, pacing: &Pacing, i: u32) -> Duration {
+        if i == 0 {
+            pacing.ttft
+        } else if (Self::HEAD..Self::HEAD + self.deltas()).contains(&i) {
+            pacing.per_token
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// The latency model of an answer: `ttft` before the first token, then
+/// `per_token` for each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pacing {
+    pub(crate) ttft: Duration,
+    pub(crate) per_token: Duration,
+}
+
+impl Pacing {
+    /// The configured latency.
+    pub(crate) fn of(config: &SimConfig) -> Self {
+        Self {
+            ttft: config.ttft,
+            per_token: config.per_token,
+        }
+    }
+
+    /// Waits as long as a one-shot answer of `tokens` output tokens takes
+    /// (`ttft` plus `per_token` per token).
+    pub(crate) async fn one_shot(&self, tokens: u64) {
+        let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+        let delay = self
+            .ttft
+            .saturating_add(self.per_token.saturating_mul(tokens));
+        if delay > Duration::ZERO {
+            tokio::time::sleep(delay).await;
+        }
+    }
 }
 
 struct ScriptState<S> {
     script: S,
+    pacing: Pacing,
     guard: RequestGuard,
     next: u32,
     disconnect_after: Option<u32>,
     ended: bool,
 }
 
-/// The `text/event-stream` response that plays `script`.
+/// The `text/event-stream` response that plays `script` at `pacing`.
 pub(crate) fn script_response<S: EventScript>(
     script: S,
+    pacing: Pacing,
     guard: RequestGuard,
     disconnect_after: Option<u32>,
 ) -> Response {
     let state = ScriptState {
         script,
+        pacing,
         guard,
         next: 0,
         disconnect_after,
         ended: false,
     };
-    let mut response = Body::from_stream(stream::unfold(state, next_event)).into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    event_stream_response(Body::from_stream(stream::unfold(state, next_event)))
 }
 
 async fn next_event<S: EventScript>(
@@ -77,7 +138,7 @@ async fn next_event<S: EventScript>(
         st.guard.finish(|c| c.faults.disconnect += 1);
         return Some((Err(SimulatedDisconnect), st));
     }
-    let delay = st.script.delay(st.next);
+    let delay = st.script.delay(&st.pacing, st.next);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }

@@ -21,6 +21,8 @@
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::stream;
 
@@ -31,6 +33,18 @@ use crate::wire::{ChatChunk, ChunkChoice, Delta, Usage};
 #[derive(Debug, thiserror::Error)]
 #[error("simulated mid-stream disconnect")]
 pub(crate) struct SimulatedDisconnect;
+
+/// The `text/event-stream` (`no-cache`) response of an SSE `body`.
+pub(crate) fn event_stream_response(body: Body) -> Response {
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
 
 /// What a stream will send.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tollgate_sim::{ManualClock, REJECT_CAUSE_HEADER, SimConfig};
+use tollgate_sim::{ManualClock, SimConfig, SimServer};
 
 const W: Duration = Duration::from_secs(60);
 
@@ -19,6 +19,10 @@ fn config(completion_tokens: u32) -> SimConfig {
         completion_tokens,
         ..SimConfig::default()
     }
+}
+
+async fn respond(server: &SimServer, body: &Value) -> reqwest::Response {
+    post(server, "/v1/responses", body).await
 }
 
 fn request(input: Value, max_output_tokens: Option<u64>, stream: bool) -> Value {
@@ -37,12 +41,7 @@ fn request(input: Value, max_output_tokens: Option<u64>, stream: bool) -> Value 
 async fn a_one_shot_response_has_the_responses_shape_and_usage() {
     let server = start(config(4)).await;
     // 13 chars -> 4 tokens, + 3 per item + 3 per prompt = 10.
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("Hello, world!"), None, false),
-    )
-    .await;
+    let r = respond(&server, &request(json!("Hello, world!"), None, false)).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(header(&r, "x-request-id"), Some("req_sim_0"));
     let json: Value = r.json().await.expect("json");
@@ -72,11 +71,7 @@ async fn a_one_shot_response_has_the_responses_shape_and_usage() {
         false,
     );
     body["instructions"] = json!("Be brief.");
-    let json: Value = post(&server, "/v1/responses", &body)
-        .await
-        .json()
-        .await
-        .expect("json");
+    let json: Value = respond(&server, &body).await.json().await.expect("json");
     assert_eq!(json["usage"]["input_tokens"], 18);
     assert_eq!(json["usage"]["output_tokens"], 2);
     assert_eq!(json["instructions"], "Be brief.");
@@ -95,12 +90,7 @@ async fn a_one_shot_response_has_the_responses_shape_and_usage() {
 #[tokio::test]
 async fn a_stream_sends_the_typed_events_with_usage_at_the_end() {
     let server = start(config(3)).await;
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("abcd"), None, true),
-    )
-    .await;
+    let r = respond(&server, &request(json!("abcd"), None, true)).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(header(&r, "content-type"), Some("text/event-stream"));
     let sse = read_typed_sse(r).await;
@@ -140,12 +130,7 @@ async fn a_stream_sends_the_typed_events_with_usage_at_the_end() {
     assert_eq!(done["usage"]["total_tokens"], 10);
 
     // Cut by max_output_tokens: the terminal event is response.incomplete.
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("abcd"), Some(1), true),
-    )
-    .await;
+    let r = respond(&server, &request(json!("abcd"), Some(1), true)).await;
     let sse = read_typed_sse(r).await;
     assert_eq!(sse.names.len(), 9);
     assert_eq!(
@@ -170,7 +155,7 @@ async fn bad_requests_get_openai_errors_and_are_not_charged() {
         ..config(4)
     })
     .await;
-    let r = post(&server, "/v1/responses", &request(json!("hi"), None, false)).await;
+    let r = respond(&server, &request(json!("hi"), None, false)).await;
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let error: Value = r.json().await.expect("json");
     assert_eq!(error["error"]["code"], "invalid_api_key");
@@ -224,7 +209,7 @@ async fn responses_are_limited_by_the_same_windows_as_chat() {
     let server = start_with_clock(config, Arc::new(clock.clone())).await;
     // "hi": 3 + 3 + 1 = 7 input + 4 output = 11 tokens each.
     let body = request(json!("hi"), None, false);
-    let r = post(&server, "/v1/responses", &body).await;
+    let r = respond(&server, &body).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(header(&r, "x-ratelimit-remaining-requests"), Some("2"));
     assert_eq!(header(&r, "x-ratelimit-remaining-tokens"), Some("19"));
@@ -236,39 +221,20 @@ async fn responses_are_limited_by_the_same_windows_as_chat() {
     clock.advance(Duration::from_secs(10));
     // 22 + 11 > 30: refused on tokens; the first entry leaves at t = 60 s,
     // 40 s from now, and then 11 more fit.
-    let r = post(&server, "/v1/responses", &body).await;
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&r, REJECT_CAUSE_HEADER), Some("tpm"));
-    assert_eq!(header(&r, "retry-after"), Some("40"));
+    let r = respond(&server, &body).await;
+    assert_refused(&r, "tpm", Some("40"));
     assert_eq!(header(&r, "retry-after-ms"), Some("40000"));
     assert_eq!(header(&r, "x-ratelimit-remaining-tokens"), Some("8"));
     let error: Value = r.json().await.expect("json");
     assert_eq!(error["error"]["code"], "rate_limit_exceeded");
     // A smaller one fits: 3 + 3 + 1 + 1 = 8 tokens, the third request.
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("hi"), Some(1), false),
-    )
-    .await;
+    let r = respond(&server, &request(json!("hi"), Some(1), false)).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(header(&r, "x-ratelimit-remaining-tokens"), Some("0"));
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("hi"), Some(1), true),
-    )
-    .await;
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&r, REJECT_CAUSE_HEADER), Some("rpm"));
-    assert_eq!(header(&r, "retry-after"), Some("40"));
+    let r = respond(&server, &request(json!("hi"), Some(1), true)).await;
+    assert_refused(&r, "rpm", Some("40"));
     clock.advance(Duration::from_secs(40));
-    let r = post(
-        &server,
-        "/v1/responses",
-        &request(json!("hi"), Some(1), true),
-    )
-    .await;
+    let r = respond(&server, &request(json!("hi"), Some(1), true)).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(!read_typed_sse(r).await.truncated);
 
@@ -290,12 +256,7 @@ async fn a_load_under_the_limits_gets_no_429() {
     };
     let server = start_with_clock(config, Arc::new(clock.clone())).await;
     for i in 0..20 {
-        let r = post(
-            &server,
-            "/v1/responses",
-            &request(json!("hi"), None, i % 2 == 0),
-        )
-        .await;
+        let r = respond(&server, &request(json!("hi"), None, i % 2 == 0)).await;
         assert_eq!(r.status(), StatusCode::OK, "request {i}");
         if i % 2 == 0 {
             assert!(!read_typed_sse(r).await.truncated);
@@ -318,7 +279,7 @@ async fn faults_and_latency_apply_to_responses() {
         ..config(4)
     })
     .await;
-    let r = post(&server, "/v1/responses", &request(json!("hi"), None, true)).await;
+    let r = respond(&server, &request(json!("hi"), None, true)).await;
     assert_eq!(r.status(), StatusCode::OK);
     let sse = read_typed_sse(r).await;
     assert!(sse.truncated);
@@ -331,7 +292,7 @@ async fn faults_and_latency_apply_to_responses() {
         ..config(4)
     })
     .await;
-    let r = post(&server, "/v1/responses", &request(json!("hi"), None, false)).await;
+    let r = respond(&server, &request(json!("hi"), None, false)).await;
     assert!(matches!(r.status().as_u16(), 500 | 503));
     let error: Value = r.json().await.expect("json");
     assert_eq!(error["error"]["type"], "server_error");
@@ -345,11 +306,11 @@ async fn faults_and_latency_apply_to_responses() {
     })
     .await;
     let started = tokio::time::Instant::now();
-    let r = post(&server, "/v1/responses", &request(json!("hi"), None, false)).await;
+    let r = respond(&server, &request(json!("hi"), None, false)).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(started.elapsed() >= Duration::from_millis(180));
     let started = tokio::time::Instant::now();
-    let r = post(&server, "/v1/responses", &request(json!("hi"), None, true)).await;
+    let r = respond(&server, &request(json!("hi"), None, true)).await;
     assert_eq!(read_typed_sse(r).await.names.len(), 12);
     assert!(started.elapsed() >= Duration::from_millis(180));
 }

@@ -4,17 +4,14 @@
 
 use std::time::SystemTime;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::limits::{BucketState, MessagesCause, MessagesRejection, MessagesState};
 use super::wire::AnthropicError;
 use crate::duration::{ceil_secs, rfc3339};
-use crate::headers::REJECT_CAUSE_HEADER;
+use crate::headers::{Names, REJECT_CAUSE_HEADER, add_limit_headers, insert};
 use crate::state::MessagesDemand;
-
-/// The limit, remaining and reset header names of one bucket.
-type Names = [&'static str; 3];
 
 const REQUESTS: Names = [
     "anthropic-ratelimit-requests-limit",
@@ -48,23 +45,11 @@ pub(crate) fn add_rate_headers(headers: &mut HeaderMap, state: &MessagesState, s
     insert(headers, "request-id", &format!("req_sim_{seq}"));
 }
 
-fn add_bucket(
-    headers: &mut HeaderMap,
-    [limit, remaining, reset]: Names,
-    b: &BucketState,
-    wall: SystemTime,
-) {
-    insert(headers, limit, &b.limit.to_string());
-    insert(headers, remaining, &b.remaining.to_string());
+/// The reset is an RFC 3339 timestamp: `wall` plus the wait.
+fn add_bucket(headers: &mut HeaderMap, names: Names, b: &BucketState, wall: SystemTime) {
     let at = wall.checked_add(b.reset).unwrap_or(wall);
-    insert(headers, reset, &rfc3339(at));
-}
-
-fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
-    // Digits, timestamps and fixed words: always valid; skipped otherwise.
-    if let Ok(value) = HeaderValue::try_from(value) {
-        headers.insert(HeaderName::from_static(name), value);
-    }
+    let values = [b.limit.to_string(), b.remaining.to_string(), rfc3339(at)];
+    add_limit_headers(headers, names, values);
 }
 
 /// The `x-sim-reject-cause` value of a Messages refusal.

@@ -12,8 +12,6 @@
 //!    `usage.output_tokens`;
 //! 7. `message_stop`.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use serde_json::json;
 
@@ -27,8 +25,6 @@ pub(crate) struct MessagesScript {
     pub(crate) model: String,
     pub(crate) usage: MessagesUsage,
     pub(crate) stop_reason: &'static str,
-    pub(crate) ttft: Duration,
-    pub(crate) per_token: Duration,
 }
 
 /// Events before the first delta.
@@ -36,32 +32,12 @@ const HEAD: u32 = 3;
 /// Events after the last delta.
 const TAIL: u32 = 3;
 
-impl MessagesScript {
-    fn deltas(&self) -> u32 {
-        u32::try_from(self.usage.output_tokens).unwrap_or(u32::MAX - HEAD - TAIL)
-    }
-
-    /// Events of a complete stream.
-    pub(crate) fn event_count(output_tokens: u64) -> u32 {
-        u32::try_from(output_tokens)
-            .unwrap_or(u32::MAX - HEAD - TAIL)
-            .saturating_add(HEAD + TAIL)
-    }
-}
-
 impl EventScript for MessagesScript {
-    fn len(&self) -> u32 {
-        self.deltas().saturating_add(HEAD + TAIL)
-    }
+    const HEAD: u32 = HEAD;
+    const TAIL: u32 = TAIL;
 
-    fn delay(&self, i: u32) -> Duration {
-        if i == 0 {
-            self.ttft
-        } else if (HEAD..HEAD + self.deltas()).contains(&i) {
-            self.per_token
-        } else {
-            Duration::ZERO
-        }
+    fn output_tokens(&self) -> u64 {
+        self.usage.output_tokens
     }
 
     fn event(&self, i: u32) -> Bytes {

@@ -16,8 +16,6 @@
 //!
 //! No `[DONE]` sentinel: the Responses API ends with the terminal event.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -35,22 +33,9 @@ pub(crate) struct ResponsesScript {
     pub(crate) doc: ResponseDoc,
     /// The whole output text.
     pub(crate) text: String,
-    pub(crate) ttft: Duration,
-    pub(crate) per_token: Duration,
 }
 
 impl ResponsesScript {
-    fn deltas(&self) -> u32 {
-        u32::try_from(self.doc.usage.output_tokens).unwrap_or(u32::MAX - HEAD - TAIL)
-    }
-
-    /// Events of a complete stream.
-    pub(crate) fn event_count(output_tokens: u64) -> u32 {
-        u32::try_from(output_tokens)
-            .unwrap_or(u32::MAX - HEAD - TAIL)
-            .saturating_add(HEAD + TAIL)
-    }
-
     fn emit(&self, i: u32, kind: &str, mut data: Value) -> Bytes {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(i);
@@ -59,18 +44,11 @@ impl ResponsesScript {
 }
 
 impl EventScript for ResponsesScript {
-    fn len(&self) -> u32 {
-        self.deltas().saturating_add(HEAD + TAIL)
-    }
+    const HEAD: u32 = HEAD;
+    const TAIL: u32 = TAIL;
 
-    fn delay(&self, i: u32) -> Duration {
-        if i == 0 {
-            self.ttft
-        } else if (HEAD..HEAD + self.deltas()).contains(&i) {
-            self.per_token
-        } else {
-            Duration::ZERO
-        }
+    fn output_tokens(&self) -> u64 {
+        self.doc.usage.output_tokens
     }
 
     fn event(&self, i: u32) -> Bytes {

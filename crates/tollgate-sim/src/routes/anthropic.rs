@@ -11,7 +11,6 @@
 //! `anthropic-ratelimit-*` headers of the limited buckets.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -21,12 +20,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::bad_request;
 use super::chat::token_text;
 use crate::anthropic::headers::{add_rate_headers, rejection_response, server_error_response};
 use crate::anthropic::stream::MessagesScript;
 use crate::anthropic::wire::{AnthropicError, Message, MessagesRequest, MessagesUsage, TextBlock};
 use crate::faults::FaultPlan;
-use crate::script::script_response;
+use crate::script::{EventScript, Pacing, script_response};
 use crate::state::{MessagesAdmission, MessagesDemand, Route, Shared};
 use crate::tokens::{completion_tokens, messages_input_tokens};
 
@@ -160,10 +160,7 @@ pub(super) async fn messages(
     };
     let plan = match plan {
         Ok(plan) => plan,
-        Err(e) => {
-            shared.count(|c| c.bad_request += 1);
-            return e.into_response();
-        }
+        Err(e) => return bad_request(&shared, e),
     };
     let events = if plan.stream {
         MessagesScript::event_count(plan.demand.generated)
@@ -198,18 +195,10 @@ pub(super) async fn messages(
             model: plan.model,
             usage,
             stop_reason: plan.stop_reason,
-            ttft: config.ttft,
-            per_token: config.per_token,
         };
-        script_response(script, guard, faults.disconnect_after)
+        script_response(script, Pacing::of(config), guard, faults.disconnect_after)
     } else {
-        let tokens = u32::try_from(usage.output_tokens).unwrap_or(u32::MAX);
-        let delay = config
-            .ttft
-            .saturating_add(config.per_token.saturating_mul(tokens));
-        if delay > Duration::ZERO {
-            tokio::time::sleep(delay).await;
-        }
+        Pacing::of(config).one_shot(usage.output_tokens).await;
         let text: String = (0..usage.output_tokens).map(token_text).collect();
         let message = Message {
             id: &id,

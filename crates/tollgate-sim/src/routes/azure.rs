@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
+use axum::routing::{MethodRouter, post};
 use bytes::Bytes;
 
-use super::{Dialect, chat, embeddings};
+use super::{Call, Dialect, Operation};
 use crate::azure::{AzureRefusal, AzureTarget, api_version, authorize};
 use crate::state::{Route, Shared};
 
@@ -43,36 +44,29 @@ fn admit_route(
     ))
 }
 
-pub(super) async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    Path(deployment): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let received = tokio::time::Instant::now();
-    let route = Route::AzureChatCompletions;
-    match admit_route(&shared, route, deployment, query.as_deref(), &headers) {
-        Ok((target, seq)) => {
-            chat::complete(&shared, Dialect::Azure(&target), seq, received, &body).await
-        }
-        Err(refusal) => refusal.into_response(),
-    }
-}
-
-pub(super) async fn embeddings(
-    State(shared): State<Arc<Shared>>,
-    Path(deployment): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let received = tokio::time::Instant::now();
-    let route = Route::AzureEmbeddings;
-    match admit_route(&shared, route, deployment, query.as_deref(), &headers) {
-        Ok((target, seq)) => {
-            embeddings::embed(&shared, Dialect::Azure(&target), seq, received, &body).await
-        }
-        Err(refusal) => refusal.into_response(),
-    }
+/// The handler of an Azure deployment route: counts the request on `route`
+/// once it has its `api-version`, checks the `api-key`, then serves
+/// `operation` as the OpenAI route does, in Azure's dialect.
+pub(super) fn deployment(route: Route, operation: Operation) -> MethodRouter<Arc<Shared>> {
+    post(
+        move |State(shared): State<Arc<Shared>>,
+              Path(deployment): Path<String>,
+              RawQuery(query): RawQuery,
+              headers: HeaderMap,
+              body: Bytes| async move {
+            let received = tokio::time::Instant::now();
+            match admit_route(&shared, route, deployment, query.as_deref(), &headers) {
+                Ok((target, seq)) => {
+                    let call = Call {
+                        shared: &shared,
+                        dialect: Dialect::Azure(&target),
+                        seq,
+                        received,
+                    };
+                    operation.serve(call, &body).await
+                }
+                Err(refusal) => refusal.into_response(),
+            }
+        },
+    )
 }

@@ -7,21 +7,16 @@
 //! in one critical section (429, injected 5xx, or charge) → slow-headers
 //! fault → latency → answer.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 
-use super::{Dialect, FINGERPRINT, parse_json, require_model, unix_now};
+use super::{Call, FINGERPRINT, bad_request, parse_json, require_model, unix_now};
 use crate::accounting::ChargeMode;
 use crate::faults::FaultPlan;
-use crate::headers::{add_rate_headers, server_error_response};
-use crate::state::{Admission, Charge, Route, Shared};
-use crate::stream::{StreamPlan, sse_body};
+use crate::headers::add_rate_headers;
+use crate::script::Pacing;
+use crate::state::Charge;
+use crate::stream::{StreamPlan, event_stream_response, sse_body};
 use crate::tokens::{chat_prompt_tokens, completion_tokens, content_chars};
 use crate::wire::{
     ApiError, AssistantMessage, ChatCompletion, ChatRequest, Choice, StreamOptions, Usage,
@@ -135,44 +130,21 @@ fn validate(
     })
 }
 
-pub(super) async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let received = tokio::time::Instant::now();
-    let seq = shared.begin(Route::ChatCompletions);
-    if let Err(e) = shared.authorize(&headers) {
-        return e.into_response();
-    }
-    complete(&shared, Dialect::OpenAi, seq, received, &body).await
-}
-
 /// The Azure operation name of chat completions (in Azure's 429 message).
 pub(super) const AZURE_OPERATION: &str = "ChatCompletions_Create";
 
-/// Everything after the key check, for request `seq` received at
-/// `received`: shared by the OpenAI route and the Azure deployment route
-/// (whose deployment name is the model, and whose 429s are Azure's).
-pub(super) async fn complete(
-    shared: &Arc<Shared>,
-    dialect: Dialect<'_>,
-    seq: u64,
-    received: tokio::time::Instant,
-    body: &[u8],
-) -> Response {
+/// Everything after the key check of `call`: shared by the OpenAI route
+/// and the Azure deployment route (whose deployment name is the model, and
+/// whose 429s are Azure's).
+pub(super) async fn complete(call: Call<'_>, body: &[u8]) -> Response {
+    let Call { shared, seq, .. } = call;
     let plan = match parse_json::<ChatRequest>(body).and_then(|mut r| {
-        if let Some(deployment) = dialect.deployment() {
-            r.model = Some(deployment.to_owned());
-        }
+        r.model = call.dialect.model(r.model);
         let count_chars = shared.config.charge != ChargeMode::Usage;
         validate(r, shared.config.completion_tokens, count_chars)
     }) {
         Ok(plan) => plan,
-        Err(e) => {
-            shared.count(|c| c.bad_request += 1);
-            return e.into_response();
-        }
+        Err(e) => return bad_request(shared, e),
     };
     let events = if plan.stream {
         StreamPlan::event_count(plan.usage.completion_tokens, plan.include_usage)
@@ -189,15 +161,10 @@ pub(super) async fn complete(
         ),
         usage: plan.usage.total_tokens,
     };
-    shared.ingress(seq, received).await;
-    let (mut guard, state) = match shared.admit(charge, &faults) {
-        Admission::Admitted { guard, state } => (guard, state),
-        Admission::Rejected(rejection) => {
-            return dialect.reject(&rejection, charge.tokens, seq, AZURE_OPERATION);
-        }
-        Admission::ServerError { status, state } => {
-            return server_error_response(status, &state, seq);
-        }
+    call.ingress().await;
+    let (mut guard, state) = match call.admit(charge, &faults, AZURE_OPERATION) {
+        Ok(admitted) => admitted,
+        Err(response) => return *response,
     };
     let config = &shared.config;
     if faults.slow_headers {
@@ -220,22 +187,11 @@ pub(super) async fn complete(
             disconnect_after: faults.disconnect_after,
         };
         shared.count(|c| c.ok += 1);
-        let mut response = sse_body(stream, guard).into_response();
-        let h = response.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        response
+        event_stream_response(sse_body(stream, guard))
     } else {
-        let tokens = u32::try_from(plan.usage.completion_tokens).unwrap_or(u32::MAX);
-        let delay = config
-            .ttft
-            .saturating_add(config.per_token.saturating_mul(tokens));
-        if delay > Duration::ZERO {
-            tokio::time::sleep(delay).await;
-        }
+        Pacing::of(config)
+            .one_shot(plan.usage.completion_tokens)
+            .await;
         let content: String = (0..plan.usage.completion_tokens).map(token_text).collect();
         let completion = ChatCompletion {
             id: &id,

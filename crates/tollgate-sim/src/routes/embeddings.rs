@@ -8,19 +8,14 @@
 //! `f32`s in base64, as the official SDKs request by default. Latency: `ttft`
 //! before the body. Faults: 5xx and slow headers (no stream to cut).
 
-use std::sync::Arc;
-
 use axum::Json;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Dialect, parse_json, require_model};
+use super::{Call, bad_request, parse_json, require_model};
 use crate::faults::FaultPlan;
-use crate::headers::{add_rate_headers, server_error_response};
-use crate::state::{Admission, Charge, Route, Shared};
+use crate::headers::add_rate_headers;
+use crate::state::Charge;
 use crate::tokens::text_tokens;
 use crate::wire::{
     ApiError, Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector, EmbeddingsRequest,
@@ -172,42 +167,19 @@ fn validate(request: EmbeddingsRequest, default_dim: u32) -> Result<Plan, ApiErr
     })
 }
 
-pub(super) async fn embeddings(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let received = tokio::time::Instant::now();
-    let seq = shared.begin(Route::Embeddings);
-    if let Err(e) = shared.authorize(&headers) {
-        return e.into_response();
-    }
-    embed(&shared, Dialect::OpenAi, seq, received, &body).await
-}
-
 /// The Azure operation name of embeddings (in Azure's 429 message).
 pub(super) const AZURE_OPERATION: &str = "Embeddings_Create";
 
-/// Everything after the key check, for request `seq` received at
-/// `received`: shared by the OpenAI route and the Azure deployment route.
-pub(super) async fn embed(
-    shared: &Arc<Shared>,
-    dialect: Dialect<'_>,
-    seq: u64,
-    received: tokio::time::Instant,
-    body: &[u8],
-) -> Response {
+/// Everything after the key check of `call`: shared by the OpenAI route
+/// and the Azure deployment route.
+pub(super) async fn embed(call: Call<'_>, body: &[u8]) -> Response {
+    let Call { shared, seq, .. } = call;
     let plan = match parse_json::<EmbeddingsRequest>(body).and_then(|mut r| {
-        if let Some(deployment) = dialect.deployment() {
-            r.model = Some(deployment.to_owned());
-        }
+        r.model = call.dialect.model(r.model);
         validate(r, shared.config.embedding_dim)
     }) {
         Ok(plan) => plan,
-        Err(e) => {
-            shared.count(|c| c.bad_request += 1);
-            return e.into_response();
-        }
+        Err(e) => return bad_request(shared, e),
     };
     let faults = FaultPlan::draw(&shared.config, seq, 0);
     let (chars, ids) = plan
@@ -221,15 +193,10 @@ pub(super) async fn embed(
         tokens: shared.config.charge.embeddings(chars, ids, plan.tokens),
         usage: plan.tokens,
     };
-    shared.ingress(seq, received).await;
-    let (mut guard, state) = match shared.admit(charge, &faults) {
-        Admission::Admitted { guard, state } => (guard, state),
-        Admission::Rejected(rejection) => {
-            return dialect.reject(&rejection, charge.tokens, seq, AZURE_OPERATION);
-        }
-        Admission::ServerError { status, state } => {
-            return server_error_response(status, &state, seq);
-        }
+    call.ingress().await;
+    let (mut guard, state) = match call.admit(charge, &faults, AZURE_OPERATION) {
+        Ok(admitted) => admitted,
+        Err(response) => return *response,
     };
     if faults.slow_headers {
         shared.count(|c| c.faults.slow_headers += 1);

@@ -21,14 +21,19 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
-
-use axum::response::Response;
+use tokio::time::Instant;
 
 use crate::azure::AzureTarget;
-use crate::referee::Rejection;
-use crate::state::Shared;
+use crate::faults::FaultPlan;
+use crate::headers::server_error_response;
+use crate::referee::{RateState, Rejection};
+use crate::state::{Admission, Charge, RequestGuard, Route, Shared};
 use crate::wire::ApiError;
 
 mod admin;
@@ -56,6 +61,11 @@ impl Dialect<'_> {
         }
     }
 
+    /// The model of a request: the Azure deployment name stands for it.
+    fn model(&self, requested: Option<String>) -> Option<String> {
+        self.deployment().map(str::to_owned).or(requested)
+    }
+
     /// The 429 of this dialect for a refused request of `tokens` tokens;
     /// `operation` is the Azure operation name.
     fn reject(&self, rejection: &Rejection, tokens: u64, seq: u64, operation: &str) -> Response {
@@ -68,22 +78,111 @@ impl Dialect<'_> {
     }
 }
 
+/// A request past its key check: request `seq` in `dialect`, received at
+/// `received`.
+#[derive(Debug, Clone, Copy)]
+struct Call<'a> {
+    shared: &'a Arc<Shared>,
+    dialect: Dialect<'a>,
+    seq: u64,
+    received: Instant,
+}
+
+impl Call<'_> {
+    /// The ingress delay of this request (when configured).
+    async fn ingress(&self) {
+        self.shared.ingress(self.seq, self.received).await;
+    }
+
+    /// Admission of this request, charged `charge`: its guard and rate
+    /// state, or its answer (its dialect's 429, an injected 5xx);
+    /// `operation` is the Azure operation name. The answer is boxed: a
+    /// `Response` is large, and a refusal the rarer path.
+    fn admit(
+        &self,
+        charge: Charge,
+        faults: &FaultPlan,
+        operation: &str,
+    ) -> Result<(RequestGuard, RateState), Box<Response>> {
+        let seq = self.seq;
+        let answer = match self.shared.admit(charge, faults) {
+            Admission::Admitted { guard, state } => return Ok((guard, state)),
+            Admission::Rejected(rejection) => {
+                self.dialect
+                    .reject(&rejection, charge.tokens, seq, operation)
+            }
+            Admission::ServerError { status, state } => server_error_response(status, &state, seq),
+        };
+        Err(Box::new(answer))
+    }
+}
+
+/// An API operation in the OpenAI shape.
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    ChatCompletions,
+    Embeddings,
+    Responses,
+}
+
+impl Operation {
+    /// Everything after the key check.
+    async fn serve(self, call: Call<'_>, body: &[u8]) -> Response {
+        match self {
+            Operation::ChatCompletions => chat::complete(call, body).await,
+            Operation::Embeddings => embeddings::embed(call, body).await,
+            Operation::Responses => responses::respond(call, body).await,
+        }
+    }
+}
+
+/// The handler of an OpenAI `/v1/*` route: counts the request on `route`
+/// and takes its sequence number, checks the bearer key (401), then serves
+/// `operation`.
+fn openai(route: Route, operation: Operation) -> MethodRouter<Arc<Shared>> {
+    post(
+        move |State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes| async move {
+            let received = Instant::now();
+            let seq = shared.begin(route);
+            if let Err(e) = shared.authorize(&headers) {
+                return e.into_response();
+            }
+            let call = Call {
+                shared: &shared,
+                dialect: Dialect::OpenAi,
+                seq,
+                received,
+            };
+            operation.serve(call, &body).await
+        },
+    )
+}
+
 /// `system_fingerprint` of every completion.
 pub(crate) const FINGERPRINT: &str = "tollgate-sim";
 
 /// The simulator's routes over `shared`.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/chat/completions",
+            openai(Route::ChatCompletions, Operation::ChatCompletions),
+        )
+        .route(
+            "/v1/embeddings",
+            openai(Route::Embeddings, Operation::Embeddings),
+        )
+        .route(
+            "/v1/responses",
+            openai(Route::Responses, Operation::Responses),
+        )
         .route(
             "/openai/deployments/{deployment}/chat/completions",
-            post(azure::chat_completions),
+            azure::deployment(Route::AzureChatCompletions, Operation::ChatCompletions),
         )
         .route(
             "/openai/deployments/{deployment}/embeddings",
-            post(azure::embeddings),
+            azure::deployment(Route::AzureEmbeddings, Operation::Embeddings),
         )
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/models", get(admin::models))
@@ -101,6 +200,12 @@ fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             None,
         )
     })
+}
+
+/// The answer to a request refused with 400, counted as a bad request.
+fn bad_request(shared: &Shared, error: impl IntoResponse) -> Response {
+    shared.count(|c| c.bad_request += 1);
+    error.into_response()
 }
 
 /// The `model` field, which every API request must carry.

@@ -7,24 +7,18 @@
 //! delay → admission (429, injected 5xx, or charge) → slow-headers fault →
 //! latency → answer.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Json;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::Value;
 
 use super::chat::token_text;
-use super::{parse_json, require_model, unix_now};
+use super::{Call, bad_request, parse_json, require_model, unix_now};
 use crate::faults::FaultPlan;
-use crate::headers::{add_rate_headers, rejection_response, server_error_response};
+use crate::headers::add_rate_headers;
 use crate::responses::stream::ResponsesScript;
 use crate::responses::wire::{ResponseDoc, ResponsesRequest, ResponsesUsage};
-use crate::script::script_response;
-use crate::state::{Admission, Charge, Route, Shared};
+use crate::script::{EventScript, Pacing, script_response};
+use crate::state::Charge;
 use crate::tokens::{completion_tokens, content_chars, responses_input_tokens};
 use crate::wire::ApiError;
 
@@ -121,26 +115,16 @@ fn validate(
     })
 }
 
-pub(super) async fn responses(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let received = tokio::time::Instant::now();
-    let seq = shared.begin(Route::Responses);
-    if let Err(e) = shared.authorize(&headers) {
-        return e.into_response();
-    }
+/// Everything after the key check of `call`.
+pub(super) async fn respond(call: Call<'_>, body: &[u8]) -> Response {
+    let Call { shared, seq, .. } = call;
     let config = &shared.config;
     let count_chars = config.charge != crate::accounting::ChargeMode::Usage;
-    let plan = match parse_json::<ResponsesRequest>(&body)
+    let plan = match parse_json::<ResponsesRequest>(body)
         .and_then(|r| validate(r, config.completion_tokens, count_chars))
     {
         Ok(plan) => plan,
-        Err(e) => {
-            shared.count(|c| c.bad_request += 1);
-            return e.into_response();
-        }
+        Err(e) => return bad_request(shared, e),
     };
     let events = if plan.stream {
         ResponsesScript::event_count(plan.usage.output_tokens)
@@ -161,15 +145,11 @@ pub(super) async fn responses(
         ),
         usage,
     };
-    shared.ingress(seq, received).await;
-    let (mut guard, state) = match shared.admit(charge, &faults) {
-        Admission::Admitted { guard, state } => (guard, state),
-        Admission::Rejected(rejection) => {
-            return rejection_response(&rejection, charge.tokens, seq);
-        }
-        Admission::ServerError { status, state } => {
-            return server_error_response(status, &state, seq);
-        }
+    call.ingress().await;
+    // No Azure route serves the Responses API: no Azure operation name.
+    let (mut guard, state) = match call.admit(charge, &faults, "") {
+        Ok(admitted) => admitted,
+        Err(response) => return *response,
     };
     if faults.slow_headers {
         shared.count(|c| c.faults.slow_headers += 1);
@@ -190,21 +170,10 @@ pub(super) async fn responses(
     let text: String = (0..plan.usage.output_tokens).map(token_text).collect();
     let mut response = if plan.stream {
         shared.count(|c| c.ok += 1);
-        let script = ResponsesScript {
-            doc,
-            text,
-            ttft: config.ttft,
-            per_token: config.per_token,
-        };
-        script_response(script, guard, faults.disconnect_after)
+        let script = ResponsesScript { doc, text };
+        script_response(script, Pacing::of(config), guard, faults.disconnect_after)
     } else {
-        let tokens = u32::try_from(plan.usage.output_tokens).unwrap_or(u32::MAX);
-        let delay = config
-            .ttft
-            .saturating_add(config.per_token.saturating_mul(tokens));
-        if delay > Duration::ZERO {
-            tokio::time::sleep(delay).await;
-        }
+        Pacing::of(config).one_shot(plan.usage.output_tokens).await;
         let response = Json(doc.object(Some(&text))).into_response();
         guard.finish(|c| c.ok += 1);
         response

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tollgate_sim::{Clock, SimConfig, SimServer, Simulator};
+use tollgate_sim::{Clock, REJECT_CAUSE_HEADER, SimConfig, SimServer, Simulator};
 
 pub async fn start(config: SimConfig) -> SimServer {
     Simulator::spawn(config, "127.0.0.1:0")
@@ -65,6 +65,15 @@ pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> Option<&'a str
     response.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
+/// Asserts that `response` is a 429 of `cause` (`x-sim-reject-cause`) with
+/// `retry-after` `retry_after`.
+#[track_caller]
+pub fn assert_refused(response: &reqwest::Response, cause: &str, retry_after: Option<&str>) {
+    assert_eq!(response.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(response, REJECT_CAUSE_HEADER), Some(cause));
+    assert_eq!(header(response, "retry-after"), retry_after);
+}
+
 /// A stream's `data:` payloads, and the transfer error if the body was cut.
 #[derive(Debug, PartialEq)]
 pub struct Sse {
@@ -72,7 +81,8 @@ pub struct Sse {
     pub truncated: bool,
 }
 
-pub async fn read_sse(response: reqwest::Response) -> Sse {
+/// The body as text up to its end or its cut, and whether it was cut.
+async fn read_body(response: reqwest::Response) -> (String, bool) {
     let mut raw = Vec::new();
     let mut truncated = false;
     let mut body = response.bytes_stream();
@@ -86,6 +96,11 @@ pub async fn read_sse(response: reqwest::Response) -> Sse {
         }
     }
     let text = String::from_utf8(raw).expect("utf-8 body");
+    (text, truncated)
+}
+
+pub async fn read_sse(response: reqwest::Response) -> Sse {
+    let (text, truncated) = read_body(response).await;
     let events = text
         .split("\n\n")
         .filter(|e| !e.is_empty())
@@ -115,19 +130,7 @@ pub struct TypedSse {
 }
 
 pub async fn read_typed_sse(response: reqwest::Response) -> TypedSse {
-    let mut raw = Vec::new();
-    let mut truncated = false;
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(bytes) => raw.extend_from_slice(&bytes),
-            Err(_) => {
-                truncated = true;
-                break;
-            }
-        }
-    }
-    let text = String::from_utf8(raw).expect("utf-8 body");
+    let (text, truncated) = read_body(response).await;
     let (mut names, mut data) = (Vec::new(), Vec::new());
     for event in text.split("\n\n").filter(|e| !e.is_empty()) {
         let (name, payload) = event.split_once('\n').expect("two lines");

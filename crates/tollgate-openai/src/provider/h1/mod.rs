@@ -36,4 +36,6 @@ pub(super) use body::DrivenBody;
 pub(super) use client::StreamClient;
 
 #[cfg(test)]
+mod resend_tests;
+#[cfg(test)]
 mod tests;

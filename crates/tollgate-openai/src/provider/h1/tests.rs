@@ -16,10 +16,10 @@ use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, StreamEvent};
 
 use crate::provider::{ChunkItem, Endpoint, HttpProvider, UpstreamRequest};
 
-const ROLE: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n";
-const HELLO: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"H\u{e9}llo\"}}],\"usage\":null}\n\n";
-const USAGE: &str = "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"total_tokens\":12}}\n\n";
-const DONE: &str = "data: [DONE]\n\n";
+pub(super) const ROLE: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n";
+pub(super) const HELLO: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"H\u{e9}llo\"}}],\"usage\":null}\n\n";
+pub(super) const USAGE: &str = "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"total_tokens\":12}}\n\n";
+pub(super) const DONE: &str = "data: [DONE]\n\n";
 
 /// What the upstream does with each request of a connection.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,7 @@ async fn upstream(answer: Answer) -> Upstream {
 }
 
 /// Reads one request (head and `content-length` body); `false` at EOF.
-async fn read_request(sock: &mut TcpStream) -> bool {
+pub(super) async fn read_request(sock: &mut TcpStream) -> bool {
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -92,14 +92,14 @@ async fn read_request(sock: &mut TcpStream) -> bool {
 const HEAD: &[u8] =
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
 
-fn chunk(data: &[u8]) -> Vec<u8> {
+pub(super) fn chunk(data: &[u8]) -> Vec<u8> {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
     out
 }
 
-fn whole() -> String {
+pub(super) fn whole() -> String {
     [ROLE, HELLO, USAGE, DONE].concat()
 }
 
@@ -141,21 +141,21 @@ async fn serve(mut sock: TcpStream, answer: Answer, closed: Arc<AtomicUsize>) {
     }
 }
 
-fn provider(base: &str) -> HttpProvider {
+pub(super) fn provider(base: &str) -> HttpProvider {
     HttpProvider::builder(base)
         .connect_timeout(Duration::from_secs(5))
         .build()
         .expect("provider")
 }
 
-fn request() -> UpstreamRequest {
+pub(super) fn request() -> UpstreamRequest {
     let body = Bytes::from_static(
         b"{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
     );
     UpstreamRequest::new(Endpoint::ChatCompletions, body, true, false)
 }
 
-fn attempt() -> AttemptContext {
+pub(super) fn attempt() -> AttemptContext {
     AttemptContext {
         call_id: None,
         attempt: 1,
@@ -175,7 +175,7 @@ async fn items(provider: &HttpProvider) -> Vec<ChunkItem> {
 }
 
 /// The chunks' bytes joined, and the usage reports.
-fn relayed(items: &[ChunkItem]) -> (Vec<u8>, Vec<tollgate::Usage>, Option<ErrorKind>) {
+pub(super) fn relayed(items: &[ChunkItem]) -> (Vec<u8>, Vec<tollgate::Usage>, Option<ErrorKind>) {
     let mut bytes = Vec::new();
     let mut usage = Vec::new();
     let mut error = None;
