@@ -1,7 +1,8 @@
 //! `tollgate serve` as a user runs it: the real binary, its exit status,
 //! its messages (SPEC GW-9, GW-8, OBS-1).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,16 +140,7 @@ impl Served {
         }
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let url = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    let _ = tx.send(url);
-                }
-            }
-        });
+        let rx = common::announced_urls(stdout);
         let base = match rx.recv_timeout(PATIENCE) {
             Ok(base) => base,
             Err(_) => {

@@ -2,6 +2,8 @@
 //! GW-15): the signal path of the binary, which the in-process tests of
 //! the gateway (`/admin/reload`) do not reach.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,16 +53,7 @@ impl Served {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let url = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    let _ = tx.send(url);
-                }
-            }
-        });
+        let rx = common::announced_urls(stdout);
         let log = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&log);
         std::thread::spawn(move || {
