@@ -90,6 +90,23 @@ async fn permit_taken_then_stall(server: &RedisServer, c: &AdmissionController, 
     held
 }
 
+/// Closes `c` and checks that every giving back landed, that no hold is
+/// left in Redis and that all three units of `scope` come back.
+async fn closed_with_nothing_left(
+    c: &AdmissionController,
+    backend: &RedisBackend,
+    server: &RedisServer,
+    scope: &ScopeConfig,
+) {
+    c.close().await;
+    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 0);
+    assert_eq!(
+        left_behind(backend, server, scope).await,
+        (0, 3),
+        "no hold left, every unit back"
+    );
+}
+
 /// Pending holds left in Redis for `scope`, and its available units once
 /// every window has passed.
 async fn left_behind(
@@ -143,13 +160,7 @@ async fn a_pending_reservation_cut_short_by_its_deadline_is_not_lost() {
         "{e:?}"
     );
     drop(held);
-    c.close().await;
-    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 0);
-    assert_eq!(
-        left_behind(&backend, &server, &scope).await,
-        (0, 3),
-        "no hold left, every unit back"
-    );
+    closed_with_nothing_left(&c, &backend, &server, &scope).await;
 }
 
 // proves: Q-9, DQ-5 (a call dropped while its pending reservation is in
@@ -169,9 +180,7 @@ async fn a_call_dropped_during_its_reservation_leaves_nothing() {
         tokio::time::timeout(Duration::from_millis(100), c.acquire(&call, Deadline::NONE)).await;
     assert!(gone.is_err(), "still in flight when dropped");
     drop(held);
-    c.close().await;
-    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 0);
-    assert_eq!(left_behind(&backend, &server, &scope).await, (0, 3));
+    closed_with_nothing_left(&c, &backend, &server, &scope).await;
 }
 
 // proves, DQ-5 (a lease round trip that the store's timeout cut

@@ -6,10 +6,23 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota};
+use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota, Reservation};
 use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
+
+/// Every algorithm a limit can count with.
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::SlidingWindow,
+    Algorithm::TokenBucket { burst: None },
+    Algorithm::FixedWindow,
+];
+
+/// Reserves `demand` as `hold`, which must be granted.
+async fn granted(store: &impl RemoteQuota, demand: Demand, hold: RemoteHold) -> Reservation {
+    let answer = store.reserve(demand, hold, BUDGET).await.expect("answered");
+    answer.expect("granted")
+}
 
 /// A pending hold that lives an hour.
 fn pending(id: HoldId) -> RemoteHold {
@@ -44,18 +57,10 @@ async fn operations_survive_a_script_flush() {
     };
     let store = common::backend(&server, "noscript").open_scope(&config("noscript"));
     let mut raw = common::raw(&server).await;
-    store
-        .reserve(Demand::new(5, 0), RemoteHold::Leased, BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    granted(&store, Demand::new(5, 0), RemoteHold::Leased).await;
     flush_scripts(&mut raw).await;
     let id = HoldId::new();
-    let r = store
-        .reserve(Demand::new(5, 0), pending(id), BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    let r = granted(&store, Demand::new(5, 0), pending(id)).await;
     flush_scripts(&mut raw).await;
     store.lease(r, id, BUDGET).await.unwrap().unwrap();
     let snapshot = store.snapshot(BUDGET).await.unwrap();
@@ -71,25 +76,13 @@ async fn every_key_has_a_ttl() {
     let Some(server) = common::server("every_key_has_a_ttl") else {
         return;
     };
-    for algorithm in [
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket { burst: None },
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         let config = config("ttl").algorithm(algorithm);
         let store = common::backend(&server, "ttl").open_scope(&config);
         let id = HoldId::new();
-        let r = store
-            .reserve(Demand::new(7, 0), pending(id), BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
+        let r = granted(&store, Demand::new(7, 0), pending(id)).await;
         // A second hold, still pending: its keys are written too.
-        store
-            .reserve(Demand::new(1, 0), pending(HoldId::new()), BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
+        granted(&store, Demand::new(1, 0), pending(HoldId::new())).await;
         let r = store.lease(r, id, BUDGET).await.unwrap().unwrap();
         store.reconcile(r, Actual::total(3), BUDGET).await.unwrap();
         store.release(r, true, false, BUDGET).await.unwrap();
@@ -157,41 +150,25 @@ async fn giving_quota_back_notifies_other_replicas() {
         }
     };
     let id = HoldId::new();
-    giver
-        .reserve(Demand::new(50, 0), pending(id), BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    granted(&giver, Demand::new(50, 0), pending(id)).await;
     let wait = tokio::spawn(notified("forget"));
     tokio::task::yield_now().await;
     assert!(giver.forget(id, BUDGET).await.unwrap());
     wait.await.unwrap();
 
-    let r = giver
-        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("refund"));
     tokio::task::yield_now().await;
     giver.refund(r, BUDGET).await.unwrap();
     wait.await.unwrap();
 
-    let r = giver
-        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("reconcile"));
     tokio::task::yield_now().await;
     giver.reconcile(r, Actual::total(10), BUDGET).await.unwrap();
     wait.await.unwrap();
 
-    let r = giver
-        .reserve(Demand::new(50, 0), RemoteHold::Leased, BUDGET)
-        .await
-        .unwrap()
-        .unwrap();
+    let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("release"));
     tokio::task::yield_now().await;
     giver.release(r, true, true, BUDGET).await.unwrap();
@@ -229,11 +206,7 @@ async fn the_slot_log_stays_bounded() {
     // One admission every 300 µs of store time for three windows.
     for i in 0..5_000u64 {
         store.set_store_time(Some(1_000_000 + i * 300));
-        store
-            .reserve(Demand::new(0, 0), RemoteHold::Leased, BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
+        granted(&store, Demand::new(0, 0), RemoteHold::Leased).await;
         if i % 100 == 0 {
             let len: u64 = redis::cmd("LLEN")
                 .arg(&log)
@@ -269,11 +242,7 @@ async fn pending_holds_expire_and_are_given_back_once() {
     let Some(server) = common::server("pending_holds_expire_and_are_given_back_once") else {
         return;
     };
-    for algorithm in [
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket { burst: None },
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         let config = ScopeConfig::new(common::unique("expiry"))
             .algorithm(algorithm)
             .requests(2, Duration::from_secs(60));
@@ -284,23 +253,16 @@ async fn pending_holds_expire_and_are_given_back_once() {
         at(0);
         let (short, long) = (HoldId::new(), HoldId::new());
         let one = || Demand::new(0, 0);
-        let a = store
-            .reserve(
-                one(),
-                RemoteHold::Pending {
-                    id: short,
-                    ttl: Duration::from_secs(1),
-                },
-                BUDGET,
-            )
-            .await
-            .unwrap()
-            .unwrap();
-        store
-            .reserve(one(), pending(long), BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
+        let a = granted(
+            &store,
+            one(),
+            RemoteHold::Pending {
+                id: short,
+                ttl: Duration::from_secs(1),
+            },
+        )
+        .await;
+        granted(&store, one(), pending(long)).await;
         assert!(
             store
                 .reserve(one(), RemoteHold::Leased, BUDGET)
@@ -327,11 +289,7 @@ async fn pending_holds_expire_and_are_given_back_once() {
         assert_eq!(available().await, 2, "{algorithm:?}: both back");
 
         let d = HoldId::new();
-        let r = store
-            .reserve(one(), pending(d), BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
+        let r = granted(&store, one(), pending(d)).await;
         at(2_000_000);
         assert!(store.lease(r, d, BUDGET).await.unwrap().is_some());
         assert!(

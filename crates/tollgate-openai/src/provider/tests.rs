@@ -89,6 +89,21 @@ fn openai_stream_is_forwarded_byte_for_byte() {
     );
 }
 
+/// `bytes` cut at the given places (repeats and order do not matter), as
+/// the upstream body's chunks.
+fn split_at(bytes: &[u8], cuts: &[prop::sample::Index]) -> Vec<Result<Bytes, io::Error>> {
+    let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+    at.sort_unstable();
+    at.dedup();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for cut in at.into_iter().chain([bytes.len()]) {
+        pieces.push(Ok(Bytes::copy_from_slice(&bytes[start..cut])));
+        start = cut;
+    }
+    pieces
+}
+
 proptest! {
     // Any split of the body gives the same events (the decoder is
     // incremental).
@@ -96,16 +111,7 @@ proptest! {
     #[test]
     fn splits_do_not_change_the_events(cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..8)) {
         let whole = [ROLE, HELLO, FINISH, USAGE, DONE].concat();
-        let bytes = whole.as_bytes();
-        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        at.sort_unstable();
-        at.dedup();
-        let mut pieces = Vec::new();
-        let mut start = 0;
-        for cut in at.into_iter().chain([bytes.len()]) {
-            pieces.push(Ok::<_, io::Error>(Bytes::copy_from_slice(&bytes[start..cut])));
-            start = cut;
-        }
+        let pieces = split_at(whole.as_bytes(), &cuts);
         let got = block_on(
             ChunkStream::new(stream::iter(pieces), false).collect::<Vec<_>>(),
         );
@@ -281,16 +287,7 @@ proptest! {
     #[test]
     fn mixed_framings_relay_the_same_at_any_split(cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12)) {
         let whole = MIXED.concat();
-        let bytes = whole.as_bytes();
-        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        at.sort_unstable();
-        at.dedup();
-        let mut pieces = Vec::new();
-        let mut start = 0;
-        for cut in at.into_iter().chain([bytes.len()]) {
-            pieces.push(Ok::<_, io::Error>(Bytes::copy_from_slice(&bytes[start..cut])));
-            start = cut;
-        }
+        let pieces = split_at(whole.as_bytes(), &cuts);
         let got = block_on(ChunkStream::new(stream::iter(pieces), false).collect::<Vec<_>>());
         prop_assert_eq!(got, mixed_expected());
     }
