@@ -15,12 +15,14 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tollgate_openai::provider::{Endpoint, UpstreamRequest};
 use tollgate_openai::tokens::TokenEstimator;
-use tollgate_openai::wire::{ChatCompletionRequest, EmbeddingsRequest};
+use tollgate_openai::wire::{ChatCompletionRequest, EmbeddingsRequest, ResponsesRequest};
 
 /// The batch URL of chat completions.
 pub const CHAT_URL: &str = "/v1/chat/completions";
 /// The batch URL of embeddings.
 pub const EMBEDDINGS_URL: &str = "/v1/embeddings";
+/// The batch URL of the Responses API.
+pub const RESPONSES_URL: &str = "/v1/responses";
 
 /// How many problems are kept for the report; the count is always exact.
 pub const MAX_REPORTED_ERRORS: usize = 50;
@@ -177,6 +179,8 @@ fn url_of(endpoint: Endpoint) -> &'static str {
     match endpoint {
         Endpoint::ChatCompletions => CHAT_URL,
         Endpoint::Embeddings => EMBEDDINGS_URL,
+        Endpoint::Responses => RESPONSES_URL,
+        Endpoint::Messages => "/v1/messages",
     }
 }
 
@@ -400,11 +404,13 @@ fn parse_line(line: usize, raw: &[u8], estimator: &TokenEstimator) -> Result<Ite
     let endpoint = match object.get("url") {
         Some(Value::String(u)) if u == CHAT_URL => Endpoint::ChatCompletions,
         Some(Value::String(u)) if u == EMBEDDINGS_URL => Endpoint::Embeddings,
+        Some(Value::String(u)) if u == RESPONSES_URL => Endpoint::Responses,
         Some(Value::String(u)) => {
             return Err((
                 InputErrorCode::UnsupportedUrl,
                 format!(
-                    "url `{}` is not supported (only {CHAT_URL} and {EMBEDDINGS_URL})",
+                    "url `{}` is not supported (only {CHAT_URL}, {EMBEDDINGS_URL} and \
+                     {RESPONSES_URL})",
                     printable(u)
                 ),
                 id(),
@@ -459,6 +465,28 @@ fn parse_line(line: usize, raw: &[u8], estimator: &TokenEstimator) -> Result<Ite
                 return Err(invalid("`model` is empty".to_owned()));
             }
             estimator.embeddings(&req)
+        }
+        Endpoint::Responses => {
+            let req: ResponsesRequest = serde_json::from_value(body.clone())
+                .map_err(|e| invalid(format!("not a Responses API request: {e}")))?;
+            if req.model.is_empty() {
+                return Err(invalid("`model` is empty".to_owned()));
+            }
+            if req.is_stream() {
+                return Err(invalid(
+                    "`stream: true` is not supported in a batch".to_owned(),
+                ));
+            }
+            estimator.responses(&req)
+        }
+        // Not produced by the `url` match above: the Batch API has no
+        // Messages endpoint.
+        Endpoint::Messages => {
+            return Err((
+                InputErrorCode::UnsupportedUrl,
+                format!("url `{}` is not supported", url_of(endpoint)),
+                id(),
+            ));
         }
     };
     let canonical = serde_json::to_vec(&body)
@@ -527,6 +555,26 @@ mod tests {
                 (Some(8), "invalid_body"),
                 (Some(9), "invalid_body"),
             ]
+        );
+    }
+
+    // proves: BATCH-1 (Responses API lines are accepted and estimated;
+    // a streaming or model-less one is refused with its code), WIRE-1
+    #[test]
+    fn responses_lines_are_accepted() {
+        let line = r#"{"custom_id":"r","method":"POST","url":"/v1/responses","body":{"model":"m","input":"hi","max_output_tokens":7}}"#;
+        let items = parse(line.as_bytes(), &TokenEstimator::new()).expect("valid");
+        assert_eq!(items[0].estimate.output, 7);
+        let req = request_from_line(&items[0], line.as_bytes()).expect("request");
+        assert_eq!(req.endpoint(), Endpoint::Responses);
+        let bad = format!(
+            "{}\n{}\n",
+            r#"{"custom_id":"s","method":"POST","url":"/v1/responses","body":{"model":"m","input":"hi","stream":true}}"#,
+            r#"{"custom_id":"t","method":"POST","url":"/v1/responses","body":{"model":"","input":"hi"}}"#,
+        );
+        assert_eq!(
+            codes(&bad),
+            vec![(Some(1), "invalid_body"), (Some(2), "invalid_body")]
         );
     }
 

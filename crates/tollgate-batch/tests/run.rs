@@ -201,7 +201,7 @@ async fn each_bad_input_kind_is_reported_and_nothing_is_sent() {
         (
             format!(
                 "{}\n{good}\n",
-                json!({"custom_id": "x", "method": "POST", "url": "/v1/responses", "body": {}})
+                json!({"custom_id": "x", "method": "POST", "url": "/v1/completions", "body": {}})
             ),
             InputErrorCode::UnsupportedUrl,
             Some(1),
@@ -508,5 +508,48 @@ async fn an_input_edited_during_the_run_stops_it() {
     let out = read_output(&dir.path("out.jsonl"));
     assert!(out.len() < 12);
     assert!(server.stats().requests_total < 12);
+    server.shutdown().await.expect("shutdown");
+}
+
+// proves: BATCH-1, WIRE-1 (Responses API lines run beside chat lines under
+// the same limits: every item once, usage settled, zero provider 429s)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_lines_run_beside_chat_lines() {
+    let dir = Dir::new("responses");
+    let (rpm, tpm) = (60, 6_000);
+    let server = sim(Some(rpm), Some(tpm)).await;
+    let n = 120;
+    let lines: Vec<Value> = (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                chat_line(&format!("c{i}"), "word word word", 4)
+            } else {
+                json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/responses",
+                       "body": {"model": "sim-chat", "input": "word word word",
+                                "max_output_tokens": 4}})
+            }
+        })
+        .collect();
+    write_lines(&dir.path("in.jsonl"), &lines);
+    let report = tollgate_batch::run(config(&dir, &server, Some(rpm), Some(tpm)), never())
+        .await
+        .expect("run");
+    assert_eq!(report.outcome, Outcome::Complete, "{}", report.summary);
+    let out = read_output(&dir.path("out.jsonl"));
+    assert_eq!(out.len(), n);
+    for line in &out {
+        assert_eq!(line["response"]["status_code"], 200, "{line}");
+        let id = line["custom_id"].as_str().expect("id");
+        let object = &line["response"]["body"]["object"];
+        if id.starts_with('r') {
+            assert_eq!(object, "response", "{line}");
+        } else {
+            assert_eq!(object, "chat.completion", "{line}");
+        }
+    }
+    let stats = server.stats();
+    assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+    assert_eq!(stats.routes.responses, (n / 2) as u64);
+    assert!(stats.max_requests_in_window <= rpm);
     server.shutdown().await.expect("shutdown");
 }

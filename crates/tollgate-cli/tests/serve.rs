@@ -181,7 +181,7 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
-// proves: GW-9 (without a config the gateway serves the built-in default in front of an in-process simulator, at once), GW-8 (SIGTERM ends it cleanly)
+// proves: GW-9 (without a config the gateway serves the built-in default in front of an in-process simulator, at once, on every route), WIRE-1, WIRE-3, GW-8 (SIGTERM ends it cleanly)
 #[tokio::test]
 async fn built_in_default_answers_and_sigterm_stops_it() {
     let mut served = Served::start(&[], &[]);
@@ -213,7 +213,34 @@ async fn built_in_default_answers_and_sigterm_stops_it() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["sim-chat", "sim-embed"]);
+    assert_eq!(ids, ["sim-chat", "sim-claude", "sim-embed"]);
+
+    // The other dialects of the built-in default (SPEC WIRE-1, WIRE-3).
+    let resp = client
+        .post(served.url("/v1/responses"))
+        .bearer_auth("tollgate-demo-key")
+        .json(&serde_json::json!({"model": "sim-chat", "input": "Hello!"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["object"], "response");
+    let resp = client
+        .post(served.url("/v1/messages"))
+        .header("x-api-key", "tollgate-demo-key")
+        .header("anthropic-version", "2023-06-01")
+        .json(&serde_json::json!({
+            "model": "sim-claude",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hello!"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], "message");
 
     let status = served.terminate();
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");

@@ -25,7 +25,7 @@ pub struct Record {
     pub at: Option<SystemTime>,
     /// The request id (the client's `x-request-id`, or a generated one).
     pub request_id: String,
-    /// `chat` or `embeddings`.
+    /// `chat`, `embeddings`, `responses` or `messages`.
     pub route: &'static str,
     /// The tenant's configured name, once authenticated.
     #[serde(serialize_with = "name")]
@@ -60,6 +60,10 @@ pub struct Record {
     pub tokens_estimated: Option<u64>,
     /// Tokens the upstream reported.
     pub tokens_reported: Option<u64>,
+    /// The upstream limits that kept the call waiting for its quota
+    /// (`requests`, `input_tokens`, `tokens+output_tokens`, ...; `none`
+    /// when it did not wait), once admitted (SPEC OBS-4, Q-12).
+    pub limited_by: Option<&'static str>,
 }
 
 fn name<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
@@ -98,7 +102,7 @@ impl Record {
                     out,
                     "{time} access request_id={} route={} tenant={} model={} deployment={} \
                      status={} error={} attempts={} stream={} queue_ms={} upstream_ms={} \
-                     total_ms={} tokens_estimated={} tokens_reported={}",
+                     total_ms={} tokens_estimated={} tokens_reported={} limited_by={}",
                     self.request_id,
                     self.route,
                     name(&self.tenant),
@@ -113,6 +117,7 @@ impl Record {
                     ms(self.total),
                     count(self.tokens_estimated),
                     count(self.tokens_reported),
+                    self.limited_by.unwrap_or("-"),
                 );
                 out
             }

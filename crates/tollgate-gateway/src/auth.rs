@@ -326,6 +326,22 @@ impl Authenticator {
         }
     }
 
+    /// The tenant of a request that presents its key as a bare header
+    /// value, as Anthropic's clients do (`x-api-key: <key>`, SPEC WIRE-3).
+    /// A value that is not UTF-8 or is empty is malformed; the key is
+    /// compared as [`authenticate`](Self::authenticate) does.
+    pub fn authenticate_api_key(&self, key: &[u8]) -> Result<TenantId, AuthError> {
+        let key = std::str::from_utf8(key)
+            .map_err(|_| AuthError::Malformed)?
+            .trim();
+        if key.is_empty() {
+            return Err(AuthError::Malformed);
+        }
+        find(&self.entries, &hash_key(key))
+            .map(TenantId)
+            .ok_or(AuthError::InvalidKey)
+    }
+
     /// [`authenticate`](Self::authenticate) for a raw header value (HTTP
     /// header values need not be UTF-8; such a value is malformed).
     pub fn authenticate_bytes(&self, authorization: Option<&[u8]>) -> Result<TenantId, AuthError> {

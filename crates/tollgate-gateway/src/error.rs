@@ -240,6 +240,89 @@ impl ApiError {
     }
 }
 
+/// The error dialect of a route: what its clients parse (SPEC WIRE-3,
+/// WIRE-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI chat completions and embeddings: `{"error": {...}}` bodies,
+    /// a `data: {"error": ...}` event in a stream.
+    OpenAi,
+    /// OpenAI's Responses API: OpenAI error bodies, an `event: error` with
+    /// `{"type": "error", "code", "message", "param"}` in a stream.
+    Responses,
+    /// Anthropic's Messages API: `{"type": "error", "error": {"type",
+    /// "message"}}` bodies and `event: error` events.
+    Anthropic,
+}
+
+impl Dialect {
+    /// The error as this dialect's JSON body.
+    pub fn body(self, error: &ApiError) -> serde_json::Value {
+        match self {
+            Dialect::OpenAi | Dialect::Responses => {
+                serde_json::to_value(&*error.body).unwrap_or_default()
+            }
+            Dialect::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {
+                    "type": anthropic_type(error.status),
+                    "message": error.body.error.message,
+                },
+            }),
+        }
+    }
+
+    /// The error as one server-sent event ending a stream of this dialect.
+    pub fn event(self, error: &ApiError) -> bytes::Bytes {
+        let data = match self {
+            Dialect::OpenAi => self.body(error),
+            Dialect::Responses => serde_json::json!({
+                "type": "error",
+                "code": error.body.error.code,
+                "message": error.body.error.message,
+                "param": null,
+            }),
+            Dialect::Anthropic => self.body(error),
+        };
+        let prefix = match self {
+            Dialect::OpenAi => "",
+            Dialect::Responses | Dialect::Anthropic => "event: error\n",
+        };
+        bytes::Bytes::from(format!("{prefix}data: {data}\n\n"))
+    }
+}
+
+/// Anthropic's error `type` for an HTTP status.
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        408 | 504 => "timeout_error",
+        503 | 529 => "overloaded_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
+
+impl ApiError {
+    /// The response in `dialect`'s error format, with the same status and
+    /// headers as [`IntoResponse`] gives (which is the OpenAI format).
+    pub fn into_response_for(self, dialect: Dialect) -> Response {
+        if matches!(dialect, Dialect::OpenAi | Dialect::Responses) {
+            return self.into_response();
+        }
+        let body = dialect.body(&self);
+        let mut response = self.into_response();
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        response.headers_mut().remove(http::header::CONTENT_LENGTH);
+        *response.body_mut() = axum::body::Body::from(bytes);
+        response
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(*self.body)).into_response();

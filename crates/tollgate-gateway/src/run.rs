@@ -52,6 +52,10 @@ pub fn embedded_sim_config() -> SimConfig {
         ttft: Duration::from_millis(20),
         per_token: Duration::from_millis(2),
         completion_tokens: 24,
+        // Its Messages route, with Anthropic's three buckets.
+        anthropic_rpm: Some(300),
+        itpm: Some(40_000),
+        otpm: Some(8_000),
         ..SimConfig::default()
     }
 }
@@ -160,6 +164,10 @@ fn print_banner(addr: SocketAddr, sim: Option<&SimServer>, config: &GatewayConfi
             "  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \
              -H 'Content-Type: application/json' \
              -d '{{\"model\":\"sim-chat\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'"
+        );
+        println!(
+            "  (also /v1/responses with sim-chat, /v1/messages with sim-claude, \
+             /v1/embeddings with sim-embed)"
         );
     }
     println!("metrics: {base}/metrics   health: {base}/healthz   stop: Ctrl-C");

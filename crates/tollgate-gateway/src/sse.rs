@@ -25,11 +25,10 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallStream, ErrorKind};
-use tollgate_openai::ErrorResponse;
 
 use crate::access_log::{AccessLog, Record};
 use crate::connection::CloseAt;
-use crate::error::ApiError;
+use crate::error::{ApiError, Dialect};
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
 use crate::router::InFlightGuard;
@@ -62,6 +61,8 @@ pub struct SseBody {
     _in_flight: InFlightGuard,
     /// The access-log line, written when the body ends or is dropped.
     log: Option<StreamLog>,
+    /// The format of the error event that ends a failed stream.
+    dialect: Dialect,
 }
 
 /// A stream's access-log line (SPEC GW-14), completed when the body ends:
@@ -85,6 +86,7 @@ impl SseBody {
         close: Option<CloseAt>,
         in_flight: InFlightGuard,
         log: StreamLog,
+        dialect: Dialect,
     ) -> Self {
         SseBody {
             stream,
@@ -95,6 +97,7 @@ impl SseBody {
             close,
             _in_flight: in_flight,
             log: Some(log),
+            dialect,
         }
     }
 }
@@ -103,13 +106,6 @@ impl SseBody {
 /// it: its error event then already reached the client (SPEC LC-4).
 fn upstream_error_event_sent(e: &CallError) -> bool {
     matches!(e, CallError::Stream { error } if error.kind == ErrorKind::Declared)
-}
-
-/// One SSE event carrying an OpenAI error body.
-pub fn error_event(body: &ErrorResponse) -> Bytes {
-    let json = serde_json::to_string(body)
-        .unwrap_or_else(|_| "{\"error\":{\"message\":\"stream failed\"}}".into());
-    Bytes::from(format!("data: {json}\n\n"))
 }
 
 /// Largest batch of ready events written at once.
@@ -139,7 +135,7 @@ impl SseBody {
                     return Poll::Pending;
                 }
                 self.state = State::Failed { yielded: false };
-                Poll::Ready(Some(Ok(error_event(&api.body))))
+                Poll::Ready(Some(Ok(self.dialect.event(&api))))
             }
             None => {
                 self.state = State::Done;

@@ -12,28 +12,19 @@ use tollgate_openai::tokens::TokenEstimator;
 use crate::access_log::AccessLog;
 use crate::auth::{AdminAuth, Authenticator};
 use crate::build::ScopeRuntime;
-use crate::config::GatewayConfig;
+use crate::config::{ApiRoute, GatewayConfig};
 use crate::metrics::Metrics;
 use crate::provider::GatewayProvider;
 use crate::router::InFlight;
 use crate::tenants::TenantSlot;
-
-/// Which route a model serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelKind {
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/embeddings`.
-    Embeddings,
-}
 
 /// One client-facing model.
 #[derive(Debug)]
 pub struct Model {
     /// The name clients send.
     pub name: Arc<str>,
-    /// Which route it serves.
-    pub kind: ModelKind,
+    /// The routes it serves (SPEC WIRE-4).
+    pub routes: Vec<ApiRoute>,
     /// Where it is served, at least one (SPEC GW-11).
     pub deployments: Vec<Deployment>,
     /// Models to try, in order, when this one is exhausted or its circuit
@@ -46,6 +37,13 @@ pub struct Model {
     pub jitter: SharedJitter,
     /// Its metric handles.
     pub metrics: crate::metrics::ModelMetrics,
+}
+
+impl Model {
+    /// Whether it serves `route`.
+    pub fn serves(&self, route: ApiRoute) -> bool {
+        self.routes.contains(&route)
+    }
 }
 
 /// One deployment of a model: its supervisor (provider, scope, pool,

@@ -37,5 +37,6 @@ pub use sse::{SseDecoder, SseError, SseEvent, SseItem};
 pub use tokens::{TokenEstimate, TokenEstimator, TokenizerKind};
 pub use wire::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatMessage, Counter,
-    EmbeddingsRequest, EmbeddingsResponse, ErrorResponse, ModelList, Usage,
+    EmbeddingsRequest, EmbeddingsResponse, ErrorResponse, MessagesRequest, ModelList,
+    ResponsesRequest, Usage,
 };

@@ -15,11 +15,11 @@ use tollgate_redis::{RedisBackend, RedisSettings};
 
 use crate::access_log::AccessLog;
 use crate::auth::{AdminAuth, Authenticator, TenantId};
-use crate::config::{ConfigError, GatewayConfig, ModelKind as ConfiguredKind, QuotaStoreConfig};
+use crate::config::{ConfigError, GatewayConfig, QuotaStoreConfig};
 use crate::metrics::{DeploymentMetrics, Metrics, ModelMetrics};
 use crate::provider::{GatewayProvider, GatewayRequest};
 use crate::router::InFlight;
-use crate::state::{AppState, Bounds, Deployment, Model, ModelKind};
+use crate::state::{AppState, Bounds, Deployment, Model};
 
 /// Why the runtime could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -133,22 +133,45 @@ pub fn build_with(
         .map_err(engine)?;
 
     // One HTTP client and one circuit breaker per provider; a provider
-    // whose settings did not change keeps its circuit.
+    // whose settings did not change keeps its circuit. Deployments whose
+    // URL differs (Azure's deployment path) get their own `HttpProvider`
+    // over the provider's one client (one connection pool).
     let mut providers = HashMap::new();
     let mut breakers = Vec::new();
     for p in &config.providers {
         let key = config.provider_api_key(p)?;
-        let mut b = HttpProvider::builder(p.base_url.clone())
-            .connect_timeout(p.connect_timeout)
-            .max_response_body(p.max_response_bytes);
-        if let Some(key) = key {
-            b = b.api_key(key.expose().to_owned());
-        }
-        let http = b.build().map_err(|source| BuildFailure::Provider {
+        let failure = |source| BuildFailure::Provider {
             origin: config.origin.clone(),
             provider: p.name.clone(),
             source,
-        })?;
+        };
+        let builder = move |url: String| {
+            let mut b = HttpProvider::builder(url)
+                .connect_timeout(p.connect_timeout)
+                .max_response_body(p.max_response_bytes)
+                .headers(p.wire.header_map());
+            if let Some(key) = &key {
+                let (name, prefix) = p.wire.key_header();
+                b = b.api_key(key.expose().to_owned()).key_header(name, prefix);
+            }
+            b
+        };
+        let client = builder(p.base_url.clone())
+            .build_client()
+            .map_err(failure)?;
+        let mut by_url = HashMap::new();
+        for m in &config.models {
+            for d in m.deployments.iter().filter(|d| d.provider == p.name) {
+                let url = p.wire.base_url(&p.base_url, &d.upstream_model);
+                if let std::collections::hash_map::Entry::Vacant(slot) = by_url.entry(url) {
+                    let http = builder(slot.key().clone())
+                        .client(client.clone())
+                        .build()
+                        .map_err(failure)?;
+                    slot.insert(http);
+                }
+            }
+        }
         let kept = previous
             .filter(|prev| prev.config.provider(&p.name) == Some(p))
             .and_then(|prev| prev.breakers.iter().find(|(n, _)| **n == *p.name))
@@ -158,7 +181,7 @@ pub fn build_with(
             None => CircuitBreaker::new(p.circuit).map_err(engine)?,
         };
         breakers.push((Arc::<str>::from(p.name.as_str()), breaker.clone()));
-        providers.insert(p.name.clone(), (http, breaker, p));
+        providers.insert(p.name.clone(), (by_url, breaker, p));
     }
 
     let mut models = HashMap::new();
@@ -178,7 +201,14 @@ pub fn build_with(
         };
         let mut deployments = Vec::with_capacity(configured.len());
         for d in configured {
-            let Some((http, breaker, provider)) = providers.get(&d.provider) else {
+            let Some((by_url, breaker, provider)) = providers.get(&d.provider) else {
+                continue;
+            };
+            let Some(http) = by_url.get(
+                &provider
+                    .wire
+                    .base_url(&provider.base_url, &d.upstream_model),
+            ) else {
                 continue;
             };
             let deployment_metrics = DeploymentMetrics::new(&m.name, &d.name);
@@ -225,15 +255,11 @@ pub fn build_with(
                 metrics: deployment_metrics,
             });
         }
-        let kind = match m.kind {
-            ConfiguredKind::Chat => ModelKind::Chat,
-            ConfiguredKind::Embeddings => ModelKind::Embeddings,
-        };
         models.insert(
             m.name.clone(),
             Arc::new(Model {
                 name,
-                kind,
+                routes: config.model_routes(m),
                 deployments,
                 fallbacks: m.fallbacks.iter().map(|f| Arc::from(f.as_str())).collect(),
                 policy: config.retry,

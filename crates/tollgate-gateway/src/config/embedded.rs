@@ -24,30 +24,37 @@ impl GatewayConfig {
     /// simulator's OpenAI base URL, e.g. `http://127.0.0.1:PORT/v1`), quota
     /// scope `sim` (600 requests and 60,000 tokens per minute, sliding
     /// window; accounting `openai`, refusals `free`, matching how the
-    /// embedded simulator counts), models `sim-chat` and `sim-embed` on that
-    /// scope, and tenant
+    /// embedded simulator counts), models `sim-chat` (chat completions and
+    /// Responses) and `sim-embed` on that scope; provider `sim-anthropic`
+    /// (the simulator's Messages route) with scope `sim-anthropic` (token
+    /// buckets of 300 requests, 40,000 input and 8,000 output tokens per
+    /// minute, as the embedded simulator enforces) and model `sim-claude`
+    /// on `/v1/messages`; and tenant
     /// `demo` authenticated by `demo_key`; listening on `127.0.0.1:8080`.
     /// Every other setting has its documented default. It passes
     /// [`validate`](Self::validate) for any http(s) `sim_base_url`.
     pub fn embedded(sim_base_url: &str, demo_key: &str) -> GatewayConfig {
         let model =
-            |name: &str, upstream: &str, kind, concurrency, default_max_tokens| ModelConfig {
-                name: name.to_owned(),
-                deployments: vec![DeploymentConfig {
+            |name: &str, provider: &str, upstream: &str, kind, concurrency, default_max_tokens| {
+                ModelConfig {
                     name: name.to_owned(),
-                    provider: "sim".to_owned(),
-                    upstream_model: upstream.to_owned(),
-                    scope: Some("sim".to_owned()),
-                    concurrency: Some(concurrency),
-                    max_waiting: Some(64),
-                    max_wait: Some(Duration::from_secs(10)),
-                    learn_limits: None,
-                    weight: 1,
-                }],
-                listed: false,
-                fallbacks: Vec::new(),
-                default_max_tokens,
-                kind,
+                    deployments: vec![DeploymentConfig {
+                        name: name.to_owned(),
+                        provider: provider.to_owned(),
+                        upstream_model: upstream.to_owned(),
+                        scope: Some(provider.to_owned()),
+                        concurrency: Some(concurrency),
+                        max_waiting: Some(64),
+                        max_wait: Some(Duration::from_secs(10)),
+                        learn_limits: None,
+                        weight: 1,
+                    }],
+                    listed: false,
+                    fallbacks: Vec::new(),
+                    default_max_tokens,
+                    kind,
+                    routes: None,
+                }
             };
         GatewayConfig {
             origin: EMBEDDED_ORIGIN.to_owned(),
@@ -55,38 +62,83 @@ impl GatewayConfig {
             admission: AdmissionConfig::default(),
             retry: default_retry(),
             cooldown: CooldownConfig::default(),
-            providers: vec![ProviderConfig {
-                name: "sim".to_owned(),
-                base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
-                api_key_env: None,
-                connect_timeout: Duration::from_secs(5),
-                attempt_timeout: Duration::from_secs(120),
-                max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
-                circuit: CircuitConfig::default(),
-                // The embedded simulator counts a prompt as characters / 4
-                // (plus framing) and the completion it will generate, charges
-                // nothing for a 429 and settles nothing (its charge already
-                // is the usage): `openai` reserves at least that.
-                accounting: Profile::OpenAi,
-                refusals: RefusalCost::Free,
-                reconciles: true,
-                arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
-            }],
-            scopes: vec![QuotaScope {
-                name: "sim".to_owned(),
-                algorithm: Algorithm::SlidingWindow,
-                rpm: Some(600),
-                tpm: Some(60_000),
-                itpm: None,
-                otpm: None,
-                limits: Vec::new(),
-                queue_capacity: None,
-                learn_limits: None,
-            }],
+            providers: vec![
+                ProviderConfig {
+                    name: "sim".to_owned(),
+                    base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
+                    api_key_env: None,
+                    connect_timeout: Duration::from_secs(5),
+                    attempt_timeout: Duration::from_secs(120),
+                    max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
+                    circuit: CircuitConfig::default(),
+                    // The embedded simulator counts a prompt as characters / 4
+                    // (plus framing) and the completion it will generate, charges
+                    // nothing for a 429 and settles nothing (its charge already
+                    // is the usage): `openai` reserves at least that.
+                    accounting: Profile::OpenAi,
+                    refusals: RefusalCost::Free,
+                    reconciles: true,
+                    arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
+                    wire: super::flavor::ProviderWire::default(),
+                },
+                // The simulator's Messages route counts as its OpenAI routes
+                // do (characters / 4 plus framing): the `anthropic` profile
+                // (characters / 3) reserves at least that.
+                ProviderConfig {
+                    name: "sim-anthropic".to_owned(),
+                    base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
+                    api_key_env: None,
+                    connect_timeout: Duration::from_secs(5),
+                    attempt_timeout: Duration::from_secs(120),
+                    max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
+                    circuit: CircuitConfig::default(),
+                    accounting: Profile::Anthropic,
+                    refusals: RefusalCost::Free,
+                    reconciles: true,
+                    arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
+                    wire: super::flavor::ProviderWire {
+                        flavor: super::flavor::Flavor::Anthropic,
+                        ..super::flavor::ProviderWire::default()
+                    },
+                },
+            ],
+            scopes: vec![
+                QuotaScope {
+                    name: "sim".to_owned(),
+                    algorithm: Algorithm::SlidingWindow,
+                    rpm: Some(600),
+                    tpm: Some(60_000),
+                    itpm: None,
+                    otpm: None,
+                    limits: Vec::new(),
+                    queue_capacity: None,
+                    learn_limits: None,
+                },
+                QuotaScope {
+                    name: "sim-anthropic".to_owned(),
+                    algorithm: Algorithm::TokenBucket { burst: None },
+                    rpm: Some(300),
+                    tpm: None,
+                    itpm: Some(40_000),
+                    otpm: Some(8_000),
+                    limits: Vec::new(),
+                    queue_capacity: None,
+                    learn_limits: None,
+                },
+            ],
             models: vec![
-                model("sim-chat", "sim-chat", ModelKind::Chat, 16, 256),
+                model("sim-chat", "sim", "sim-chat", ModelKind::Chat, 16, 256),
+                model(
+                    "sim-claude",
+                    "sim-anthropic",
+                    "sim-claude",
+                    ModelKind::Chat,
+                    16,
+                    256,
+                ),
                 model(
                     "sim-embed",
+                    "sim",
                     "sim-embedding",
                     ModelKind::Embeddings,
                     8,

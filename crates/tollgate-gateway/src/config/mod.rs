@@ -16,6 +16,7 @@
 mod deployment;
 mod embedded;
 mod error;
+mod flavor;
 mod load;
 mod locate;
 mod quota_store;
@@ -24,6 +25,8 @@ mod types;
 mod validate;
 
 #[cfg(test)]
+mod flavor_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod tests;
@@ -31,6 +34,7 @@ mod tests;
 pub use deployment::DeploymentConfig;
 pub use embedded::EMBEDDED_ORIGIN;
 pub use error::{ConfigError, ConfigErrorKind};
+pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MODEL_PREFIX,

@@ -18,6 +18,7 @@ use tollgate_openai::tokens::Profile;
 
 use super::deployment::DeploymentConfig;
 use super::error::{ConfigErrorKind, FieldPath, Problem};
+use super::flavor::{ApiRoute, Flavor, ProviderWire, route_names};
 use super::quota_store::RawQuotaStore;
 use super::types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_ARRIVAL_FLOOR, DEFAULT_MAX_TOKENS, GatewayConfig,
@@ -127,6 +128,14 @@ struct RawProvider {
     refusals: Option<RawRefusals>,
     reconciles: Option<bool>,
     arrival_floor: Option<String>,
+    flavor: Option<String>,
+    api_version: Option<String>,
+    auth_header: Option<String>,
+    auth_prefix: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    query: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -192,6 +201,7 @@ struct RawModel {
     fallbacks: Vec<String>,
     default_max_tokens: Option<u64>,
     kind: Option<RawKind>,
+    routes: Option<Vec<String>>,
     learn_limits: Option<bool>,
     learn_window: Option<String>,
     #[serde(default)]
@@ -456,6 +466,22 @@ impl RawProvider {
             )?,
             half_open_calls: self.circuit.half_open_calls.unwrap_or(d.half_open_calls),
         };
+        let flavor = match self.flavor.as_deref().map(str::trim) {
+            None => Flavor::OpenAi,
+            Some(name) => Flavor::parse(name).ok_or_else(|| {
+                Problem::invalid(
+                    &at.key("flavor"),
+                    format!(
+                        "unknown flavor {name:?}; write \"openai\", \"azure\", \
+                         \"openai_compatible\" or \"anthropic\""
+                    ),
+                )
+            })?,
+        };
+        let accounting = match (&self.accounting, flavor) {
+            (None, Flavor::Anthropic) => Profile::Anthropic,
+            (value, _) => accounting(&at.key("accounting"), value.as_ref())?,
+        };
         Ok(ProviderConfig {
             base_url: self.base_url.trim().trim_end_matches('/').to_owned(),
             api_key_env: self.api_key_env,
@@ -473,8 +499,10 @@ impl RawProvider {
                 .max_response_bytes
                 .unwrap_or(tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY),
             circuit,
-            accounting: accounting(&at.key("accounting"), self.accounting.as_ref())?,
+            accounting,
             refusals: match self.refusals {
+                // Anthropic's buckets take nothing from a refused request.
+                None if flavor == Flavor::Anthropic => RefusalCost::Free,
                 None | Some(RawRefusals::Full) => RefusalCost::Full,
                 Some(RawRefusals::Request) => RefusalCost::Request,
                 Some(RawRefusals::Free) => RefusalCost::Free,
@@ -485,13 +513,21 @@ impl RawProvider {
                 self.arrival_floor.as_ref(),
                 DEFAULT_ARRIVAL_FLOOR,
             )?,
+            wire: ProviderWire {
+                flavor,
+                api_version: self.api_version,
+                auth_header: self.auth_header,
+                auth_prefix: self.auth_prefix,
+                headers: self.headers.into_iter().collect(),
+                query: self.query.into_iter().collect(),
+            },
             name,
         })
     }
 }
 
 /// The example of every message about `accounting`.
-const ACCOUNTING_FORMS: &str = "write \"tokenizer\", \"openai\" or \
+const ACCOUNTING_FORMS: &str = "write \"tokenizer\", \"openai\", \"anthropic\" or \
      { chars_per_token = 4, output = \"max_tokens\" } (output: \"max_tokens\" or \"none\")";
 
 /// `providers.<name>.accounting`: a profile name or a custom rule.
@@ -504,11 +540,7 @@ fn accounting(at: &FieldPath, value: Option<&toml::Value>) -> Result<Profile, Pr
             return match name.trim() {
                 "tokenizer" => Ok(Profile::Tokenizer),
                 "openai" => Ok(Profile::OpenAi),
-                "anthropic" => Err(Problem::invalid(
-                    at,
-                    "the anthropic profile is not available yet; use \"tokenizer\" with the \
-                     provider's ITPM and OTPM limits as itpm and otpm",
-                )),
+                "anthropic" => Ok(Profile::Anthropic),
                 other => Err(Problem::invalid(
                     at,
                     format!("unknown accounting profile {other:?}; {ACCOUNTING_FORMS}"),
@@ -746,7 +778,25 @@ impl RawModel {
                 });
             }
         };
+        let routes = match self.routes {
+            None => None,
+            Some(names) => Some(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        ApiRoute::parse(n.trim()).ok_or_else(|| {
+                            Problem::invalid(
+                                &at.key("routes").index(i),
+                                format!("unknown route {n:?} ({})", route_names()),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         Ok(ModelConfig {
+            routes,
             listed: is_listed,
             deployments,
             fallbacks: self.fallbacks,

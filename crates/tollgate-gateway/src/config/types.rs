@@ -12,6 +12,7 @@ use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
 
 use super::deployment::DeploymentConfig;
+use super::flavor::{ApiRoute, ProviderWire};
 use super::quota_store::QuotaStoreConfig;
 use crate::auth::{ANONYMOUS_TENANT, KeyHash, TenantId};
 
@@ -212,6 +213,8 @@ pub struct ProviderConfig {
     /// `arrival_floor`: the least arrival delay assumed for an attempt whose
     /// response has not begun (SPEC Q-15; default 500 ms).
     pub arrival_floor: Duration,
+    /// `flavor` and how requests are addressed (SPEC WIRE-2).
+    pub wire: ProviderWire,
 }
 
 /// Default of `providers.<name>.arrival_floor`.
@@ -363,8 +366,12 @@ pub struct ModelConfig {
     /// Output allowance when a chat request gives no `max_tokens` (GW-5;
     /// default [`DEFAULT_MAX_TOKENS`]).
     pub default_max_tokens: u64,
-    /// The route it serves.
+    /// Generative (`chat`, default) or `embeddings`.
     pub kind: ModelKind,
+    /// `routes`: the routes it serves, as listed (SPEC WIRE-4); `None` =
+    /// what its providers' flavours serve by default (see
+    /// [`GatewayConfig::model_routes`]).
+    pub routes: Option<Vec<ApiRoute>>,
 }
 
 /// A pool of `limit` permits with optional bounds.

@@ -10,6 +10,7 @@ use tollgate::quota::Dimension;
 
 use super::deployment::DeploymentConfig;
 use super::error::{FieldPath, Problem};
+use super::flavor::{Flavor, is_azure_deployment};
 use super::types::{
     AnonymousConfig, GatewayConfig, MODEL_PREFIX, ModelConfig, ProviderConfig, QuotaScope,
     SHORTCUTS, TENANT_PREFIX, TenantConfig,
@@ -332,7 +333,20 @@ impl GatewayConfig {
                 at.clone()
             };
             self.check_deployment(&path, d)?;
+            if let Some(p) = self.provider(&d.provider)
+                && p.wire.flavor == Flavor::Azure
+                && !is_azure_deployment(&d.upstream_model)
+            {
+                return Err(Problem::invalid(
+                    &path.key("upstream_model"),
+                    format!(
+                        "{:?} is not an Azure deployment name (letters, digits, '-', '_', '.')",
+                        d.upstream_model
+                    ),
+                ));
+            }
         }
+        self.check_routes(&at, m)?;
         positive(&at.key("default_max_tokens"), Some(m.default_max_tokens))?;
         let mut seen = BTreeSet::new();
         for (i, fallback) in m.fallbacks.iter().enumerate() {
@@ -356,6 +370,17 @@ impl GatewayConfig {
                 return Err(Problem::invalid(
                     &path,
                     format!("{fallback:?} is listed twice"),
+                ));
+            }
+            let routes = self.model_routes(m);
+            if !self.model_routes(target).iter().any(|r| routes.contains(r)) {
+                return Err(Problem::invalid(
+                    &path,
+                    format!(
+                        "{fallback:?} serves none of the routes {:?} serves; a fallback must \
+                         serve the same route",
+                        m.name
+                    ),
                 ));
             }
             if target.kind != m.kind {
@@ -571,6 +596,7 @@ fn check_provider(p: &ProviderConfig) -> Check {
     name(&at, &p.name)?;
     base_url(&at.key("base_url"), &p.base_url)?;
     env_name(&at.key("api_key_env"), p.api_key_env.as_deref())?;
+    p.wire.check(&at)?;
     non_zero(&at.key("connect_timeout"), p.connect_timeout)?;
     non_zero(&at.key("attempt_timeout"), p.attempt_timeout)?;
     positive(

@@ -11,8 +11,9 @@ use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{ChatCompletionRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
+use crate::config::ApiRoute;
+use crate::error::Dialect;
 use crate::live::Live;
-use crate::state::ModelKind;
 
 /// The chat completions route.
 pub struct Chat;
@@ -20,7 +21,8 @@ pub struct Chat;
 impl Route for Chat {
     type Request = ChatCompletionRequest;
     const NAME: &'static str = "chat";
-    const KIND: ModelKind = ModelKind::Chat;
+    const ROUTE: ApiRoute = ApiRoute::Chat;
+    const DIALECT: Dialect = Dialect::OpenAi;
 
     fn model(request: &ChatCompletionRequest) -> &str {
         &request.model

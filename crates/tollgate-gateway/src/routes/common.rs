@@ -12,9 +12,10 @@ use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
 use tollgate::{Deadline, TokenEstimate, Usage};
 
-use crate::error::ApiError;
+use crate::config::ApiRoute;
+use crate::error::{ApiError, Dialect};
 use crate::provider::Started;
-use crate::state::{AppState, Model, ModelKind};
+use crate::state::{AppState, Model};
 use crate::tenants::TenantLeases;
 
 /// The request's deadline, made once on arrival (SPEC DL-1, GW-3).
@@ -31,12 +32,20 @@ pub fn deadline(app: &AppState, headers: &HeaderMap, arrived: Instant) -> Deadli
 ///
 /// The header is checked as raw bytes: a value that is not UTF-8 is a
 /// malformed key (401), never "no header" (which may mean anonymous).
-pub fn tenant(app: &AppState, headers: &HeaderMap) -> Result<usize, ApiError> {
+///
+/// On Anthropic's dialect the key may come as `x-api-key: <key>` instead
+/// (what its SDKs send, SPEC WIRE-3); a request with both headers is judged
+/// by `Authorization`.
+pub fn tenant(app: &AppState, headers: &HeaderMap, dialect: Dialect) -> Result<usize, ApiError> {
     let header = headers
         .get(http::header::AUTHORIZATION)
         .map(http::HeaderValue::as_bytes);
-    app.auth
-        .authenticate_bytes(header)
+    let api_key = headers.get("x-api-key").map(http::HeaderValue::as_bytes);
+    let tenant = match (header, api_key) {
+        (None, Some(key)) if dialect == Dialect::Anthropic => app.auth.authenticate_api_key(key),
+        _ => app.auth.authenticate_bytes(header),
+    };
+    tenant
         .map(|t| t.index())
         .map_err(|_| ApiError::unauthorized())
 }
@@ -130,18 +139,18 @@ pub fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))
 }
 
-/// The model the request names, served on `kind`'s route (SPEC GW-1),
+/// The model the request names, if it serves `route` (SPEC GW-1, WIRE-4),
 /// if `tenant` may call it: a model the tenant may not call is unknown
 /// to it, so model names do not leak (GW-12).
 pub fn model(
     app: &AppState,
     tenant: usize,
     name: &str,
-    kind: ModelKind,
+    route: ApiRoute,
 ) -> Result<Arc<Model>, ApiError> {
     app.models
         .get(name)
-        .filter(|m| m.kind == kind && allowed(app, tenant, &m.name))
+        .filter(|m| m.serves(route) && allowed(app, tenant, &m.name))
         .cloned()
         .ok_or_else(|| ApiError::model_not_found(name))
 }
@@ -175,12 +184,18 @@ pub async fn admit_tenant(
 }
 
 /// The models to try, the requested one first, then its fallbacks that
-/// `tenant` may call (once each, in order; SPEC GW-10, GW-12).
-pub fn chain(app: &AppState, tenant: usize, first: &Arc<Model>) -> Vec<Arc<Model>> {
+/// serve `route` and `tenant` may call (once each, in order; SPEC GW-10,
+/// GW-12, WIRE-4).
+pub fn chain(
+    app: &AppState,
+    tenant: usize,
+    first: &Arc<Model>,
+    route: ApiRoute,
+) -> Vec<Arc<Model>> {
     let mut out = vec![Arc::clone(first)];
     for name in &first.fallbacks {
         if let Some(m) = app.models.get(&**name)
-            && m.kind == first.kind
+            && m.serves(route)
             && allowed(app, tenant, name)
             && !out.iter().any(|o| Arc::ptr_eq(o, m))
         {

@@ -10,8 +10,9 @@ use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{EmbeddingsRequest, Endpoint, UpstreamRequest};
 
 use super::flow::{Route, handle};
+use crate::config::ApiRoute;
+use crate::error::Dialect;
 use crate::live::Live;
-use crate::state::ModelKind;
 
 /// The embeddings route.
 pub struct Embeddings;
@@ -19,7 +20,8 @@ pub struct Embeddings;
 impl Route for Embeddings {
     type Request = EmbeddingsRequest;
     const NAME: &'static str = "embeddings";
-    const KIND: ModelKind = ModelKind::Embeddings;
+    const ROUTE: ApiRoute = ApiRoute::Embeddings;
+    const DIALECT: Dialect = Dialect::OpenAi;
 
     fn model(request: &EmbeddingsRequest) -> &str {
         &request.model

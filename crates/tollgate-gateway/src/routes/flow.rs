@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
@@ -21,12 +21,14 @@ use tollgate_openai::tokens::TokenEstimator;
 
 use super::common;
 use crate::access_log::{AccessLog, Record};
+use crate::config::ApiRoute;
 use crate::connection::{Arrival, LINGER};
 use crate::error::ApiError;
+use crate::error::Dialect;
 use crate::provider::{GatewayRequest, Started};
 use crate::router::{self, Routed};
 use crate::sse::{SseBody, StreamLog};
-use crate::state::{AppState, Deployment, Model, ModelKind};
+use crate::state::{AppState, Deployment, Model};
 use crate::tenants::TenantLeases;
 use crate::{ratelimit, request_id};
 
@@ -36,8 +38,10 @@ pub trait Route {
     type Request: DeserializeOwned;
     /// The route's label in metrics.
     const NAME: &'static str;
-    /// The models it serves.
-    const KIND: ModelKind;
+    /// The route, which models must serve (SPEC WIRE-4).
+    const ROUTE: ApiRoute;
+    /// The dialect of its errors.
+    const DIALECT: Dialect;
     /// The model the request names.
     fn model(request: &Self::Request) -> &str;
     /// Tokens the request will spend, counted by `estimator` (a
@@ -53,6 +57,11 @@ pub trait Route {
     ) -> Result<UpstreamRequest, serde_json::Error>;
     /// Whether the client asked for a stream.
     fn is_stream(request: &Self::Request) -> bool;
+    /// Headers of the client's request that go upstream with it (none
+    /// unless the route's dialect needs them).
+    fn forward(_client: &HeaderMap, upstream: UpstreamRequest) -> UpstreamRequest {
+        upstream
+    }
 }
 
 /// What one request learned on its way, for its headers and its
@@ -128,7 +137,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
             app.metrics
                 .request(R::NAME, x.model.as_deref().unwrap_or(""), e.status.as_u16());
             x.record.error = Some(e.reason().to_owned());
-            e.into_response()
+            e.into_response_for(R::DIALECT)
         }
     };
     let headers = response.headers_mut();
@@ -154,12 +163,12 @@ async fn serve<R: Route>(
     if app.is_shutting_down() {
         return Err(ApiError::shutting_down());
     }
-    let tenant = common::tenant(app, headers)?;
+    let tenant = common::tenant(app, headers, R::DIALECT)?;
     x.tenant = Some(tenant);
     x.record.tenant = app.tenant_slots.get(tenant).map(|t| Arc::clone(&t.name));
     let raw = common::read_body(app, headers, body, arrived, deadline).await?;
     let request: R::Request = common::parse(&raw)?;
-    let first = common::model(app, tenant, R::model(&request), R::KIND)?;
+    let first = common::model(app, tenant, R::model(&request), R::ROUTE)?;
     x.model = Some(Arc::clone(&first.name));
     x.record.model = Some(Arc::clone(&first.name));
     let Some(primary) = first.deployments.first() else {
@@ -171,7 +180,7 @@ async fn serve<R: Route>(
     let tenant_lease = common::admit_tenant(app, tenant, &first.name, estimate, deadline).await?;
     x.record.queue = tenant_lease.wait();
     let options = CallOptions::deadline(deadline);
-    let chain = common::chain(app, tenant, &first);
+    let chain = common::chain(app, tenant, &first, R::ROUTE);
     let reached = Started::default();
     let mut last = None;
     for (i, model) in chain.iter().enumerate() {
@@ -192,6 +201,7 @@ async fn serve<R: Route>(
                     })
                 })?
                 .with_request_id(id.clone());
+            let upstream = R::forward(headers, upstream);
             Ok(GatewayRequest {
                 upstream,
                 estimate: estimates.get(d),
@@ -244,6 +254,7 @@ async fn serve<R: Route>(
                         close,
                         in_flight,
                         log,
+                        R::DIALECT,
                     );
                     let mut response = Body::from_stream(body).into_response();
                     let h = response.headers_mut();
@@ -319,6 +330,7 @@ fn served(
         record.deployment = Some(Arc::clone(&d.name));
     }
     record.attempts = reached.count();
+    record.limited_by = Some(admission.limited_by.as_str());
     record.queue += wait;
     record.upstream = elapsed.saturating_sub(wait);
 }

@@ -12,6 +12,7 @@ use tollgate_openai::wire::{Model as WireModel, ModelList};
 
 use super::common;
 use crate::error::ApiError;
+use crate::error::Dialect;
 use crate::live::Live;
 
 /// `GET /v1/models`: the configured models only.
@@ -20,7 +21,7 @@ pub async fn models(
     headers: HeaderMap,
 ) -> Result<Json<ModelList>, ApiError> {
     let app = live.current();
-    let tenant = common::tenant(&app, &headers)?;
+    let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
     let mut names: Vec<&String> = app
         .models
         .keys()

@@ -6,6 +6,8 @@ mod common;
 mod embeddings;
 mod flow;
 mod info;
+mod messages;
+mod responses;
 
 use std::sync::Arc;
 
@@ -23,6 +25,8 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(messages::messages))
         .route("/v1/models", get(info::models))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))

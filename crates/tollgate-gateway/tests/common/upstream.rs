@@ -114,6 +114,10 @@ pub struct Seen {
     pub authorization: Option<String>,
     /// Its `x-request-id` header, if any.
     pub request_id: Option<String>,
+    /// Its path and query.
+    pub uri: String,
+    /// All its headers.
+    pub headers: HeaderMap,
 }
 
 type Hook = Arc<dyn Fn(u32) + Send + Sync>;
@@ -179,7 +183,12 @@ impl Drop for Scripted {
     }
 }
 
-async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn answer(
+    State(shared): State<Arc<Shared>>,
+    uri: http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let n = {
         let mut seen = shared.seen.lock();
         seen.push(Seen {
@@ -193,6 +202,8 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
                 .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
+            uri: uri.to_string(),
+            headers,
         });
         seen.len()
     };

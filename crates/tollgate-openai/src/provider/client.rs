@@ -17,8 +17,9 @@ use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Re
 
 use super::classify::{body_error, declared_message, sanitize, send_error, status_error};
 use super::config::{BuildError, HttpProviderBuilder};
+use super::dialect::usage_of;
 use super::request::{Endpoint, UpstreamRequest};
-use super::stream::{BodyStream, ChunkStream, engine_usage, parse_object};
+use super::stream::{BodyStream, ChunkStream, parse_object};
 use super::transport::{BodyChunks, BodyError, HttpClient, SendError};
 use crate::sse::SseDecoder;
 
@@ -51,8 +52,8 @@ pub struct HttpProvider {
 struct Inner {
     client: HttpClient,
     base_url: String,
-    chat_url: Uri,
-    embeddings_url: Uri,
+    /// One URL per endpoint, in [`Endpoint::ALL`] order.
+    urls: [Uri; 4],
     /// Sent with one-shot requests (auth, content type, extra headers).
     one_shot_headers: HeaderMap,
     /// Sent with stream requests.
@@ -89,10 +90,8 @@ impl HttpProvider {
 
     /// The URL an endpoint is sent to.
     pub fn url(&self, endpoint: Endpoint) -> &Uri {
-        match endpoint {
-            Endpoint::ChatCompletions => &self.inner.chat_url,
-            Endpoint::Embeddings => &self.inner.embeddings_url,
-        }
+        // `index` is always in range: one URL per endpoint.
+        &self.inner.urls[endpoint.index()]
     }
 
     /// The HTTP client (share it with other providers through
@@ -115,7 +114,7 @@ impl HttpProvider {
         let send = self.inner.client.post(
             self.url(request.endpoint()),
             &self.inner.one_shot_headers,
-            request.request_id(),
+            request.headers(),
             request.body().clone(),
         );
         let read = self.inner.client.read_timeout();
@@ -134,7 +133,7 @@ impl HttpProvider {
         let send = self.inner.client.post_stream(
             self.url(request.endpoint()),
             &self.inner.stream_headers,
-            request.request_id(),
+            request.headers(),
             request.body().clone(),
         );
         let read = self.inner.client.read_timeout();
@@ -240,7 +239,7 @@ impl HttpProvider {
         )
         .await?
         .map_err(|err| body_error(&err, self.secret()))?;
-        let usage = one_shot_usage(&body, status.as_u16(), self.secret())?;
+        let usage = one_shot_usage(&body, status.as_u16(), self.secret(), request.endpoint())?;
         Ok(Reply::new(body, usage)
             .with_budget(budget)
             .with_request_id(request_id))
@@ -281,6 +280,7 @@ impl HttpProvider {
         let decoder = SseDecoder::with_max_event_size(self.inner.max_event_size);
         Ok(
             ChunkStream::with_decoder(body, decoder, request.forward_usage())
+                .with_endpoint(request.endpoint())
                 .with_end_grace(self.inner.stream_end_grace)
                 .redacting(self.inner.secret.clone())
                 .with_budget(budget),
@@ -338,7 +338,8 @@ impl HttpProviderBuilder {
     /// # Errors
     /// [`BuildError`] naming what is wrong; no request has been sent.
     pub fn build(self) -> Result<HttpProvider, BuildError> {
-        let (chat_url, embeddings_url) = endpoint_urls(&self.base_url)?;
+        let urls = endpoint_urls(&self.base_url)?;
+        let chat_url = &urls[Endpoint::ChatCompletions.index()];
         if self.max_event_size == 0 {
             return Err(BuildError::MustBePositive {
                 field: "max_event_size",
@@ -365,10 +366,14 @@ impl HttpProviderBuilder {
                 if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(BuildError::ApiKey);
                 }
-                let mut value = HeaderValue::try_from(format!("Bearer {key}"))
+                let (name, prefix) = match &self.key_header {
+                    Some((name, prefix)) => (name.clone(), prefix.as_str()),
+                    None => (AUTHORIZATION, "Bearer "),
+                };
+                let mut value = HeaderValue::try_from(format!("{prefix}{key}"))
                     .map_err(|_| BuildError::ApiKey)?;
                 value.set_sensitive(true);
-                headers.insert(AUTHORIZATION, value);
+                headers.insert(name, value);
                 Some(Arc::<str>::from(key))
             }
             None => None,
@@ -384,7 +389,7 @@ impl HttpProviderBuilder {
         if chat_url.scheme_str() == Some("https") {
             client.check_https().map_err(BuildError::Client)?;
         }
-        if let Some(proxy) = client.proxy_for(&chat_url)
+        if let Some(proxy) = client.proxy_for(chat_url)
             && proxy.scheme_str() != Some("http")
         {
             return Err(BuildError::Proxy {
@@ -400,8 +405,7 @@ impl HttpProviderBuilder {
             inner: Arc::new(Inner {
                 client,
                 base_url: self.base_url,
-                chat_url,
-                embeddings_url,
+                urls,
                 one_shot_headers,
                 stream_headers,
                 secret,
@@ -414,8 +418,9 @@ impl HttpProviderBuilder {
     }
 }
 
-/// The chat and embeddings URLs below `base` (its query string kept).
-fn endpoint_urls(base: &str) -> Result<(Uri, Uri), BuildError> {
+/// The URL of every endpoint below `base` (its query string kept), in
+/// [`Endpoint::ALL`] order.
+fn endpoint_urls(base: &str) -> Result<[Uri; 4], BuildError> {
     let invalid = |reason: &str| BuildError::BaseUrl {
         url: base.to_owned(),
         reason: reason.to_owned(),
@@ -453,7 +458,12 @@ fn endpoint_urls(base: &str) -> Result<(Uri, Uri), BuildError> {
             .build()
             .map_err(|e| invalid(&e.to_string()))
     };
-    Ok((at(Endpoint::ChatCompletions)?, at(Endpoint::Embeddings)?))
+    Ok([
+        at(Endpoint::ChatCompletions)?,
+        at(Endpoint::Embeddings)?,
+        at(Endpoint::Responses)?,
+        at(Endpoint::Messages)?,
+    ])
 }
 
 /// A one-shot body, whole, if it is at most `limit` bytes. A body of one
@@ -521,12 +531,15 @@ struct BodyProbe {
     error: Option<Value>,
 }
 
-/// The usage of a 2xx one-shot body (SPEC Q-6). The body must be a JSON
-/// object; one that declares an `error` is a declared failure.
-fn one_shot_usage(
+/// The usage of a 2xx one-shot body (SPEC Q-6), its top-level `usage` read
+/// as `endpoint` reports it (Anthropic's counters for Messages). The body
+/// must be a JSON object; one that declares an `error` is a declared
+/// failure.
+pub(super) fn one_shot_usage(
     body: &[u8],
     status: u16,
     secret: Option<&str>,
+    endpoint: Endpoint,
 ) -> Result<tollgate::Usage, ProviderError> {
     let probe: BodyProbe = parse_object(body).map_err(|reason| ProviderError {
         status: Some(status),
@@ -538,7 +551,7 @@ fn one_shot_usage(
     let usage = probe
         .usage
         .filter(|u| !u.is_null())
-        .map_or(tollgate::Usage::UNKNOWN, engine_usage);
+        .map_or(tollgate::Usage::UNKNOWN, |raw| usage_of(endpoint, raw));
     if let Some(error) = probe.error.filter(|e| !e.is_null()) {
         let message = declared_message(&serde_json::json!({ "error": error }))
             .unwrap_or_else(|| "upstream declared an error".to_owned());
@@ -669,7 +682,8 @@ mod tests {
     // proves: Q-6 (usage of a one-shot body), Q-5 (unknown vs known zero)
     #[test]
     fn one_shot_usage_follows_q6() {
-        let usage = |body: &str| one_shot_usage(body.as_bytes(), 200, None);
+        let usage =
+            |body: &str| one_shot_usage(body.as_bytes(), 200, None, Endpoint::ChatCompletions);
         assert_eq!(
             usage(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#)
                 .expect("usage")

@@ -100,6 +100,7 @@ pub enum BuildError {
 pub struct HttpProviderBuilder {
     pub(super) base_url: String,
     pub(super) api_key: Option<ApiKey>,
+    pub(super) key_header: Option<(http::HeaderName, String)>,
     pub(super) connect_timeout: Duration,
     pub(super) read_timeout: Option<Duration>,
     pub(super) pool_idle_timeout: Option<Duration>,
@@ -119,6 +120,13 @@ impl fmt::Debug for HttpProviderBuilder {
         f.debug_struct("HttpProviderBuilder")
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key)
+            .field(
+                "key_header",
+                &self
+                    .key_header
+                    .as_ref()
+                    .map_or("authorization", |(n, _)| n.as_str()),
+            )
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
@@ -146,6 +154,7 @@ impl HttpProviderBuilder {
         HttpProviderBuilder {
             base_url: base_url.into(),
             api_key: None,
+            key_header: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             read_timeout: None,
             pool_idle_timeout: Some(DEFAULT_POOL_IDLE_TIMEOUT),
@@ -165,6 +174,16 @@ impl HttpProviderBuilder {
     /// `Authorization` header is sent.
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sends the API key as `name: <prefix><key>` instead of
+    /// `Authorization: Bearer <key>` (SPEC WIRE-2): Azure OpenAI takes
+    /// `api-key: <key>`, Anthropic `x-api-key: <key>`, some
+    /// OpenAI-compatible servers their own header. No `Authorization` header
+    /// is then sent unless [`headers`](Self::headers) sets one.
+    pub fn key_header(mut self, name: http::HeaderName, prefix: impl Into<String>) -> Self {
+        self.key_header = Some((name, prefix.into()));
         self
     }
 

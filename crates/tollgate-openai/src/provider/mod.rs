@@ -6,13 +6,15 @@
 //! * [`HttpProvider`]: one shared [`HttpClient`] (hyper, rustls) with
 //!   connection pooling;
 //!   one-shot attempts return the upstream body byte for byte with its usage,
-//!   streams yield [`ChunkStream`] events.
+//!   streams yield [`ChunkStream`] events, in the streaming dialect of the
+//!   request's endpoint (chat completions, Responses, Anthropic Messages).
 //! * [`HttpProviderBuilder`]: base URL, key, timeouts and pool settings,
 //!   validated at build time ([`BuildError`]).
 
 mod classify;
 mod client;
 mod config;
+mod dialect;
 mod h1;
 mod request;
 mod stream;
@@ -27,5 +29,7 @@ pub use request::{Endpoint, UpstreamRequest};
 pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};
 pub use transport::{BodyChunks, BodyError, ClientError, HttpClient, SendError};
 
+#[cfg(test)]
+mod dialect_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::wire::{ChatCompletionRequest, EmbeddingsRequest};
+use crate::wire::{ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest};
 
 /// The upstream API an [`UpstreamRequest`] is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -11,6 +11,12 @@ pub enum Endpoint {
     ChatCompletions,
     /// `POST {base}/embeddings` (one-shot only).
     Embeddings,
+    /// `POST {base}/responses`: OpenAI's Responses API (one-shot or stream,
+    /// SPEC WIRE-1).
+    Responses,
+    /// `POST {base}/messages`: Anthropic's Messages API (one-shot or
+    /// stream, SPEC WIRE-3).
+    Messages,
 }
 
 impl Endpoint {
@@ -19,7 +25,22 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "chat/completions",
             Endpoint::Embeddings => "embeddings",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
         }
+    }
+
+    /// Every endpoint, in declaration order.
+    pub const ALL: [Endpoint; 4] = [
+        Endpoint::ChatCompletions,
+        Endpoint::Embeddings,
+        Endpoint::Responses,
+        Endpoint::Messages,
+    ];
+
+    /// The position of `self` in [`Endpoint::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -28,16 +49,20 @@ impl Endpoint {
 ///
 /// Cloning is cheap (the body is a reference-counted [`Bytes`]), so the
 /// supervisor may hand a clone to each attempt. The body is final: the
-/// upstream model name is already set, and for a stream
+/// upstream model name is already set, and for a chat completions stream
 /// `stream_options.include_usage` is already `true`, so that the engine can
-/// reconcile the call's tokens (SPEC Q-5, GW-5).
+/// reconcile the call's tokens (SPEC Q-5, GW-5); the Responses and Messages
+/// streams always carry usage in their terminal events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamRequest {
     endpoint: Endpoint,
     body: Bytes,
     stream: bool,
     forward_usage: bool,
-    request_id: Option<http::HeaderValue>,
+    /// Sent besides the provider's own headers (the request id, headers a
+    /// route forwards from its client); replaces a provider header of the
+    /// same name.
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl UpstreamRequest {
@@ -53,21 +78,41 @@ impl UpstreamRequest {
             body,
             stream,
             forward_usage,
-            request_id: None,
+            headers: Vec::new(),
         }
     }
 
     /// Sends `id` as the request's `x-request-id` header, so the upstream's
     /// logs can be matched with the gateway's (SPEC GW-14).
     #[must_use]
-    pub fn with_request_id(mut self, id: http::HeaderValue) -> Self {
-        self.request_id = Some(id);
+    pub fn with_request_id(self, id: http::HeaderValue) -> Self {
+        self.with_header(http::HeaderName::from_static("x-request-id"), id)
+    }
+
+    /// Sends `name: value` with the request, replacing a header of that
+    /// name (e.g. a client's `anthropic-beta`, forwarded by the Messages
+    /// route). Setting a name twice keeps the last value.
+    #[must_use]
+    pub fn with_header(mut self, name: http::HeaderName, value: http::HeaderValue) -> Self {
+        self.headers.retain(|(n, _)| *n != name);
+        self.headers.push((name, value));
         self
     }
 
     /// The `x-request-id` sent upstream, if any.
     pub fn request_id(&self) -> Option<&http::HeaderValue> {
-        self.request_id.as_ref()
+        self.header("x-request-id")
+    }
+
+    /// The value of a header set with [`UpstreamRequest::with_header`].
+    pub fn header(&self, name: &str) -> Option<&http::HeaderValue> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Every header set with [`UpstreamRequest::with_header`] (the request
+    /// id included), in the order set.
+    pub fn headers(&self) -> &[(http::HeaderName, http::HeaderValue)] {
+        &self.headers
     }
 
     /// A chat completion for `upstream_model`.
@@ -115,6 +160,60 @@ impl UpstreamRequest {
             Bytes::from(body),
             false,
             false,
+        ))
+    }
+
+    /// A Responses API request for `upstream_model` (SPEC WIRE-1).
+    ///
+    /// The client's request is left untouched; the body sent upstream is a
+    /// copy with `model` replaced and nothing else changed. Nothing needs
+    /// injecting for a stream: its terminal event (`response.completed`,
+    /// `response.incomplete` or `response.failed`) always carries the
+    /// response's `usage`, so `forward_usage` is `true` for a stream (that
+    /// event is part of the client's stream and is never stripped).
+    ///
+    /// # Errors
+    /// As [`UpstreamRequest::chat`].
+    pub fn responses(
+        request: &ResponsesRequest,
+        upstream_model: &str,
+    ) -> Result<Self, serde_json::Error> {
+        let mut upstream = request.clone();
+        upstream.model = upstream_model.to_owned();
+        let stream = upstream.is_stream();
+        let body = serde_json::to_vec(&upstream)?;
+        Ok(UpstreamRequest::new(
+            Endpoint::Responses,
+            Bytes::from(body),
+            stream,
+            stream,
+        ))
+    }
+
+    /// An Anthropic Messages request for `upstream_model` (SPEC WIRE-3).
+    ///
+    /// The client's request is left untouched; the body sent upstream is a
+    /// copy with `model` replaced and nothing else changed. Nothing needs
+    /// injecting for a stream: `message_start` carries the input usage and
+    /// `message_delta` the output usage, so `forward_usage` is `true` for a
+    /// stream (those events are part of the client's stream and are never
+    /// stripped).
+    ///
+    /// # Errors
+    /// As [`UpstreamRequest::chat`].
+    pub fn messages(
+        request: &MessagesRequest,
+        upstream_model: &str,
+    ) -> Result<Self, serde_json::Error> {
+        let mut upstream = request.clone();
+        upstream.model = upstream_model.to_owned();
+        let stream = upstream.is_stream();
+        let body = serde_json::to_vec(&upstream)?;
+        Ok(UpstreamRequest::new(
+            Endpoint::Messages,
+            Bytes::from(body),
+            stream,
+            stream,
         ))
     }
 
@@ -198,6 +297,65 @@ mod tests {
         assert_eq!(
             body(&up),
             json!({"model": "text-embedding-3-small", "input": ["a", "b"], "user": "u"})
+        );
+    }
+
+    // proves: WIRE-1 (a Responses request is forwarded with only its model
+    // replaced; a stream's usage lives in its terminal event, which is
+    // forwarded)
+    #[test]
+    fn responses_requests_replace_only_the_model() {
+        let raw = json!({
+            "model": "alias", "input": [{"role": "user", "content": "hi"}],
+            "instructions": "Be brief.", "max_output_tokens": 32, "stream": true,
+            "tools": [{"type": "function", "name": "f"}], "store": false,
+            "x-future": {"deep": [1.5, null]}
+        });
+        let client: ResponsesRequest = serde_json::from_value(raw.clone()).expect("request");
+        let up = UpstreamRequest::responses(&client, "gpt-4.1-mini").expect("upstream");
+        assert_eq!(up.endpoint(), Endpoint::Responses);
+        assert!(up.is_stream());
+        assert!(up.forward_usage());
+        let mut expected = raw;
+        expected["model"] = json!("gpt-4.1-mini");
+        assert_eq!(body(&up), expected);
+        assert!(body(&up).get("stream_options").is_none());
+        assert_eq!(client.model, "alias");
+
+        let one_shot = ResponsesRequest::new("alias", "hello");
+        let up = UpstreamRequest::responses(&one_shot, "m").expect("upstream");
+        assert!(!up.is_stream());
+        assert!(!up.forward_usage());
+        assert_eq!(body(&up), json!({"model": "m", "input": "hello"}));
+    }
+
+    // proves: WIRE-3, WIRE-4 (a Messages request passes through in its own
+    // dialect with only its model replaced)
+    #[test]
+    fn messages_requests_replace_only_the_model() {
+        let raw = json!({
+            "model": "alias", "max_tokens": 64, "stream": true,
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "thinking": {"type": "enabled", "budget_tokens": 1024}
+        });
+        let client: MessagesRequest = serde_json::from_value(raw.clone()).expect("request");
+        let up = UpstreamRequest::messages(&client, "claude-sonnet-4-5").expect("upstream");
+        assert_eq!(up.endpoint(), Endpoint::Messages);
+        assert!(up.is_stream());
+        assert!(up.forward_usage());
+        let mut expected = raw;
+        expected["model"] = json!("claude-sonnet-4-5");
+        assert_eq!(body(&up), expected);
+        assert_eq!(client.model, "alias");
+
+        let one_shot = MessagesRequest::new("alias", vec![], 8);
+        let up = UpstreamRequest::messages(&one_shot, "m").expect("upstream");
+        assert!(!up.is_stream());
+        assert!(!up.forward_usage());
+        assert_eq!(
+            body(&up),
+            json!({"model": "m", "max_tokens": 8, "messages": []})
         );
     }
 }

@@ -34,6 +34,14 @@
 //! * Usage is reported to the engine at most once per stream: from the
 //!   usage-only chunk, else (at `[DONE]` or with the final error) from the
 //!   last usage seen in any chunk.
+//! * Dialects ([`Dialect`], chosen by [`ChunkStream::with_endpoint`]): the
+//!   above is the chat-completions protocol. The Responses and Messages
+//!   streams use named events (`event: <type>` and `data: <json>`; the
+//!   relay also takes those whole from the body when canonical) and end
+//!   with a terminal event instead of `[DONE]`: usage is reported from it,
+//!   the event is forwarded, then the stream drains as after `[DONE]`. What
+//!   an event of those dialects means is decided in `dialect.rs`
+//!   ([`EventReader`]); the states, ends and usage rules are the same.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -52,6 +60,8 @@ use tokio::time::Sleep;
 use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
 
 use super::classify::{declared_message, describe, sanitize};
+use super::dialect::{Dialect, EventReader, Step};
+use super::request::Endpoint;
 use super::transport::BodyError;
 use crate::sse::{DONE_FRAME, SseDecoder, SseError, SseEvent, SseItem};
 use crate::wire;
@@ -89,6 +99,15 @@ pub const DEFAULT_END_GRACE: Duration = Duration::from_millis(250);
 ///
 /// Dropping the stream drops the HTTP response and so closes its
 /// connection (SPEC LC-5).
+///
+/// The above is the chat-completions dialect, the default. With
+/// [`ChunkStream::with_endpoint`] the stream reads the Responses or the
+/// Anthropic Messages dialect instead: named events, each forwarded as a
+/// chunk; the terminal event (`response.completed` /
+/// `response.incomplete`, `message_stop`) is preceded by
+/// [`StreamEvent::Usage`] and is the last chunk; `response.failed` and
+/// `error` events are declared errors; a body that ends before the
+/// terminal event is `StreamBroken`.
 pub struct ChunkStream<S = BodyStream> {
     state: State<S>,
     forward_usage: bool,
@@ -101,6 +120,8 @@ pub struct ChunkStream<S = BodyStream> {
     last_usage: Option<tollgate::Usage>,
     /// What the response headers said about the provider's budget.
     budget: tollgate::lifecycle::Budgets,
+    /// The streaming dialect and what it remembers between events.
+    events: EventReader,
 }
 
 enum State<S> {
@@ -135,6 +156,7 @@ impl<S> fmt::Debug for ChunkStream<S> {
                     State::Ended => "ended",
                 },
             )
+            .field("dialect", &self.events.dialect())
             .field("forward_usage", &self.forward_usage)
             .field("pending", &self.pending.len())
             .field("usage_reported", &self.usage_reported)
@@ -168,7 +190,18 @@ where
             usage_reported: false,
             last_usage: None,
             budget: tollgate::lifecycle::Budgets::default(),
+            events: EventReader::new(Dialect::Chat),
         }
+    }
+
+    /// Reads the streaming dialect of `endpoint`:
+    /// [`Endpoint::ChatCompletions`] (the default; also used for
+    /// [`Endpoint::Embeddings`], which does not stream),
+    /// [`Endpoint::Responses`] or [`Endpoint::Messages`]. Set it before the
+    /// first poll.
+    pub fn with_endpoint(mut self, endpoint: Endpoint) -> Self {
+        self.events = EventReader::new(Dialect::of(endpoint));
+        self
     }
 
     /// Sets how long the stream waits, after `[DONE]`, for the upstream body
@@ -208,17 +241,39 @@ where
         self.secret.as_deref()
     }
 
-    /// `[DONE]`: report usage if it is still owed, forward the frame, then
-    /// drain the body.
+    fn dialect(&self) -> Dialect {
+        self.events.dialect()
+    }
+
+    /// `data: [DONE]`: in chat, report usage if it is still owed, forward
+    /// the frame, then drain the body. The other dialects do not use it.
     fn on_done(&mut self) {
-        if !self.usage_reported
-            && let Some(usage) = self.last_usage.take()
+        let dialect = self.dialect();
+        if dialect.is_named() {
+            let message = format!(
+                "upstream sent [DONE], which the {} stream does not use, before {}",
+                dialect.api(),
+                dialect.terminal()
+            );
+            self.fail(ProviderError::new(ErrorKind::Protocol, message));
+            return;
+        }
+        // Usage still owed: the last seen in any chunk.
+        let usage = self.last_usage.take();
+        self.complete(usage, Bytes::from_static(DONE_FRAME));
+    }
+
+    /// The normal end: `usage` (if any, and if none was reported yet), the
+    /// terminal `frame`, then the body is drained.
+    fn complete(&mut self, usage: Option<tollgate::Usage>, frame: Bytes) {
+        if let Some(usage) = usage
+            && !self.usage_reported
         {
             self.usage_reported = true;
+            self.last_usage = None;
             self.pending.push_back(Ok(StreamEvent::Usage(usage)));
         }
-        self.pending
-            .push_back(Ok(StreamEvent::Chunk(Bytes::from_static(DONE_FRAME))));
+        self.pending.push_back(Ok(StreamEvent::Chunk(frame)));
         self.state = match std::mem::replace(&mut self.state, State::Ended) {
             State::Open(open) => State::Draining {
                 body: open.body,
@@ -237,16 +292,22 @@ where
                 return;
             };
             let max = open.decoder.max_event_size();
-            if let Some((len, data)) = canonical_event(rest, max)
+            let named = self.events.dialect().is_named();
+            if let Some(event) = canonical_event(rest, max, named)
                 && rest.first().is_some_and(|&b| open.decoder.idle_before(b))
             {
-                let frame = chunk.slice(at..at + len);
-                at += len;
+                let frame = chunk.slice(at..at + event.len);
+                at += event.len;
                 // As the decoder decides (its data is known valid UTF-8).
-                if std::str::from_utf8(data).is_ok_and(|d| d.trim() == "[DONE]") {
+                let default_type = event.name.is_none_or(|n| n == "message");
+                if default_type
+                    && std::str::from_utf8(event.data).is_ok_and(|d| d.trim() == "[DONE]")
+                {
                     self.on_done();
+                } else if named {
+                    self.on_named_event(event.name, event.data, || frame);
                 } else {
-                    self.on_data_event(data, || frame);
+                    self.on_data_event(event.data, || frame);
                 }
                 continue;
             }
@@ -277,7 +338,8 @@ where
     }
 
     /// The body ended: [DONE] may still be pending in the decoder (without
-    /// its blank line); anything else is a broken stream.
+    /// its blank line); anything else is a broken stream (the terminal
+    /// event of a named dialect always ends with its blank line).
     fn on_body_end(&mut self) {
         let State::Open(open) = &mut self.state else {
             return;
@@ -285,24 +347,25 @@ where
         match open.decoder.finish() {
             Ok(Some(SseItem::Done)) => self.on_done(),
             Ok(Some(SseItem::Event(event))) => self.on_event(event),
-            Ok(None) => self.fail(ProviderError::new(
-                ErrorKind::StreamBroken,
-                "upstream stream ended before [DONE]",
-            )),
+            Ok(None) => {}
             Err(err) => {
                 let err = self.sse_broken(err);
                 self.fail(err);
             }
         }
         if matches!(self.state, State::Open(_)) {
-            self.fail(ProviderError::new(
-                ErrorKind::StreamBroken,
-                "upstream stream ended before [DONE]",
-            ));
+            let message = format!("upstream stream ended before {}", self.dialect().terminal());
+            self.fail(ProviderError::new(ErrorKind::StreamBroken, message));
         }
     }
 
     fn on_event(&mut self, event: SseEvent) {
+        if self.dialect().is_named() {
+            self.on_named_event(event.event.as_deref(), event.data.as_bytes(), || {
+                event.encode()
+            });
+            return;
+        }
         match event.event.as_deref() {
             None | Some("message") => self.on_data_event(event.data.as_bytes(), || event.encode()),
             Some("error") => {
@@ -359,6 +422,30 @@ where
         }
     }
 
+    /// An event of a named dialect (Responses, Messages): `name` is its SSE
+    /// event name, `data` its payload, `frame` its wire form.
+    fn on_named_event(&mut self, name: Option<&str>, data: &[u8], frame: impl FnOnce() -> Bytes) {
+        match self.events.read(name, data) {
+            Err(reason) => {
+                let message = format!("upstream stream event is not a JSON object: {reason}");
+                self.fail(ProviderError::new(ErrorKind::Protocol, message));
+            }
+            Ok(Step::Forward(progress)) => {
+                if let Some(usage) = progress
+                    && !self.usage_reported
+                {
+                    self.last_usage = Some(usage);
+                }
+                self.pending.push_back(Ok(StreamEvent::Chunk(frame())));
+            }
+            Ok(Step::Complete(usage)) => self.complete(Some(usage), frame()),
+            Ok(Step::Declared { message, usage }) => {
+                let err = self.declared(&message, usage);
+                self.end_with(Ok(StreamEvent::Error(frame(), err)));
+            }
+        }
+    }
+
     /// A provider-declared error, with the usage it reported, if any.
     fn declared(&mut self, message: &str, usage: Option<tollgate::Usage>) -> ProviderError {
         let err = ProviderError::new(ErrorKind::Declared, sanitize(message, self.secret()));
@@ -397,7 +484,8 @@ where
         ProviderError::new(
             ErrorKind::StreamBroken,
             format!(
-                "upstream stream failed before [DONE]: {}",
+                "upstream stream failed before {}: {}",
+                self.dialect().terminal(),
                 describe(err, self.secret())
             ),
         )
@@ -407,7 +495,10 @@ where
         match err {
             SseError::Truncated { .. } => ProviderError::new(
                 ErrorKind::StreamBroken,
-                "upstream stream was cut inside an event, before [DONE]",
+                format!(
+                    "upstream stream was cut inside an event, before {}",
+                    self.dialect().terminal()
+                ),
             ),
             err @ SseError::EventTooLarge { .. } => {
                 ProviderError::new(ErrorKind::Protocol, err.to_string())
@@ -470,10 +561,52 @@ where
     }
 }
 
-/// A canonical event at the start of `bytes`: `data: <line>` and a blank
-/// line, LF line ends, the line valid UTF-8 and within `max_event_size`
-/// (what the decoder would take whole). Its length and its data.
-fn canonical_event(bytes: &[u8], max_event_size: usize) -> Option<(usize, &[u8])> {
+/// A canonical event taken whole from the body.
+struct Canonical<'a> {
+    /// Its length in bytes, blank line included.
+    len: usize,
+    /// Its `event:` name, if it has that line.
+    name: Option<&'a str>,
+    /// Its data.
+    data: &'a [u8],
+}
+
+/// A canonical event at the start of `bytes` (what the decoder would take
+/// whole, and re-encode to exactly these bytes): `data: <line>` and a blank
+/// line, LF line ends, the line valid UTF-8 and within `max_event_size`;
+/// with `named`, optionally preceded by `event: <name>` and an LF, the name
+/// non-empty, valid UTF-8, without CR, and counted in the size.
+fn canonical_event(bytes: &[u8], max_event_size: usize, named: bool) -> Option<Canonical<'_>> {
+    const EVENT: &[u8] = b"event: ";
+    let (name, head, rest) = match bytes.strip_prefix(EVENT) {
+        Some(after) if named => {
+            let end = after.iter().position(|&b| b == b'\n')?;
+            let (name, tail) = after.split_at(end);
+            let name = std::str::from_utf8(name)
+                .ok()
+                .filter(|n| !n.is_empty() && !n.contains('\r'))?;
+            if EVENT.len() + end > max_event_size {
+                return None;
+            }
+            // `tail` starts with the LF.
+            (Some(name), EVENT.len() + end + 1, tail.get(1..)?)
+        }
+        _ => (None, 0, bytes),
+    };
+    // The name stays in the decoder's buffer while it reads the data line.
+    let room = max_event_size.saturating_sub(name.map_or(0, str::len));
+    let (len, data) = data_event(rest, room)?;
+    Some(Canonical {
+        len: head + len,
+        name,
+        data,
+    })
+}
+
+/// `data: <line>` and a blank line at the start of `bytes`, LF line ends,
+/// the line valid UTF-8 and within `max_event_size`. Its length and its
+/// data.
+fn data_event(bytes: &[u8], max_event_size: usize) -> Option<(usize, &[u8])> {
     const PREFIX: &[u8] = b"data: ";
     let rest = bytes.strip_prefix(PREFIX)?;
     let end = rest.iter().position(|&b| b == b'\n')?;
@@ -506,8 +639,9 @@ struct ChunkProbe {
     error: Option<Value>,
 }
 
-/// A raw `usage` value in the engine's terms (SPEC Q-6): a value that is
-/// not a usage object is unknown usage.
+/// A raw OpenAI `usage` value (chat or Responses counter names) in the
+/// engine's terms (SPEC Q-6): a value that is not a usage object is unknown
+/// usage. For Anthropic's, see `dialect::anthropic_usage`.
 pub(super) fn engine_usage(raw: Value) -> tollgate::Usage {
     serde_json::from_value::<wire::Usage>(raw)
         .map(|u| u.to_engine())

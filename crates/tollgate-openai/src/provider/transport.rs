@@ -262,10 +262,10 @@ impl HttpClient {
         &self,
         uri: &Uri,
         headers: &HeaderMap,
-        request_id: Option<&HeaderValue>,
+        extra: &[(HeaderName, HeaderValue)],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
-        let sent = self.client.request(post(uri, headers, request_id, body));
+        let sent = self.client.request(post(uri, headers, extra, body));
         async move { sent.await.map_err(|e| SendError(SendFailure::Pooled(e))) }
     }
 
@@ -282,28 +282,27 @@ impl HttpClient {
         &self,
         uri: &Uri,
         headers: &HeaderMap,
-        request_id: Option<&HeaderValue>,
+        extra: &[(HeaderName, HeaderValue)],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<DrivenBody>, SendError>> + Send + 'static {
-        self.streams.send(post(uri, headers, request_id, body))
+        self.streams.send(post(uri, headers, extra, body))
     }
 }
 
-/// A `POST` of `body` to `uri` with `headers` and the request id.
+/// A `POST` of `body` to `uri` with `headers`, then `extra` (the request
+/// id, forwarded headers), each replacing a header of its name.
 fn post(
     uri: &Uri,
     headers: &HeaderMap,
-    request_id: Option<&HeaderValue>,
+    extra: &[(HeaderName, HeaderValue)],
     body: Bytes,
 ) -> Request<Full<Bytes>> {
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = uri.clone();
     *request.headers_mut() = headers.clone();
-    if let Some(id) = request_id {
-        request
-            .headers_mut()
-            .insert(HeaderName::from_static("x-request-id"), id.clone());
+    for (name, value) in extra {
+        request.headers_mut().insert(name.clone(), value.clone());
     }
     request
 }

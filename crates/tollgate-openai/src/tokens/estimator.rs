@@ -1,8 +1,10 @@
-//! Chat and embeddings request estimation.
+//! The estimator, accounting profiles, and chat and embeddings request
+//! estimation.
 
 use serde_json::Value;
 
 use super::encoding::TokenizerKind;
+use super::messages::ANTHROPIC_CHARS_PER_TOKEN;
 use crate::wire::{
     ChatCompletionRequest, ChatMessage, ContentPart, EmbeddingInput, EmbeddingsRequest,
     MessageContent,
@@ -67,15 +69,25 @@ pub enum Profile {
         /// Whether the output cap is counted too.
         output: bool,
     },
+    /// Anthropic's rate limiter: input tokens on the input-token limit
+    /// (ITPM), the `max_tokens` output allowance on the output-token limit
+    /// (OTPM), counted at admission; estimated at
+    /// [`ANTHROPIC_CHARS_PER_TOKEN`] characters per token.
+    ///
+    /// A Messages request is estimated by [`TokenEstimator::messages`];
+    /// any other request is counted as
+    /// `Chars { chars_per_token: ANTHROPIC_CHARS_PER_TOKEN, output: true }`.
+    Anthropic,
 }
 
 impl Profile {
-    /// The configuration name: `tokenizer`, `openai`, `chars`.
+    /// The configuration name: `tokenizer`, `openai`, `chars`, `anthropic`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             Profile::Tokenizer => "tokenizer",
             Profile::OpenAi => "openai",
             Profile::Chars { .. } => "chars",
+            Profile::Anthropic => "anthropic",
         }
     }
 }
@@ -83,9 +95,9 @@ impl Profile {
 /// Estimates requests. Cheap to copy; the tokenizers are process-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenEstimator {
-    default_output: u64,
-    non_text_part: u64,
-    profile: Profile,
+    pub(super) default_output: u64,
+    pub(super) non_text_part: u64,
+    pub(super) profile: Profile,
 }
 
 impl Default for TokenEstimator {
@@ -189,7 +201,15 @@ impl TokenEstimator {
 
     /// Applies the accounting profile to a tokenizer estimate, given the
     /// request's character count.
-    fn apply(&self, tokenized: TokenEstimate, chars: impl FnOnce() -> u64) -> TokenEstimate {
+    pub(super) fn apply(
+        &self,
+        tokenized: TokenEstimate,
+        chars: impl FnOnce() -> u64,
+    ) -> TokenEstimate {
+        let by_chars = |chars: u64, chars_per_token: u32, output: bool| TokenEstimate {
+            input: chars.div_ceil(u64::from(chars_per_token.max(1))),
+            output: if output { tokenized.output } else { 0 },
+        };
         match self.profile {
             Profile::Tokenizer => tokenized,
             Profile::OpenAi => TokenEstimate {
@@ -199,10 +219,8 @@ impl TokenEstimator {
             Profile::Chars {
                 chars_per_token,
                 output,
-            } => TokenEstimate {
-                input: chars().div_ceil(u64::from(chars_per_token.max(1))),
-                output: if output { tokenized.output } else { 0 },
-            },
+            } => by_chars(chars(), chars_per_token, output),
+            Profile::Anthropic => by_chars(chars(), ANTHROPIC_CHARS_PER_TOKEN, true),
         }
     }
 
@@ -310,7 +328,7 @@ fn message_chars(message: &ChatMessage) -> u64 {
     }
 }
 
-fn json_tokens(kind: TokenizerKind, value: &Value) -> u64 {
+pub(super) fn json_tokens(kind: TokenizerKind, value: &Value) -> u64 {
     // Serialising a `Value` cannot fail (its map keys are strings).
     let text = serde_json::to_string(value).unwrap_or_default();
     kind.count(&text)

@@ -1,5 +1,7 @@
 //! Serde types for the OpenAI HTTP API as a gateway, simulator and client see
-//! it.
+//! it: chat completions, embeddings, models, errors, the Responses API
+//! request ([`ResponsesRequest`], SPEC WIRE-1), and Anthropic's Messages API
+//! request ([`MessagesRequest`], SPEC WIRE-3).
 //!
 //! Every request and response struct has an `extra` map filled through
 //! `#[serde(flatten)]`: fields this crate does not model are kept and written
@@ -16,7 +18,9 @@
 mod chat;
 mod embeddings;
 mod error;
+mod messages;
 mod models;
+mod responses;
 mod usage;
 
 pub use chat::{
@@ -28,5 +32,7 @@ pub use embeddings::{
     Embedding, EmbeddingInput, EmbeddingVector, EmbeddingsRequest, EmbeddingsResponse,
 };
 pub use error::{ErrorBody, ErrorResponse};
+pub use messages::{AnthropicMessage, MessagesRequest};
 pub use models::{Model, ModelList};
+pub use responses::ResponsesRequest;
 pub use usage::{Counter, Usage, UsageCounters};

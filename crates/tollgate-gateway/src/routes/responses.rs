@@ -1,0 +1,63 @@
+//! `POST /v1/responses`: OpenAI's Responses API, one-shot and streaming,
+//! under the same admission, deadline, retry and settlement rules as chat
+//! completions (SPEC WIRE-1).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use bytes::Bytes;
+use tollgate::TokenEstimate;
+use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::{Endpoint, ResponsesRequest, UpstreamRequest};
+
+use super::flow::{Route, handle};
+use crate::config::ApiRoute;
+use crate::error::Dialect;
+use crate::live::Live;
+
+/// The Responses route.
+pub struct Responses;
+
+impl Route for Responses {
+    type Request = ResponsesRequest;
+    const NAME: &'static str = "responses";
+    const ROUTE: ApiRoute = ApiRoute::Responses;
+    const DIALECT: Dialect = Dialect::Responses;
+
+    fn model(request: &ResponsesRequest) -> &str {
+        &request.model
+    }
+
+    fn estimate(estimator: &TokenEstimator, request: &ResponsesRequest) -> TokenEstimate {
+        estimator.responses(request).into()
+    }
+
+    fn upstream(
+        request: &ResponsesRequest,
+        body: &Bytes,
+        upstream_model: &str,
+    ) -> Result<UpstreamRequest, serde_json::Error> {
+        // Usage comes in the terminal event: nothing to inject, so the body
+        // goes as it came unless the model is renamed.
+        if request.model == upstream_model {
+            let stream = request.is_stream();
+            return Ok(UpstreamRequest::new(
+                Endpoint::Responses,
+                body.clone(),
+                stream,
+                stream,
+            ));
+        }
+        UpstreamRequest::responses(request, upstream_model)
+    }
+
+    fn is_stream(request: &ResponsesRequest) -> bool {
+        request.is_stream()
+    }
+}
+
+/// The handler.
+pub async fn responses(State(live): State<Arc<Live>>, request: Request) -> Response {
+    handle::<Responses>(&live.current(), request).await
+}

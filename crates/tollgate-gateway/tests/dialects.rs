@@ -1,0 +1,656 @@
+//! The wider wire end to end (SPEC WIRE-1..WIRE-4, Q-12): the Responses
+//! route, Anthropic's Messages route and the Azure and OpenAI-compatible
+//! flavours, through real sockets against the strict simulator, which
+//! refuses any request of the wrong shape (path, query, key header) and
+//! counts every window itself.
+
+mod common;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use common::upstream::{Reply, Scripted};
+use common::*;
+use serde_json::{Value, json};
+use tollgate_sim::SimConfig;
+
+/// The gateway's own upstream keys, read from these variables.
+const AZURE_KEY_VAR: &str = "TOLLGATE_TEST_DIALECTS_AZURE_KEY";
+const ANTHROPIC_KEY_VAR: &str = "TOLLGATE_TEST_DIALECTS_ANTHROPIC_KEY";
+const COMPAT_KEY_VAR: &str = "TOLLGATE_TEST_DIALECTS_COMPAT_KEY";
+const AZURE_KEY: &str = "az-upstream-secret";
+const ANTHROPIC_KEY: &str = "ant-upstream-secret";
+const COMPAT_KEY: &str = "compat-upstream-secret";
+
+/// Sets the upstream key variables once, before any test of this binary
+/// does anything else (every test calls it first, so no thread reads the
+/// environment while it is written).
+fn keys() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `keys()` before starting
+        // any thread, socket or runtime work, and `Once` makes them wait
+        // until it returns: nothing reads the environment concurrently.
+        unsafe {
+            std::env::set_var(AZURE_KEY_VAR, AZURE_KEY);
+            std::env::set_var(ANTHROPIC_KEY_VAR, ANTHROPIC_KEY);
+            std::env::set_var(COMPAT_KEY_VAR, COMPAT_KEY);
+        }
+    });
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    keys();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A gateway config with one provider table `provider` (TOML lines), one
+/// scope `main` (`scope` lines) and model `m` (`model` lines).
+fn config(provider: &str, scope: &str, model: &str) -> String {
+    format!(
+        r#"
+[retry]
+base_delay = "20ms"
+max_delay = "100ms"
+
+[providers.up]
+{provider}
+
+[scopes.main]
+{scope}
+
+[models.m]
+provider = "up"
+scope = "main"
+{model}
+
+{}
+"#,
+        tenants("", "")
+    )
+}
+
+async fn post(gw: &Gateway, path: &str, key: &str, body: &Value) -> reqwest::Response {
+    bounded(
+        "request answered",
+        client()
+            .post(gw.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send(),
+    )
+    .await
+    .expect("the gateway answers")
+}
+
+fn responses_body(stream: bool) -> Value {
+    json!({
+        "model": "m",
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say something."}]}],
+        "max_output_tokens": 32,
+        "stream": stream,
+    })
+}
+
+/// The named events (`event:` lines) and data payloads of an SSE body.
+async fn named_events(resp: reqwest::Response) -> (Vec<String>, Vec<Value>) {
+    // A stream that failed ends with its error event, then an aborted
+    // transfer: keep what arrived.
+    let mut text = String::new();
+    let mut body = resp.bytes_stream();
+    bounded("the SSE body ends", async {
+        while let Some(Ok(chunk)) = futures_util::StreamExt::next(&mut body).await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let mut names = Vec::new();
+    let mut data = Vec::new();
+    for event in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
+        for line in event.lines() {
+            if let Some(name) = line.strip_prefix("event:") {
+                names.push(name.trim().to_owned());
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push(serde_json::from_str(d.trim()).expect("event data is JSON"));
+            }
+        }
+    }
+    (names, data)
+}
+
+// proves: WIRE-1 (Responses one-shot and stream through the gateway, usage
+// settled from `usage` / `response.completed`), Q-5
+#[test]
+fn responses_route_one_shot_and_stream_settle() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            rpm: Some(600),
+            tpm: Some(100_000),
+            completion_tokens: 8,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &format!("base_url = \"{}\"", sim.openai_base_url()),
+            "rpm = 600\ntpm = 100000",
+            "upstream_model = \"sim-chat\"",
+        ))
+        .await;
+
+        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["object"], "response");
+        let one_shot = body["usage"]["total_tokens"].as_u64().expect("usage");
+
+        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(true)).await;
+        assert_eq!(resp.status(), 200);
+        let (names, data) = named_events(resp).await;
+        assert_eq!(names.first().map(String::as_str), Some("response.created"));
+        assert_eq!(
+            names.last().map(String::as_str),
+            Some("response.completed"),
+            "{names:?}"
+        );
+        let streamed = data
+            .last()
+            .and_then(|d| d.pointer("/response/usage/total_tokens"))
+            .and_then(Value::as_u64)
+            .expect("usage in response.completed");
+
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.routes.responses, 2);
+        assert_eq!(stats.rejected_429.total(), 0);
+        let main = gw.upstream_scope("main");
+        assert_eq!(main.counters.tokens_reported, one_shot + streamed);
+        assert_eq!(stats.tokens_charged, one_shot + streamed);
+    });
+}
+
+// proves: WIRE-4 (a model serves only the routes its flavour offers: an
+// OpenAI-compatible model is unknown on /v1/responses unless it lists it)
+#[test]
+fn routes_a_model_does_not_serve_are_unknown_there() {
+    runtime().block_on(async {
+        let sim = fast_sim().await;
+        let gw = Gateway::start(&config(
+            &format!(
+                "flavor = \"openai_compatible\"\nbase_url = \"{}\"",
+                sim.openai_base_url()
+            ),
+            "rpm = 600",
+            "",
+        ))
+        .await;
+        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
+        let (status, _, error) = error_of(resp).await;
+        assert_eq!(status, 404);
+        assert_eq!(code(&error), "model_not_found");
+        let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("m", false)).await;
+        assert_eq!(resp.status(), 200);
+        let resp = post(&gw, "/v1/messages", KEY_A, &messages_body(false, 16)).await;
+        assert_eq!(resp.status(), 404);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["type"], "error", "Anthropic's format: {body}");
+        assert_eq!(body["error"]["type"], "not_found_error");
+        assert_eq!(sim.stats().routes.responses, 0);
+    });
+}
+
+// proves: WIRE-2 (azure: deployment path, api-version query, api-key
+// header and no Authorization; the client's key never goes upstream)
+#[test]
+fn azure_requests_have_azure_shape() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            azure_key: Some(AZURE_KEY.to_owned()),
+            require_key: Some("only-for-openai-routes".to_owned()),
+            ..SimConfig::default()
+        })
+        .await;
+        let base = sim.openai_base_url();
+        let root = base.trim_end_matches("/v1");
+        let gw = Gateway::start(&config(
+            &format!(
+                "flavor = \"azure\"\nbase_url = \"{root}\"\napi_version = \"2024-10-21\"\n\
+                 api_key_env = \"{AZURE_KEY_VAR}\""
+            ),
+            "rpm = 600",
+            "upstream_model = \"gpt-4o-prod\"",
+        ))
+        .await;
+        let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("m", false)).await;
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["model"], "gpt-4o-prod", "the deployment answered");
+        let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("m", true)).await;
+        assert_eq!(resp.status(), 200);
+        assert!(read_sse(resp).await.completed());
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.routes.azure_chat_completions, 2, "{stats:?}");
+        assert_eq!(stats.unauthorized, 0, "key in api-key, no Authorization");
+        assert_eq!(stats.routes.not_found, 0, "api-version was sent");
+        assert_eq!(stats.routes.chat_completions, 0);
+    });
+}
+
+// proves: WIRE-2 (openai_compatible: the key in the configured header after
+// the configured prefix, static headers and query parameters, never the
+// client's key)
+#[test]
+fn openai_compatible_sends_its_key_where_configured() {
+    runtime().block_on(async {
+        let upstream = Scripted::start(vec![Reply::ok()]).await;
+        let gw = Gateway::start(&config(
+            &format!(
+                "flavor = \"openai_compatible\"\nbase_url = \"{}\"\n\
+                 api_key_env = \"{COMPAT_KEY_VAR}\"\nauth_header = \"X-Api-Token\"\n\
+                 auth_prefix = \"Token \"\nheaders = {{ \"X-Team\" = \"search\" }}\n\
+                 query = {{ tenant = \"a b\" }}",
+                upstream.base_url
+            ),
+            "rpm = 600",
+            "",
+        ))
+        .await;
+        let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("m", false)).await;
+        assert_eq!(resp.status(), 200);
+        let seen = upstream.seen();
+        assert_eq!(seen.len(), 1);
+        let h = &seen[0].headers;
+        assert_eq!(h["x-api-token"], format!("Token {COMPAT_KEY}").as_str());
+        assert_eq!(h["x-team"], "search");
+        assert!(h.get("authorization").is_none(), "no bearer key: {h:?}");
+        assert_eq!(seen[0].uri, "/v1/chat/completions?tenant=a+b");
+        assert!(
+            !format!("{h:?}").contains(KEY_A),
+            "the client's key never goes upstream"
+        );
+    });
+}
+
+fn messages_body(stream: bool, max_tokens: u64) -> Value {
+    json!({
+        "model": "m",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Say something in a few words."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    })
+}
+
+fn anthropic_provider(sim: &tollgate_sim::SimServer) -> String {
+    format!(
+        "flavor = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"{ANTHROPIC_KEY_VAR}\"",
+        sim.openai_base_url()
+    )
+}
+
+async fn post_messages(gw: &Gateway, key: &str, body: &Value) -> reqwest::Response {
+    bounded(
+        "messages answered",
+        client()
+            .post(gw.url("/v1/messages"))
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01")
+            .json(body)
+            .send(),
+    )
+    .await
+    .expect("the gateway answers")
+}
+
+// proves: WIRE-3 (Messages one-shot and stream passed through with the
+// gateway's own key, settled from usage; Anthropic-format errors; a client
+// key in x-api-key identifies the tenant)
+#[test]
+fn messages_route_one_shot_stream_and_errors() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            anthropic_rpm: Some(600),
+            itpm: Some(100_000),
+            otpm: Some(20_000),
+            completion_tokens: 8,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &anthropic_provider(&sim),
+            "algorithm = \"token_bucket\"\nrpm = 600\nitpm = 100000\notpm = 20000",
+            "upstream_model = \"sim-claude\"",
+        ))
+        .await;
+
+        let resp = post_messages(&gw, KEY_A, &messages_body(false, 64)).await;
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["type"], "message");
+        assert_eq!(body["model"], "sim-claude");
+        let input = body["usage"]["input_tokens"].as_u64().expect("input");
+        let output = body["usage"]["output_tokens"].as_u64().expect("output");
+
+        let resp = post_messages(&gw, KEY_A, &messages_body(true, 64)).await;
+        assert_eq!(resp.status(), 200);
+        let (names, _) = named_events(resp).await;
+        assert_eq!(names.first().map(String::as_str), Some("message_start"));
+        assert_eq!(names.last().map(String::as_str), Some("message_stop"));
+
+        // Errors in Anthropic's format: an unknown key, an unknown model.
+        let resp = post_messages(&gw, "sk-wrong", &messages_body(false, 64)).await;
+        assert_eq!(resp.status(), 401);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+        let mut unknown = messages_body(false, 64);
+        unknown["model"] = json!("nope");
+        let resp = post_messages(&gw, KEY_A, &unknown).await;
+        assert_eq!(resp.status(), 404);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["error"]["type"], "not_found_error", "{body}");
+
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.routes.messages, 2, "{stats:?}");
+        assert_eq!(stats.unauthorized, 0, "the gateway's key went upstream");
+        assert_eq!(stats.rejected_429.total(), 0);
+        let main = gw.upstream_scope("main");
+        // Both calls settled with the simulator's own counts (Q-5, Q-12).
+        assert_eq!(main.counters.tokens_reported, 2 * (input + output));
+        assert_eq!(stats.input_tokens_charged, 2 * input);
+        assert_eq!(stats.output_tokens_charged, 2 * output);
+    });
+}
+
+/// Asserts that some access-log line says the call waited for `dimension`
+/// and that none names another limit.
+async fn assert_limited_by(lines: &parking_lot::Mutex<Vec<String>>, n: usize, dimension: &str) {
+    eventually("every access line", || lines.lock().len() >= n).await;
+    let lines = lines.lock().clone();
+    let named: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split("limited_by=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert!(named.contains(&dimension), "{named:?}");
+    assert!(
+        named.iter().all(|n| *n == "none" || *n == dimension),
+        "{named:?}"
+    );
+}
+
+/// Runs `n` Messages calls with `concurrency` at a time; each must
+/// succeed.
+async fn messages_load(gw: &Gateway, n: usize, concurrency: usize, body: Value) {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let permit = gate.clone().acquire_owned().await.expect("gate");
+        let (url, body) = (gw.url("/v1/messages"), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let resp = client()
+                .post(url)
+                .header("x-api-key", KEY_A)
+                .header("anthropic-version", "2023-06-01")
+                .json(&body)
+                .send()
+                .await
+                .expect("answered");
+            drop(permit);
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap_or_default();
+            (status, text)
+        }));
+    }
+    for t in tasks {
+        let (status, text) = t.await.expect("task");
+        assert_eq!(status, 200, "{text}");
+    }
+}
+
+// proves: Q-12 (the input-token limit binds a load of long prompts: the
+// simulator never refuses and the scope's refusals or waits name
+// input_tokens), WIRE-3
+#[test]
+fn itpm_binds_long_prompts_without_provider_429s() {
+    runtime().block_on(async {
+        let window = Duration::from_secs(2);
+        let sim = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            window,
+            itpm: Some(2_000),
+            otpm: Some(100_000),
+            completion_tokens: 4,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &anthropic_provider(&sim),
+            "algorithm = \"token_bucket\"\nlimits = [{ input_tokens = 2000, per = \"2s\" }, \
+             { output_tokens = 100000, per = \"2s\" }]",
+            "upstream_model = \"sim-claude\"",
+        ))
+        .await;
+        // About 400 characters: the gateway reserves ~140 input tokens, the
+        // simulator counts ~106; 30 calls need about two windows of input.
+        let prompt = "word ".repeat(80);
+        let body = json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 4,
+        });
+        let lines = gw.app.access_log.capture();
+        messages_load(&gw, 30, 8, body).await;
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+        assert_eq!(stats.routes.messages, 30);
+        assert_limited_by(&lines, 30, "input_tokens").await;
+    });
+}
+
+// proves: Q-12 (the output allowance binds: max_tokens is reserved on the
+// output-token limit and the unused part given back), WIRE-3
+#[test]
+fn otpm_binds_large_max_tokens_without_provider_429s() {
+    runtime().block_on(async {
+        let window = Duration::from_secs(2);
+        let sim = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            window,
+            itpm: Some(100_000),
+            otpm: Some(2_000),
+            completion_tokens: 8,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &anthropic_provider(&sim),
+            "algorithm = \"token_bucket\"\nlimits = [{ input_tokens = 100000, per = \"2s\" }, \
+             { output_tokens = 2000, per = \"2s\" }]",
+            "upstream_model = \"sim-claude\"",
+        ))
+        .await;
+        let lines = gw.app.access_log.capture();
+        messages_load(&gw, 16, 8, messages_body(false, 500)).await;
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+        assert_limited_by(&lines, 16, "output_tokens").await;
+    });
+}
+
+/// A Responses or Messages stream request on `path`.
+async fn stream_on(gw: &Gateway, path: &str) -> reqwest::Response {
+    let body = if path == "/v1/messages" {
+        let mut body = messages_body(true, 16);
+        body["model"] = json!("c");
+        body
+    } else {
+        responses_body(true)
+    };
+    bounded(
+        "stream answered",
+        client()
+            .post(gw.url(path))
+            .bearer_auth(KEY_A)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("the gateway answers")
+}
+
+/// A gateway in front of `sim` serving model `m` on both dialects' routes
+/// (two models: `m` on OpenAI's routes, `c` on Anthropic's).
+async fn both_dialects(sim: &tollgate_sim::SimServer, scope: &str) -> Gateway {
+    Gateway::start(&format!(
+        r#"
+[retry]
+base_delay = "10ms"
+max_delay = "50ms"
+max_attempts = 6
+
+[providers.up]
+base_url = "{base}"
+[providers.ant]
+flavor = "anthropic"
+base_url = "{base}"
+api_key_env = "{ANTHROPIC_KEY_VAR}"
+
+[scopes.main]
+{scope}
+
+[models.m]
+provider = "up"
+scope = "main"
+upstream_model = "sim-chat"
+[models.c]
+provider = "ant"
+upstream_model = "sim-claude"
+
+{}
+"#,
+        tenants("", ""),
+        base = sim.openai_base_url(),
+    ))
+    .await
+}
+
+// proves: WIRE-1, WIRE-3 (same retry rules as chat: a stream refused before
+// its first event is retried; one broken after it is not replayed and ends
+// with an error event in the route's dialect), LC-3
+#[test]
+fn streams_retry_before_the_first_event_and_never_replay_after() {
+    runtime().block_on(async {
+        // Every request fails with a 5xx on a seeded share of attempts.
+        let flaky = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            error_rate: 0.4,
+            seed: 7,
+            completion_tokens: 4,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = both_dialects(&flaky, "rpm = 600").await;
+        for path in ["/v1/responses", "/v1/messages"] {
+            for _ in 0..6 {
+                let resp = stream_on(&gw, path).await;
+                assert_eq!(resp.status(), 200, "{path}");
+                let (names, _) = named_events(resp).await;
+                let last = names.last().map(String::as_str);
+                assert!(
+                    matches!(last, Some("response.completed" | "message_stop")),
+                    "{path}: {names:?}"
+                );
+            }
+        }
+        gw.wait_idle().await;
+        let stats = flaky.stats();
+        assert!(stats.faults.server_error > 0, "retried 5xx: {stats:?}");
+        assert_eq!(stats.ok, 12);
+
+        // Every stream is cut after its first events.
+        let cut = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            disconnect_rate: 1.0,
+            completion_tokens: 8,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = both_dialects(&cut, "rpm = 600").await;
+        let resp = stream_on(&gw, "/v1/responses").await;
+        assert_eq!(resp.status(), 200);
+        let (names, data) = named_events(resp).await;
+        assert_eq!(names.last().map(String::as_str), Some("error"), "{names:?}");
+        let error = data.last().expect("error event");
+        assert_eq!(error["type"], "error");
+        assert!(error["message"].is_string(), "{error}");
+        let resp = stream_on(&gw, "/v1/messages").await;
+        assert_eq!(resp.status(), 200);
+        let (names, data) = named_events(resp).await;
+        assert_eq!(names.last().map(String::as_str), Some("error"), "{names:?}");
+        let error = data.last().expect("error event");
+        assert_eq!(error["type"], "error");
+        assert!(
+            error["error"]["type"].is_string(),
+            "Anthropic's shape: {error}"
+        );
+        gw.wait_idle().await;
+        let stats = cut.stats();
+        assert_eq!(stats.requests_total, 2, "never replayed: {stats:?}");
+        assert_eq!(stats.faults.disconnect, 2);
+    });
+}
+
+// proves: WIRE-1 (a Responses load needing several windows draws no
+// provider 429: admission is exact on this route too), Q-7
+#[test]
+fn responses_load_over_several_windows_draws_no_provider_429() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            rpm: Some(10),
+            window: Duration::from_secs(1),
+            completion_tokens: 4,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = both_dialects(&sim, "limits = [{ requests = 10, per = \"1s\" }]").await;
+        let mut tasks = Vec::new();
+        for i in 0..30 {
+            let (url, stream) = (gw.url("/v1/responses"), i % 2 == 0);
+            tasks.push(tokio::spawn(async move {
+                let resp = client()
+                    .post(url)
+                    .bearer_auth(KEY_A)
+                    .json(&responses_body(stream))
+                    .send()
+                    .await
+                    .expect("answered");
+                let status = resp.status().as_u16();
+                let body = resp.text().await.unwrap_or_default();
+                (status, body)
+            }));
+        }
+        for t in tasks {
+            let (status, body) = t.await.expect("task");
+            assert_eq!(status, 200, "{body}");
+            assert!(
+                body.contains("response.completed") || body.contains("\"object\":\"response\""),
+                "{body}"
+            );
+        }
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert_eq!(stats.routes.responses, 30);
+        assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+        assert!(stats.max_requests_in_window <= 10, "{stats:?}");
+    });
+}
