@@ -20,11 +20,12 @@
 //! * A connection goes back to the pool only after its body ended
 //!   normally and hyper reports it ready for another request; anything
 //!   else (an error, a body dropped early, `connection: close`) closes it.
-//! * Idle connections are not watched: a connection the server closed
-//!   while idle is found out when it is taken (polled once first, without
-//!   a waker) and dropped then. Idle ones past the pool's idle timeout are
-//!   dropped when their host is next used; at most `max_idle_per_host`
-//!   stay per host.
+//! * Idle connections are not polled with a waker: a connection the
+//!   server closed while idle is found out when it is taken (polled once
+//!   first, without a waker) or by the pool's reaper, and dropped then.
+//!   Idle ones past the pool's idle timeout are dropped when their host is
+//!   next used or by the reaper (every half timeout while any is idle); at
+//!   most `max_idle_per_host` stay per host.
 //! * Only HTTP/1.1 is spoken (the TLS handshake offers no ALPN: an
 //!   upstream that speaks only HTTP/2 over TLS fails on this path).
 

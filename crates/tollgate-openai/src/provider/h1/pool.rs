@@ -1,13 +1,18 @@
 //! Idle HTTP/1.1 connections of the stream path, per upstream host.
 //!
-//! Nothing watches them: connections past the idle timeout are dropped
-//! when their host is next used (taken or given back), at most
-//! `max_idle_per_host` stay per host.
+//! At most `max_idle_per_host` stay per host. Connections past the idle
+//! timeout are dropped when their host is next used (taken or given
+//! back), and by a reaper task: while the pool holds idle connections, it
+//! wakes every half idle timeout, drops the expired ones and those the
+//! server closed, and ends when the pool is empty or dropped (it holds the
+//! pool only weakly). So an upstream that is no longer called keeps no
+//! socket open past the timeout (plus half of it).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
@@ -86,6 +91,8 @@ pub(super) struct Pool {
     idle: Arc<Mutex<HashMap<Key, Vec<Idle>>>>,
     max_idle_per_host: usize,
     idle_timeout: Option<Duration>,
+    /// A reaper task is running.
+    reaping: Arc<AtomicBool>,
 }
 
 impl Pool {
@@ -94,6 +101,7 @@ impl Pool {
             idle: Arc::new(Mutex::new(HashMap::new())),
             max_idle_per_host,
             idle_timeout,
+            reaping: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -143,6 +151,25 @@ impl Pool {
         });
         drop(map);
         drop(dropped);
+        self.start_reaper();
+    }
+
+    /// Starts the reaper unless one runs, there is no idle timeout or no
+    /// runtime to run it on.
+    fn start_reaper(&self) {
+        let Some(timeout) = self.idle_timeout else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let idle = Arc::downgrade(&self.idle);
+        let reaping = Arc::clone(&self.reaping);
+        let period = (timeout / 2).max(Duration::from_millis(1));
+        runtime.spawn(reap(idle, reaping, timeout, period));
     }
 
     /// Idle connections held for `key` (for tests).
@@ -150,5 +177,46 @@ impl Pool {
     pub(super) fn idle(&self, key: &Key) -> usize {
         let map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(key).map_or(0, Vec::len)
+    }
+}
+
+/// The reaper (see the module documentation): every `period`, drops the
+/// connections idle for `timeout` or more and those no longer usable; ends
+/// when nothing is idle or the pool is gone, clearing `reaping`.
+async fn reap(
+    idle: Weak<Mutex<HashMap<Key, Vec<Idle>>>>,
+    reaping: Arc<AtomicBool>,
+    timeout: Duration,
+    period: Duration,
+) {
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(idle) = idle.upgrade() else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        let mut map = idle.lock().unwrap_or_else(PoisonError::into_inner);
+        for list in map.values_mut() {
+            let mut kept = Vec::with_capacity(list.len());
+            for mut entry in list.drain(..) {
+                if entry.since.elapsed() >= timeout || !entry.conn.reusable() {
+                    dropped.push(entry);
+                } else {
+                    kept.push(entry);
+                }
+            }
+            *list = kept;
+        }
+        map.retain(|_, list| !list.is_empty());
+        let empty = map.is_empty();
+        if empty {
+            // Cleared under the lock: a `put` after it starts a new reaper.
+            reaping.store(false, Ordering::Release);
+        }
+        drop(map);
+        drop(dropped);
+        if empty {
+            return;
+        }
     }
 }

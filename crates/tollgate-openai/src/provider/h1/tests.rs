@@ -388,3 +388,28 @@ async fn the_pool_is_capped_and_expires() {
     assert_eq!(relayed(&items(&brief).await).2, None);
     assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
 }
+
+// An upstream no longer called keeps no idle connection past the pool's
+// idle timeout: the reaper closes it without the host being used again.
+#[tokio::test]
+async fn idle_connections_are_reaped_without_further_use() {
+    let up = upstream(Answer::Stream { piece: 64 }).await;
+    let brief = HttpProvider::builder(&up.base)
+        .pool_idle_timeout(Some(Duration::from_millis(40)))
+        .build()
+        .expect("provider");
+    assert_eq!(relayed(&items(&brief).await).2, None);
+    let url = chat_url(&up.base);
+    assert_eq!(brief.client().stream_idle(&url), 1);
+    let reaped = async {
+        while brief.client().stream_idle(&url) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reaped)
+        .await
+        .expect("the idle connection is reaped");
+    // The pool still works afterwards, on a new connection.
+    assert_eq!(relayed(&items(&brief).await).2, None);
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
+}
