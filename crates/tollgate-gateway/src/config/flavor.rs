@@ -279,13 +279,21 @@ impl ProviderWire {
                 }
             }
         }
-        if let Some(header) = &self.auth_header
-            && HeaderName::from_bytes(header.trim().as_bytes()).is_err()
-        {
-            return Err(Problem::invalid(
-                &at.key("auth_header"),
-                format!("{header:?} is not a valid HTTP header name"),
-            ));
+        if let Some(header) = &self.auth_header {
+            let Ok(name) = HeaderName::from_bytes(header.trim().as_bytes()) else {
+                return Err(Problem::invalid(
+                    &at.key("auth_header"),
+                    format!("{header:?} is not a valid HTTP header name"),
+                ));
+            };
+            if name != http::header::AUTHORIZATION && GATEWAY_HEADERS.contains(&name.as_str()) {
+                return Err(Problem::invalid(
+                    &at.key("auth_header"),
+                    format!(
+                        "{header:?} is set by the gateway itself; name the header the key goes in"
+                    ),
+                ));
+            }
         }
         if let Some(prefix) = &self.auth_prefix
             && HeaderValue::from_str(prefix).is_err()
@@ -306,18 +314,7 @@ impl ProviderWire {
             if HeaderValue::from_str(value).is_err() {
                 return Err(Problem::invalid(&path, "the value must be printable ASCII"));
             }
-            if matches!(
-                header.as_str(),
-                "authorization"
-                    | "api-key"
-                    | "x-api-key"
-                    | "content-type"
-                    | "content-length"
-                    | "host"
-                    | "accept"
-                    | "x-request-id"
-                    | "transfer-encoding"
-            ) {
+            if GATEWAY_HEADERS.contains(&header.as_str()) {
                 return Err(Problem::invalid(
                     &path,
                     format!(
@@ -344,6 +341,23 @@ impl ProviderWire {
         Ok(())
     }
 }
+
+/// Headers the gateway sets (keys, framing, the request id): neither `headers` nor `auth_header` may name them.
+const GATEWAY_HEADERS: [&str; 13] = [
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "content-type",
+    "content-length",
+    "host",
+    "accept",
+    "x-request-id",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "upgrade",
+    "expect",
+];
 
 /// Whether `name` can be an Azure deployment name in a URL path: letters,
 /// digits, `-`, `_`, `.` (what Azure allows), and not `.` or `..`.

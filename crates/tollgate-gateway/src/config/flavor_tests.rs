@@ -140,6 +140,23 @@ fn flavour_settings_errors_are_located() {
         "providers.p.auth_header",
         "not a valid HTTP header name",
     );
+    for reserved in [
+        "X-Request-Id",
+        "Content-Type",
+        "Host",
+        "Content-Length",
+        "x-api-key",
+    ] {
+        fail_at(
+            &file(
+                &format!("flavor = \"openai_compatible\"\nauth_header = \"{reserved}\""),
+                "",
+                "",
+            ),
+            "providers.p.auth_header",
+            "set by the gateway itself",
+        );
+    }
     fail_at(
         &file("headers = { \"Authorization\" = \"Bearer x\" }", "", ""),
         "providers.p.headers.Authorization",

@@ -159,9 +159,19 @@ impl EventReader {
         })
     }
 
+    /// An Anthropic event. `message_start`'s `output_tokens` is a
+    /// placeholder (Anthropic sends 1 before anything is generated), so
+    /// output is taken only from `message_delta` (cumulative): a stream
+    /// whose deltas carry no usage keeps its output unknown, and so its
+    /// whole output allowance charged, never the placeholder.
     fn messages_step(&mut self, kind: &str, probe: EventProbe) -> Step {
         let update = match kind {
-            "message_start" => probe.message.and_then(|m| m.usage),
+            "message_start" => probe.message.and_then(|m| m.usage).map(|mut raw| {
+                if let Some(members) = raw.as_object_mut() {
+                    members.remove("output_tokens");
+                }
+                raw
+            }),
             "message_delta" => probe.usage,
             "message_stop" => return Step::Complete(self.anthropic.to_engine()),
             _ => None,
@@ -271,11 +281,20 @@ impl AnthropicUsage {
     }
 
     /// The engine's view: see [`anthropic_usage`].
+    ///
+    /// Anthropic always reports `output_tokens`: where it has not (a stream
+    /// whose `message_delta` carried no usage), the output is unknown, not
+    /// zero, so the usage is unknown and the whole reservation stays
+    /// counted (SPEC Q-5).
     pub(super) fn to_engine(self) -> tollgate::Usage {
+        let output = match self.output {
+            Counter::Absent => Counter::Invalid,
+            reported => reported,
+        };
         tollgate::Usage::from_counters(
             Counter::Absent,
             sum(self.input, self.cache_creation),
-            self.output,
+            output,
             self.cache_read,
         )
     }

@@ -75,8 +75,10 @@ pub enum Profile {
     /// [`ANTHROPIC_CHARS_PER_TOKEN`] characters per token.
     ///
     /// A Messages request is estimated by [`TokenEstimator::messages`];
-    /// any other request is counted as
-    /// `Chars { chars_per_token: ANTHROPIC_CHARS_PER_TOKEN, output: true }`.
+    /// any other request (e.g. sent to Anthropic's OpenAI-compatible
+    /// endpoint) reserves `ceil(chars / ANTHROPIC_CHARS_PER_TOKEN)` of its
+    /// text, never less than the tokenizer's count (which also covers its
+    /// tools, schemas and non-text parts), plus the output cap.
     Anthropic,
 }
 
@@ -220,7 +222,16 @@ impl TokenEstimator {
                 chars_per_token,
                 output,
             } => by_chars(chars(), chars_per_token, output),
-            Profile::Anthropic => by_chars(chars(), ANTHROPIC_CHARS_PER_TOKEN, true),
+            // On an OpenAI-shaped request (an OpenAI-compatible endpoint
+            // of Anthropic's): the character rule for the text, never
+            // below the tokenizer's count, which also holds the tools,
+            // schemas and non-text parts the character count leaves out.
+            Profile::Anthropic => TokenEstimate {
+                input: tokenized
+                    .input
+                    .max(chars().div_ceil(u64::from(ANTHROPIC_CHARS_PER_TOKEN))),
+                output: tokenized.output,
+            },
         }
     }
 

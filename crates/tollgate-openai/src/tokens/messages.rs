@@ -117,7 +117,9 @@ impl TokenEstimator {
         if let Some(tools) = request.tools.as_ref().filter(|t| !t.is_empty()) {
             input = input.saturating_add(ANTHROPIC_TOOLS_OVERHEAD_TOKENS);
             for tool in tools {
-                input = input.saturating_add(counter.json(tool));
+                input = input
+                    .saturating_add(counter.json(tool))
+                    .saturating_add(builtin_tool_tokens(tool));
             }
         }
         let output = if counts_output {
@@ -126,6 +128,25 @@ impl TokenEstimator {
             0
         };
         TokenEstimate { input, output }
+    }
+}
+
+/// The fixed cost Anthropic documents for one of its schema-less built-in
+/// client tools (the definition itself is a type and a name, so its JSON
+/// says almost nothing of it): `bash_*` 245 input tokens, `text_editor_*`
+/// 700, `computer_*` 735 plus the 499 of its system prompt. Other tools
+/// (custom tools, server tools such as web search, which bill per use)
+/// add nothing here.
+fn builtin_tool_tokens(tool: &Value) -> u64 {
+    let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
+    if kind.starts_with("bash_") {
+        245
+    } else if kind.starts_with("text_editor_") {
+        700
+    } else if kind.starts_with("computer_") {
+        735 + 499
+    } else {
+        0
     }
 }
 

@@ -102,6 +102,62 @@ fn visit_request<'a>(request: &'a ResponsesRequest, f: &mut impl FnMut(Piece<'a>
         Some(other) => visit_item(other, f),
         None => {}
     }
+    // A stored prompt's variables are text the model reads too.
+    if let Some(variables) = request.extra.get("prompt").and_then(|p| p.get("variables")) {
+        visit_leaves(variables, 0, f);
+    }
+}
+
+/// The members of an item [`visit_item`] reads for what they are; every
+/// other member's text is counted by [`visit_leaves`].
+const ITEM_KNOWN: [&str; 11] = [
+    "type",
+    "id",
+    "status",
+    "role",
+    "content",
+    "arguments",
+    "input",
+    "name",
+    "call_id",
+    "output",
+    "summary",
+];
+
+/// How deep [`visit_leaves`] follows nested arrays and objects.
+const MAX_LEAF_DEPTH: u8 = 6;
+
+/// Every string inside `value` as text, so that an item type this
+/// estimator does not know (a code interpreter's code and logs, file
+/// search results, an MCP tool list, a patch's diff, ...) is never
+/// counted as nothing. A nested input image, file or audio part gets the
+/// non-text allowance instead of its (base64) data; numbers and booleans
+/// count nothing; deeper than [`MAX_LEAF_DEPTH`], a value counts as its
+/// JSON text.
+fn visit_leaves<'a>(value: &'a Value, depth: u8, f: &mut impl FnMut(Piece<'a>)) {
+    match value {
+        Value::String(text) => f(Piece::Text(Cow::Borrowed(text))),
+        Value::Array(values) if depth < MAX_LEAF_DEPTH => {
+            values.iter().for_each(|v| visit_leaves(v, depth + 1, f));
+        }
+        Value::Object(map) if depth < MAX_LEAF_DEPTH => {
+            let kind = map.get("type").and_then(Value::as_str).unwrap_or_default();
+            if [
+                "input_image",
+                "input_file",
+                "input_audio",
+                "computer_screenshot",
+            ]
+            .contains(&kind)
+            {
+                f(Piece::NonText);
+                return;
+            }
+            map.values().for_each(|v| visit_leaves(v, depth + 1, f));
+        }
+        Value::Array(_) | Value::Object(_) => f(Piece::Text(Cow::Owned(value.to_string()))),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
 }
 
 /// One input item. A bare string (the whole `input`, or an array element
@@ -153,6 +209,11 @@ fn visit_item<'a>(item: &'a Value, f: &mut impl FnMut(Piece<'a>)) {
     }
     if let Some(Value::Array(summary)) = map.get("summary") {
         summary.iter().for_each(|part| visit_part(part, f));
+    }
+    for (key, value) in map {
+        if !ITEM_KNOWN.contains(&key.as_str()) {
+            visit_leaves(value, 0, f);
+        }
     }
 }
 
@@ -252,7 +313,9 @@ mod tests {
                 + count(m, "lookup")
                 + count(m, "{\"q\":\"cat\"}"))
             + (TOKENS_PER_MESSAGE + count(m, "call_1") + count(m, "a small cat"))
-            + (TOKENS_PER_MESSAGE + count(m, "thought"));
+            // The reasoning item's other text (here `encrypted_content`)
+            // is counted too, as is any member the estimator does not know.
+            + (TOKENS_PER_MESSAGE + count(m, "thought") + count(m, "opaque"));
         assert_eq!(est.responses(&req).input, expected);
 
         // Output parts of a call output count like content parts.
@@ -370,7 +433,7 @@ mod tests {
         assert_eq!(
             anthropic,
             TokenEstimate {
-                input: chars.div_ceil(3),
+                input: tokenizer.input.max(chars.div_ceil(3)),
                 output: 50
             }
         );

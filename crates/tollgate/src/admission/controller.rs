@@ -327,7 +327,8 @@ impl Inner {
                     st.grants += 1;
                     if permit {
                         st.counters.admitted += 1;
-                        st.counters.tokens_reserved += demand.tokens();
+                        st.counters.tokens_reserved =
+                            st.counters.tokens_reserved.saturating_add(demand.tokens());
                         return Ok(Entered::Leased(grant));
                     }
                     // Take a place in the permit queue under the scope lock,
@@ -345,7 +346,8 @@ impl Inner {
                         Ok(None) => {
                             st.store.lease(&mut grant.reservation, now);
                             st.counters.admitted += 1;
-                            st.counters.tokens_reserved += demand.tokens();
+                            st.counters.tokens_reserved =
+                                st.counters.tokens_reserved.saturating_add(demand.tokens());
                             return Ok(Entered::Leased(grant));
                         }
                     }
@@ -420,7 +422,10 @@ impl Inner {
         grant.generation = st.cooldown.generation;
         st.pending = st.pending.saturating_sub(1);
         st.counters.admitted += 1;
-        st.counters.tokens_reserved += grant.reservation.demand.tokens();
+        st.counters.tokens_reserved = st
+            .counters
+            .tokens_reserved
+            .saturating_add(grant.reservation.demand.tokens());
         if st.ready_at.is_none() && !st.queue.is_empty() {
             st.drain(now);
         }

@@ -231,9 +231,9 @@ impl ScopeCounters {
         match s.reported {
             None => self.unknown_usage += 1,
             Some(r) => {
-                self.tokens_reported += r;
-                self.tokens_refunded += s.refunded;
-                self.tokens_debt += s.debt;
+                self.tokens_reported = self.tokens_reported.saturating_add(r);
+                self.tokens_refunded = self.tokens_refunded.saturating_add(s.refunded);
+                self.tokens_debt = self.tokens_debt.saturating_add(s.debt);
                 if r == 0 {
                     self.known_zero += 1;
                 }

@@ -101,7 +101,7 @@ impl Inner {
             match report.dimension {
                 Dimension::Requests => st.counters.gap_requests += observed.gap,
                 Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => {
-                    st.counters.gap_tokens += observed.gap;
+                    st.counters.gap_tokens = st.counters.gap_tokens.saturating_add(observed.gap);
                 }
             }
             if observed.adopted.is_some() {

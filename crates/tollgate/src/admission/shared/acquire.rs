@@ -721,7 +721,10 @@ impl<'a> SharedAcquire<'a> {
         {
             let mut st = self.scope.state.lock();
             st.counters.admitted += 1;
-            st.counters.tokens_reserved += grant.reservation.demand.tokens();
+            st.counters.tokens_reserved = st
+                .counters
+                .tokens_reserved
+                .saturating_add(grant.reservation.demand.tokens());
             self.admission.grant_order = st.grants;
             st.grants += 1;
         }
