@@ -654,3 +654,62 @@ fn responses_load_over_several_windows_draws_no_provider_429() {
         assert!(stats.max_requests_in_window <= 10, "{stats:?}");
     });
 }
+
+// proves: WIRE-3, CD-1 (an Anthropic 429, with its retry-after and
+// anthropic-ratelimit-* headers, starts the scope's cooldown; calls retried
+// after it all succeed and
+// the client sees no error)
+#[test]
+fn anthropic_429s_start_a_cooldown_from_their_hint() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            window: Duration::from_secs(1),
+            itpm: Some(300),
+            completion_tokens: 4,
+            ..SimConfig::default()
+        })
+        .await;
+        // No limits configured: the gateway learns of the provider's only
+        // through its 429s.
+        let gw = Gateway::start(&format!(
+            r#"
+[retry]
+base_delay = "10ms"
+max_delay = "50ms"
+max_attempts = 8
+max_wait = "10s"
+
+[providers.ant]
+flavor = "anthropic"
+base_url = "{}"
+api_key_env = "{ANTHROPIC_KEY_VAR}"
+
+[models.c]
+provider = "ant"
+upstream_model = "sim-claude"
+
+{}
+"#,
+            sim.openai_base_url(),
+            tenants("", "")
+        ))
+        .await;
+        let prompt = "word ".repeat(80);
+        let body = json!({
+            "model": "c",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 4,
+        });
+        messages_load(&gw, 8, 8, body).await;
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert!(stats.rejected_429.itpm > 0, "the load drew 429s: {stats:?}");
+        assert_eq!(stats.routes.messages - stats.rejected_429.total(), 8);
+        let scope = gw.upstream_scope("model:c");
+        assert!(
+            scope.counters.cooldowns > 0,
+            "a 429 started the scope's cooldown: {scope:?}"
+        );
+    });
+}
