@@ -657,8 +657,7 @@ fn responses_load_over_several_windows_draws_no_provider_429() {
 
 // proves: WIRE-3, CD-1 (an Anthropic 429, with its retry-after and
 // anthropic-ratelimit-* headers, starts the scope's cooldown; calls retried
-// after it all succeed and
-// the client sees no error)
+// after it all succeed and the client sees no error)
 #[test]
 fn anthropic_429s_start_a_cooldown_from_their_hint() {
     runtime().block_on(async {
