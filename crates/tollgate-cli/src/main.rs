@@ -18,6 +18,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
 struct Cli {
+    /// Runtime worker threads (default: one per CPU). On a machine shared
+    /// with other busy processes, fewer workers cost less CPU per request
+    /// (fewer wake-ups between threads) but cap throughput at that many
+    /// cores; see docs/operations.md.
+    #[arg(long, global = true, env = "TOLLGATE_WORKERS")]
+    workers: Option<std::num::NonZeroUsize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,7 +72,12 @@ fn init_logs(json: bool) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(workers) = cli.workers {
+        builder.worker_threads(workers.get());
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
