@@ -9,7 +9,7 @@ use tollgate::TokenEstimate;
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{EmbeddingsRequest, Endpoint, UpstreamRequest};
 
-use super::flow::{Route, handle};
+use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
@@ -36,16 +36,14 @@ impl Route for Embeddings {
         body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        if request.model == upstream_model {
-            let body = body.clone();
-            return Ok(UpstreamRequest::new(
-                Endpoint::Embeddings,
-                body,
-                false,
-                false,
-            ));
-        }
-        UpstreamRequest::embeddings(request, upstream_model)
+        as_received_or(
+            Endpoint::Embeddings,
+            &request.model,
+            false,
+            body,
+            upstream_model,
+            || UpstreamRequest::embeddings(request, upstream_model),
+        )
     }
 
     fn is_stream(_: &EmbeddingsRequest) -> bool {

@@ -64,6 +64,25 @@ pub trait Route {
     }
 }
 
+/// The upstream request of a dialect whose streams carry their usage in
+/// their own terminal events (Responses, Messages; embeddings do not
+/// stream): the client's body as received when the model keeps its name
+/// (nothing needs rewriting, so nothing is serialised again), else
+/// `renamed()`.
+pub fn as_received_or(
+    endpoint: tollgate_openai::Endpoint,
+    request_model: &str,
+    stream: bool,
+    body: &Bytes,
+    upstream_model: &str,
+    renamed: impl FnOnce() -> Result<UpstreamRequest, serde_json::Error>,
+) -> Result<UpstreamRequest, serde_json::Error> {
+    if request_model == upstream_model {
+        return Ok(UpstreamRequest::new(endpoint, body.clone(), stream, stream));
+    }
+    renamed()
+}
+
 /// What one request learned on its way, for its headers and its
 /// access-log line.
 struct Exchange {

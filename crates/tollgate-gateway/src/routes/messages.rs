@@ -13,7 +13,7 @@ use tollgate::TokenEstimate;
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{Endpoint, MessagesRequest, UpstreamRequest};
 
-use super::flow::{Route, handle};
+use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
@@ -45,16 +45,14 @@ impl Route for Messages {
         body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        if request.model == upstream_model {
-            let stream = request.is_stream();
-            return Ok(UpstreamRequest::new(
-                Endpoint::Messages,
-                body.clone(),
-                stream,
-                stream,
-            ));
-        }
-        UpstreamRequest::messages(request, upstream_model)
+        as_received_or(
+            Endpoint::Messages,
+            &request.model,
+            request.is_stream(),
+            body,
+            upstream_model,
+            || UpstreamRequest::messages(request, upstream_model),
+        )
     }
 
     fn is_stream(request: &MessagesRequest) -> bool {

@@ -11,7 +11,7 @@ use tollgate::TokenEstimate;
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{Endpoint, ResponsesRequest, UpstreamRequest};
 
-use super::flow::{Route, handle};
+use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
@@ -38,18 +38,14 @@ impl Route for Responses {
         body: &Bytes,
         upstream_model: &str,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        // Usage comes in the terminal event: nothing to inject, so the body
-        // goes as it came unless the model is renamed.
-        if request.model == upstream_model {
-            let stream = request.is_stream();
-            return Ok(UpstreamRequest::new(
-                Endpoint::Responses,
-                body.clone(),
-                stream,
-                stream,
-            ));
-        }
-        UpstreamRequest::responses(request, upstream_model)
+        as_received_or(
+            Endpoint::Responses,
+            &request.model,
+            request.is_stream(),
+            body,
+            upstream_model,
+            || UpstreamRequest::responses(request, upstream_model),
+        )
     }
 
     fn is_stream(request: &ResponsesRequest) -> bool {

@@ -53,22 +53,7 @@ const MESSAGES: [&str; 8] = [
     M_STOP,
 ];
 
-fn body(
-    parts: &[&str],
-) -> impl futures_core::Stream<Item = Result<Bytes, io::Error>> + Unpin + use<> {
-    let items: Vec<Result<Bytes, io::Error>> = parts
-        .iter()
-        .map(|p| Ok(Bytes::copy_from_slice(p.as_bytes())))
-        .collect();
-    stream::iter(items)
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime")
-        .block_on(future)
-}
+use super::tests::{block_on, body};
 
 fn collect(endpoint: Endpoint, parts: &[&str]) -> Vec<ChunkItem> {
     let stream = ChunkStream::new(body(parts), false).with_endpoint(endpoint);

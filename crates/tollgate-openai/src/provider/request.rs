@@ -154,13 +154,7 @@ impl UpstreamRequest {
     ) -> Result<Self, serde_json::Error> {
         let mut upstream = request.clone();
         upstream.model = upstream_model.to_owned();
-        let body = serde_json::to_vec(&upstream)?;
-        Ok(UpstreamRequest::new(
-            Endpoint::Embeddings,
-            Bytes::from(body),
-            false,
-            false,
-        ))
+        Self::serialised(Endpoint::Embeddings, &upstream, false)
     }
 
     /// A Responses API request for `upstream_model` (SPEC WIRE-1).
@@ -180,14 +174,7 @@ impl UpstreamRequest {
     ) -> Result<Self, serde_json::Error> {
         let mut upstream = request.clone();
         upstream.model = upstream_model.to_owned();
-        let stream = upstream.is_stream();
-        let body = serde_json::to_vec(&upstream)?;
-        Ok(UpstreamRequest::new(
-            Endpoint::Responses,
-            Bytes::from(body),
-            stream,
-            stream,
-        ))
+        Self::serialised(Endpoint::Responses, &upstream, upstream.is_stream())
     }
 
     /// An Anthropic Messages request for `upstream_model` (SPEC WIRE-3).
@@ -207,10 +194,19 @@ impl UpstreamRequest {
     ) -> Result<Self, serde_json::Error> {
         let mut upstream = request.clone();
         upstream.model = upstream_model.to_owned();
-        let stream = upstream.is_stream();
-        let body = serde_json::to_vec(&upstream)?;
+        Self::serialised(Endpoint::Messages, &upstream, upstream.is_stream())
+    }
+
+    /// `upstream` serialised for `endpoint`; a stream's usage (in its
+    /// terminal events) is forwarded.
+    fn serialised(
+        endpoint: Endpoint,
+        upstream: &impl serde::Serialize,
+        stream: bool,
+    ) -> Result<Self, serde_json::Error> {
+        let body = serde_json::to_vec(upstream)?;
         Ok(UpstreamRequest::new(
-            Endpoint::Messages,
+            endpoint,
             Bytes::from(body),
             stream,
             stream,

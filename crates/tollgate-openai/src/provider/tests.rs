@@ -17,7 +17,7 @@ const USAGE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\
 const DONE: &str = "data: [DONE]\n\n";
 const KEEPALIVE: &str = ": keep-alive\n\n";
 
-fn body(
+pub(super) fn body(
     parts: &[&str],
 ) -> impl futures_core::Stream<Item = Result<Bytes, io::Error>> + Unpin + use<> {
     let items: Vec<Result<Bytes, io::Error>> = parts
@@ -27,7 +27,7 @@ fn body(
     stream::iter(items)
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(super) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")
