@@ -712,3 +712,70 @@ upstream_model = "sim-claude"
         );
     });
 }
+
+// proves: WIRE-2, CD-1 (Azure's 429s, with Azure's body and its
+// retry-after / retry-after-ms / x-ratelimit-* headers, are understood: the
+// scope cools down, the calls are retried and all succeed)
+#[test]
+fn azure_429s_are_retried_after_their_hint() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            azure_key: Some(AZURE_KEY.to_owned()),
+            window: Duration::from_secs(1),
+            rpm: Some(3),
+            ..SimConfig::default()
+        })
+        .await;
+        let base = sim.openai_base_url();
+        // No limits configured: the gateway learns of Azure's only through
+        // its 429s.
+        let gw = Gateway::start(&format!(
+            r#"
+[retry]
+base_delay = "10ms"
+max_delay = "50ms"
+max_attempts = 8
+max_wait = "10s"
+
+[providers.az]
+flavor = "azure"
+base_url = "{}"
+api_version = "2024-10-21"
+api_key_env = "{AZURE_KEY_VAR}"
+
+[models.m]
+provider = "az"
+upstream_model = "gpt-4o-prod"
+
+{}
+"#,
+            base.trim_end_matches("/v1"),
+            tenants("", "")
+        ))
+        .await;
+        let mut calls = Vec::new();
+        for _ in 0..6 {
+            let (url, body) = (gw.url("/v1/chat/completions"), chat("m", false));
+            calls.push(tokio::spawn(async move {
+                client()
+                    .post(url)
+                    .bearer_auth(KEY_A)
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("answered")
+                    .status()
+                    .as_u16()
+            }));
+        }
+        for call in calls {
+            assert_eq!(call.await.expect("task"), 200);
+        }
+        gw.wait_idle().await;
+        let stats = sim.stats();
+        assert!(stats.rejected_429.rpm > 0, "the load drew 429s: {stats:?}");
+        assert_eq!(stats.ok, 6);
+        let scope = gw.upstream_scope("model:m");
+        assert!(scope.counters.cooldowns > 0, "{scope:?}");
+    });
+}
