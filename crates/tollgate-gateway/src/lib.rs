@@ -22,5 +22,6 @@ pub mod server;
 pub mod sse;
 pub mod state;
 pub mod tenants;
+pub mod threads;
 
 pub use run::{DEMO_KEY, RunError, embedded_sim_config, run};

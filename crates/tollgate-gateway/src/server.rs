@@ -24,6 +24,7 @@ use crate::connection::{self, Arrival, Connection};
 use crate::live::Live;
 use crate::routes;
 use crate::state::AppState;
+use crate::threads::ConnectionThreads;
 
 /// Connection bounds and shutdown timing.
 #[derive(Debug, Clone, Copy)]
@@ -49,6 +50,10 @@ pub struct ServeOptions {
     /// permit back) may take before the remaining connections are dropped
     /// and `serve` returns anyway (SPEC GW-8).
     pub cleanup_budget: Duration,
+    /// `Some(n)`: connections are served on `n` threads of their own, each
+    /// a single-threaded runtime ([`ConnectionThreads`]); `None`: on the
+    /// runtime `serve` runs on.
+    pub connection_threads: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -67,6 +72,7 @@ impl ServeOptions {
             max_connections: server.max_connections,
             shutdown_grace: server.shutdown_grace,
             cleanup_budget: CLEANUP_BUDGET,
+            connection_threads: server.connection_threads,
         }
     }
 }
@@ -133,6 +139,10 @@ pub async fn serve_live(
             }
         });
     }
+    let threads = options
+        .connection_threads
+        .map(ConnectionThreads::start)
+        .transpose()?;
     let graceful = GracefulShutdown::new();
     // Clamped so that `Semaphore::new` and `acquire_many` accept it.
     let cap = options
@@ -167,20 +177,22 @@ pub async fn serve_live(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let (handle, mut close_at) = Connection::new();
                 let router = router.clone();
-                let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
-                    request.extensions_mut().insert(Arrival {
-                        at: Instant::now(),
-                        connection: handle.clone(),
-                    });
-                    router.clone().oneshot(request)
-                });
-                let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-                let conn = graceful.watch(conn);
+                let http = http.clone();
+                let watcher = graceful.watcher();
                 let dropped = dropped.clone();
-                tokio::spawn(async move {
+                let serve = move |stream: tokio::net::TcpStream| async move {
                     let _slot = slot;
+                    let (handle, mut close_at) = Connection::new();
+                    let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
+                        request.extensions_mut().insert(Arrival {
+                            at: Instant::now(),
+                            connection: handle.clone(),
+                        });
+                        router.clone().oneshot(request)
+                    });
+                    let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+                    let conn = watcher.watch(conn);
                     tokio::select! {
                         ended = conn => {
                             if let Err(e) = ended {
@@ -194,7 +206,22 @@ pub async fn serve_live(
                             tracing::debug!("dropping a connection left after shutdown");
                         }
                     }
-                });
+                };
+                match &threads {
+                    None => {
+                        tokio::spawn(serve(stream));
+                    }
+                    // The socket moves to the thread's own reactor.
+                    Some(threads) => match stream.into_std() {
+                        Ok(stream) => threads.spawn(move || async move {
+                            match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => serve(stream).await,
+                                Err(e) => tracing::warn!(error = %e, "cannot serve an accepted connection"),
+                            }
+                        }),
+                        Err(e) => tracing::warn!(error = %e, "cannot hand an accepted connection over"),
+                    },
+                }
             }
             () = &mut shutdown => break,
         }
@@ -246,6 +273,7 @@ pub async fn serve_live(
     let all = u32::try_from(cap).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(connection::LINGER, slots.acquire_many(all)).await;
     dropped.cancel();
+    drop(threads);
     flusher.abort();
     live.current().access_log.flush();
     Ok(())

@@ -217,3 +217,33 @@ fn server_metrics_listen_and_access_log() {
         "same address",
     );
 }
+
+// proves: CFG-1 (connection_threads: unset by default, a positive count,
+// zero or an absurd count a located error)
+#[test]
+fn server_connection_threads() {
+    let m = "[models.m]\nprovider = \"p\"\n";
+    let file = |server: &str| format!("[server]\n{server}\n{}{m}{}", base(), tenant(""));
+    assert_eq!(ok(&file("")).server.connection_threads, None);
+    assert_eq!(
+        ok(&file("connection_threads = 2"))
+            .server
+            .connection_threads,
+        Some(2)
+    );
+    assert_eq!(
+        crate::server::ServeOptions::from_config(&ok(&file("connection_threads = 3")).server)
+            .connection_threads,
+        Some(3)
+    );
+    fail_at(
+        &file("connection_threads = 0"),
+        "server.connection_threads",
+        "",
+    );
+    fail_at(
+        &file("connection_threads = 5000"),
+        "server.connection_threads",
+        "at most 1024",
+    );
+}

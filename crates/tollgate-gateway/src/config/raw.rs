@@ -67,6 +67,7 @@ struct RawServer {
     log_format: Option<RawLogFormat>,
     access_log: Option<bool>,
     metrics_listen: Option<String>,
+    connection_threads: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -388,6 +389,7 @@ impl RawServer {
             },
             access_log: self.access_log.unwrap_or(d.access_log),
             metrics_listen,
+            connection_threads: self.connection_threads,
         })
     }
 }

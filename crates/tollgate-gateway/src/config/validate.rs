@@ -249,6 +249,16 @@ impl GatewayConfig {
         non_zero(&at.key("body_read_timeout"), s.body_read_timeout)?;
         non_zero(&at.key("idle_timeout"), s.idle_timeout)?;
         positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
+        positive(
+            &at.key("connection_threads"),
+            s.connection_threads.map(|n| n as u64),
+        )?;
+        if s.connection_threads.is_some_and(|n| n > 1024) {
+            return Err(Problem::invalid(
+                &at.key("connection_threads"),
+                "must be at most 1024 (one per core is the point)",
+            ));
+        }
         if s.metrics_listen == Some(s.listen) {
             return Err(Problem::invalid(
                 &at.key("metrics_listen"),
