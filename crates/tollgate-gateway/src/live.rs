@@ -146,6 +146,10 @@ fn listener_changes(old: &GatewayConfig, new: &GatewayConfig) -> Vec<&'static st
             "server.metrics_listen",
             o.metrics_listen != n.metrics_listen,
         ),
+        (
+            "server.connection_threads",
+            o.connection_threads != n.connection_threads,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

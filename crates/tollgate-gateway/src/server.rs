@@ -114,6 +114,11 @@ pub async fn serve_live(
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    // First, so that a failure to start them leaves nothing running.
+    let threads = options
+        .connection_threads
+        .map(ConnectionThreads::start)
+        .transpose()?;
     let router = routes::router(Arc::clone(&live), metrics.is_none());
     // Access lines wait in a buffer at most this long (SPEC GW-14).
     let flusher = {
@@ -139,10 +144,6 @@ pub async fn serve_live(
             }
         });
     }
-    let threads = options
-        .connection_threads
-        .map(ConnectionThreads::start)
-        .transpose()?;
     let graceful = GracefulShutdown::new();
     // Clamped so that `Semaphore::new` and `acquire_many` accept it.
     let cap = options

@@ -5,10 +5,15 @@
 //! On tokio's work-stealing runtime a worker that parked is woken whenever
 //! another one queues work, and at a moderate request rate those wake-ups
 //! cost more CPU than the requests (BENCHMARKS.md, "Worker threads").
-//! Here a connection, and every task its requests spawn, stays on the
-//! thread it was handed to, as with nginx's worker processes; the accept
-//! loop hands connections out in turn. The engine's state is shared by all
-//! threads as before.
+//! Here a client connection, and every task its requests spawn, stays on
+//! the thread it was handed to, as with nginx's worker processes; the
+//! accept loop hands connections out in turn. The engine's state is shared
+//! by all threads as before. Each thread keeps its own upstream stream
+//! connections (`tollgate_openai::provider::pin_to_thread`): a socket is
+//! registered with the reactor of the thread that opened it, and reusing
+//! it from another would make every upstream read a cross-thread wake-up.
+//! One-shot calls still share the pooling client's connections between
+//! threads.
 //!
 //! The threads end when the pool is dropped: each drops its runtime, and
 //! with it the tasks still on it (the server drops its remaining
@@ -37,27 +42,46 @@ impl ConnectionThreads {
     ///
     /// # Errors
     /// When a thread or its runtime cannot be created.
+    ///
+    /// Each runtime is built on its own thread and dropped there, never on
+    /// the caller's (which may be a runtime thread, where dropping a
+    /// runtime is not allowed). On an error the threads already started
+    /// are stopped.
     pub fn start(count: usize) -> io::Result<Self> {
-        let stop = CancellationToken::new();
-        let mut handles = Vec::with_capacity(count.max(1));
-        let mut threads = Vec::with_capacity(count.max(1));
+        let mut pool = ConnectionThreads {
+            handles: Vec::with_capacity(count.max(1)),
+            threads: Vec::with_capacity(count.max(1)),
+            next: AtomicUsize::new(0),
+            stop: CancellationToken::new(),
+        };
         for i in 0..count.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            handles.push(runtime.handle().clone());
-            let stop = stop.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stop = pool.stop.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("tollgate-conn-{i}"))
-                .spawn(move || runtime.block_on(stop.cancelled()))?;
-            threads.push(thread);
+                .spawn(move || {
+                    tollgate_openai::provider::pin_to_thread(i + 1);
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = tx.send(Ok(runtime.handle().clone()));
+                    runtime.block_on(stop.cancelled());
+                })?;
+            pool.threads.push(thread);
+            // Dropping `pool` on an error stops the threads started so far.
+            let handle = rx
+                .recv()
+                .map_err(|_| io::Error::other("a connection thread ended at start"))??;
+            pool.handles.push(handle);
         }
-        Ok(ConnectionThreads {
-            handles,
-            threads,
-            next: AtomicUsize::new(0),
-            stop,
-        })
+        Ok(pool)
     }
 
     /// Runs the future `make` returns on the next thread in turn. `make`

@@ -244,6 +244,6 @@ fn server_connection_threads() {
     fail_at(
         &file("connection_threads = 5000"),
         "server.connection_threads",
-        "at most 1024",
+        "at most 256",
     );
 }

@@ -21,6 +21,10 @@ use crate::auth::{ANONYMOUS_TENANT, KeyHash};
 /// the anonymous pool when enabled, counts (SPEC POOL-5, GW-7).
 pub const MAX_POOLS: usize = 1024;
 
+/// Most `server.connection_threads`: each is a thread and a runtime (a few
+/// file descriptors); one per core is what they are for.
+pub const MAX_CONNECTION_THREADS: usize = 256;
+
 type Check = Result<(), Problem>;
 
 /// A limit-like count: unset = unlimited, zero is an error (CFG-1).
@@ -253,10 +257,12 @@ impl GatewayConfig {
             &at.key("connection_threads"),
             s.connection_threads.map(|n| n as u64),
         )?;
-        if s.connection_threads.is_some_and(|n| n > 1024) {
+        if s.connection_threads
+            .is_some_and(|n| n > MAX_CONNECTION_THREADS)
+        {
             return Err(Problem::invalid(
                 &at.key("connection_threads"),
-                "must be at most 1024 (one per core is the point)",
+                format!("must be at most {MAX_CONNECTION_THREADS} (one per core is the point)"),
             ));
         }
         if s.metrics_listen == Some(s.listen) {

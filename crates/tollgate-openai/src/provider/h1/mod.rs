@@ -35,6 +35,7 @@ mod pool;
 
 pub(super) use body::DrivenBody;
 pub(super) use client::StreamClient;
+pub use pool::pin_to_thread;
 
 #[cfg(test)]
 mod resend_tests;

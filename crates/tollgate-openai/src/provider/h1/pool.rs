@@ -29,8 +29,30 @@ use tokio::time::Instant;
 /// proxy's tunnel).
 pub(super) type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
-/// Which connections may serve a request: same scheme and authority.
-pub(super) type Key = (Scheme, Authority);
+/// Which connections may serve a request: same scheme and authority, and
+/// the same thread shard (see [`pin_to_thread`]).
+pub(super) type Key = (Scheme, Authority, usize);
+
+thread_local! {
+    /// This thread's shard of every stream pool: 0 unless pinned.
+    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Gives the calling thread's stream requests upstream connections of
+/// their own (shard `shard`, non-zero), for a thread that runs a
+/// single-threaded runtime serving its own connections: a pooled
+/// connection's socket is registered with the reactor of the thread that
+/// opened it, and reusing it from another thread would make every
+/// upstream read a cross-thread wake-up. Threads of a work-stealing
+/// runtime share one reactor and keep shard 0.
+pub fn pin_to_thread(shard: usize) {
+    SHARD.with(|s| s.set(shard));
+}
+
+/// The calling thread's shard.
+pub(super) fn shard() -> usize {
+    SHARD.with(std::cell::Cell::get)
+}
 
 /// One HTTP/1.1 connection: the handle that sends requests and the state
 /// machine that does its I/O, polled by the connection's current user.
@@ -167,9 +189,11 @@ impl Pool {
             return;
         }
         let idle = Arc::downgrade(&self.idle);
-        let reaping = Arc::clone(&self.reaping);
+        // Made before the task: it clears the flag even if the task is
+        // dropped unpolled (its runtime ending first).
+        let running = Running(Some(Arc::clone(&self.reaping)));
         let period = (timeout / 2).max(Duration::from_millis(1));
-        runtime.spawn(reap(idle, reaping, timeout, period));
+        runtime.spawn(reap(idle, running, timeout, period));
     }
 
     /// Idle connections held for `key` (for tests).
@@ -180,12 +204,32 @@ impl Pool {
     }
 }
 
+/// Clears a pool's `reaping` flag when its reaper ends, however it ends
+/// (its task dropped with its runtime included), so that a later `put`
+/// starts another.
+struct Running(Option<Arc<AtomicBool>>);
+
+impl Running {
+    /// Clears the flag now (the reaper found nothing left, under the lock).
+    fn clear(&mut self) {
+        if let Some(flag) = self.0.take() {
+            flag.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 /// The reaper (see the module documentation): every `period`, drops the
 /// connections idle for `timeout` or more and those no longer usable; ends
 /// when nothing is idle or the pool is gone, clearing `reaping`.
 async fn reap(
     idle: Weak<Mutex<HashMap<Key, Vec<Idle>>>>,
-    reaping: Arc<AtomicBool>,
+    mut running: Running,
     timeout: Duration,
     period: Duration,
 ) {
@@ -211,7 +255,7 @@ async fn reap(
         let empty = map.is_empty();
         if empty {
             // Cleared under the lock: a `put` after it starts a new reaper.
-            reaping.store(false, Ordering::Release);
+            running.clear();
         }
         drop(map);
         drop(dropped);
