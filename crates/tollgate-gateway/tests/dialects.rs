@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use common::upstream::{Reply, Scripted};
@@ -22,30 +21,12 @@ const AZURE_KEY: &str = "az-upstream-secret";
 const ANTHROPIC_KEY: &str = "ant-upstream-secret";
 const COMPAT_KEY: &str = "compat-upstream-secret";
 
-/// Sets the upstream key variables once, before any test of this binary
-/// does anything else (every test calls it first, so no thread reads the
-/// environment while it is written).
-fn keys() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: every test of this binary calls `keys()` before starting
-        // any thread, socket or runtime work, and `Once` makes them wait
-        // until it returns: nothing reads the environment concurrently.
-        unsafe {
-            std::env::set_var(AZURE_KEY_VAR, AZURE_KEY);
-            std::env::set_var(ANTHROPIC_KEY_VAR, ANTHROPIC_KEY);
-            std::env::set_var(COMPAT_KEY_VAR, COMPAT_KEY);
-        }
-    });
-}
-
 fn runtime() -> tokio::runtime::Runtime {
-    keys();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
+    runtime_with_env(&[
+        (AZURE_KEY_VAR, AZURE_KEY),
+        (ANTHROPIC_KEY_VAR, ANTHROPIC_KEY),
+        (COMPAT_KEY_VAR, COMPAT_KEY),
+    ])
 }
 
 /// A gateway config with one provider table `provider` (TOML lines), one
@@ -414,76 +395,65 @@ async fn messages_load(gw: &Gateway, n: usize, concurrency: usize, body: Value) 
     }
 }
 
+/// `n` Messages calls of `body`, 8 at a time, under Anthropic-style
+/// limits of `itpm` input and `otpm` output tokens per 2 s window (the
+/// simulator's and the scope's alike): no provider 429, and the access log
+/// says `dimension` is what calls waited for.
+async fn split_limit_load(itpm: u64, otpm: u64, n: usize, body: Value, dimension: &str) {
+    let window = Duration::from_secs(2);
+    let sim = sim(SimConfig {
+        anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+        window,
+        itpm: Some(itpm),
+        otpm: Some(otpm),
+        completion_tokens: 8,
+        ..SimConfig::default()
+    })
+    .await;
+    let gw = Gateway::start(&config(
+        &anthropic_provider(&sim),
+        &format!(
+            "algorithm = \"token_bucket\"\nlimits = [{{ input_tokens = {itpm}, per = \"2s\" }}, \
+             {{ output_tokens = {otpm}, per = \"2s\" }}]"
+        ),
+        "upstream_model = \"sim-claude\"",
+    ))
+    .await;
+    let lines = gw.app.access_log.capture();
+    messages_load(&gw, n, 8, body).await;
+    gw.wait_idle().await;
+    let stats = sim.stats();
+    assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+    assert_eq!(stats.routes.messages, n as u64);
+    assert_limited_by(&lines, n, dimension).await;
+}
+
 // proves: Q-12 (the input-token limit binds a load of long prompts: the
-// simulator never refuses and the scope's refusals or waits name
-// input_tokens), WIRE-3
+// simulator never refuses and the access log names input_tokens as what
+// calls waited for), WIRE-3
 #[test]
 fn itpm_binds_long_prompts_without_provider_429s() {
-    runtime().block_on(async {
-        let window = Duration::from_secs(2);
-        let sim = sim(SimConfig {
-            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
-            window,
-            itpm: Some(2_000),
-            otpm: Some(100_000),
-            completion_tokens: 4,
-            ..SimConfig::default()
-        })
-        .await;
-        let gw = Gateway::start(&config(
-            &anthropic_provider(&sim),
-            "algorithm = \"token_bucket\"\nlimits = [{ input_tokens = 2000, per = \"2s\" }, \
-             { output_tokens = 100000, per = \"2s\" }]",
-            "upstream_model = \"sim-claude\"",
-        ))
-        .await;
-        // About 400 characters: the gateway reserves ~140 input tokens, the
-        // simulator counts ~106; 30 calls need about two windows of input.
-        let prompt = "word ".repeat(80);
-        let body = json!({
-            "model": "m",
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": 4,
-        });
-        let lines = gw.app.access_log.capture();
-        messages_load(&gw, 30, 8, body).await;
-        gw.wait_idle().await;
-        let stats = sim.stats();
-        assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
-        assert_eq!(stats.routes.messages, 30);
-        assert_limited_by(&lines, 30, "input_tokens").await;
+    // About 400 characters: the gateway reserves ~140 input tokens, the
+    // simulator counts ~106; 30 calls need about two windows of input.
+    let body = json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "word ".repeat(80)}],
+        "max_tokens": 4,
     });
+    runtime().block_on(split_limit_load(2_000, 100_000, 30, body, "input_tokens"));
 }
 
 // proves: Q-12 (the output allowance binds: max_tokens is reserved on the
 // output-token limit and the unused part given back), WIRE-3
 #[test]
 fn otpm_binds_large_max_tokens_without_provider_429s() {
-    runtime().block_on(async {
-        let window = Duration::from_secs(2);
-        let sim = sim(SimConfig {
-            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
-            window,
-            itpm: Some(100_000),
-            otpm: Some(2_000),
-            completion_tokens: 8,
-            ..SimConfig::default()
-        })
-        .await;
-        let gw = Gateway::start(&config(
-            &anthropic_provider(&sim),
-            "algorithm = \"token_bucket\"\nlimits = [{ input_tokens = 100000, per = \"2s\" }, \
-             { output_tokens = 2000, per = \"2s\" }]",
-            "upstream_model = \"sim-claude\"",
-        ))
-        .await;
-        let lines = gw.app.access_log.capture();
-        messages_load(&gw, 16, 8, messages_body(false, 500)).await;
-        gw.wait_idle().await;
-        let stats = sim.stats();
-        assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
-        assert_limited_by(&lines, 16, "output_tokens").await;
-    });
+    runtime().block_on(split_limit_load(
+        100_000,
+        2_000,
+        16,
+        messages_body(false, 500),
+        "output_tokens",
+    ));
 }
 
 /// A Responses or Messages stream request on `path`.

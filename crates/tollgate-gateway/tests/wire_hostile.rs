@@ -6,7 +6,7 @@
 mod common;
 
 use std::io;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -33,26 +33,12 @@ const AZURE_KEY: &str = "azure-review-upstream-secret";
 /// The admin key (cargo sets this variable for the test process).
 const ADMIN: &str = env!("CARGO_PKG_NAME");
 
-fn keys() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: every test of this binary calls `keys()` first, before any
-        // thread, socket or runtime work; `Once` makes the others wait.
-        unsafe {
-            std::env::set_var(ANT_KEY_VAR, ANT_KEY);
-            std::env::set_var(COMPAT_KEY_VAR, COMPAT_KEY);
-            std::env::set_var(AZURE_KEY_VAR, AZURE_KEY);
-        }
-    });
-}
-
 fn runtime() -> tokio::runtime::Runtime {
-    keys();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
+    runtime_with_env(&[
+        (ANT_KEY_VAR, ANT_KEY),
+        (COMPAT_KEY_VAR, COMPAT_KEY),
+        (AZURE_KEY_VAR, AZURE_KEY),
+    ])
 }
 
 // ---------------------------------------------------------------------------

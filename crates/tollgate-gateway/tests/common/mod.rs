@@ -97,6 +97,27 @@ upstream_model = "sim-chat"
     )
 }
 
+/// A two-worker runtime, after setting the environment variables `vars`
+/// (upstream keys the configuration names in `api_key_env`) once for the
+/// whole test binary. Every test of a binary that uses it must call it
+/// first, with the same `vars`, before any other work: `Once` makes them
+/// wait until the variables are set, so no thread reads the environment
+/// while it is written.
+pub fn runtime_with_env(vars: &'static [(&'static str, &'static str)]) -> tokio::runtime::Runtime {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for (name, value) in vars {
+            // SAFETY: see above; nothing else runs in this binary yet.
+            unsafe { std::env::set_var(name, value) };
+        }
+    });
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A simulator on 127.0.0.1:0.
 pub async fn sim(config: SimConfig) -> SimServer {
     Simulator::spawn(config, "127.0.0.1:0")
