@@ -304,6 +304,38 @@ async fn a_smaller_remaining_budget_is_taken_out_until_the_reset() {
     assert_eq!(c.snapshot().scopes[0].counters.gap_requests, 30);
 }
 
+// proves: Q-14, Q-12 (an input-token budget report, as Anthropic sends
+// for its ITPM, takes another client's input spending out of the scope's
+// input-token limit until its reset, and leaves the other limits alone)
+#[tokio::test(start_paused = true)]
+async fn a_smaller_input_token_budget_is_taken_out_of_the_input_limit() {
+    let c = controller(
+        ScopeConfig::new("m")
+            .input_tokens(1_000, MINUTE)
+            .output_tokens(500, MINUTE),
+    );
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 50));
+    let lease = c.acquire(&call, Deadline::NONE).await.unwrap();
+    drop(lease);
+    assert_eq!(available(&c, Dimension::InputTokens), 900);
+    let now = Instant::now();
+    // Another client spent 300 input tokens: 600 left for 10 s.
+    let less = c.observe(
+        ScopeId::FIRST,
+        &report(Dimension::InputTokens, None, 600, secs(10)),
+        now,
+    );
+    assert_eq!(less.gap, 300);
+    assert_eq!(available(&c, Dimension::InputTokens), 600);
+    assert_eq!(available(&c, Dimension::OutputTokens), 450);
+    tokio::time::advance(secs(10)).await;
+    assert_eq!(
+        available(&c, Dimension::InputTokens),
+        900,
+        "freed at the reset"
+    );
+}
+
 // proves: Q-14 (limits the configuration leaves out are learned from the
 // provider: one request per window until the first report, then the
 // advertised amounts; a configured limit is never changed)
@@ -394,7 +426,7 @@ impl Provider for Reporting {
                     remaining: Some(self.remaining),
                     reset: Some(secs(60)),
                 }),
-                tokens: None,
+                ..Budgets::default()
             }),
         )
     }

@@ -171,12 +171,16 @@ impl DimensionHints {
 
 impl RateLimitHints {
     /// What the response said about the provider's request and token
-    /// budgets, for the engine (SPEC Q-14). Anthropic's separate input and
-    /// output token budgets are not reported: the engine counts their sum.
+    /// budgets, for the engine (SPEC Q-14): Anthropic's separate input and
+    /// output token budgets go to the matching dimensions, so a
+    /// scope's `itpm` / `otpm` limits learn another client's spending from
+    /// them as a `tpm` limit does from OpenAI's token budget.
     pub fn budgets(&self) -> tollgate::lifecycle::Budgets {
         tollgate::lifecycle::Budgets {
             requests: self.requests.report(tollgate::Dimension::Requests),
             tokens: self.tokens.report(tollgate::Dimension::Tokens),
+            input_tokens: self.input_tokens.report(tollgate::Dimension::InputTokens),
+            output_tokens: self.output_tokens.report(tollgate::Dimension::OutputTokens),
         }
     }
 }

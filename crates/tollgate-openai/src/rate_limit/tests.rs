@@ -218,6 +218,18 @@ fn anthropic_headers() {
     // Needing 500 tokens while 100 remain also waits for the token reset.
     assert_eq!(hints.retry_floor_for(500), Some(secs(60)));
     assert_eq!(hints.longest_reset(), Some(secs(60)));
+    // Each budget goes to its own dimension (SPEC ).
+    let budgets = hints.budgets();
+    let input = budgets.input_tokens.expect("input budget");
+    assert_eq!(input.dimension, tollgate::Dimension::InputTokens);
+    assert_eq!(
+        (input.limit, input.remaining, input.reset),
+        (Some(40_000), Some(39_000), Some(secs(1)))
+    );
+    let output = budgets.output_tokens.expect("output budget");
+    assert_eq!(output.dimension, tollgate::Dimension::OutputTokens);
+    assert_eq!(output.remaining, Some(0));
+    assert_eq!(budgets.requests.map(|r| r.remaining), Some(Some(0)));
 }
 
 // proves: RT-3

@@ -108,7 +108,7 @@ impl Inner {
                 st.counters.limits_adopted += 1;
                 total.adopted = observed.adopted;
             }
-            total.gap += observed.gap;
+            total.gap = total.gap.saturating_add(observed.gap);
         }
         if total.adopted.is_some() || total.gap > 0 {
             st.invalidate_projection();

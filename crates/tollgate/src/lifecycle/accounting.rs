@@ -93,16 +93,25 @@ pub struct Budgets {
     pub requests: Option<BudgetReport>,
     /// The token dimension, if reported.
     pub tokens: Option<BudgetReport>,
+    /// The input-token dimension (SPEC Q-12; e.g. Anthropic's ITPM), if
+    /// reported.
+    pub input_tokens: Option<BudgetReport>,
+    /// The output-token dimension (e.g. Anthropic's OTPM), if reported.
+    pub output_tokens: Option<BudgetReport>,
 }
 
 impl Budgets {
     /// Whether nothing was reported.
     pub fn is_empty(&self) -> bool {
-        self.requests.is_none() && self.tokens.is_none()
+        self.iter().next().is_none()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &BudgetReport> {
-        self.requests.iter().chain(self.tokens.iter())
+        self.requests
+            .iter()
+            .chain(self.tokens.iter())
+            .chain(self.input_tokens.iter())
+            .chain(self.output_tokens.iter())
     }
 }
 
