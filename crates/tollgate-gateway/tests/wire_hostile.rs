@@ -292,15 +292,37 @@ fn output_used(gw: &Gateway, scope: &str) -> i64 {
     i64::try_from(l.limit).expect("limit") - l.available
 }
 
+/// Streams one Messages call (`max_tokens` 500) through a gateway in front
+/// of an upstream answering `reply`; the body the client read, and the
+/// output tokens the scope's output limit keeps once everything is idle.
+async fn stream_and_output_used(reply: Raw) -> (String, i64) {
+    let up = Upstream::start(vec![reply]).await;
+    let gw = Gateway::start(&anthropic_config(
+        &up,
+        "otpm = 100000\nitpm = 100000",
+        "",
+        "",
+    ))
+    .await;
+    let resp = send(
+        client()
+            .post(gw.url("/v1/messages"))
+            .header("x-api-key", KEY_A)
+            .json(&messages_body(true, 500)),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let text = read_all(resp).await;
+    gw.wait_idle().await;
+    (text, output_used(&gw, "main"))
+}
+
 /// Asserts an Anthropic-format error body.
 fn assert_anthropic_error(body: &Value, kind: &str) {
     assert_eq!(body["type"], "error", "Anthropic's format: {body}");
     assert_eq!(body["error"]["type"], kind, "{body}");
     assert!(body["error"]["message"].is_string(), "{body}");
 }
-
-// ---------------------------------------------------------------------------
-// Suspected defects.
 
 // proves: Q-5, Q-12, WIRE-3: a Messages stream whose `message_delta`
 // carries no `usage` keeps its output allowance charged on the scope's
@@ -309,7 +331,7 @@ fn assert_anthropic_error(body: &Value, kind: &str) {
 #[test]
 fn messages_stream_without_delta_usage_keeps_output_charged() {
     runtime().block_on(async {
-        let up = Upstream::start(vec![Raw::sse(
+        let (text, used) = stream_and_output_used(Raw::sse(
             anthropic_events(
                 40,
                 &[
@@ -326,27 +348,9 @@ fn messages_stream_without_delta_usage_keeps_output_charged() {
                 ],
             ),
             false,
-        )])
-        .await;
-        let gw = Gateway::start(&anthropic_config(
-            &up,
-            "otpm = 100000\nitpm = 100000",
-            "",
-            "",
         ))
         .await;
-        let resp = send(
-            client()
-                .post(gw.url("/v1/messages"))
-                .header("x-api-key", KEY_A)
-                .json(&messages_body(true, 500)),
-        )
-        .await;
-        assert_eq!(resp.status(), 200);
-        let text = read_all(resp).await;
         assert!(text.contains("message_stop"), "{text}");
-        gw.wait_idle().await;
-        let used = output_used(&gw, "main");
         assert!(
             used >= 40,
             "40 output deltas streamed, but the scope's output-token limit keeps only \
@@ -362,26 +366,8 @@ fn messages_stream_without_delta_usage_keeps_output_charged() {
 #[test]
 fn messages_stream_cut_mid_answer_keeps_output_charged() {
     runtime().block_on(async {
-        let up = Upstream::start(vec![Raw::sse(anthropic_events(40, &[]), true)]).await;
-        let gw = Gateway::start(&anthropic_config(
-            &up,
-            "otpm = 100000\nitpm = 100000",
-            "",
-            "",
-        ))
-        .await;
-        let resp = send(
-            client()
-                .post(gw.url("/v1/messages"))
-                .header("x-api-key", KEY_A)
-                .json(&messages_body(true, 500)),
-        )
-        .await;
-        assert_eq!(resp.status(), 200);
-        let text = read_all(resp).await;
+        let (text, used) = stream_and_output_used(Raw::sse(anthropic_events(40, &[]), true)).await;
         assert!(text.contains("event: error"), "{text}");
-        gw.wait_idle().await;
-        let used = output_used(&gw, "main");
         assert!(
             used >= 40,
             "40 output deltas streamed before the cut, but the scope's output-token limit \

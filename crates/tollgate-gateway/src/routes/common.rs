@@ -40,9 +40,12 @@ pub fn tenant(app: &AppState, headers: &HeaderMap, dialect: Dialect) -> Result<u
     let header = headers
         .get(http::header::AUTHORIZATION)
         .map(http::HeaderValue::as_bytes);
-    let api_key = headers.get("x-api-key").map(http::HeaderValue::as_bytes);
-    let tenant = match (header, api_key) {
-        (None, Some(key)) if dialect == Dialect::Anthropic => app.auth.authenticate_api_key(key),
+    let api_key = || headers.get("x-api-key").map(http::HeaderValue::as_bytes);
+    let tenant = match (header, dialect) {
+        (None, Dialect::Anthropic) => match api_key() {
+            Some(key) => app.auth.authenticate_api_key(key),
+            None => app.auth.authenticate_bytes(None),
+        },
         _ => app.auth.authenticate_bytes(header),
     };
     tenant
