@@ -749,3 +749,50 @@ upstream_model = "gpt-4o-prod"
         assert!(scope.counters.cooldowns > 0, "{scope:?}");
     });
 }
+
+// proves: DL-1, GW-17, WIRE-3 (a tiny deadline on /v1/messages: a one-shot
+// call past it is a 504 in Anthropic's format, a stream past it ends with
+// Anthropic's error event; nothing is held afterwards)
+#[test]
+fn messages_calls_past_a_tiny_deadline_end_in_anthropics_format() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            per_token: Duration::from_millis(50),
+            completion_tokens: 60,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &anthropic_provider(&sim),
+            "rpm = 600",
+            "upstream_model = \"sim-claude\"",
+        ))
+        .await;
+        let call = |stream: bool| {
+            client()
+                .post(gw.url("/v1/messages"))
+                .header("x-api-key", KEY_A)
+                .header("x-request-timeout", "1")
+                .json(&messages_body(stream, 60))
+                .send()
+        };
+        let resp = bounded("one-shot answered", call(false))
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), 504);
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(body["type"], "error", "{body}");
+        assert_eq!(body["error"]["type"], "timeout_error", "{body}");
+
+        let resp = bounded("stream answered", call(true))
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), 200);
+        let (names, data) = named_events(resp).await;
+        assert_eq!(names.last().map(String::as_str), Some("error"), "{names:?}");
+        assert_eq!(data.last().expect("error event")["type"], "error");
+        gw.wait_idle().await;
+        assert!(gw.is_idle());
+    });
+}

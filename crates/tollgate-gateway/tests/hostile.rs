@@ -176,22 +176,35 @@ async fn calls_total(gw: &Gateway, model: &str, terminal: &str) -> u64 {
 // proves: GW-17, DL-6, POOL-4 (a client that stops reading a stream does not keep its permits past its deadline: they come back whether or not the body is polled, the call ends Aborted, the next caller is served, and the connection is closed)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_stream_reader_releases_its_permits_at_the_deadline() {
+    stalled_stream_reader("", "stalled").await;
+}
+
+// proves: GW-17, DL-6, POOL-4 (the same on connection threads of their own:
+// `server.connection_threads`)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_stream_reader_on_connection_threads() {
+    stalled_stream_reader("connection_threads = 2", "stalled_threads").await;
+}
+
+/// A client that stops reading a stream of `model` (a name of its own per
+/// test: the metrics recorder is shared by the tests of this file), with
+/// `server` settings: its permits come back at its deadline.
+async fn stalled_stream_reader(server: &str, model: &'static str) {
     let up = Scripted::start(vec![endless_big_stream(), Reply::ok()]).await;
-    // A model name of its own: the metrics recorder is shared by the tests
-    // of this file.
     let gw = Gateway::start(
         &config(
             &up.base_url,
-            "",
+            server,
             "concurrency = 1\nmax_waiting = 4",
             "concurrency = 4",
             "",
         )
-        .replace("[models.chat]", "[models.stalled]"),
+        .replace("[models.chat]", &format!("[models.{model}]")),
     )
     .await;
+    let pool = format!("model:{model}");
     let mut stalled = stingy_connection(&gw).await;
-    let body = chat("stalled", true).to_string();
+    let body = chat(model, true).to_string();
     send(
         &mut stalled,
         &head(
@@ -202,7 +215,7 @@ async fn stalled_stream_reader_releases_its_permits_at_the_deadline() {
     )
     .await;
     eventually("the stream holds the model permit", || {
-        gw.in_use("model:stalled") == 1
+        gw.in_use(&pool) == 1
     })
     .await;
     let started = Instant::now();
@@ -216,7 +229,7 @@ async fn stalled_stream_reader_releases_its_permits_at_the_deadline() {
                 .post(url)
                 .bearer_auth(KEY_A)
                 .header("x-request-timeout", "12")
-                .json(&chat("stalled", false))
+                .json(&chat(model, false))
                 .send()
                 .await
         }
@@ -233,8 +246,8 @@ async fn stalled_stream_reader_releases_its_permits_at_the_deadline() {
     );
 
     gw.wait_idle().await;
-    assert_eq!(calls_total(&gw, "stalled", "aborted").await, 1);
-    assert_eq!(calls_total(&gw, "stalled", "completed").await, 1);
+    assert_eq!(calls_total(&gw, model, "aborted").await, 1);
+    assert_eq!(calls_total(&gw, model, "completed").await, 1);
     closed_by_server(&mut stalled).await;
     assert_eq!(up.attempts(), 2);
 }
@@ -270,10 +283,22 @@ async fn missing_key_is_refused_before_the_body() {
 // proves: GW-17, DL-1 (a stalled upload is cut at the request's deadline, which started when the head was read: 408 request_timeout, and no quota or permit was taken)
 #[tokio::test]
 async fn stalled_upload_is_cut_at_its_deadline() {
+    stalled_upload("").await;
+}
+
+// proves: GW-17, DL-1 (the same on connection threads of their own)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_upload_on_connection_threads() {
+    stalled_upload("connection_threads = 2").await;
+}
+
+/// A stalled upload with `server` settings (besides a long body read
+/// timeout): cut at the request's deadline, nothing taken.
+async fn stalled_upload(server: &str) {
     let sim = fast_sim().await;
     let gw = Gateway::start(&config(
         &sim.openai_base_url(),
-        "body_read_timeout = \"60s\"",
+        &format!("body_read_timeout = \"60s\"\n{server}"),
         "concurrency = 2",
         "concurrency = 2\nrpm = 10\ntpm = 10000",
         "",
