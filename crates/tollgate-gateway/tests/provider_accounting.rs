@@ -263,20 +263,11 @@ async fn tokenizer_accounting_under_reserves_for_a_character_based_limiter() {
 }
 
 // proves: Q-14 (a consumer the gateway cannot see spends 30 % of the
-// account's budget; the remaining-budget headers take the gap out of the
-// gateway's window: at most one provider 429 per window, only in the first
-// window, and the job finishes)
-//
-// Ignored: fails on the engine as it is (2-4 provider 429s, one in every
-// window). `LocalQuota::observe` compares the provider's `remaining`, its
-// state when it counted this attempt, with tollgate's own view at the
-// instant the response began; by then tollgate has admitted further
-// attempts the provider had not counted yet, so with more attempts in
-// flight than the hidden consumer spends the gap is invisible until a 429
-// reveals it (BENCHMARKS.md, "Provider accounting", has the measurement and
-// a prototype fix). Run with `--ignored`.
+// account's budget; the remaining-budget headers, compared with what the
+// provider certainly counted of the gateway's own traffic, take its share
+// out of the gateway's window: at most one provider 429 per window, only
+// in the first window, and the job finishes)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "engine: the Q-14 gap is masked by attempts in flight (see the comment)"]
 async fn hidden_consumer_is_learned_from_the_headers() {
     let sim = sim(SimConfig {
         rpm: Some(40),

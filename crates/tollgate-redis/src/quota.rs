@@ -173,6 +173,7 @@ impl RemoteQuota for RedisQuota {
                     tick,
                     demand,
                     hold: hold.hold(),
+                    seq: 0,
                 }),
                 RawReserve::Refused { wait, limited_by } => Err(NotUntil {
                     at: wait.map(|w| later(now, w)).transpose()?,
@@ -205,6 +206,7 @@ impl RemoteQuota for RedisQuota {
                 tick: reply::instant(tick)?,
                 demand,
                 hold: Hold::Leased,
+                seq: 0,
             }))
         })
     }

@@ -35,6 +35,7 @@ async fn every_op(
     }
     let pending = Reservation {
         hold: Hold::Pending,
+        seq: 0,
         ..r
     };
     time!(

@@ -249,6 +249,7 @@ impl Harness<'_> {
                     tick,
                     demand,
                     hold,
+                    seq: 0,
                 };
                 let start = (!pending).then_some(self.now);
                 if let Some(t) = start {

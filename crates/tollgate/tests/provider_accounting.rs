@@ -304,6 +304,73 @@ async fn a_smaller_remaining_budget_is_taken_out_until_the_reset() {
     assert_eq!(c.snapshot().scopes[0].counters.gap_requests, 30);
 }
 
+// proves: Q-14 (attempts in flight do not hide another client's
+// spending: an answer is compared with what the provider certainly counted
+// of tollgate's traffic when it counted that attempt; among answers to
+// overlapping attempts the smallest estimate holds, and an estimate is
+// replaced, not added to, by a later one)
+#[tokio::test(start_paused = true)]
+async fn answers_reveal_other_clients_despite_attempts_in_flight() {
+    let c = controller(ScopeConfig::new("m").requests(100, MINUTE));
+    let call = Call::new(ScopeId::FIRST);
+    let requests = |remaining| report(Dimension::Requests, None, remaining, secs(60));
+    // Two attempts answered before the burst: the provider counted them.
+    for _ in 0..2 {
+        let mut lease = c.acquire(&call, Deadline::NONE).await.unwrap();
+        tokio::time::advance(ms(10)).await;
+        lease.counted_by(Instant::now());
+    }
+    tokio::time::advance(ms(100)).await;
+    // Ten attempts in flight at once; another client holds 30.
+    let mut burst = Vec::new();
+    for _ in 0..10 {
+        burst.push(c.acquire(&call, Deadline::NONE).await.unwrap());
+    }
+    assert_eq!(available(&c, Dimension::Requests), 88);
+    tokio::time::advance(ms(20)).await;
+    let now = Instant::now();
+    // The fourth of the burst answers first; it arrived after two others
+    // of the burst: 100 - 30 - 2 earlier - 2 of the burst - itself.
+    let mut answered = burst.remove(3);
+    answered.counted_by(now);
+    let first = c.observe_answer(&answered, &requests(65), now);
+    assert_eq!(
+        first.gap, 32,
+        "an upper bound: two of the burst look like others"
+    );
+    assert_eq!(available(&c, Dimension::Requests), 56);
+    // The burst's first arrival answers: exactly the other client's 30.
+    let mut earliest = burst.remove(0);
+    earliest.counted_by(now);
+    let exact = c.observe_answer(&earliest, &requests(67), now);
+    assert_eq!((exact.gap, exact.freed), (0, 2));
+    assert_eq!(available(&c, Dimension::Requests), 58);
+    // A later answer of the same burst (more of it counted) changes nothing.
+    let mut later = burst.remove(0);
+    later.counted_by(now);
+    let same = c.observe_answer(&later, &requests(60), now);
+    assert_eq!((same.gap, same.freed), (0, 0));
+    for lease in &mut burst {
+        lease.counted_by(now);
+    }
+    drop((answered, earliest, later, burst));
+    // Alone in flight later: the other client now holds 20, its estimate
+    // replaces the old one.
+    tokio::time::advance(secs(1)).await;
+    let mut alone = c.acquire(&call, Deadline::NONE).await.unwrap();
+    tokio::time::advance(ms(10)).await;
+    let now = Instant::now();
+    alone.counted_by(now);
+    // 100 - 20 - 12 before it - itself.
+    let replaced = c.observe_answer(&alone, &requests(67), now);
+    assert_eq!((replaced.gap, replaced.freed), (0, 10));
+    assert_eq!(available(&c, Dimension::Requests), 100 - 13 - 20);
+    // What others hold leaves one window after the provider counted it.
+    tokio::time::advance(secs(60)).await;
+    assert_eq!(available(&c, Dimension::Requests), 100);
+    assert_eq!(c.snapshot().scopes[0].counters.gap_requests, 32);
+}
+
 // proves: Q-14, Q-12 (an input-token budget report, as Anthropic sends
 // for its ITPM, takes another client's input spending out of the scope's
 // input-token limit until its reset, and leaves the other limits alone)

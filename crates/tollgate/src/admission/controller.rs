@@ -318,6 +318,7 @@ impl Inner {
                         tick,
                         demand: *demand,
                         hold,
+                        seq: 0,
                     };
                     let mut grant = Grant {
                         reservation,

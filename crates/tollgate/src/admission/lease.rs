@@ -151,15 +151,20 @@ impl Lease {
     /// with the instant the response began (status line and headers, a
     /// refusal, a stream's first bytes), or, for an answer still being
     /// generated, with the instant the request was sent plus the largest
-    /// arrival delay seen on that provider. An instant before the lease, or
-    /// after a settlement, changes nothing.
+    /// arrival delay seen on that provider. The in-process store also
+    /// records when the attempt was sent and counted, to compare the
+    /// provider's remaining budget with (SPEC Q-14, see
+    /// [`observe_answer`](crate::AdmissionController::observe_answer)). An instant before the
+    /// lease, or after a settlement, changes nothing.
     pub fn counted_by(&mut self, at: Instant) {
-        // Nothing to move (and no lock to take) for an instant not after
-        // where the reservation is counted.
-        if self.reconciled || at <= self.reservation.stamp {
+        if self.reconciled || at < self.reservation.stamp {
             return;
         }
         if let Some(remote) = &mut self.remote {
+            // Nothing to move for an instant not after where it is counted.
+            if at == self.reservation.stamp {
+                return;
+            }
             let inner = &self.inner;
             inner.recount_shared(self.scope, &self.reservation, at, remote);
             return;

@@ -128,6 +128,7 @@ impl Waiter {
                         tick,
                         demand: self.demand(),
                         hold: Hold::Pending,
+                        seq: 0,
                     },
                     generation,
                     order,

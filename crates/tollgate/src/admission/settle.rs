@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::controller::{AdmissionController, Inner};
+use super::lease::Lease;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::quota::{Actual, BudgetReport, Dimension, Observed, Reservation};
@@ -20,7 +21,17 @@ impl AdmissionController {
     /// reset, so later admissions wait instead of drawing 429s. A report
     /// never raises availability above tollgate's own accounting.
     pub fn observe(&self, scope: ScopeId, report: &BudgetReport, at: Instant) -> Observed {
-        self.inner.observe(scope, [report], at)
+        self.inner.observe(scope, [report], None, at)
+    }
+
+    /// [`observe`](Self::observe) for the answer to `lease`'s attempt,
+    /// after its [`counted_by`](Lease::counted_by): the provider's
+    /// remaining budget is compared with what it certainly counted of
+    /// tollgate's traffic when it counted this attempt, so attempts still
+    /// in flight do not hide another client's spending (SPEC Q-14).
+    pub fn observe_answer(&self, lease: &Lease, report: &BudgetReport, at: Instant) -> Observed {
+        self.inner
+            .observe(lease.scope(), [report], Some(lease.reservation()), at)
     }
 
     /// The provider answered an attempt of `scope` (a response began),
@@ -88,6 +99,7 @@ impl Inner {
         &self,
         scope: ScopeId,
         reports: impl IntoIterator<Item = &'a BudgetReport>,
+        answered: Option<&Reservation>,
         at: Instant,
     ) -> Observed {
         let Some(scope) = self.scopes.get(scope.index()) else {
@@ -97,7 +109,7 @@ impl Inner {
         let mut st = scope.state.lock();
         let mut total = Observed::default();
         for report in reports {
-            let observed = st.store.observe(report, at, now);
+            let observed = st.store.observe(report, answered, at, now);
             match report.dimension {
                 Dimension::Requests => st.counters.gap_requests += observed.gap,
                 Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => {
@@ -109,11 +121,13 @@ impl Inner {
                 total.adopted = observed.adopted;
             }
             total.gap = total.gap.saturating_add(observed.gap);
+            total.freed = total.freed.saturating_add(observed.freed);
         }
-        if total.adopted.is_some() || total.gap > 0 {
+        let room = total.adopted.is_some() || total.freed > 0;
+        if room || total.gap > 0 {
             st.invalidate_projection();
         }
-        if total.adopted.is_some() && !st.queue.is_empty() {
+        if room && !st.queue.is_empty() {
             st.drain(now);
         }
         total

@@ -41,7 +41,7 @@ impl AdmissionController {
 
     /// Closes admission (SPEC LC-7): new acquisitions fail with `Closed`,
     /// queued ones are woken with `Closed`, holders of leases are told
-    /// through [`Lease::closing`] (supervised calls are cancelled), and this
+    /// through [`Lease::closing`](crate::Lease::closing) (supervised calls are cancelled), and this
     /// resolves once every lease is dropped. Idempotent; immediate when
     /// nothing is active.
     pub async fn close(&self) {

@@ -571,7 +571,7 @@ impl<P: Provider> Supervisor<P> {
                         Answer::OneShot(budget) => (counted.ended(end), budget(&value)),
                         Answer::Stream(budget) => (counted.response_began(end), budget(&value)),
                     };
-                    self.observe_budget(&budget, end);
+                    self.observe_budget(&budget, &lease, end);
                     inner.controller.provider_answered(inner.scope);
                     return Ok(Attempted { value, lease });
                 }
@@ -601,7 +601,7 @@ impl<P: Provider> Supervisor<P> {
                 let _ = lease.reconcile(error.usage);
             }
             if let Some(budget) = &error.budget {
-                self.observe_budget(budget, end);
+                self.observe_budget(budget, &lease, end);
             }
             if error.status.is_some() {
                 inner.controller.provider_answered(inner.scope);
@@ -646,18 +646,21 @@ impl<P: Provider> Supervisor<P> {
     }
 
     /// Hands a response's budget reports to the controller (SPEC Q-14).
-    fn observe_budget(&self, budget: &Budgets, at: Instant) {
+    /// The answer is to `lease`'s attempt, already recounted.
+    fn observe_budget(&self, budget: &Budgets, lease: &Lease, at: Instant) {
         if budget.is_empty() {
             return;
         }
-        let observed = self
-            .inner
-            .controller
-            .inner
-            .observe(self.inner.scope, budget.iter(), at);
-        if observed.gap > 0 || observed.adopted.is_some() {
+        let observed = self.inner.controller.inner.observe(
+            lease.scope(),
+            budget.iter(),
+            Some(lease.reservation()),
+            at,
+        );
+        if observed.gap > 0 || observed.freed > 0 || observed.adopted.is_some() {
             tracing::debug!(
                 gap = observed.gap,
+                freed = observed.freed,
                 adopted = observed.adopted,
                 "provider budget observed"
             );

@@ -226,6 +226,10 @@ pub struct Reservation {
     pub demand: Demand,
     /// Pending or leased.
     pub hold: Hold,
+    /// The store's number for the attempt in its record of what was sent
+    /// (SPEC Q-14), set when the provider's counting instant is known; 0
+    /// until then, and for stores that keep no record.
+    pub seq: u32,
 }
 
 /// Which dimensions kept a demand from fitting (SPEC OBS-4, Q-12).
@@ -352,9 +356,15 @@ pub struct BudgetReport {
 pub struct Observed {
     /// The limit adopted from the provider's advertisement, if one changed.
     pub adopted: Option<u64>,
-    /// Units taken out of the scope's window because the provider had less
-    /// left than tollgate's own view (another client, another accounting).
+    /// Units more taken out of the scope's window because the provider had
+    /// less left than tollgate's own view (another client, another
+    /// accounting). The estimate of what others hold replaces the previous
+    /// one, so a repeated report takes nothing more.
     pub gap: u64,
+    /// Units given back: the provider's answer shows others holding less
+    /// than the previous estimate (never more than that estimate: a report
+    /// never raises availability above tollgate's own accounting).
+    pub freed: u64,
 }
 
 /// What a provider charges its own limiter for a request it refuses with a

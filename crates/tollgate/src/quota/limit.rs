@@ -6,6 +6,8 @@ use super::Nanos;
 use super::bucket::TokenBucket;
 use super::demand::{Dimension, Hold};
 use super::fixed::FixedWindow;
+use super::others::Others;
+use super::sent::Compared;
 use super::sliding::SlidingWindow;
 use crate::config::{Algorithm, Limit};
 
@@ -26,6 +28,8 @@ pub(crate) struct LimitState {
     /// A stand-in until the provider first answers (SPEC Q-14): it admits,
     /// but never tells when it frees (the provider's answer decides).
     pub(crate) provisional: bool,
+    /// Other clients' spending, as the provider's answers reveal it.
+    others: Others,
     algo: Algo,
 }
 
@@ -46,7 +50,20 @@ impl LimitState {
             config,
             learned: false,
             provisional: false,
+            others: Others::default(),
             algo,
+        }
+    }
+
+    /// A copy of the arithmetic for projections, without the answers kept
+    /// for comparing a provider's budget.
+    pub(crate) fn projected(&self) -> Self {
+        LimitState {
+            config: self.config,
+            learned: self.learned,
+            provisional: self.provisional,
+            others: Others::default(),
+            algo: self.algo.clone(),
         }
     }
 
@@ -134,24 +151,57 @@ impl LimitState {
         }
     }
 
-    /// Counts `amount` from `at` until `until` (SPEC Q-14: budget another
-    /// client or another accounting spent, seen in a provider's headers).
-    /// A bucket takes it from its level, a fixed window counts it in the
-    /// window of `at`.
-    pub(crate) fn charge_until(&mut self, amount: u64, at: Nanos, until: Nanos, now: Nanos) {
+    /// Takes in what the provider had `remaining` for this limit (SPEC
+    /// Q-14) and returns the change in what this limit counts (positive:
+    /// the provider has less left than tollgate's view; negative: an
+    /// earlier estimate of other clients' spending was too high).
+    ///
+    /// A sliding window brackets other clients' holding with `answer`
+    /// (what the provider certainly held of tollgate's traffic when it
+    /// counted the answered attempt, and what tollgate no longer counts
+    /// but the provider may still have held), estimates it across answers
+    /// (see `others.rs`) and counts the estimate until `until` or later,
+    /// replacing the previous one; without `answer` it compares with its
+    /// own count at `at`. A bucket or fixed window takes only a shortfall
+    /// against what it has left.
+    pub(crate) fn observe(
+        &mut self,
+        remaining: u64,
+        answer: Option<Compared>,
+        at: Nanos,
+        until: Nanos,
+        now: Nanos,
+    ) -> i128 {
+        let others = |limit: u64, own: u64| limit.saturating_sub(remaining).saturating_sub(own);
         match &mut self.algo {
-            Algo::Sliding(w) => w.charge_until(amount, until, now),
-            Algo::Bucket(b) => b.take(amount),
-            Algo::Fixed(w) => w.charge_at(amount, at),
-        }
-    }
-
-    /// Units available at `at` (not after now) as far as this limit can
-    /// tell: exact for the sliding window, the current level otherwise.
-    pub(crate) fn available_at(&self, at: Nanos) -> i128 {
-        match &self.algo {
-            Algo::Sliding(w) => i128::from(w.limit()) - i128::from(w.used_at(at)),
-            _ => self.available(),
+            Algo::Sliding(w) => {
+                let (estimate, until) = match answer {
+                    Some(a) => {
+                        let upper = others(w.limit(), a.certain);
+                        let lower = others(w.limit(), w.own().saturating_add(a.dropped));
+                        self.others.estimate(lower, upper, until, now)
+                    }
+                    None => (others(w.limit(), w.own_at(at)), until),
+                };
+                w.replace_debts(estimate, until, now)
+            }
+            Algo::Bucket(b) => {
+                let gap = b.available() - i128::from(remaining);
+                let Ok(gap) = u64::try_from(gap) else {
+                    return 0;
+                };
+                b.take(gap);
+                i128::from(gap)
+            }
+            Algo::Fixed(w) => {
+                let gap =
+                    i128::from(self.config.amount) - i128::from(w.used()) - i128::from(remaining);
+                let Ok(gap) = u64::try_from(gap) else {
+                    return 0;
+                };
+                w.charge_at(gap, at);
+                i128::from(gap)
+            }
         }
     }
 
@@ -173,6 +223,16 @@ impl LimitState {
             Algo::Sliding(w) => w.set_limit(amount),
             Algo::Bucket(b) => b.set_limit(amount),
             Algo::Fixed(w) => w.set_limit(amount),
+        }
+    }
+
+    /// tollgate's own count and the debts (a sliding window's estimate of
+    /// other clients' holding), for tests.
+    #[cfg(test)]
+    pub(crate) fn own_and_debts(&self) -> (u64, u64) {
+        match &self.algo {
+            Algo::Sliding(w) => (w.own(), w.used() - w.own()),
+            _ => (0, 0),
         }
     }
 

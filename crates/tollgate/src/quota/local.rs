@@ -7,6 +7,7 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
 use super::limit::{LimitState, nanos};
+use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
 use crate::clock::Instant;
 use crate::config::{Algorithm, Limit, ScopeConfig};
@@ -27,6 +28,8 @@ pub struct LocalQuota {
     limits: Vec<LimitState>,
     /// The window of limits learned from the provider (SPEC Q-14).
     learn: Option<Duration>,
+    /// What was sent and by when the provider counted it (SPEC Q-14).
+    sent: SentLog,
 }
 
 impl LocalQuota {
@@ -55,12 +58,21 @@ impl LocalQuota {
             provisional.provisional = true;
             limits.push(provisional);
         }
+        // Providers report per-window budgets: the record serves the
+        // scope's shortest window.
+        let shortest = limits
+            .iter()
+            .map(LimitState::window)
+            .chain(config.learn)
+            .min()
+            .unwrap_or_default();
         LocalQuota {
             algorithm: config.algorithm,
             epoch: now,
             latest: 0,
             limits,
             learn: config.learn,
+            sent: SentLog::new(nanos(shortest)),
         }
     }
 
@@ -222,6 +234,7 @@ impl QuotaStore for LocalQuota {
                 l.reconcile(stamp, estimate, used);
             }
         }
+        self.sent.reconcile(reservation.seq, demand, actual);
     }
 
     fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {
@@ -230,6 +243,12 @@ impl QuotaStore for LocalQuota {
         }
         let now = self.tick(now);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
+        if reservation.seq == 0 {
+            let counted = at.max(reservation.tick);
+            reservation.seq = self
+                .sent
+                .record(reservation.tick, counted, &reservation.demand);
+        }
         if at <= reservation.tick {
             return;
         }
@@ -259,9 +278,16 @@ impl QuotaStore for LocalQuota {
                 l.release(reservation.tick, reservation.demand.amount(l.dimension()));
             }
         }
+        self.sent.release(reservation.seq, requests, tokens);
     }
 
-    fn observe(&mut self, report: &BudgetReport, at: Instant, now: Instant) -> Observed {
+    fn observe(
+        &mut self,
+        report: &BudgetReport,
+        answered: Option<&Reservation>,
+        at: Instant,
+        now: Instant,
+    ) -> Observed {
         let now = self.tick(now);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         for l in &mut self.limits {
@@ -284,17 +310,23 @@ impl QuotaStore for LocalQuota {
         else {
             return observed;
         };
-        let own = l.available_at(at);
-        let gap = own - i128::from(remaining);
-        if gap <= 0 {
-            return observed;
-        }
-        let gap = u64::try_from(gap).unwrap_or(u64::MAX);
-        // Counted until the provider's reset, at most one window from `at`.
         let window = nanos(l.window());
-        let until = at.saturating_add(report.reset.map_or(window, |r| nanos(r).min(window)));
-        l.charge_until(gap, at, until, now);
-        observed.gap = gap;
+        // What tollgate knows of its own traffic when the provider counted
+        // the answered attempt, and when that was.
+        let answer = answered.and_then(|r| self.sent.compare(r.seq, report.dimension, window, now));
+        // Counted until the provider's reset, at most one window from when
+        // it counted the attempt. A zero reset (the provider had room in
+        // this dimension) says nothing about when others' spending leaves
+        // its window.
+        let from = answer.map_or(at, |a| a.counted);
+        let reset = match report.reset {
+            Some(r) if !r.is_zero() => nanos(r).min(window),
+            _ => window,
+        };
+        let until = from.saturating_add(reset);
+        let change = l.observe(remaining, answer, at, until, now);
+        observed.gap = u64::try_from(change).unwrap_or(0);
+        observed.freed = u64::try_from(-change).unwrap_or(0);
         observed
     }
 
@@ -305,7 +337,16 @@ impl QuotaStore for LocalQuota {
     }
 
     fn project(&self) -> Option<Box<dyn QuotaStore>> {
-        Some(Box::new(self.clone()))
+        // The arithmetic only: a projection never compares a provider's
+        // answer, so it carries no record of what was sent.
+        Some(Box::new(LocalQuota {
+            algorithm: self.algorithm,
+            epoch: self.epoch,
+            latest: self.latest,
+            limits: self.limits.iter().map(LimitState::projected).collect(),
+            learn: self.learn,
+            sent: SentLog::new(0),
+        }))
     }
 
     fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
@@ -319,5 +360,87 @@ impl QuotaStore for LocalQuota {
             available: i64::try_from(l.available()).unwrap_or(i64::MIN),
             algorithm: self.algorithm,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const W: Duration = Duration::from_secs(10);
+
+    /// One attempt: sent at `sent` ms, arriving `delay` ms later, its
+    /// response beginning `lag` ms after arrival.
+    fn attempts() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
+        proptest::collection::vec((0u64..40_000, 0u64..2_000, 0u64..500), 1..80)
+    }
+
+    proptest! {
+        // proves: Q-14 (against a provider that counts on arrival, with
+        // another client holding a constant amount: after every answer
+        // the estimate of others' holding is at least that amount, so
+        // tollgate's window never counts less than the provider does; and
+        // it never rises, so an answer's bracket always held the truth,
+        // whatever the arrival delays, orders and overlaps)
+        #[test]
+        fn the_estimate_never_undercounts_a_steady_other_client(
+            raw in attempts(),
+            others in 0u64..200,
+        ) {
+            const LIMIT: u64 = 10_000;
+            let epoch = Instant::now();
+            let config = ScopeConfig::new("p").requests(LIMIT, W);
+            let mut q = LocalQuota::new(&config, epoch);
+            // Distinct instants (µs): each attempt's own offset.
+            let us = |ms: u64, i: usize| ms * 1_000 + i as u64;
+            let a: Vec<(u64, u64, u64)> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(sent, delay, lag))| {
+                    (us(sent, i), us(sent + delay, i), us(sent + delay + lag, i))
+                })
+                .collect();
+            let w = u64::try_from(W.as_micros()).unwrap();
+            // Events in time order: leases, then answers.
+            let mut events: Vec<(u64, bool, usize)> = Vec::new();
+            for (i, x) in a.iter().enumerate() {
+                events.push((x.0, false, i));
+                events.push((x.2, true, i));
+            }
+            events.sort();
+            let at = |t: u64| epoch + Duration::from_micros(t);
+            let mut held: Vec<Option<Reservation>> = vec![None; a.len()];
+            let mut last: Option<(u64, u64)> = None;
+            for (t, answer, i) in events {
+                if !answer {
+                    let r = q.reserve(&Demand::new(0, 0), at(t), Hold::Leased);
+                    held[i] = Some(r.expect("the limit is never reached"));
+                    continue;
+                }
+                let Some(mut r) = held[i].take() else { continue };
+                q.recount(&mut r, at(t), at(t));
+                // The provider's count when `i` arrived.
+                let arrival = a[i].1;
+                let own = a.iter().filter(|x| x.1 <= arrival && x.1 + w > arrival).count() as u64;
+                let report = BudgetReport {
+                    dimension: Dimension::Requests,
+                    limit: None,
+                    remaining: Some(LIMIT - own - others),
+                    reset: Some(W),
+                };
+                q.observe(&report, Some(&r), at(t), at(t));
+                let (_, estimate) = q.limits[0].own_and_debts();
+                prop_assert!(estimate >= others, "estimate {estimate} < {others}");
+                // Every answer keeps the estimate for a window (the
+                // reset); after a window without answers it starts afresh.
+                if let Some((previous, answered)) = last
+                    && t < answered + w
+                {
+                    prop_assert!(estimate <= previous, "rose: {previous} -> {estimate}");
+                }
+                last = Some((estimate, t));
+            }
+        }
     }
 }

@@ -10,7 +10,9 @@ mod demand;
 mod fixed;
 mod limit;
 mod local;
+mod others;
 mod remote;
+mod sent;
 mod sliding;
 mod store;
 

@@ -323,10 +323,11 @@ impl SlidingWindow {
         }
     }
 
-    /// The amount counted at instant `at` (not after `now`): the live
-    /// slots whose span covers `at`, debts, and pending amounts. What this
-    /// limit looked like when a provider's response began (SPEC Q-14).
-    pub(crate) fn used_at(&self, at: Nanos) -> u64 {
+    /// tollgate's own amount counted at instant `at` (not after `now`):
+    /// the live slots whose span covers `at` and pending amounts, without
+    /// debts. What this limit held of tollgate's traffic when a provider's
+    /// response began (SPEC Q-14).
+    pub(crate) fn own_at(&self, at: Nanos) -> u64 {
         let live: u64 = self
             .log
             .iter()
@@ -334,13 +335,25 @@ impl SlidingWindow {
             .filter(|s| s.expires > at)
             .map(|s| s.amount)
             .sum();
-        let debts: u64 = self
-            .debts
-            .iter()
-            .filter(|d| d.expires > at)
-            .map(|d| d.amount)
-            .sum();
-        live.saturating_add(debts).saturating_add(self.carry)
+        live.saturating_add(self.carry)
+    }
+
+    /// tollgate's own amount counted now: everything but debts.
+    pub(crate) fn own(&self) -> u64 {
+        let debts: u64 = self.debts.iter().map(|d| d.amount).sum();
+        self.used.saturating_sub(debts)
+    }
+
+    /// Replaces every debt by `amount` counted until `until` (the latest
+    /// estimate of what other clients hold at the provider, SPEC Q-14).
+    /// Returns the change in the counted amount.
+    pub(crate) fn replace_debts(&mut self, amount: u64, until: Nanos, now: Nanos) -> i128 {
+        let before: u64 = self.debts.iter().map(|d| d.amount).sum();
+        self.used = self.used.saturating_sub(before);
+        self.debts.clear();
+        self.charge_until(amount, until, now);
+        let after: u64 = self.debts.iter().map(|d| d.amount).sum();
+        i128::from(after) - i128::from(before)
     }
 
     /// Changes the limit (a limit learned from the provider, SPEC Q-14);
@@ -477,7 +490,7 @@ mod tests {
         // Already out of its window: not counted.
         w.insert_at(5, 0, 61 * S);
         assert_eq!(w.used(), 8);
-        assert_eq!(w.used_at(20 * S), 5);
+        assert_eq!(w.own_at(20 * S), 5);
     }
 
     // proves: Q-5, Q-7 (debt on a zero estimate, which opened no slot, is

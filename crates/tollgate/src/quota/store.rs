@@ -29,7 +29,7 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Takes `demand` from every limit at `now`, all or nothing (SPEC Q-1).
     /// On success it returns the store's tick for `now`, and the
-    /// reservation is `Reservation { stamp: now, tick, demand, hold }`; on
+    /// reservation is `Reservation { stamp: now, tick, demand, hold, seq: 0 }`; on
     /// failure nothing changed and [`not_until`] tells why.
     ///
     /// [`not_until`]: QuotaStore::not_until
@@ -53,6 +53,7 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
                 tick,
                 demand: *demand,
                 hold,
+                seq: 0,
             }),
             None => Err(self.not_until(demand, now)),
         }
@@ -95,11 +96,20 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Takes in what a provider's response at `at` said about its budget
     /// (SPEC Q-14): a learned limit follows the advertised amount, and when
-    /// the provider has less left than this store had at `at`, the
-    /// difference is counted until the provider's reset. Never raises
-    /// availability.
-    fn observe(&mut self, report: &BudgetReport, at: Instant, now: Instant) -> Observed {
-        let _ = (report, at, now);
+    /// the provider has less left than this store's own traffic explains,
+    /// the difference is counted until the provider's reset. `answered` is
+    /// the answered attempt's reservation when known (after its recount):
+    /// the comparison is then with what the provider certainly counted of
+    /// tollgate's traffic when it counted that attempt. Never raises
+    /// availability above the store's own accounting.
+    fn observe(
+        &mut self,
+        report: &BudgetReport,
+        answered: Option<&Reservation>,
+        at: Instant,
+        now: Instant,
+    ) -> Observed {
+        let _ = (report, answered, at, now);
         Observed::default()
     }
 
