@@ -111,7 +111,10 @@ impl Inner {
         for report in reports {
             let observed = st.store.observe(report, answered, at, now);
             match report.dimension {
-                Dimension::Requests => st.counters.gap_requests += observed.gap,
+                Dimension::Requests => {
+                    st.counters.gap_requests =
+                        st.counters.gap_requests.saturating_add(observed.gap);
+                }
                 Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => {
                     st.counters.gap_tokens = st.counters.gap_tokens.saturating_add(observed.gap);
                 }

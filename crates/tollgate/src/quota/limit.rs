@@ -175,15 +175,27 @@ impl LimitState {
         let others = |limit: u64, own: u64| limit.saturating_sub(remaining).saturating_sub(own);
         match &mut self.algo {
             Algo::Sliding(w) => {
-                let (estimate, until) = match answer {
+                match answer {
                     Some(a) => {
                         let upper = others(w.limit(), a.certain);
                         let lower = others(w.limit(), w.own().saturating_add(a.dropped));
-                        self.others.estimate(lower, upper, until, now)
+                        match self.others.estimate(lower, upper, a.counted, until, now) {
+                            Some((estimate, until)) => w.replace_debts(estimate, until, now),
+                            None => 0,
+                        }
                     }
-                    None => (others(w.limit(), w.own_at(at)), until),
-                };
-                w.replace_debts(estimate, until, now)
+                    // Without the answered attempt, tollgate's count at the
+                    // answer includes attempts the provider had not counted
+                    // yet: the comparison only ever takes more out.
+                    None => {
+                        let gap = others(w.limit(), w.own_at(at));
+                        let debts = w.used().saturating_sub(w.own());
+                        if gap <= debts {
+                            return 0;
+                        }
+                        w.replace_debts(gap, until, now)
+                    }
+                }
             }
             Algo::Bucket(b) => {
                 let gap = b.available() - i128::from(remaining);

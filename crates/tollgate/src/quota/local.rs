@@ -59,7 +59,8 @@ impl LocalQuota {
             limits.push(provisional);
         }
         // Providers report per-window budgets: the record serves the
-        // scope's shortest window.
+        // scope's shortest window, and only a sliding window reads it.
+        let sliding = matches!(config.algorithm, Algorithm::SlidingWindow);
         let shortest = limits
             .iter()
             .map(LimitState::window)
@@ -72,7 +73,7 @@ impl LocalQuota {
             latest: 0,
             limits,
             learn: config.learn,
-            sent: SentLog::new(nanos(shortest)),
+            sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
         }
     }
 
@@ -314,11 +315,12 @@ impl QuotaStore for LocalQuota {
         // What tollgate knows of its own traffic when the provider counted
         // the answered attempt, and when that was.
         let answer = answered.and_then(|r| self.sent.compare(r.seq, report.dimension, window, now));
-        // Counted until the provider's reset, at most one window from when
-        // it counted the attempt. A zero reset (the provider had room in
-        // this dimension) says nothing about when others' spending leaves
-        // its window.
-        let from = answer.map_or(at, |a| a.counted);
+        // Counted until the provider's reset, at most one window, from the
+        // answer (the provider may have reported its state when it
+        // answered rather than when it counted the attempt). A zero reset
+        // (the provider had room in this dimension) says nothing about
+        // when others' spending leaves its window.
+        let from = answer.map_or(at, |a| a.counted.max(at));
         let reset = match report.reset {
             Some(r) if !r.is_zero() => nanos(r).min(window),
             _ => window,

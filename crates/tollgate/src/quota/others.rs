@@ -25,28 +25,54 @@ use super::Nanos;
 /// The estimate of one limit.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Others {
-    /// The estimate, and until when it holds.
-    current: Option<(u64, Nanos)>,
+    current: Option<Estimate>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    value: u64,
+    /// Until when it holds.
+    until: Nanos,
+    /// When the provider counted the answer that set it.
+    counted: Nanos,
 }
 
 impl Others {
-    /// Takes in an answer bracketing other clients' holding between
-    /// `lower` and `upper`, counted by `counted` and valid until `until`;
-    /// returns the estimate and until when it holds.
+    /// Takes in an answer, counted by `counted` and valid until `until`,
+    /// bracketing other clients' holding between `lower` and `upper`;
+    /// returns the estimate and until when it holds (`None`: none holds).
+    ///
+    /// An answer older than the one that set the estimate (a slow one-shot
+    /// answer counted before a stream's) can only raise it; one whose reset
+    /// has passed says nothing about now and changes nothing.
     pub(crate) fn estimate(
         &mut self,
         lower: u64,
         upper: u64,
+        counted: Nanos,
         until: Nanos,
         now: Nanos,
-    ) -> (u64, Nanos) {
+    ) -> Option<(u64, Nanos)> {
         let lower = lower.min(upper);
-        let next = match self.current {
-            Some((e, end)) if end > now && lower <= e && e <= upper => (e, end.max(until)),
-            _ => (upper, until),
+        let live = self.current.filter(|e| e.until > now);
+        let fresh = Estimate {
+            value: upper,
+            until,
+            counted,
         };
-        self.current = Some(next);
-        next
+        let next = match live {
+            _ if until <= now => live,
+            None => Some(fresh),
+            Some(e) if lower > e.value => Some(fresh),
+            Some(e) if counted < e.counted => Some(e),
+            Some(e) if e.value <= upper => Some(Estimate {
+                until: e.until.max(until),
+                ..e
+            }),
+            Some(_) => Some(fresh),
+        };
+        self.current = next;
+        next.map(|e| (e.value, e.until))
     }
 }
 
@@ -63,16 +89,36 @@ mod tests {
         let mut o = Others::default();
         // A burst: the first answer's bracket is wide, later ones narrow
         // it down; the first arrival's upper bound is exact.
-        assert_eq!(o.estimate(0, 9, 1_000, 100), (9, 1_000));
-        assert_eq!(o.estimate(0, 5, 1_010, 110), (5, 1_010));
-        assert_eq!(o.estimate(2, 8, 1_020, 120), (5, 1_020), "confirmed");
+        assert_eq!(o.estimate(0, 9, 90, 1_000, 100), Some((9, 1_000)));
+        assert_eq!(o.estimate(0, 5, 100, 1_010, 110), Some((5, 1_010)));
+        assert_eq!(
+            o.estimate(2, 8, 110, 1_020, 120),
+            Some((5, 1_020)),
+            "confirmed"
+        );
         // Exact and lower: followed.
-        assert_eq!(o.estimate(3, 3, 1_100, 200), (3, 1_100));
+        assert_eq!(o.estimate(3, 3, 190, 1_100, 200), Some((3, 1_100)));
         // A wide bracket containing it: kept.
-        assert_eq!(o.estimate(0, 12, 1_200, 300), (3, 1_200));
+        assert_eq!(o.estimate(0, 12, 290, 1_200, 300), Some((3, 1_200)));
         // Others certainly hold more: up to the upper bound.
-        assert_eq!(o.estimate(4, 6, 1_300, 400), (6, 1_300));
+        assert_eq!(o.estimate(4, 6, 390, 1_300, 400), Some((6, 1_300)));
         // Lapsed at its reset: the next answer starts afresh.
-        assert_eq!(o.estimate(0, 7, 2_500, 1_400), (7, 2_500));
+        assert_eq!(o.estimate(0, 7, 1_390, 2_500, 1_400), Some((7, 2_500)));
+    }
+
+    // proves: Q-14 (an answer counted before the one that set the
+    // estimate only raises it; an answer past its reset changes nothing)
+    #[test]
+    fn old_answers_never_lower_the_estimate() {
+        let mut o = Others::default();
+        assert_eq!(o.estimate(5, 5, 500, 1_500, 500), Some((5, 1_500)));
+        // A slow one-shot answer counted at 100: lower, ignored.
+        assert_eq!(o.estimate(1, 1, 100, 1_600, 600), Some((5, 1_500)));
+        // ... but it raises when others certainly held more.
+        assert_eq!(o.estimate(7, 8, 100, 1_600, 600), Some((8, 1_600)));
+        // Past its reset: nothing changes, even with no estimate.
+        assert_eq!(o.estimate(0, 0, 100, 650, 700), Some((8, 1_600)));
+        let mut empty = Others::default();
+        assert_eq!(empty.estimate(9, 9, 100, 650, 700), None);
     }
 }

@@ -43,16 +43,22 @@ struct Sent {
     sent: Nanos,
     /// Its Q-15 bound: it arrived by then.
     counted: Nanos,
-    /// What it holds in each dimension, in [`Dimension::ALL`] order,
-    /// after settlement and releases.
-    amounts: Amounts,
+    /// The least and the most the provider may have held of it in each
+    /// dimension, in [`Dimension::ALL`] order: a provider that settles
+    /// holds the estimate until the request completes and the reported
+    /// usage after, so settlement lowers the least and raises the most; a
+    /// refusal it did not charge zeroes both.
+    least: Amounts,
+    most: Amounts,
 }
 
-/// Sums of the entries sent, and counted, within one bucket.
+/// Sums of the entries sent, and counted, within one bucket: the least
+/// amounts by send and by counting instant, the most by counting instant.
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
     sent: Amounts,
     counted: Amounts,
+    counted_most: Amounts,
 }
 
 /// What tollgate knows of its own traffic when the provider counted an
@@ -87,6 +93,9 @@ pub(crate) struct SentLog {
     res: Nanos,
     /// Whether older amounts were ever moved into the base bucket.
     carried: bool,
+    /// The latest counting instant recorded: what is kept is measured
+    /// from it, whatever the instants of a late entry.
+    latest: Nanos,
 }
 
 fn index(dimension: Dimension) -> usize {
@@ -123,6 +132,7 @@ impl SentLog {
             window,
             res: (window / BUCKETS).max(1),
             carried: false,
+            latest: 0,
         }
     }
 
@@ -138,17 +148,19 @@ impl SentLog {
     }
 
     /// Adds (or with `remove`, takes away) an entry's amounts.
-    fn account(&mut self, e: &Sent, amounts: &Amounts, remove: bool) {
+    fn account(&mut self, e: &Sent, remove: bool) {
         let (bs, bc) = (self.bucket(e.sent), self.bucket(e.counted));
         let apply = if remove { sub } else { add };
         if let Some(b) = self.slot(bs) {
-            apply(&mut b.sent, amounts);
+            apply(&mut b.sent, &e.least);
         }
         if let Some(b) = self.slot(bc) {
-            apply(&mut b.counted, amounts);
+            apply(&mut b.counted, &e.least);
+            apply(&mut b.counted_most, &e.most);
         }
-        apply(&mut self.total.sent, amounts);
-        apply(&mut self.total.counted, amounts);
+        apply(&mut self.total.sent, &e.least);
+        apply(&mut self.total.counted, &e.least);
+        apply(&mut self.total.counted_most, &e.most);
     }
 
     /// Drops what was counted more than two windows before `counted`;
@@ -159,9 +171,19 @@ impl SentLog {
             if self.bucket(front.counted) >= horizon && self.entries.len() < MAX_ENTRIES {
                 break;
             }
-            self.account(&front, &front.amounts, true);
+            self.account(&front, true);
             self.entries.pop_front();
-            self.first = self.first.wrapping_add(1);
+            match self.first.checked_add(1) {
+                Some(first) => self.first = first,
+                // Four billion attempts: start afresh.
+                None => {
+                    *self = SentLog::new(self.window);
+                    return 0;
+                }
+            }
+        }
+        if self.entries.capacity() > 1024 && self.entries.len() < self.entries.capacity() / 4 {
+            self.entries.shrink_to(self.entries.len() * 2);
         }
         if self.entries.is_empty() {
             // Nothing older is left anywhere.
@@ -181,9 +203,11 @@ impl SentLog {
             };
             add(&mut carried.sent, &b.sent);
             add(&mut carried.counted, &b.counted);
+            add(&mut carried.counted_most, &b.counted_most);
             self.base += 1;
         }
-        if carried.sent != Amounts::default() || carried.counted != Amounts::default() {
+        let zero = Amounts::default();
+        if carried.sent != zero || carried.counted != zero || carried.counted_most != zero {
             self.carried = true;
             if self.buckets.is_empty() {
                 self.buckets.push_back(Bucket::default());
@@ -191,6 +215,7 @@ impl SentLog {
             if let Some(b) = self.buckets.front_mut() {
                 add(&mut b.sent, &carried.sent);
                 add(&mut b.counted, &carried.counted);
+                add(&mut b.counted_most, &carried.counted_most);
             }
         }
         horizon
@@ -202,7 +227,8 @@ impl SentLog {
         if self.window == 0 {
             return 0;
         }
-        let horizon = self.prune(counted);
+        self.latest = self.latest.max(counted);
+        let horizon = self.prune(self.latest);
         let len = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
         let Some(seq) = self.first.checked_add(len) else {
             *self = SentLog::new(self.window);
@@ -218,19 +244,21 @@ impl SentLog {
             self.buckets.push_front(Bucket::default());
             self.base -= 1;
         }
-        if self.bucket(sent) < self.base {
+        if self.bucket(sent) < self.base || self.bucket(counted) < self.base {
             self.carried = true;
         }
         let last = self.bucket(counted.max(sent));
         while self.base + (self.buckets.len() as u64) <= last {
             self.buckets.push_back(Bucket::default());
         }
+        let amounts = Dimension::ALL.map(|d| demand.amount(d));
         let e = Sent {
             sent,
             counted,
-            amounts: Dimension::ALL.map(|d| demand.amount(d)),
+            least: amounts,
+            most: amounts,
         };
-        self.account(&e, &e.amounts, false);
+        self.account(&e, false);
         self.entries.push_back(e);
         seq
     }
@@ -240,28 +268,31 @@ impl SentLog {
     }
 
     /// Changes attempt `seq`'s amounts with `change`.
-    fn update(&mut self, seq: u32, change: impl FnOnce(&mut Amounts)) {
+    fn update(&mut self, seq: u32, change: impl FnOnce(&mut Sent)) {
         let Some(i) = self.position(seq) else {
             return;
         };
-        let Some(e) = self.entries.get(i).copied() else {
+        let Some(before) = self.entries.get(i).copied() else {
             return;
         };
-        let mut amounts = e.amounts;
-        change(&mut amounts);
-        self.account(&e, &e.amounts, true);
-        self.account(&e, &amounts, false);
+        let mut after = before;
+        change(&mut after);
+        self.account(&before, true);
+        self.account(&after, false);
         if let Some(e) = self.entries.get_mut(i) {
-            e.amounts = amounts;
+            *e = after;
         }
     }
 
-    /// Settlement replaced the attempt's estimate by what it used.
+    /// Settlement reported what the attempt used: the provider may have
+    /// held the estimate or that.
     pub(crate) fn reconcile(&mut self, seq: u32, demand: &Demand, actual: &Actual) {
-        self.update(seq, |amounts| {
+        self.update(seq, |e| {
             for d in Dimension::ALL {
                 if let Some(used) = actual.amount(d, demand) {
-                    amounts[index(d)] = used;
+                    let i = index(d);
+                    e.least[i] = e.least[i].min(used);
+                    e.most[i] = e.most[i].max(used);
                 }
             }
         });
@@ -269,17 +300,18 @@ impl SentLog {
 
     /// A refusal the provider did not charge gave these dimensions back.
     pub(crate) fn release(&mut self, seq: u32, requests: bool, tokens: bool) {
-        self.update(seq, |amounts| {
+        self.update(seq, |e| {
             for d in Dimension::ALL {
                 if if d.is_tokens() { tokens } else { requests } {
-                    amounts[index(d)] = 0;
+                    e.least[index(d)] = 0;
+                    e.most[index(d)] = 0;
                 }
             }
         });
     }
 
-    /// Sums one dimension over the buckets numbered `from..=to`.
-    fn sum(&self, from: u64, to: u64, d: usize, counted: bool) -> u64 {
+    /// Sums one dimension of `field` over the buckets numbered `from..=to`.
+    fn sum(&self, from: u64, to: u64, d: usize, field: fn(&Bucket) -> &Amounts) -> u64 {
         let from = usize::try_from(from.saturating_sub(self.base)).unwrap_or(usize::MAX);
         let Some(to) = to.checked_sub(self.base) else {
             return 0;
@@ -292,9 +324,7 @@ impl SentLog {
             .iter()
             .skip(from)
             .take(to.saturating_sub(from).saturating_add(1))
-            .fold(0u64, |sum, b| {
-                sum.saturating_add(if counted { b.counted[d] } else { b.sent[d] })
-            })
+            .fold(0u64, |sum, b| sum.saturating_add(field(b)[d]))
     }
 
     /// What tollgate knows of its own traffic in `dimension` when the
@@ -316,18 +346,19 @@ impl SentLog {
         let last = self.base + self.buckets.len() as u64;
         // Counted before j was sent: the buckets wholly before sent_j's.
         let before =
-            self.total.counted[d].saturating_sub(self.sum(self.bucket(j.sent), last, d, true));
+            self.total.counted[d]
+                .saturating_sub(self.sum(self.bucket(j.sent), last, d, |b| &b.counted));
         // Sent at or before counted_j - W: possibly out of the provider's
         // window (up to the end of that bucket).
         // What was sent before the base bucket counts in it: when the
         // edge lies before the base, all of it may be out.
         let out = match j.counted.checked_sub(window).map(|e| self.bucket(e)) {
             Some(edge) if edge >= self.base || self.carried => {
-                self.sum(0, edge.max(self.base), d, false)
+                self.sum(0, edge.max(self.base), d, |b| &b.sent)
             }
             _ => 0,
         };
-        let certain = before.saturating_sub(out).saturating_add(j.amounts[d]);
+        let certain = before.saturating_sub(out).saturating_add(j.least[d]);
         // tollgate's window let them go in (sent_j, now]: counted in
         // (sent_j - W, now - W], widened to whole buckets.
         let dropped = if now >= window {
@@ -335,7 +366,7 @@ impl SentLog {
                 self.bucket(j.sent.saturating_sub(window)),
                 self.bucket(now - window),
                 d,
-                true,
+                |b| &b.counted_most,
             )
         } else {
             0
