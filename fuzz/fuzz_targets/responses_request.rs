@@ -4,36 +4,17 @@
 //! panicking (the estimate saturates, it never overflows).
 #![no_main]
 
+mod shared;
+
 use libfuzzer_sys::fuzz_target;
 use tollgate_openai::tokens::{Profile, TokenEstimator};
 use tollgate_openai::wire::ResponsesRequest;
 
-const PROFILES: [Profile; 6] = [
-    Profile::Tokenizer,
-    Profile::OpenAi,
-    Profile::Anthropic,
-    Profile::Chars {
-        chars_per_token: 4,
-        output: true,
-    },
-    Profile::Chars {
-        chars_per_token: 1,
-        output: false,
-    },
-    Profile::Chars {
-        chars_per_token: 0,
-        output: true,
-    },
-];
-
 fuzz_target!(|data: &[u8]| {
-    let Ok(request) = serde_json::from_slice::<ResponsesRequest>(data) else {
+    let Some(request) = shared::round_trip::<ResponsesRequest>(data) else {
         return;
     };
-    let json = serde_json::to_vec(&request).expect("a parsed request serializes");
-    let again: ResponsesRequest = serde_json::from_slice(&json).expect("serialized request parses");
-    assert_eq!(request, again, "round trip changed the request");
-    for profile in PROFILES {
+    for profile in shared::PROFILES {
         let estimate = TokenEstimator::new()
             .with_profile(profile)
             .responses(&request);

@@ -1,26 +1,14 @@
 //! The wider wire end to end, adversarially (SPEC WIRE-1..4, Q-5, Q-12, GW-2,
 //! GW-4, GW-12, GW-15): a hostile client and odd upstreams against a real
-//! gateway. An upstream of this file answers any path with scripted raw
-//! bytes and records what it received.
+//! gateway. The upstream (`common::Scripted`) answers any path with
+//! scripted raw bytes and records what it received.
 
 mod common;
 
-use std::io;
-use std::sync::Arc;
-use std::time::Duration;
-
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::response::Response;
+use common::upstream::{Reply, Scripted};
 use common::*;
 use futures_util::StreamExt;
-use futures_util::stream;
-use http::HeaderMap;
-use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tollgate::quota::Dimension;
 use tollgate_gateway::config::GatewayConfig;
 
@@ -42,132 +30,24 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 // ---------------------------------------------------------------------------
-// A raw scripted upstream.
+// Raw scripted replies (the upstream is `common::Scripted`).
 
-#[derive(Clone)]
-struct Raw {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    chunks: Vec<String>,
-    /// Abort the connection after the chunks.
-    cut: bool,
-}
-
-impl Raw {
-    fn json(status: u16, body: Value) -> Raw {
-        Raw {
-            status,
-            headers: vec![("content-type", "application/json".to_owned())],
-            chunks: vec![body.to_string()],
-            cut: false,
-        }
-    }
-
-    fn sse(chunks: Vec<String>, cut: bool) -> Raw {
-        Raw {
-            status: 200,
-            headers: vec![("content-type", "text/event-stream".to_owned())],
-            chunks,
-            cut,
-        }
+fn raw_json(status: u16, body: Value) -> Reply {
+    Reply::Raw {
+        status,
+        headers: vec![("content-type", "application/json".to_owned())],
+        chunks: vec![body.to_string()],
+        cut: false,
     }
 }
 
-#[derive(Debug, Clone)]
-struct Seen {
-    uri: String,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-struct Shared {
-    script: Vec<Raw>,
-    seen: Mutex<Vec<Seen>>,
-}
-
-struct Upstream {
-    shared: Arc<Shared>,
-    /// `http://127.0.0.1:PORT` (no path).
-    root: String,
-    task: JoinHandle<()>,
-}
-
-impl Upstream {
-    async fn start(script: Vec<Raw>) -> Upstream {
-        let shared = Arc::new(Shared {
-            script,
-            seen: Mutex::new(Vec::new()),
-        });
-        let router = Router::new()
-            .fallback(answer)
-            .with_state(Arc::clone(&shared));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let root = format!("http://{}", listener.local_addr().expect("addr"));
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Upstream { shared, root, task }
+fn raw_sse(chunks: Vec<String>, cut: bool) -> Reply {
+    Reply::Raw {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".to_owned())],
+        chunks,
+        cut,
     }
-
-    fn v1(&self) -> String {
-        format!("{}/v1", self.root)
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.shared.seen.lock().clone()
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn answer(
-    State(shared): State<Arc<Shared>>,
-    uri: http::Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let n = {
-        let mut seen = shared.seen.lock();
-        seen.push(Seen {
-            uri: uri.to_string(),
-            headers,
-            body,
-        });
-        seen.len()
-    };
-    let reply = shared
-        .script
-        .get(n - 1)
-        .or_else(|| shared.script.last())
-        .cloned()
-        .expect("script");
-    let frames = stream::iter(
-        reply
-            .chunks
-            .into_iter()
-            .map(|c| Ok::<_, io::Error>(Bytes::from(c))),
-    );
-    let body = if reply.cut {
-        frames
-            .chain(stream::once(async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Err(io::Error::other("scripted cut"))
-            }))
-            .boxed()
-    } else {
-        frames.boxed()
-    };
-    let mut response = Response::builder().status(reply.status);
-    for (name, value) in reply.headers {
-        response = response.header(name, value);
-    }
-    response
-        .body(Body::from_stream(body))
-        .expect("scripted response")
 }
 
 // ---------------------------------------------------------------------------
@@ -209,13 +89,13 @@ fn anthropic_events(deltas: usize, tail: &[(&str, Value)]) -> Vec<String> {
 /// A gateway with an `anthropic` provider at `upstream`, scope `main`
 /// (`scope` lines), model `c` (`upstream_model = "claude-x"`), tenants a
 /// and b (`b_extra` lines for b), `extra` TOML appended.
-fn anthropic_config(upstream: &Upstream, scope: &str, b_extra: &str, extra: &str) -> String {
+fn anthropic_config(upstream: &Scripted, scope: &str, b_extra: &str, extra: &str) -> String {
     anthropic_config_a(upstream, scope, "", b_extra, extra)
 }
 
 /// [`anthropic_config`] with `a_extra` lines for tenant a.
 fn anthropic_config_a(
-    upstream: &Upstream,
+    upstream: &Scripted,
     scope: &str,
     a_extra: &str,
     b_extra: &str,
@@ -248,7 +128,7 @@ upstream_model = "claude-x"
 
 {}
 "#,
-        upstream.v1(),
+        upstream.base_url,
         tenants(a_extra, b_extra)
     )
 }
@@ -295,8 +175,8 @@ fn output_used(gw: &Gateway, scope: &str) -> i64 {
 /// Streams one Messages call (`max_tokens` 500) through a gateway in front
 /// of an upstream answering `reply`; the body the client read, and the
 /// output tokens the scope's output limit keeps once everything is idle.
-async fn stream_and_output_used(reply: Raw) -> (String, i64) {
-    let up = Upstream::start(vec![reply]).await;
+async fn stream_and_output_used(reply: Reply) -> (String, i64) {
+    let up = Scripted::start(vec![reply]).await;
     let gw = Gateway::start(&anthropic_config(
         &up,
         "otpm = 100000\nitpm = 100000",
@@ -331,7 +211,7 @@ fn assert_anthropic_error(body: &Value, kind: &str) {
 #[test]
 fn messages_stream_without_delta_usage_keeps_output_charged() {
     runtime().block_on(async {
-        let (text, used) = stream_and_output_used(Raw::sse(
+        let (text, used) = stream_and_output_used(raw_sse(
             anthropic_events(
                 40,
                 &[
@@ -366,7 +246,7 @@ fn messages_stream_without_delta_usage_keeps_output_charged() {
 #[test]
 fn messages_stream_cut_mid_answer_keeps_output_charged() {
     runtime().block_on(async {
-        let (text, used) = stream_and_output_used(Raw::sse(anthropic_events(40, &[]), true)).await;
+        let (text, used) = stream_and_output_used(raw_sse(anthropic_events(40, &[]), true)).await;
         assert!(text.contains("event: error"), "{text}");
         assert!(
             used >= 40,
@@ -405,14 +285,14 @@ provider = "up"
                 accepted.push(header);
             }
         }
-        let up = Upstream::start(vec![Raw::json(
+        let up = Scripted::start(vec![raw_json(
             200,
             json!({"id": "x", "object": "chat.completion", "choices": [],
                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
         )])
         .await;
-        if GatewayConfig::from_toml(&toml("X-Request-Id", &up.v1()), "t.toml").is_ok() {
-            let gw = Gateway::start(&toml("X-Request-Id", &up.v1())).await;
+        if GatewayConfig::from_toml(&toml("X-Request-Id", &up.base_url), "t.toml").is_ok() {
+            let gw = Gateway::start(&toml("X-Request-Id", &up.base_url)).await;
             let resp = send(
                 client()
                     .post(gw.url("/v1/chat/completions"))
@@ -444,12 +324,12 @@ provider = "up"
 #[test]
 fn huge_max_tokens_does_not_break_the_tenant() {
     runtime().block_on(async {
-        let ok = Raw::json(
+        let ok = raw_json(
             200,
             json!({"id": "msg_1", "type": "message", "content": [],
                    "usage": {"input_tokens": 5, "output_tokens": 3}}),
         );
-        let up = Upstream::start(vec![ok]).await;
+        let up = Scripted::start(vec![ok]).await;
         let gw = Gateway::start(&anthropic_config_a(
             &up,
             "rpm = 1000",
@@ -497,13 +377,13 @@ fn huge_max_tokens_does_not_break_the_tenant() {
 #[test]
 fn messages_keys_and_forwarded_headers() {
     runtime().block_on(async {
-        let ok = Raw::json(
+        let ok = raw_json(
             200,
             json!({"id": "msg_1", "type": "message", "role": "assistant", "content": [],
                    "model": "claude-x", "stop_reason": "end_turn",
                    "usage": {"input_tokens": 5, "output_tokens": 3}}),
         );
-        let up = Upstream::start(vec![ok]).await;
+        let up = Scripted::start(vec![ok]).await;
         let gw = Gateway::start(&anthropic_config(&up, "rpm = 100", "", "")).await;
         let resp = send(
             client()
@@ -571,7 +451,7 @@ fn messages_keys_and_forwarded_headers() {
 #[test]
 fn messages_errors_are_anthropic_shaped() {
     runtime().block_on(async {
-        let limited = Raw {
+        let limited = Reply::Raw {
             status: 429,
             headers: vec![
                 ("content-type", "application/json".to_owned()),
@@ -584,7 +464,7 @@ fn messages_errors_are_anthropic_shaped() {
             ],
             cut: false,
         };
-        let up = Upstream::start(vec![limited]).await;
+        let up = Scripted::start(vec![limited]).await;
         let gw = Gateway::start(&anthropic_config(&up, "otpm = 100000", "", "")).await;
         let resp = send(
             client()
@@ -631,10 +511,10 @@ fn messages_errors_are_anthropic_shaped() {
 #[test]
 fn messages_tenant_policy_does_not_leak_models() {
     runtime().block_on(async {
-        let up = Upstream::start(vec![Raw::json(200, json!({}))]).await;
+        let up = Scripted::start(vec![raw_json(200, json!({}))]).await;
         let extra = format!(
             "[providers.oa]\nbase_url = \"{}\"\n[models.g]\nprovider = \"oa\"\n",
-            up.v1()
+            up.base_url
         );
         let gw = Gateway::start(&anthropic_config(
             &up,
@@ -676,7 +556,7 @@ fn messages_tenant_policy_does_not_leak_models() {
 #[test]
 fn azure_url_and_query_encoding() {
     runtime().block_on(async {
-        let up = Upstream::start(vec![Raw::json(
+        let up = Scripted::start(vec![raw_json(
             200,
             json!({"id": "x", "object": "chat.completion", "choices": [],
                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
@@ -697,7 +577,7 @@ upstream_model = "gpt-4o.prod_1"
 
 {}
 "#,
-            up.root,
+            up.root(),
             tenants("", "")
         ))
         .await;
@@ -717,7 +597,7 @@ upstream_model = "gpt-4o.prod_1"
         );
         assert_eq!(seen[0].headers["api-key"], AZURE_KEY);
         assert!(seen[0].headers.get("authorization").is_none());
-        let body: Value = serde_json::from_slice(&seen[0].body).expect("json");
+        let body = &seen[0].body;
         assert_eq!(body["model"], "gpt-4o.prod_1");
     });
 }
@@ -728,14 +608,14 @@ upstream_model = "gpt-4o.prod_1"
 #[test]
 fn reload_changes_the_flavour() {
     runtime().block_on(async {
-        let ok_chat = Raw::json(
+        let ok_chat = raw_json(
             200,
             json!({"id": "x", "object": "chat.completion", "choices": [],
                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
         );
-        let up = Upstream::start(vec![
+        let up = Scripted::start(vec![
             ok_chat,
-            Raw::json(
+            raw_json(
                 200,
                 json!({"id": "msg_1", "type": "message", "content": [],
                        "usage": {"input_tokens": 5, "output_tokens": 3}}),
@@ -759,7 +639,7 @@ upstream_model = "claude-x"
 
 {}
 "#,
-                up.v1(),
+                up.base_url,
                 tenants("", "")
             )
         };
@@ -808,7 +688,7 @@ upstream_model = "claude-x"
 #[test]
 fn responses_hostile_bodies_and_failed_stream() {
     runtime().block_on(async {
-        let failed = Raw::sse(
+        let failed = raw_sse(
             vec![
                 event(
                     "response.created",
@@ -823,7 +703,7 @@ fn responses_hostile_bodies_and_failed_stream() {
             ],
             false,
         );
-        let up = Upstream::start(vec![failed]).await;
+        let up = Scripted::start(vec![failed]).await;
         let gw = Gateway::start(&format!(
             r#"
 [providers.oa]
@@ -837,7 +717,7 @@ upstream_model = "gpt-4o"
 
 {}
 "#,
-            up.v1(),
+            up.base_url,
             tenants("", "")
         ))
         .await;

@@ -10,6 +10,7 @@ use tollgate::quota::RefusalCost;
 use tollgate_openai::tokens::Profile;
 
 use super::deployment::DeploymentConfig;
+use super::flavor::{Flavor, ProviderWire};
 use super::types::{
     AdmissionConfig, AnonymousConfig, GatewayConfig, ModelConfig, ModelKind, ProviderConfig,
     QuotaScope, ServerConfig, TenantConfig, default_retry,
@@ -63,44 +64,20 @@ impl GatewayConfig {
             retry: default_retry(),
             cooldown: CooldownConfig::default(),
             providers: vec![
-                ProviderConfig {
-                    name: "sim".to_owned(),
-                    base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
-                    api_key_env: None,
-                    connect_timeout: Duration::from_secs(5),
-                    attempt_timeout: Duration::from_secs(120),
-                    max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
-                    circuit: CircuitConfig::default(),
-                    // The embedded simulator counts a prompt as characters / 4
-                    // (plus framing) and the completion it will generate, charges
-                    // nothing for a 429 and settles nothing (its charge already
-                    // is the usage): `openai` reserves at least that.
-                    accounting: Profile::OpenAi,
-                    refusals: RefusalCost::Free,
-                    reconciles: true,
-                    arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
-                    wire: super::flavor::ProviderWire::default(),
-                },
+                // The embedded simulator counts a prompt as characters / 4
+                // (plus framing) and the completion it will generate, charges
+                // nothing for a 429 and settles nothing (its charge already
+                // is the usage): `openai` reserves at least that.
+                sim_provider("sim", sim_base_url, Profile::OpenAi, Flavor::OpenAi),
                 // The simulator's Messages route counts as its OpenAI routes
                 // do (characters / 4 plus framing): the `anthropic` profile
                 // (characters / 3) reserves at least that.
-                ProviderConfig {
-                    name: "sim-anthropic".to_owned(),
-                    base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
-                    api_key_env: None,
-                    connect_timeout: Duration::from_secs(5),
-                    attempt_timeout: Duration::from_secs(120),
-                    max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
-                    circuit: CircuitConfig::default(),
-                    accounting: Profile::Anthropic,
-                    refusals: RefusalCost::Free,
-                    reconciles: true,
-                    arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
-                    wire: super::flavor::ProviderWire {
-                        flavor: super::flavor::Flavor::Anthropic,
-                        ..super::flavor::ProviderWire::default()
-                    },
-                },
+                sim_provider(
+                    "sim-anthropic",
+                    sim_base_url,
+                    Profile::Anthropic,
+                    Flavor::Anthropic,
+                ),
             ],
             scopes: vec![
                 QuotaScope {
@@ -162,5 +139,32 @@ impl GatewayConfig {
             anonymous: AnonymousConfig::default(),
             quota_store: super::QuotaStoreConfig::Local,
         }
+    }
+}
+
+/// One provider in front of the embedded simulator, named `name`, counting
+/// with `accounting` and speaking `flavor`.
+fn sim_provider(
+    name: &str,
+    sim_base_url: &str,
+    accounting: Profile,
+    flavor: Flavor,
+) -> ProviderConfig {
+    ProviderConfig {
+        name: name.to_owned(),
+        base_url: sim_base_url.trim().trim_end_matches('/').to_owned(),
+        api_key_env: None,
+        connect_timeout: Duration::from_secs(5),
+        attempt_timeout: Duration::from_secs(120),
+        max_response_bytes: tollgate_openai::provider::DEFAULT_MAX_RESPONSE_BODY,
+        circuit: CircuitConfig::default(),
+        accounting,
+        refusals: RefusalCost::Free,
+        reconciles: true,
+        arrival_floor: super::types::DEFAULT_ARRIVAL_FLOOR,
+        wire: ProviderWire {
+            flavor,
+            ..ProviderWire::default()
+        },
     }
 }

@@ -14,7 +14,6 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use futures_util::StreamExt;
 use futures_util::stream;
 use http::HeaderMap;
@@ -54,6 +53,18 @@ pub enum Reply {
         events: Vec<String>,
         /// How the stream ends.
         end: End,
+    },
+    /// Raw bytes: `status`, `headers` and the body `chunks` as given; with
+    /// `cut` the connection is aborted after them.
+    Raw {
+        /// HTTP status.
+        status: u16,
+        /// Every header (no content type is added).
+        headers: Vec<(&'static str, String)>,
+        /// Body chunks, each written as it is.
+        chunks: Vec<String>,
+        /// Abort the connection after the chunks.
+        cut: bool,
     },
 }
 
@@ -151,8 +162,10 @@ impl Scripted {
             seen: Mutex::new(Vec::new()),
             hook,
         });
+        // Any path: tests of other routes and of provider flavours read
+        // the path from `Seen::uri`.
         let router = Router::new()
-            .route("/v1/chat/completions", post(answer))
+            .fallback(answer)
             .with_state(Arc::clone(&shared));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base_url = format!("http://{}/v1", listener.local_addr().expect("addr"));
@@ -169,6 +182,11 @@ impl Scripted {
     /// The attempts seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().clone()
+    }
+
+    /// `http://127.0.0.1:PORT`, without the `/v1` of `base_url`.
+    pub fn root(&self) -> &str {
+        self.base_url.trim_end_matches("/v1")
     }
 
     /// How many attempts arrived.
@@ -244,14 +262,7 @@ async fn answer(
                         Ok(Bytes::from_static(b"data: [DONE]\n\n"))
                     }))
                     .boxed(),
-                End::Cut => frames
-                    .chain(stream::once(async {
-                        // Let hyper flush the events first: an abort may
-                        // discard what is still buffered.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        Err(io::Error::other("scripted cut"))
-                    }))
-                    .boxed(),
+                End::Cut => frames.chain(stream::once(scripted_cut())).boxed(),
                 End::Hang => frames.chain(stream::pending()).boxed(),
             };
             (
@@ -260,5 +271,37 @@ async fn answer(
             )
                 .into_response()
         }
+        Reply::Raw {
+            status,
+            headers,
+            chunks,
+            cut,
+        } => {
+            let frames = stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|c| Ok::<_, io::Error>(Bytes::from(c))),
+            );
+            let body = if cut {
+                frames.chain(stream::once(scripted_cut())).boxed()
+            } else {
+                frames.boxed()
+            };
+            let mut response = Response::builder().status(status);
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            response
+                .body(Body::from_stream(body))
+                .expect("valid scripted response")
+        }
     }
+}
+
+/// Ends a scripted body with an error, which aborts the connection. It
+/// waits first so that hyper flushes what came before: an abort may discard
+/// what is still buffered.
+async fn scripted_cut() -> Result<Bytes, io::Error> {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Err(io::Error::other("scripted cut"))
 }
