@@ -102,7 +102,12 @@ pub fn add(
         let [l, r, t] = names(dimension);
         headers.insert(l, HeaderValue::from(limit.limit));
         headers.insert(r, HeaderValue::from(remaining));
-        if let Ok(v) = HeaderValue::from_str(&format_reset(reset)) {
+        let reset = if reset.is_zero() {
+            Ok(HeaderValue::from_static("0s"))
+        } else {
+            HeaderValue::from_str(&format_reset(reset))
+        };
+        if let Ok(v) = reset {
             headers.insert(t, v);
         }
     }

@@ -30,8 +30,13 @@ fn is_plain(id: &[u8]) -> bool {
 
 /// 128 random bits as 32 lower-case hex digits.
 pub fn generate() -> HeaderValue {
-    let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = [0u8; 32];
+    for (pair, byte) in id.chunks_exact_mut(2).zip(fastrand::u128(..).to_be_bytes()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
+    }
+    HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 #[cfg(test)]

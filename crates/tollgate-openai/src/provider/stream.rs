@@ -56,6 +56,7 @@ use futures_core::Stream;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::time::Sleep;
 use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
 
@@ -300,12 +301,10 @@ where
                 at += event.len;
                 // As the decoder decides (its data is known valid UTF-8).
                 let default_type = event.name.is_none_or(|n| n == "message");
-                if default_type
-                    && std::str::from_utf8(event.data).is_ok_and(|d| d.trim() == "[DONE]")
-                {
+                if default_type && event.data.trim() == "[DONE]" {
                     self.on_done();
                 } else if named {
-                    self.on_named_event(event.name, event.data, || frame);
+                    self.on_named_event(event.name, event.data.as_bytes(), || frame);
                 } else {
                     self.on_data_event(event.data, || frame);
                 }
@@ -367,7 +366,7 @@ where
             return;
         }
         match event.event.as_deref() {
-            None | Some("message") => self.on_data_event(event.data.as_bytes(), || event.encode()),
+            None | Some("message") => self.on_data_event(&event.data, || event.encode()),
             Some("error") => {
                 let message = serde_json::from_str::<Value>(&event.data)
                     .ok()
@@ -385,8 +384,8 @@ where
     }
 
     /// A data event: `data` is its payload, `frame` its wire form.
-    fn on_data_event(&mut self, data: &[u8], frame: impl FnOnce() -> Bytes) {
-        let probe = match parse_object::<ChunkProbe>(data) {
+    fn on_data_event(&mut self, data: &str, frame: impl FnOnce() -> Bytes) {
+        let probe = match parse_object_str::<ChunkProbe<'_>>(data) {
             Ok(probe) => probe,
             Err(reason) => {
                 let message = format!("upstream stream event is not a JSON object: {reason}");
@@ -394,15 +393,16 @@ where
                 return;
             }
         };
-        let usage = probe.usage.filter(|u| !u.is_null()).map(engine_usage);
-        if let Some(error) = probe.error.filter(|e| !e.is_null()) {
+        let usage = probe.usage.map(raw_usage);
+        if let Some(error) = probe.error {
+            let error = serde_json::from_str::<Value>(error.get()).unwrap_or(Value::Null);
             let message = declared_message(&serde_json::json!({ "error": error }))
                 .unwrap_or_else(|| "upstream declared an error in the stream".to_owned());
             let err = self.declared(&message, usage);
             self.end_with(Ok(StreamEvent::Error(frame(), err)));
             return;
         }
-        let no_choices = probe.choices.as_ref().is_none_or(Vec::is_empty);
+        let no_choices = !probe.choices;
         match usage {
             Some(usage) if no_choices => {
                 if !self.usage_reported {
@@ -568,7 +568,7 @@ struct Canonical<'a> {
     /// Its `event:` name, if it has that line.
     name: Option<&'a str>,
     /// Its data.
-    data: &'a [u8],
+    data: &'a str,
 }
 
 /// A canonical event at the start of `bytes` (what the decoder would take
@@ -606,18 +606,16 @@ fn canonical_event(bytes: &[u8], max_event_size: usize, named: bool) -> Option<C
 /// `data: <line>` and a blank line at the start of `bytes`, LF line ends,
 /// the line valid UTF-8 and within `max_event_size`. Its length and its
 /// data.
-fn data_event(bytes: &[u8], max_event_size: usize) -> Option<(usize, &[u8])> {
+fn data_event(bytes: &[u8], max_event_size: usize) -> Option<(usize, &str)> {
     const PREFIX: &[u8] = b"data: ";
     let rest = bytes.strip_prefix(PREFIX)?;
-    let end = rest.iter().position(|&b| b == b'\n')?;
+    let end = memchr::memchr2(b'\n', b'\r', rest)?;
     let (data, after) = rest.split_at(end);
-    if after.get(1) != Some(&b'\n')
-        || PREFIX.len() + end > max_event_size
-        || data.contains(&b'\r')
-        || std::str::from_utf8(data).is_err()
-    {
+    // A CR before the LF is not the canonical form.
+    if after.get(..2) != Some(b"\n\n") || PREFIX.len() + end > max_event_size {
         return None;
     }
+    let data = std::str::from_utf8(data).ok()?;
     Some((PREFIX.len() + end + 2, data))
 }
 
@@ -626,17 +624,54 @@ fn blank_line(bytes: &[u8]) -> Option<usize> {
     bytes.windows(2).position(|w| w == b"\n\n")
 }
 
-/// The members of a stream chunk the adapter looks at. Unknown members are
-/// skipped (still checked to be valid JSON); `choices` elements are not
-/// materialised.
+/// The members of a stream chunk the adapter looks at, borrowed from the
+/// event's text. Unknown members are skipped (still checked to be valid
+/// JSON); `choices` elements are only counted, `usage` and `error` kept as
+/// raw text and parsed only when present.
 #[derive(Deserialize)]
-struct ChunkProbe {
-    #[serde(default)]
-    choices: Option<Vec<IgnoredAny>>,
-    #[serde(default)]
-    usage: Option<Value>,
-    #[serde(default)]
-    error: Option<Value>,
+struct ChunkProbe<'a> {
+    #[serde(default, deserialize_with = "any_element")]
+    choices: bool,
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// Whether a `choices` member holds at least one element: an array (its
+/// elements skipped, never materialised) or `null` (none).
+fn any_element<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct AnyElement;
+    impl<'de> serde::de::Visitor<'de> for AnyElement {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array or null")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            let mut any = false;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                any = true;
+            }
+            Ok(any)
+        }
+    }
+    d.deserialize_option(AnyElement)
+}
+
+/// A raw `usage` member in the engine's terms (as [`engine_usage`]).
+fn raw_usage(raw: &RawValue) -> tollgate::Usage {
+    serde_json::from_str::<wire::Usage>(raw.get())
+        .map(|u| u.to_engine())
+        .unwrap_or(tollgate::Usage::UNKNOWN)
 }
 
 /// A raw OpenAI `usage` value (chat or Responses counter names) in the
@@ -657,4 +692,12 @@ pub(super) fn parse_object<T: serde::de::DeserializeOwned>(json: &[u8]) -> Resul
         return Err("expected an object".to_owned());
     }
     serde_json::from_slice(json).map_err(|err| err.to_string())
+}
+
+/// [`parse_object`] of text already known to be UTF-8, borrowing from it.
+fn parse_object_str<'a, T: Deserialize<'a>>(json: &'a str) -> Result<T, String> {
+    if json.trim_start().as_bytes().first() != Some(&b'{') {
+        return Err("expected an object".to_owned());
+    }
+    serde_json::from_str(json).map_err(|err| err.to_string())
 }

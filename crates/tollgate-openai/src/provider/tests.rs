@@ -240,6 +240,75 @@ fn protocol_violations_are_typed() {
     assert_eq!(error_kind(items.first()), Some(ErrorKind::Protocol));
 }
 
+// proves: GW-5, LC-4 (what the probe of an event's members decides, the
+// same whether the event is relayed whole or decoded: `choices` that is
+// not an array or null, or a member that is not valid JSON, is a protocol
+// error; `choices` null or empty with `usage` is the usage chunk; `usage`
+// or `error` null means absent; a non-object `usage` is unknown usage).
+#[test]
+fn event_members_are_judged_the_same_in_both_framings() {
+    const USAGE: &str = r#""usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}"#;
+    let usage_only = |choices: &str| format!("data: {{{choices}{USAGE}}}\n\n");
+    for framing in [false, true] {
+        // CRLF line ends send the event through the decoder instead.
+        let frame = |event: String| {
+            if framing {
+                event.replace('\n', "\r\n")
+            } else {
+                event
+            }
+        };
+        let run = |event: String| collect(&[ROLE, &frame(event), &frame(DONE.to_owned())], false);
+
+        for choices in ["", r#""choices":null,"#, r#""choices":[],"#] {
+            let items = run(usage_only(choices));
+            assert_eq!(
+                items.get(1),
+                Some(&usage12()),
+                "{choices} framing {framing}: {items:?}"
+            );
+        }
+        // With a choice, the usage rides on a content chunk: forwarded.
+        let items = run(usage_only(r#""choices":[{"index":0}],"#));
+        assert!(
+            matches!(items.get(1), Some(Ok(StreamEvent::Chunk(_)))),
+            "{items:?}"
+        );
+
+        for bad in [
+            r#"data: {"choices":5}"#,
+            r#"data: {"choices":{"a":1}}"#,
+            r#"data: {"choices":[1,}"#,
+            r#"data: {"usage":{"prompt_tokens":}}"#,
+        ] {
+            let items = run(format!("{bad}\n\n"));
+            assert_eq!(
+                error_kind(items.get(1)),
+                Some(ErrorKind::Protocol),
+                "{bad}: {items:?}"
+            );
+        }
+
+        let items = run(r#"data: {"choices":[],"usage":null,"error":null}"#.to_owned() + "\n\n");
+        assert!(
+            matches!(items.get(1), Some(Ok(StreamEvent::Chunk(_)))),
+            "{items:?}"
+        );
+        let items = run(r#"data: {"choices":[],"usage":7}"#.to_owned() + "\n\n");
+        assert!(
+            matches!(items.get(1), Some(Ok(StreamEvent::Usage(u))) if *u == tollgate::Usage::UNKNOWN),
+            "{items:?}"
+        );
+        let items = run(r#"data: {"error":{"message":"overloaded"}}"#.to_owned() + "\n\n");
+        match items.get(1) {
+            Some(Ok(StreamEvent::Error(_, e))) => {
+                assert!(e.message.contains("overloaded"), "{e:?}")
+            }
+            other => panic!("framing {framing}: {other:?}"),
+        }
+    }
+}
+
 // Nothing is read after the end, and the stream stays ended.
 #[test]
 fn the_stream_ends_once() {

@@ -74,24 +74,50 @@ impl RateLimitHints {
                 .get(name)
                 .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         };
-        let openai = |dim: &str| DimensionHints {
-            limit: get(&format!("x-ratelimit-limit-{dim}")).and_then(parse::count),
-            remaining: get(&format!("x-ratelimit-remaining-{dim}")).and_then(parse::count),
-            reset: get(&format!("x-ratelimit-reset-{dim}")).and_then(parse::go_duration),
+        // The names are spelled out: no name is formatted per response.
+        let openai = |[limit, remaining, reset]: [&str; 3]| DimensionHints {
+            limit: get(limit).and_then(parse::count),
+            remaining: get(remaining).and_then(parse::count),
+            reset: get(reset).and_then(parse::go_duration),
         };
-        let anthropic = |dim: &str| DimensionHints {
-            limit: get(&format!("anthropic-ratelimit-{dim}-limit")).and_then(parse::count),
-            remaining: get(&format!("anthropic-ratelimit-{dim}-remaining")).and_then(parse::count),
-            reset: get(&format!("anthropic-ratelimit-{dim}-reset"))
-                .and_then(|v| parse::rfc3339_until(v, now)),
+        let anthropic = |[limit, remaining, reset]: [&str; 3]| DimensionHints {
+            limit: get(limit).and_then(parse::count),
+            remaining: get(remaining).and_then(parse::count),
+            reset: get(reset).and_then(|v| parse::rfc3339_until(v, now)),
         };
         RateLimitHints {
             retry_after: get("retry-after").and_then(|v| parse::retry_after(v, now)),
             retry_after_ms: get("retry-after-ms").and_then(parse::retry_after_ms),
-            requests: openai("requests").or(anthropic("requests")),
-            tokens: openai("tokens").or(anthropic("tokens")),
-            input_tokens: anthropic("input-tokens"),
-            output_tokens: anthropic("output-tokens"),
+            requests: openai([
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ])
+            .or(anthropic([
+                "anthropic-ratelimit-requests-limit",
+                "anthropic-ratelimit-requests-remaining",
+                "anthropic-ratelimit-requests-reset",
+            ])),
+            tokens: openai([
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ])
+            .or(anthropic([
+                "anthropic-ratelimit-tokens-limit",
+                "anthropic-ratelimit-tokens-remaining",
+                "anthropic-ratelimit-tokens-reset",
+            ])),
+            input_tokens: anthropic([
+                "anthropic-ratelimit-input-tokens-limit",
+                "anthropic-ratelimit-input-tokens-remaining",
+                "anthropic-ratelimit-input-tokens-reset",
+            ]),
+            output_tokens: anthropic([
+                "anthropic-ratelimit-output-tokens-limit",
+                "anthropic-ratelimit-output-tokens-remaining",
+                "anthropic-ratelimit-output-tokens-reset",
+            ]),
         }
     }
 
