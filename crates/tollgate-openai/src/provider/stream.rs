@@ -385,24 +385,30 @@ where
 
     /// A data event: `data` is its payload, `frame` its wire form.
     fn on_data_event(&mut self, data: &str, frame: impl FnOnce() -> Bytes) {
-        let probe = match parse_object_str::<ChunkProbe<'_>>(data) {
-            Ok(probe) => probe,
+        let members = parse_object_str::<ChunkProbe<'_>>(data).and_then(|probe| {
+            Ok((
+                probe.choices,
+                raw_value(probe.usage)?,
+                raw_value(probe.error)?,
+            ))
+        });
+        let (choices, usage, error) = match members {
+            Ok(members) => members,
             Err(reason) => {
                 let message = format!("upstream stream event is not a JSON object: {reason}");
                 self.fail(ProviderError::new(ErrorKind::Protocol, message));
                 return;
             }
         };
-        let usage = probe.usage.map(raw_usage);
-        if let Some(error) = probe.error {
-            let error = serde_json::from_str::<Value>(error.get()).unwrap_or(Value::Null);
+        let usage = usage.map(engine_usage);
+        if let Some(error) = error {
             let message = declared_message(&serde_json::json!({ "error": error }))
                 .unwrap_or_else(|| "upstream declared an error in the stream".to_owned());
             let err = self.declared(&message, usage);
             self.end_with(Ok(StreamEvent::Error(frame(), err)));
             return;
         }
-        let no_choices = !probe.choices;
+        let no_choices = !choices;
         match usage {
             Some(usage) if no_choices => {
                 if !self.usage_reported {
@@ -667,11 +673,12 @@ fn any_element<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error>
     d.deserialize_option(AnyElement)
 }
 
-/// A raw `usage` member in the engine's terms (as [`engine_usage`]).
-fn raw_usage(raw: &RawValue) -> tollgate::Usage {
-    serde_json::from_str::<wire::Usage>(raw.get())
-        .map(|u| u.to_engine())
-        .unwrap_or(tollgate::Usage::UNKNOWN)
+/// A raw member as a `Value`: parsed exactly as a member of a whole
+/// parse would be (numbers in range, escapes paired, nesting bounded;
+/// repeated keys, last one wins), so borrowing it first changes nothing.
+fn raw_value(raw: Option<&RawValue>) -> Result<Option<Value>, String> {
+    raw.map(|r| serde_json::from_str::<Value>(r.get()).map_err(|err| err.to_string()))
+        .transpose()
 }
 
 /// A raw OpenAI `usage` value (chat or Responses counter names) in the

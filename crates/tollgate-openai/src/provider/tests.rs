@@ -280,6 +280,10 @@ fn event_members_are_judged_the_same_in_both_framings() {
             r#"data: {"choices":{"a":1}}"#,
             r#"data: {"choices":[1,}"#,
             r#"data: {"usage":{"prompt_tokens":}}"#,
+            // Values a whole parse refuses inside `usage` and `error`.
+            r#"data: {"choices":[],"usage":{"total_tokens":1e400}}"#,
+            r#"data: {"error":{"message":"x","code":1e400}}"#,
+            r#"data: {"usage":{"note":"\ud800"}}"#,
         ] {
             let items = run(format!("{bad}\n\n"));
             assert_eq!(
@@ -294,6 +298,10 @@ fn event_members_are_judged_the_same_in_both_framings() {
             matches!(items.get(1), Some(Ok(StreamEvent::Chunk(_)))),
             "{items:?}"
         );
+        // A repeated counter: the last one counts, as in every other path.
+        let repeated = r#"data: {"choices":[],"usage":{"total_tokens":11,"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}"#;
+        let items = run(repeated.to_owned() + "\n\n");
+        assert_eq!(items.get(1), Some(&usage12()), "{items:?}");
         let items = run(r#"data: {"choices":[],"usage":7}"#.to_owned() + "\n\n");
         assert!(
             matches!(items.get(1), Some(Ok(StreamEvent::Usage(u))) if *u == tollgate::Usage::UNKNOWN),
