@@ -29,8 +29,9 @@ const REDIS_TIME: u64 = u64::MAX;
 /// Every operation is one EVALSHA of its script: atomic across all
 /// processes, on the store's clock (Redis `TIME`, SPEC DQ-5), bounded by
 /// the budget it is given. The reservation's `tick` is the store's instant
-/// in microseconds since the scope's epoch; its `stamp` is the local
-/// instant at which the answer arrived.
+/// in microseconds since the scope's epoch, its `seq` the epoch's tag (a
+/// reservation granted before the scope's keys were lost settles nothing);
+/// its `stamp` is the local instant at which the answer arrived.
 #[derive(Debug)]
 pub struct RedisQuota {
     shared: Arc<Shared>,
@@ -168,12 +169,12 @@ impl RemoteQuota for RedisQuota {
             // `d` from the store's now starts no earlier than that.
             let now = self.now();
             Ok(match raw {
-                RawReserve::Granted { tick } => Ok(Reservation {
+                RawReserve::Granted { tick, tag } => Ok(Reservation {
                     stamp: now,
                     tick,
                     demand,
                     hold: hold.hold(),
-                    seq: 0,
+                    seq: tag,
                 }),
                 RawReserve::Refused { wait, limited_by } => Err(NotUntil {
                     at: wait.map(|w| later(now, w)).transpose()?,
@@ -195,18 +196,18 @@ impl RemoteQuota for RedisQuota {
             }
             let demand = reservation.demand;
             // The amounts come from the hold itself.
-            let tick: i64 = self
+            let answer: Vec<i64> = self
                 .run(Op::Lease, |_| 0, &[id.to_string()], budget)
                 .await?;
-            if tick < 0 {
+            let Some((tick, tag)) = reply::lease(&answer)? else {
                 return Ok(None);
-            }
+            };
             Ok(Some(Reservation {
                 stamp: self.now(),
-                tick: reply::instant(tick)?,
+                tick,
                 demand,
                 hold: Hold::Leased,
-                seq: 0,
+                seq: tag,
             }))
         })
     }
@@ -235,7 +236,7 @@ impl RemoteQuota for RedisQuota {
             self.run::<i64>(
                 Op::Refund,
                 |d| demand.amount(d),
-                &[num(reservation.tick)],
+                &[num(reservation.tick), reservation.seq.to_string()],
                 budget,
             )
             .await
@@ -267,6 +268,7 @@ impl RemoteQuota for RedisQuota {
                 num(settled(Dimension::Tokens)),
                 num(settled(Dimension::InputTokens)),
                 num(settled(Dimension::OutputTokens)),
+                reservation.seq.to_string(),
             ];
             self.run::<i64>(Op::Reconcile, |d| demand.amount(d), &extra, budget)
                 .await
@@ -291,7 +293,7 @@ impl RemoteQuota for RedisQuota {
                 let chosen = if d.is_tokens() { tokens } else { requests };
                 if chosen { demand.amount(d) } else { 0 }
             };
-            let extra = [num(reservation.tick)];
+            let extra = [num(reservation.tick), reservation.seq.to_string()];
             self.run::<i64>(Op::Release, amount, &extra, budget)
                 .await
                 .map(drop)
@@ -310,7 +312,11 @@ impl RemoteQuota for RedisQuota {
             }
             let demand = reservation.demand;
             // Rounded down: the instant is later, counted longer.
-            let extra = [num(reservation.tick), num(micros_down(ago))];
+            let extra = [
+                num(reservation.tick),
+                num(micros_down(ago)),
+                reservation.seq.to_string(),
+            ];
             let moved: i64 = self
                 .run(Op::Recount, |d| demand.amount(d), &extra, budget)
                 .await?;

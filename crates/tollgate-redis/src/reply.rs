@@ -10,10 +10,13 @@ use crate::error::malformed;
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawReserve {
-    /// Granted at the store's instant `tick` (µs since the scope's epoch).
+    /// Granted at the store's instant `tick` (µs since the scope's epoch)
+    /// in the epoch tagged `tag`.
     Granted {
         /// The store's instant.
         tick: u64,
+        /// The epoch's tag, carried as the reservation's `seq`.
+        tag: u32,
     },
     /// Refused; fits no earlier than `wait` µs after the store's now
     /// (`None`: only a pending reservation's lease or refund frees room).
@@ -27,8 +30,9 @@ pub enum RawReserve {
 
 pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
     match *reply {
-        [1, tick] => Ok(RawReserve::Granted {
+        [1, tick, tag] => Ok(RawReserve::Granted {
             tick: instant(tick)?,
+            tag: epoch_tag(tag)?,
         }),
         [0, wait, requests, tokens, input_tokens, output_tokens] => Ok(RawReserve::Refused {
             wait: if wait < 0 { None } else { Some(instant(wait)?) },
@@ -41,6 +45,24 @@ pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
         }),
         _ => Err(malformed("reserve")),
     }
+}
+
+/// What the lease script answered: the new instant and the epoch's tag,
+/// or `None` when the hold was gone.
+pub(crate) fn lease(reply: &[i64]) -> Result<Option<(u64, u32)>, StoreError> {
+    match *reply {
+        [-1] => Ok(None),
+        [tick, tag] => Ok(Some((instant(tick)?, epoch_tag(tag)?))),
+        _ => Err(malformed("lease")),
+    }
+}
+
+/// An epoch's tag (1 ..= u32::MAX).
+fn epoch_tag(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&t| t != 0)
+        .ok_or_else(|| malformed("epoch tag"))
 }
 
 /// A store instant or duration (never negative).
@@ -60,7 +82,16 @@ mod tests {
         assert!(reserve(&[1, -5]).is_err());
         assert!(reserve(&[2, 1, 0, 0, 0, 0]).is_err());
         assert!(reserve(&[0, 1, 0, 0]).is_err());
-        assert_eq!(reserve(&[1, 7]), Ok(RawReserve::Granted { tick: 7 }));
+        assert_eq!(
+            reserve(&[1, 7, 3]),
+            Ok(RawReserve::Granted { tick: 7, tag: 3 })
+        );
+        assert!(reserve(&[1, 7]).is_err());
+        assert!(reserve(&[1, 7, 0]).is_err());
+        assert_eq!(lease(&[-1]), Ok(None));
+        assert_eq!(lease(&[9, 4]), Ok(Some((9, 4))));
+        assert!(lease(&[9]).is_err());
+        assert!(lease(&[9, -4]).is_err());
         assert!(matches!(
             reserve(&[0, -1, 1, 0, 0, 0]),
             Ok(RawReserve::Refused { wait: None, .. })

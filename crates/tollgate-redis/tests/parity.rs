@@ -240,7 +240,7 @@ impl Harness<'_> {
             .await
             .map_err(fail)?;
         match (local, raw) {
-            (Some(Ok(_)) | None, RawReserve::Granted { tick }) => {
+            (Some(Ok(_)) | None, RawReserve::Granted { tick, tag }) => {
                 prop_assert_eq!(tick, self.now, "store instant");
                 count(GRANTED);
                 self.bound_holds(&demand)?;
@@ -249,7 +249,7 @@ impl Harness<'_> {
                     tick,
                     demand,
                     hold,
-                    seq: 0,
+                    seq: tag,
                 };
                 let start = (!pending).then_some(self.now);
                 if let Some(t) = start {

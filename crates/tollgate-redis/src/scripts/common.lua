@@ -63,6 +63,9 @@ end
 local function max(a, b) if a > b then return a end return b end
 local function min(a, b) if a < b then return a end return b end
 
+-- The current epoch's start (Redis TIME, microseconds), once read.
+local EPOCH = nil
+
 -- The store's now: microseconds since the scope's epoch, never earlier
 -- than an instant already seen (SPEC Q-13). The epoch is set by the first
 -- operation; a scope whose meta key expired starts afresh (its limits'
@@ -87,9 +90,37 @@ local function clock()
       redis.call("DEL", l.key, l.log, l.pend, l.pendx)
     end
   end
+  EPOCH = epoch
   local t = max(abs - epoch, latest)
   redis.call("SET", KEYS[1], cmsgpack.pack({ epoch, t }), "PX", TTL)
   return t
+end
+
+-- The tag a reservation granted in the epoch starting at `epoch` carries
+-- (the engine's Reservation.seq): 1 .. 2^32 - 1, never 0.
+local function tag_of(epoch)
+  return epoch % 4294967295 + 1
+end
+
+-- The current epoch's tag (after clock()).
+local function tag()
+  return tag_of(EPOCH)
+end
+
+-- Whether a settlement's tag names the current epoch. A reservation
+-- granted before the scope's keys were lost (Redis restarted empty, the
+-- keys expired) is not part of any count kept now: settling it must change
+-- nothing, or it would give back what was admitted since. Tag 0
+-- (untagged) always settles.
+local function current(tag_arg)
+  if tag_arg == 0 then return true end
+  local epoch = EPOCH
+  if epoch == nil then
+    local raw = redis.call("GET", KEYS[1])
+    if not raw then return false end
+    epoch = cmsgpack.unpack(raw)[1]
+  end
+  return tag_of(epoch) == tag_arg
 end
 
 ---------------------------------------------------------------- sliding --

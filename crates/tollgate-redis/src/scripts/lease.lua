@@ -1,6 +1,6 @@
 -- lease: a pending reservation's attempt starts; its amounts move to the
--- store's now. Arguments: the hold's id. Returns the new stamp (now), or
--- -1 when the hold is no longer there (it expired or was given back):
+-- store's now. Arguments: the hold's id. Returns {the new stamp (now), the
+-- epoch's tag}, or {-1} when the hold is no longer there (it expired or was given back):
 -- then nothing is leased, and what any limit still held of it is given
 -- back.
 local id = arg(1)
@@ -15,7 +15,7 @@ if not found then
   end
   save()
   if gave then publish() end
-  return -1
+  return { -1 }
 end
 forget_hold(id)
 for i = 1, N do
@@ -24,4 +24,4 @@ for i = 1, N do
 end
 save()
 if gave then publish() end
-return now
+return { now, tag() }

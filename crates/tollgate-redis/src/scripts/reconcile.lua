@@ -3,8 +3,10 @@
 -- from its own dimension's figure (SPEC Q-12); request limits are never
 -- touched. Needs no clock. Each limit's amount is its estimate.
 -- Arguments: stamp, then the actual tokens, input tokens and output tokens
--- (an unknown split is passed as the estimate). Returns 1.
+-- (an unknown split is passed as the estimate), then the epoch tag.
+-- Returns 1.
 local stamp = tonumber(arg(1))
+if not current(tonumber(arg(5))) then return 1 end
 local actuals = { t = tonumber(arg(2)), i = tonumber(arg(3)), o = tonumber(arg(4)) }
 -- Gives back no expired hold: keeps the holds' keys as long as the state.
 REFRESH_HOLDS = true

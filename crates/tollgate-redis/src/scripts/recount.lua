@@ -1,9 +1,11 @@
 -- recount: the provider counted a leased reservation no later than `ago`
 -- microseconds before the store's now (SPEC Q-15); it stays counted until
--- one window after that instant. Arguments: stamp, ago. Returns the stamp
--- that now locates it.
+-- one window after that instant. Arguments: stamp, ago, epoch tag.
+-- Returns the stamp that now locates it (unchanged for a reservation of an
+-- earlier epoch).
 local stamp, ago = tonumber(arg(1)), tonumber(arg(2))
 local now = clock()
+if not current(tonumber(arg(3))) then return stamp end
 local at = max(0, now - ago)
 if at <= stamp then return stamp end
 load()

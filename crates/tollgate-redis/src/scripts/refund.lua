@@ -1,8 +1,9 @@
 -- refund: restores a leased reservation whose attempt never started, in
 -- full (SPEC Q-9); pending holds are given back by `forget`. Arguments:
--- stamp. Returns 1.
+-- stamp, epoch tag. Returns 1.
 local stamp = tonumber(arg(1))
 local now = clock()
+if not current(tonumber(arg(2))) then return 1 end
 load()
 advance(now)
 expire_holds(now)

@@ -1,7 +1,8 @@
 -- release: gives back what a refused attempt took from the chosen
 -- dimensions (SPEC Q-16); a limit's amount is 0 when its dimension is not
--- chosen. Needs no clock. Arguments: stamp. Returns 1.
+-- chosen. Needs no clock. Arguments: stamp, epoch tag. Returns 1.
 local stamp = tonumber(arg(1))
+if not current(tonumber(arg(2))) then return 1 end
 -- Gives back no expired hold: keeps the holds' keys as long as the state.
 REFRESH_HOLDS = true
 load()

@@ -2,7 +2,7 @@
 -- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4).
 -- Arguments: hold ("p" pending, "l" leased); for a pending hold, its id
 -- and how long it lives (microseconds) unless leased or given back.
--- Returns {1, now} when granted; {0, wait, requests, tokens, input tokens,
+-- Returns {1, now, the epoch's tag} when granted; {0, wait, requests, tokens, input tokens,
 -- output tokens} when not: wait in microseconds from now (-1: only a
 -- pending reservation's lease, refund or expiry can make room), and which
 -- dimensions were short (0/1).
@@ -23,7 +23,7 @@ if fits then
   end
   if pending then keep_hold(arg(2), now, now + tonumber(arg(3))) end
   save()
-  return { 1, now }
+  return { 1, now, tag() }
 end
 -- The advanced state is kept, as the in-process store keeps it: a later
 -- reconciliation lands on the bucket as of its last refill.

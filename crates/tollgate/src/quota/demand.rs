@@ -226,9 +226,11 @@ pub struct Reservation {
     pub demand: Demand,
     /// Pending or leased.
     pub hold: Hold,
-    /// The store's number for the attempt in its record of what was sent
-    /// (SPEC Q-14), set when the provider's counting instant is known; 0
-    /// until then, and for stores that keep no record.
+    /// A number of the store's own for the reservation: for the
+    /// in-process store, the attempt's number in its record of what was
+    /// sent (SPEC Q-14), set when the provider's counting instant is known
+    /// (0 until then); for the Redis store, the tag of the epoch that
+    /// granted it (a reservation of an earlier epoch settles nothing).
     pub seq: u32,
 }
 
