@@ -252,7 +252,8 @@ pub fn parse(data: &[u8], estimator: &TokenEstimator) -> Result<Vec<Item>, Input
 /// Reads and validates a whole input file line by line (SPEC BATCH-1):
 /// only one line is in memory at a time.
 ///
-/// Blank lines are skipped; a `\r` before a line's `\n` is ignored.
+/// Blank lines are skipped; a `\r` before a line's `\n` is ignored, and
+/// so is a UTF-8 byte order mark at the start of the file.
 ///
 /// # Errors
 /// The outer error is a read error; the inner one every problem found,
@@ -274,10 +275,18 @@ pub fn read(
             break;
         }
         line += 1;
-        let start = offset;
+        let mut start = offset;
         offset += n as u64;
         let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let mut raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        // A UTF-8 byte order mark (some Windows editors write one) is not
+        // part of the first line's JSON.
+        if line == 1
+            && let Some(rest) = raw.strip_prefix(b"\xEF\xBB\xBF")
+        {
+            raw = rest;
+            start += 3;
+        }
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }

@@ -118,6 +118,26 @@ pub enum OutputError {
         /// Why it was refused.
         reason: String,
     },
+    /// Another run holds the output's lock (two runs appending to one
+    /// output would send and record every item twice).
+    #[error(
+        "{path}: output_in_use: another run is writing this output (its lock {lock} is held); wait for it to end or stop it"
+    )]
+    InUse {
+        /// The output file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The output file was removed or replaced while the run wrote it: the
+    /// lines written since are not in the file at `path`.
+    #[error(
+        "{path}: output_replaced: the file was removed or replaced during the run; results written since are not in it (re-run to resume from what the file holds)"
+    )]
+    Replaced {
+        /// The output file.
+        path: PathBuf,
+    },
     /// Two lines for one `custom_id`.
     #[error(
         "{path}: line {line}: duplicate_output: custom_id `{custom_id}` already has a result on line {first}"
@@ -253,6 +273,41 @@ struct IdOnly {
     custom_id: String,
 }
 
+/// The lock of one output, held for a whole run: `<output>.lock`, created
+/// next to the output and locked exclusively (`flock`; the kernel drops it
+/// when the process ends, however it ends). The file itself stays.
+#[derive(Debug)]
+pub struct OutputLock {
+    _file: File,
+}
+
+impl OutputLock {
+    /// Takes the lock of `output`, without waiting.
+    ///
+    /// # Errors
+    /// [`OutputError::InUse`] when another run (in this process or another)
+    /// holds it; I/O errors creating the lock file.
+    pub fn take(output: &Path) -> Result<Self, OutputError> {
+        let mut name = output.as_os_str().to_owned();
+        name.push(".lock");
+        let lock = PathBuf::from(name);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(io_err(&lock))?;
+        match file.try_lock() {
+            Ok(()) => Ok(OutputLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(OutputError::InUse {
+                path: output.to_owned(),
+                lock,
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(io_err(&lock)(e)),
+        }
+    }
+}
+
 /// Appends output lines, one `write` per line.
 #[derive(Debug)]
 pub struct OutputWriter {
@@ -295,8 +350,51 @@ impl OutputWriter {
         if self.fsync {
             file.sync_data().map_err(io_err(&self.path))?;
         }
-        Ok(())
+        self.still_there(&file)
     }
+
+    /// Checks that the output's path still names the file written to (one
+    /// `stat` of each).
+    ///
+    /// # Errors
+    /// [`OutputError::Replaced`] when the file was removed, renamed away or
+    /// replaced; I/O errors.
+    pub fn verify(&self) -> Result<(), OutputError> {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        self.still_there(&file)
+    }
+
+    fn still_there(&self, file: &File) -> Result<(), OutputError> {
+        let written = file.metadata().map_err(io_err(&self.path))?;
+        let named = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(OutputError::Replaced {
+                    path: self.path.clone(),
+                });
+            }
+            Err(e) => return Err(io_err(&self.path)(e)),
+        };
+        if same_file(&written, &named) {
+            Ok(())
+        } else {
+            Err(OutputError::Replaced {
+                path: self.path.clone(),
+            })
+        }
+    }
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// Elsewhere only a removed file is noticed.
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    true
 }
 
 #[cfg(test)]

@@ -234,6 +234,12 @@ pub async fn run(
     }
     let items = load(&config)?;
     let items_total = items.len() as u64;
+    // One run per output, from before the resume scan to the end (a dry
+    // run only reads it).
+    let _lock = match (&config.output, config.dry_run) {
+        (Some(path), false) => Some(output::OutputLock::take(path)?),
+        _ => None,
+    };
     let resumed = resume(&config, items, !config.dry_run)?;
     let plan = Plan::of(&resumed.pending, &config.limits);
 
@@ -331,7 +337,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         source: InputSource::open(&config.input)?,
         supervisor: supervisor.clone(),
-        writer,
+        writer: Arc::clone(&writer),
         stats: Arc::clone(&stats),
         job_deadline,
         item_timeout: config.item_timeout,
@@ -431,7 +437,14 @@ pub async fn run(
     supervisor.close().await;
     progress.finish();
 
-    let reason = shared.reason.lock().await.take();
+    let mut reason = shared.reason.lock().await.take();
+    // Lines written to a file that is no longer the output are not
+    // results: the run has not completed.
+    if reason.is_none()
+        && let Err(e) = writer.verify()
+    {
+        reason = Some(StopReason::Output(e.to_string()));
+    }
     let not_run = stats.pending.load(Ordering::Relaxed) - stats.done();
     let outcome = match reason {
         Some(r) => Outcome::Stopped(r),
