@@ -92,6 +92,9 @@ impl CallGuard {
         }
         // Terminal: the id may be used again (SPEC ADM-6).
         drop(self.claim.take());
+        // The call leaves the supervisor's ownership after its report,
+        // even when the observer panics (a close must not wait for ever).
+        let _leave = Leave(&self.calls.active);
         if let Some(observer) = &self.observer {
             observer(&CallReport {
                 id: self.id,
@@ -110,7 +113,15 @@ impl CallGuard {
             attempts = self.attempts,
             "call finished"
         );
-        self.calls.active.leave();
+    }
+}
+
+/// Leaves the in-flight count when dropped, unwinding included.
+struct Leave<'a>(&'a InFlight);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
     }
 }
 

@@ -328,6 +328,13 @@ impl<P: Provider> Supervisor<P> {
     /// Closes the controller (SPEC LC-7): queued calls end `Aborted`,
     /// active ones are cancelled and end `Aborted`; resolves once every
     /// call of this supervisor is terminal and cleaned up. Idempotent.
+    ///
+    /// A one-shot call is a future: its cancellation and cleanup run when
+    /// it is next polled or when it is dropped. A call future kept alive
+    /// but no longer polled (pinned before a `select!` that moved on, in
+    /// the same task that then awaits `close`) holds its lease and keeps
+    /// `close` waiting: drop call futures you stop awaiting. Streams do
+    /// not need this (a stream's deadline and the close end it unpolled).
     pub async fn close(&self) {
         self.inner.controller.close().await;
         self.inner.calls.idle().await;
