@@ -275,7 +275,10 @@ struct IdOnly {
 
 /// The lock of one output, held for a whole run: `<output>.lock`, created
 /// next to the output and locked exclusively (`flock`; the kernel drops it
-/// when the process ends, however it ends). The file itself stays.
+/// when the process ends, however it ends). The file itself stays. The
+/// output's name is resolved first (symbolic links, `..`), so every name
+/// of one file that goes through links shares one lock; a second hard link
+/// to the output is a name of its own and is not covered.
 #[derive(Debug)]
 pub struct OutputLock {
     _file: File,
@@ -288,7 +291,7 @@ impl OutputLock {
     /// [`OutputError::InUse`] when another run (in this process or another)
     /// holds it; I/O errors creating the lock file.
     pub fn take(output: &Path) -> Result<Self, OutputError> {
-        let mut name = output.as_os_str().to_owned();
+        let mut name = resolved(output).map_err(io_err(output))?.into_os_string();
         name.push(".lock");
         let lock = PathBuf::from(name);
         let file = OpenOptions::new()
@@ -305,6 +308,23 @@ impl OutputLock {
             }),
             Err(std::fs::TryLockError::Error(e)) => Err(io_err(&lock)(e)),
         }
+    }
+}
+
+/// `path` with its links resolved: the file's own if it exists, else its
+/// directory's joined with its name.
+fn resolved(path: &Path) -> io::Result<PathBuf> {
+    match std::fs::canonicalize(path) {
+        Ok(p) => Ok(p),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let name = path.file_name().ok_or(e)?;
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Ok(std::fs::canonicalize(dir)?.join(name))
+        }
+        Err(e) => Err(e),
     }
 }
 

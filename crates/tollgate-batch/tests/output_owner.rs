@@ -147,6 +147,41 @@ async fn a_second_run_on_an_output_in_use_is_refused() {
     server.shutdown().await.expect("shutdown");
 }
 
+// proves: BATCH-3 (the same output named through a symbolic link is the
+// same output: the second run is refused). Found in review, where the lock
+// was named after the path as given and both runs recorded every item.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_run_through_a_symlink_is_refused() {
+    let dir = Dir::new("link");
+    let server = sim(None, Duration::from_millis(5)).await;
+    let n = 50;
+    let lines: Vec<Value> = (0..n)
+        .map(|i| chat_line(&format!("i{i}"), "hello", 4))
+        .collect();
+    write_lines(&dir.path("in.jsonl"), &lines);
+    std::fs::write(dir.path("out.jsonl"), "").expect("output");
+    std::os::unix::fs::symlink(dir.path("out.jsonl"), dir.path("latest.jsonl")).expect("ln -s");
+    let a = config(&dir, &server, None);
+    let mut b = a.clone();
+    b.output = Some(dir.path("latest.jsonl"));
+    let (ra, rb) = tokio::join!(
+        tollgate_batch::run(a, never()),
+        tollgate_batch::run(b, never())
+    );
+    assert!(
+        ra.is_err() != rb.is_err(),
+        "{:?} / {:?}",
+        ra.map(|r| r.outcome),
+        rb.map(|r| r.outcome)
+    );
+    let seen = counts(&dir.path("out.jsonl"));
+    assert_eq!(seen.len(), n);
+    assert!(seen.values().all(|&k| k == 1), "{seen:?}");
+    assert_eq!(server.stats().requests_total, n as u64);
+    server.shutdown().await.expect("shutdown");
+}
+
 // proves: BATCH-3 (an output removed during the run: the run stops as an
 // output failure instead of reporting complete, and a re-run records every
 // item in the file the path names)
