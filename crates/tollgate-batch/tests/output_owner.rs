@@ -6,57 +6,21 @@
 //! reported a run complete whose every line had gone to a deleted file.
 //! Also: a byte order mark before the first line is not part of it.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tollgate::Dimension;
 use tollgate::config::Limit;
 use tollgate_batch::{BatchConfig, Outcome, StopReason, Target};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
+use common::{Dir, chat_line, never, write_lines};
+
 const W: Duration = Duration::from_secs(1);
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let p = std::env::temp_dir().join(format!(
-            "tollgate-batch-owner-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Dir(p)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn chat_line(id: &str, text: &str, max_tokens: u64) -> Value {
-    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-           "body": {"model": "sim-chat", "messages": [{"role": "user", "content": text}],
-                    "max_tokens": max_tokens}})
-}
-
-fn write_lines(path: &Path, lines: &[Value]) {
-    let mut s = String::new();
-    for l in lines {
-        s.push_str(&l.to_string());
-        s.push('\n');
-    }
-    std::fs::write(path, s).expect("write input");
-}
 
 fn counts(path: &Path) -> HashMap<String, usize> {
     let data = std::fs::read_to_string(path).unwrap_or_default();
@@ -102,10 +66,6 @@ fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>) -> BatchConfig {
     }
     c.item_timeout = Some(Duration::from_secs(30));
     c
-}
-
-fn never() -> std::future::Pending<()> {
-    std::future::pending()
 }
 
 // proves: BATCH-3 (a second run on an output in use is refused before it

@@ -1,8 +1,10 @@
 //! The batch runner against the strict simulated provider over 127.0.0.1,
 //! on short windows (1 s) with limits scaled to match.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,52 +14,9 @@ use tollgate_batch::input::InputErrorCode;
 use tollgate_batch::{BatchConfig, BatchError, ErrorClass, Outcome, StopReason, Target};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
+use common::{Dir, chat_line, never, write_lines};
+
 const W: Duration = Duration::from_secs(1);
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!(
-            "tollgate-batch-{name}-{}-{}",
-            std::process::id(),
-            fastrand_suffix()
-        ));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Dir(p)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fastrand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
-
-fn chat_line(id: &str, text: &str, max_tokens: u64) -> Value {
-    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-           "body": {"model": "sim-chat", "messages": [{"role": "user", "content": text}],
-                    "max_tokens": max_tokens}})
-}
-
-fn write_lines(path: &Path, lines: &[Value]) {
-    let mut s = String::new();
-    for l in lines {
-        s.push_str(&l.to_string());
-        s.push('\n');
-    }
-    std::fs::write(path, s).expect("write input");
-}
 
 fn read_output(path: &Path) -> Vec<Value> {
     let data = std::fs::read_to_string(path).expect("output");
@@ -112,10 +71,6 @@ fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>, tpm: Option<u64>) -> 
     c.limits = limits(rpm, tpm);
     c.item_timeout = Some(Duration::from_secs(30));
     c
-}
-
-fn never() -> std::future::Pending<()> {
-    std::future::pending()
 }
 
 // proves: BATCH-2 (2,000 items through the engine under strict RPM and TPM:

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::script::{End, Ev, Script, Step, Work};
-use common::{secs, settle};
+use common::{breaker, secs, settle};
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::lifecycle::{
-    AttemptPolicy, CallError, CallOptions, CallReport, CircuitBreaker, CircuitConfig, CircuitState,
-    ErrorKind, GiveUp, Hooks, ProviderError, Supervisor, Terminal,
+    AttemptPolicy, CallError, CallOptions, CallReport, CircuitBreaker, CircuitState, ErrorKind,
+    GiveUp, Hooks, ProviderError, Supervisor, Terminal,
 };
 use tollgate::{AdmissionController, Call, CallId, Deadline, Lease, Phase, ScopeId};
 
@@ -600,15 +600,6 @@ async fn non_idempotent_no_retry() {
     ));
     expect(&env, Terminal::Failed, 1).await;
     env.assert_clean().await;
-}
-
-fn breaker() -> CircuitBreaker {
-    CircuitBreaker::new(CircuitConfig {
-        failure_threshold: 1,
-        recovery_time: secs(30),
-        half_open_calls: 1,
-    })
-    .unwrap()
 }
 
 // proves: CB-3 (an open circuit fails the call with zero transport

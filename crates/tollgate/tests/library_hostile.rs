@@ -16,11 +16,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::script::{Script, Step};
-use common::{ms, secs};
+use common::{assert_idle, available as avail, breaker, ms, secs};
 use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::lifecycle::{
-    AttemptPolicy, CallError, CallOptions, CallReport, CircuitBreaker, CircuitConfig, CircuitState,
-    ErrorKind, ProviderError, Supervisor,
+    AttemptPolicy, CallError, CallOptions, CallReport, CircuitState, ErrorKind, ProviderError,
+    Supervisor,
 };
 use tollgate::quota::Dimension;
 #[cfg(feature = "tower")]
@@ -81,21 +81,6 @@ fn classify(e: &Fail) -> ProviderError {
         Fail::Limited => ProviderError::from_status(429, "limited").with_retry_after(Some(secs(2))),
         Fail::Client => ProviderError::from_status(400, "client"),
     }
-}
-
-fn avail(c: &AdmissionController, d: Dimension) -> i64 {
-    c.snapshot().scopes[0]
-        .limits
-        .iter()
-        .find(|l| l.dimension == d)
-        .unwrap()
-        .available
-}
-
-#[track_caller]
-fn assert_idle(c: &AdmissionController) {
-    let s = c.snapshot();
-    assert!(s.is_idle(), "not idle: {s:#?}");
 }
 
 // proves: LC-1, Q-9 (every permit and reservation back)
@@ -296,15 +281,6 @@ async fn a_panicking_observer_lets_close_resolve() {
         "Supervisor::close hangs: active_calls = {}",
         sup.active_calls()
     );
-}
-
-fn breaker() -> CircuitBreaker {
-    CircuitBreaker::new(CircuitConfig {
-        failure_threshold: 1,
-        recovery_time: secs(30),
-        half_open_calls: 1,
-    })
-    .unwrap()
 }
 
 // proves: CB-1 (only the provider's failures count toward the circuit)

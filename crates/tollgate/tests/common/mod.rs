@@ -51,6 +51,16 @@ pub fn assert_idle(c: &AdmissionController) {
     assert!(s.is_idle(), "controller not idle: {s:#?}");
 }
 
+/// A circuit breaker that opens on the first failure and stays open 30 s.
+pub fn breaker() -> tollgate::lifecycle::CircuitBreaker {
+    tollgate::lifecycle::CircuitBreaker::new(tollgate::lifecycle::CircuitConfig {
+        failure_threshold: 1,
+        recovery_time: secs(30),
+        half_open_calls: 1,
+    })
+    .expect("valid circuit configuration")
+}
+
 pub fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }

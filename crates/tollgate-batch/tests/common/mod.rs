@@ -1,0 +1,58 @@
+//! What the batch runner's integration tests share: a temporary directory
+//! removed at the end, input lines, and writing them.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+/// A temporary directory, removed when dropped.
+pub struct Dir(PathBuf);
+
+impl Dir {
+    /// A fresh directory named after `name`, the process and the time.
+    pub fn new(name: &str) -> Dir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let p = std::env::temp_dir().join(format!(
+            "tollgate-batch-{name}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Dir(p)
+    }
+
+    /// `f` inside it.
+    pub fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A chat completions input line.
+pub fn chat_line(id: &str, text: &str, max_tokens: u64) -> Value {
+    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+           "body": {"model": "sim-chat", "messages": [{"role": "user", "content": text}],
+                    "max_tokens": max_tokens}})
+}
+
+/// Writes `lines` as JSONL.
+pub fn write_lines(path: &Path, lines: &[Value]) {
+    let mut s = String::new();
+    for l in lines {
+        s.push_str(&l.to_string());
+        s.push('\n');
+    }
+    std::fs::write(path, s).expect("write input");
+}
+
+/// An interrupt that never comes.
+pub fn never() -> std::future::Pending<()> {
+    std::future::pending()
+}
