@@ -18,6 +18,7 @@ pub mod request_id;
 pub mod router;
 pub mod routes;
 mod run;
+pub mod send_timeout;
 pub mod server;
 pub mod sse;
 pub mod state;

@@ -23,6 +23,7 @@ use crate::config::ServerConfig;
 use crate::connection::{self, Arrival, Connection};
 use crate::live::Live;
 use crate::routes;
+use crate::send_timeout::SendTimeout;
 use crate::state::AppState;
 use crate::threads::ConnectionThreads;
 
@@ -33,7 +34,9 @@ pub struct ServeOptions {
     pub max_header_bytes: usize,
     /// Time a client has to send a request head.
     pub header_read_timeout: Duration,
-    /// Time a keep-alive connection may stay idle between requests.
+    /// Time a keep-alive connection may stay idle between requests, and
+    /// the longest a client may go without accepting a byte of a response
+    /// (the send timeout, [`crate::send_timeout`]).
     ///
     /// hyper runs one timer from the moment a connection waits for a
     /// request head (idle keep-alive included) until the head is complete,
@@ -180,6 +183,7 @@ pub async fn serve_live(
                 let _ = stream.set_nodelay(true);
                 let router = router.clone();
                 let http = http.clone();
+                let send_timeout = options.idle_timeout;
                 let watcher = graceful.watcher();
                 let dropped = dropped.clone();
                 let serve = move |stream: tokio::net::TcpStream| async move {
@@ -192,7 +196,10 @@ pub async fn serve_live(
                         });
                         router.clone().oneshot(request)
                     });
-                    let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+                    // A client that accepts no byte for the idle timeout loses
+                    // the connection (GW-17), whatever the response.
+                    let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+                    let conn = http.serve_connection(io, TowerToHyperService::new(service));
                     let conn = watcher.watch(conn);
                     tokio::select! {
                         ended = conn => {

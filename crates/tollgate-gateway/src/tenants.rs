@@ -78,14 +78,35 @@ impl TenantSlot {
         estimate: TokenEstimate,
         deadline: Deadline,
     ) -> Result<TenantLeases, tollgate::AdmissionError> {
-        let mut call = Call::new(self.scope).with_estimate(estimate);
-        call.pool = self.pool;
-        let mut leases = vec![self.controller.acquire(&call, deadline).await?];
+        // The per-model limit first, holding no permit while it waits
+        // (ADM-2); then the tenant's own limits and its permit. A refusal
+        // or a cancellation of the second gives the first back in full:
+        // nothing was sent (GW-4, GW-12).
+        let mut first = None;
         if let Some(scope) = self.model_scope(model) {
             let call = Call::new(scope).with_estimate(estimate);
-            leases.push(self.controller.acquire(&call, deadline).await?);
+            first = Some(Unsent(Some(
+                self.controller.acquire(&call, deadline).await?,
+            )));
         }
+        let mut call = Call::new(self.scope).with_estimate(estimate);
+        call.pool = self.pool;
+        let own = self.controller.acquire(&call, deadline).await?;
+        let mut leases = vec![own];
+        leases.extend(first.and_then(|mut f| f.0.take()));
         Ok(TenantLeases(leases))
+    }
+}
+
+/// A lease taken for a call that has not been sent: given back in full
+/// (request unit and tokens) unless taken out.
+struct Unsent(Option<Lease>);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(mut lease) = self.0.take() {
+            let _ = lease.refused(tollgate::RefusalCost::Free);
+        }
     }
 }
 
