@@ -7,15 +7,15 @@
 //! `floor((k + 1)·M / N) − floor(k·M / N)` tokens, so every `N` consecutive
 //! ticks spend exactly `M` tokens. A tick is all or nothing: when either
 //! window lacks room for it, it is skipped (not made up later). A late tick
-//! is not made up either: the next one comes a full period after it
-//! (`MissedTickBehavior::Delay`), so ticks are never closer than the period
-//! and at most about `N` of them fall in any window.
+//! is not made up either: the next one is due a full period after the
+//! instant this one was recorded, so recorded ticks are never closer than
+//! the period and at most `N` of them fall in any window (a late tick
+//! makes the consumer spend a little less, never more).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
-use tokio::time::MissedTickBehavior;
 
 use crate::state::Shared;
 
@@ -43,16 +43,17 @@ pub(crate) fn tick_tokens(k: u64, ticks: u64, tokens: u64) -> u64 {
 }
 
 async fn run(shared: Weak<Shared>, period: Duration, ticks: u64, tokens: u64) {
-    let start = tokio::time::Instant::now() + period;
-    let mut interval = tokio::time::interval_at(start, period);
-    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut next = tokio::time::Instant::now() + period;
     let mut k = 0;
     loop {
-        interval.tick().await;
+        tokio::time::sleep_until(next).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
         shared.background_tick(tick_tokens(k, ticks, tokens));
+        // Read after the tick was recorded: the next one is at least a
+        // period after it, however late this one came.
+        next = tokio::time::Instant::now() + period;
         k = (k + 1) % ticks;
     }
 }

@@ -106,6 +106,9 @@ pub struct Referee {
     refused_requests_charged: u64,
     refused_tokens_charged: u64,
     reconciled: u64,
+    /// How many times [`clear`](Self::clear) ran (a ticket from before the
+    /// last one settles nothing).
+    cleared: u64,
 }
 
 /// What the background consumer spent and skipped.
@@ -125,6 +128,8 @@ pub struct Background {
 pub struct Ticket {
     entry: EntryId,
     charged: u64,
+    /// The referee's [`clear`](Referee::clear) count when it was charged.
+    cleared: u64,
 }
 
 impl Referee {
@@ -142,6 +147,7 @@ impl Referee {
             refused_requests_charged: 0,
             refused_tokens_charged: 0,
             reconciled: 0,
+            cleared: 0,
         }
     }
 
@@ -249,6 +255,7 @@ impl Referee {
             Ticket {
                 entry,
                 charged: tokens,
+                cleared: self.cleared,
             },
         ))
     }
@@ -276,6 +283,11 @@ impl Referee {
     /// the window only the counters change. The window may go above its
     /// limit when `actual` exceeds the charge (later requests then wait).
     pub fn settle(&mut self, now: Instant, ticket: Ticket, actual: u64) {
+        // A request charged before a `/reset` settles nothing after it: its
+        // charge is not in the counters any more.
+        if ticket.cleared != self.cleared {
+            return;
+        }
         self.tokens.adjust(now, ticket.entry, actual);
         self.charged_tokens = self
             .charged_tokens
@@ -396,6 +408,7 @@ impl Referee {
         self.refused_requests_charged = 0;
         self.refused_tokens_charged = 0;
         self.reconciled = 0;
+        self.cleared += 1;
     }
 
     /// Requests in progress.

@@ -78,6 +78,9 @@ struct Inner {
     /// The Anthropic buckets of `POST /v1/messages`.
     messages: MessagesLimits,
     counters: Counters,
+    /// How many times `/reset` ran: a request admitted before the last one
+    /// changes no counter when it ends.
+    resets: u64,
     /// Sequence number of the next API request (fault seeding).
     next_seq: u64,
 }
@@ -151,6 +154,7 @@ impl Shared {
                 referee: Referee::new(limits),
                 messages: MessagesLimits::new(messages),
                 counters: Counters::default(),
+                resets: 0,
                 next_seq: 0,
             }),
             background_started: AtomicBool::new(false),
@@ -289,6 +293,7 @@ impl Shared {
                     done: false,
                     settle,
                     refund_output: 0,
+                    resets: inner.resets,
                 },
                 state,
             },
@@ -342,6 +347,7 @@ impl Shared {
                     done: false,
                     settle: None,
                     refund_output: demand.max_tokens.saturating_sub(demand.generated),
+                    resets: inner.resets,
                 },
                 state,
             },
@@ -364,6 +370,7 @@ impl Shared {
         inner.referee.clear();
         inner.messages.clear();
         inner.counters = Counters::default();
+        inner.resets += 1;
         inner.next_seq = 0;
     }
 }
@@ -378,6 +385,8 @@ pub(crate) struct RequestGuard {
     /// With reconciliation: the token entry and the usage that replaces its
     /// charge when the request ends.
     settle: Option<(Ticket, u64)>,
+    /// The state's reset count when the request was admitted.
+    resets: u64,
     /// A Messages request's unused output allowance, given back to the OTPM
     /// bucket when the request ends (0 for the other routes).
     refund_output: u64,
@@ -395,13 +404,17 @@ impl RequestGuard {
             let now = self.shared.clock.now();
             inner.referee.settle(now, ticket, usage);
         }
-        if self.refund_output > 0 {
+        if self.refund_output > 0 && inner.resets == self.resets {
             let now = self.shared.clock.now();
             let amount = std::mem::take(&mut self.refund_output);
             inner.messages.refund_output(now, amount);
         }
         inner.referee.release();
-        f(&mut inner.counters);
+        // Counters cleared by a `/reset` since the request was admitted do
+        // not count its end.
+        if inner.resets == self.resets {
+            f(&mut inner.counters);
+        }
     }
 }
 

@@ -242,9 +242,9 @@ impl SlidingWindow {
     fn prune(&mut self, now: Instant) {
         while let Some(front) = self.log.front() {
             if now.saturating_duration_since(front.at) >= self.window {
-                // Invariant: `used` is the sum of the amounts in `log`, so it
-                // is at least `front.amount`.
-                self.used -= front.amount;
+                // `used` is the sum of the amounts in `log` (saturated at
+                // `u64::MAX`, past which the window cannot count exactly).
+                self.used = self.used.saturating_sub(front.amount);
                 self.log.pop_front();
                 self.popped += 1;
             } else {
