@@ -53,6 +53,9 @@ pub struct Live {
     retired: Mutex<Vec<Weak<AppState>>>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
+    /// Set by [`Live::begin_shutdown`] under the `current` lock: a reload
+    /// never swaps a state in after it.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -64,7 +67,36 @@ impl Live {
             metrics,
             retired: Mutex::new(Vec::new()),
             reloading: tokio::sync::Mutex::new(()),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Marks every state shutting down (new requests get 503) and returns
+    /// them all, for the shutdown to close. A reload that is building a
+    /// state meanwhile is refused instead of swapping it in unmarked.
+    pub fn begin_shutdown(&self) -> Vec<Arc<AppState>> {
+        let states = {
+            // Under the lock a reload swaps under: no swap is half done,
+            // and none comes after.
+            let current = self.current.write();
+            self.shutting_down
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            Self::states(&current, &self.retired)
+        };
+        for app in &states {
+            app.begin_shutdown();
+        }
+        states
+    }
+
+    /// `current` and the retired states still referenced (locks: `current`
+    /// first, then `retired`, everywhere).
+    fn states(current: &Arc<AppState>, retired: &Mutex<Vec<Weak<AppState>>>) -> Vec<Arc<AppState>> {
+        let mut retired = retired.lock();
+        retired.retain(|w| w.strong_count() > 0);
+        std::iter::once(Arc::clone(current))
+            .chain(retired.iter().filter_map(Weak::upgrade))
+            .collect()
     }
 
     /// The state new requests use.
@@ -75,11 +107,8 @@ impl Live {
     /// Every state that may still have calls: the current one and the
     /// replaced ones still referenced.
     pub fn all(&self) -> Vec<Arc<AppState>> {
-        let mut retired = self.retired.lock();
-        retired.retain(|w| w.strong_count() > 0);
-        std::iter::once(self.current())
-            .chain(retired.iter().filter_map(Weak::upgrade))
-            .collect()
+        let current = self.current.read();
+        Self::states(&current, &self.retired)
     }
 
     /// Re-reads the configuration file and swaps the state (SPEC GW-15).
@@ -113,7 +142,11 @@ impl Live {
             );
         }
         let new = build_with(&config, self.metrics.clone(), Some(&old))?;
-        *self.current.write() = new;
+        let mut current = self.current.write();
+        if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ReloadError::ShuttingDown);
+        }
+        *current = new;
         self.retired.lock().push(Arc::downgrade(&old));
         Ok(())
     }

@@ -240,10 +240,7 @@ pub async fn serve_live(
         "shutting down"
     );
     stop_metrics.cancel();
-    let states = live.all();
-    for app in &states {
-        app.begin_shutdown();
-    }
+    let states = live.begin_shutdown();
     let drained = tokio::time::timeout(options.shutdown_grace, graceful.shutdown()).await;
     if drained.is_err() {
         tracing::warn!("grace period over: cancelling the calls still running");

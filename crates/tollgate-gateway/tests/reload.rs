@@ -258,3 +258,38 @@ async fn a_call_in_flight_finishes_under_its_starting_settings() {
         "the old state is idle too"
     );
 }
+
+// proves: GW-15, GW-8 (once a shutdown began, a reload swaps nothing in: a
+// state built meanwhile is refused, so every state the shutdown closes is
+// every state there is). Noticed in review: a reload whose build overlapped
+// the shutdown's start swapped in a state never marked or closed.
+#[tokio::test]
+async fn no_reload_swaps_a_state_in_after_the_shutdown_began() {
+    let sim = fast_sim().await;
+    let toml = config(&sim.openai_base_url(), 100, 100, true);
+    let path = std::env::temp_dir().join(format!(
+        "tollgate-test-reload-shutdown-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&path, &toml).unwrap();
+    let config = GatewayConfig::load(&path).unwrap();
+    let metrics = tollgate_gateway::metrics::Metrics::install();
+    let app = tollgate_gateway::build::build(&config, metrics.clone()).unwrap();
+    let live = tollgate_gateway::live::Live::new(Arc::clone(&app), Some(path.clone()), metrics);
+    live.reload()
+        .await
+        .expect("a reload before the shutdown swaps");
+    let before = live.current();
+    assert!(!Arc::ptr_eq(&before, &app));
+    let closing = live.begin_shutdown();
+    assert_eq!(
+        closing.len(),
+        2,
+        "the current state and the one it replaced"
+    );
+    assert!(closing.iter().all(|s| s.is_shutting_down()));
+    let refused = live.reload().await;
+    assert!(refused.is_err(), "a reload after the shutdown began");
+    assert!(Arc::ptr_eq(&live.current(), &before), "nothing swapped in");
+    let _ = std::fs::remove_file(&path);
+}
