@@ -19,28 +19,6 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tollgate::quota::Dimension;
 
-fn two_models(base_url: &str, a: &str, extra: &str) -> String {
-    format!(
-        r#"
-[providers.sim]
-base_url = "{base_url}"
-
-[models.chat]
-provider = "sim"
-upstream_model = "sim-chat"
-
-[models.other]
-provider = "sim"
-upstream_model = "sim-chat"
-
-{extra}
-
-{}
-"#,
-        tenants(a, "")
-    )
-}
-
 // proves: GW-12, GW-4 (a per-model refusal charges the tenant's own
 // limits nothing: nothing was sent upstream)
 #[tokio::test]

@@ -9,27 +9,6 @@ use std::time::Instant;
 use common::*;
 use serde_json::Value;
 
-/// Models `chat` and `other` on one simulator; tenant settings as given.
-fn config(base_url: &str, a: &str, b: &str) -> String {
-    format!(
-        r#"
-[providers.sim]
-base_url = "{base_url}"
-
-[models.chat]
-provider = "sim"
-upstream_model = "sim-chat"
-
-[models.other]
-provider = "sim"
-upstream_model = "sim-chat"
-
-{}
-"#,
-        tenants(a, b)
-    )
-}
-
 fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
     resp.headers()
         .get(name)
@@ -49,7 +28,12 @@ fn number(resp: &reqwest::Response, name: &str) -> u64 {
 #[tokio::test]
 async fn a_model_the_tenant_may_not_call_is_unknown_to_it() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(&sim.openai_base_url(), "models = [\"chat\"]", "")).await;
+    let gw = Gateway::start(&two_models(
+        &sim.openai_base_url(),
+        "models = [\"chat\"]",
+        "",
+    ))
+    .await;
     let client = client();
     let forbidden = post_chat(&client, &gw, Some(KEY_A), &chat("other", false)).await;
     let unknown = post_chat(&client, &gw, Some(KEY_A), &chat("nope", false)).await;
@@ -92,7 +76,7 @@ async fn a_model_the_tenant_may_not_call_is_unknown_to_it() {
 #[tokio::test]
 async fn a_spent_day_limit_answers_429_with_the_exact_retry_hint() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&two_models(
         &sim.openai_base_url(),
         "limits = [{ requests = 2, per = \"1d\" }]",
         "",
@@ -131,7 +115,7 @@ async fn a_spent_day_limit_answers_429_with_the_exact_retry_hint() {
 #[tokio::test]
 async fn a_per_model_limit_binds_only_that_model() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&two_models(
         &sim.openai_base_url(),
         "[tenants.a.per_model.chat]\nlimits = [{ requests = 1, per = \"1h\" }]",
         "",
@@ -154,7 +138,7 @@ async fn a_per_model_limit_binds_only_that_model() {
 #[tokio::test]
 async fn remaining_goes_down_by_what_was_reserved_and_settled() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&two_models(
         &sim.openai_base_url(),
         "rpm = 100\ntpm = 100000\nlimits = [{ requests = 1000, per = \"1d\" }]",
         "",
@@ -198,7 +182,7 @@ async fn remaining_goes_down_by_what_was_reserved_and_settled() {
 #[tokio::test]
 async fn input_and_output_limits_settle_from_the_reported_split() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&two_models(
         &sim.openai_base_url(),
         "itpm = 100000\notpm = 50000",
         "",

@@ -49,6 +49,28 @@ pub fn key_hash(key: &str) -> String {
 
 /// `[tenants.a]` and `[tenants.b]` with the given extra settings (TOML
 /// lines, may be empty).
+/// Models `chat` and `other` on one simulator at `base_url`; tenants `a`
+/// and `b` with the settings given.
+pub fn two_models(base_url: &str, a: &str, b: &str) -> String {
+    format!(
+        r#"
+[providers.sim]
+base_url = "{base_url}"
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+
+[models.other]
+provider = "sim"
+upstream_model = "sim-chat"
+
+{}
+"#,
+        tenants(a, b)
+    )
+}
+
 pub fn tenants(a_extra: &str, b_extra: &str) -> String {
     format!(
         "[tenants.a]\nkeys_sha256 = [\"{}\"]\n{a_extra}\n\n[tenants.b]\nkeys_sha256 = [\"{}\"]\n{b_extra}\n",
