@@ -21,6 +21,8 @@ if [[ ! -x "$venv/bin/python" ]]; then
   echo "== creating $venv"
   "$python" -m venv "$venv"
 fi
+# maturin (a pinned test requirement) builds the package in place.
+export PATH="$PWD/$venv/bin:$PATH"
 echo "== pip install (pinned test requirements, then the package)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r crates/tollgate-py/requirements-test.txt
