@@ -255,6 +255,7 @@ impl<'a> SlowAcquire<'a> {
                         Outcome::PoolFull => AdmissionError::PoolFull {
                             pool: crate::call::PoolId(self.pool.unwrap_or(0)),
                         },
+                        Outcome::Unfit(e) => AdmissionError::EstimateExceedsLimit(e),
                         _ => AdmissionError::Closed,
                     }));
                 };

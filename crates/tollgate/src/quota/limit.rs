@@ -18,6 +18,16 @@ enum Algo {
     Fixed(FixedWindow),
 }
 
+/// An answered attempt as a learned limit remembers it: its stamp and its
+/// number in the record of what was sent (SPEC Q-14).
+pub(crate) type Answer = (Nanos, u32);
+
+/// Whether two advertisements came from distinct answers. A report without
+/// an answered attempt counts as an answer of its own.
+pub(crate) fn distinct(a: Option<Answer>, b: Option<Answer>) -> bool {
+    a.is_none() || b.is_none() || a != b
+}
+
 /// The live state of one configured [`Limit`].
 #[derive(Debug, Clone)]
 pub(crate) struct LimitState {
@@ -28,6 +38,13 @@ pub(crate) struct LimitState {
     /// A stand-in until the provider first answers (SPEC Q-14): it admits,
     /// but never tells when it frees (the provider's answer decides).
     pub(crate) provisional: bool,
+    /// A learned amount that two distinct answers advertised (SPEC Q-14).
+    /// Until then a demand larger than it is not refused: it fits once the
+    /// whole limit is free and goes out alone, so that the provider's
+    /// answer confirms or corrects the amount.
+    pub(crate) confirmed: bool,
+    /// The answer that last advertised the learned amount.
+    pub(crate) advertised_by: Option<Answer>,
     /// Other clients' spending, as the provider's answers reveal it.
     others: Others,
     algo: Algo,
@@ -50,6 +67,8 @@ impl LimitState {
             config,
             learned: false,
             provisional: false,
+            confirmed: false,
+            advertised_by: None,
             others: Others::default(),
             algo,
         }
@@ -62,6 +81,8 @@ impl LimitState {
             config: self.config,
             learned: self.learned,
             provisional: self.provisional,
+            confirmed: self.confirmed,
+            advertised_by: self.advertised_by,
             others: Others::default(),
             algo: self.algo.clone(),
         }
@@ -73,6 +94,25 @@ impl LimitState {
 
     pub(crate) fn window(&self) -> Duration {
         self.config.window
+    }
+
+    /// Whether `amount` can never fit, whatever the wait (SPEC Q-3): larger
+    /// than the whole limit, unless the limit is a learned amount not yet
+    /// confirmed (SPEC Q-14).
+    pub(crate) fn refuses(&self, amount: u64) -> bool {
+        amount > self.config.amount && (!self.learned || self.confirmed)
+    }
+
+    /// The room `amount` needs to fit: itself, or the whole limit for a
+    /// demand larger than an unconfirmed learned limit (it fits once
+    /// nothing else is counted, and is then counted in full: SPEC Q-14).
+    #[inline]
+    pub(crate) fn room(&self, amount: u64) -> u64 {
+        if self.learned && !self.confirmed {
+            amount.min(self.config.amount)
+        } else {
+            amount
+        }
     }
 
     /// Brings the state up to `now` (prune, refill or roll).

@@ -6,12 +6,22 @@ use super::Nanos;
 use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
-use super::limit::{LimitState, nanos};
+use super::limit::{Answer, LimitState, distinct, nanos};
 use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
 use crate::clock::Instant;
 use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
+
+/// What an advertised limit changed (SPEC Q-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopted {
+    Nothing,
+    /// A new amount, not yet confirmed.
+    Changed(u64),
+    /// A second, distinct answer advertised the amount in force.
+    Confirmed(u64),
+}
 
 /// The in-process quota arithmetic of one scope (the default store).
 ///
@@ -78,19 +88,42 @@ impl LocalQuota {
     }
 
     /// Adopts an advertised limit for a dimension the configuration left
-    /// out; returns the amount when something changed.
-    fn adopt(&mut self, dimension: Dimension, amount: u64, now: Nanos) -> Option<u64> {
-        let window = self.learn?;
+    /// out (SPEC Q-14), advertised by `answer`.
+    ///
+    /// A new amount, higher or lower, is adopted at once as the rate, but
+    /// unconfirmed: a demand larger than it is not refused (see
+    /// [`LimitState::room`]). The same amount advertised again by a
+    /// distinct answer confirms it; only a confirmed amount refuses larger
+    /// demands. So one answer, right or wrong, never makes a call fail.
+    fn adopt(
+        &mut self,
+        dimension: Dimension,
+        amount: u64,
+        answer: Option<Answer>,
+        now: Nanos,
+    ) -> Adopted {
+        let Some(window) = self.learn else {
+            return Adopted::Nothing;
+        };
         if amount == 0 {
-            return None;
+            return Adopted::Nothing;
         }
         if let Some(l) = self.limits.iter_mut().find(|l| l.dimension() == dimension) {
-            if !l.learned || (l.config.amount == amount && !l.provisional) {
-                return None;
+            if !l.learned {
+                return Adopted::Nothing;
+            }
+            if l.config.amount == amount && !l.provisional {
+                if l.confirmed || !distinct(l.advertised_by, answer) {
+                    return Adopted::Nothing;
+                }
+                l.confirmed = true;
+                return Adopted::Confirmed(amount);
             }
             l.provisional = false;
+            l.confirmed = false;
+            l.advertised_by = answer;
             l.set_limit(amount);
-            return Some(amount);
+            return Adopted::Changed(amount);
         }
         let mut learned = LimitState::new(
             Limit {
@@ -102,9 +135,10 @@ impl LocalQuota {
             now,
         );
         learned.learned = true;
+        learned.advertised_by = answer;
         learned.advance(now);
         self.limits.push(learned);
-        Some(amount)
+        Adopted::Changed(amount)
     }
 
     /// The store's time for `at`: nanoseconds since the epoch, never
@@ -144,7 +178,7 @@ impl QuotaStore for LocalQuota {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
         for l in &self.limits {
             let amount = demand.amount(l.dimension());
-            if amount > l.config.amount {
+            if l.refuses(amount) {
                 return Err(ExceedsLimit {
                     dimension: l.dimension(),
                     demand: amount,
@@ -162,7 +196,7 @@ impl QuotaStore for LocalQuota {
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
-            fits &= l.fits(demand.amount(l.dimension()));
+            fits &= l.fits(l.room(demand.amount(l.dimension())));
         }
         if !fits {
             return None;
@@ -180,7 +214,7 @@ impl QuotaStore for LocalQuota {
         let mut limited_by = LimitedBy::default();
         let mut at: Option<Nanos> = None;
         for l in &self.limits {
-            let amount = demand.amount(l.dimension());
+            let amount = l.room(demand.amount(l.dimension()));
             if !l.fits(amount) {
                 limited_by.add(l.dimension());
                 // A known instant is still a useful lower bound when another
@@ -296,7 +330,12 @@ impl QuotaStore for LocalQuota {
         }
         let mut observed = Observed::default();
         if let Some(limit) = report.limit {
-            observed.adopted = self.adopt(report.dimension, limit, now);
+            let answer = answered.map(|r| (r.tick, r.seq));
+            match self.adopt(report.dimension, limit, answer, now) {
+                Adopted::Nothing => {}
+                Adopted::Changed(amount) => observed.adopted = Some(amount),
+                Adopted::Confirmed(amount) => observed.confirmed = Some(amount),
+            }
         }
         let Some(remaining) = report.remaining else {
             return observed;
