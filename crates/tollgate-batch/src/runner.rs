@@ -608,6 +608,18 @@ impl Shared {
                     }),
                 }
             }
+            Err(CallError::Admission(AdmissionError::EstimateExceedsLimit(e))) => {
+                // The input was checked against every configured limit
+                // before the run (`load`): this one was learned from the
+                // provider and confirmed. No item of this size can ever
+                // go: stop, unrecorded, rather than fail each of them.
+                self.stop_with(StopReason::ExceedsLearnedLimit {
+                    custom_id: item.custom_id.clone(),
+                    message: e.to_string(),
+                })
+                .await;
+                return;
+            }
             Err(error) => {
                 let Some(failure) = self.classify(&error, deadline == self.job_deadline).await
                 else {
