@@ -190,3 +190,27 @@ async fn the_same_answer_twice_confirms_nothing() {
     let large = c.acquire(&tokens(100), Deadline::after(secs(120))).await;
     assert!(large.is_ok(), "{large:?}");
 }
+
+// proves: OBS-1 (a huge learned or configured limit shows a huge amount
+// available, saturated by sign; a debt shows negative, as in the first
+// test of this file). Found in
+// review, where the first version failed: an availability beyond `i64`
+// showed as `i64::MIN`, a debt of nine quintillion, in the snapshot and
+// the metrics.
+#[tokio::test(start_paused = true)]
+async fn a_huge_limit_shows_as_a_lot_available() {
+    let c = learning();
+    advertise(&c, u64::MAX);
+    assert_eq!(available(&c, Dimension::Tokens), i64::MAX);
+    let configured = AdmissionController::builder()
+        .scope(ScopeConfig::new("m").tokens(u64::MAX, MINUTE))
+        .build()
+        .unwrap();
+    drop(
+        configured
+            .acquire(&tokens(5), Deadline::NONE)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(available(&configured, Dimension::Tokens), i64::MAX);
+}

@@ -398,10 +398,16 @@ impl QuotaStore for LocalQuota {
             window: l.window(),
             limit: l.config.amount,
             capacity: l.capacity(),
-            available: i64::try_from(l.available()).unwrap_or(i64::MIN),
+            available: saturate(l.available()),
             algorithm: self.algorithm,
         }));
     }
+}
+
+/// `value` as an `i64`, saturated by sign: a huge limit shows as a lot
+/// available, never as a debt.
+fn saturate(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
 }
 
 #[cfg(test)]
