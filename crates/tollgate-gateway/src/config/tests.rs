@@ -312,9 +312,8 @@ max_waiting = 64
 max_wait = "10s"
 [tenants.demo]
 keys_sha256 = ["{}"]
-concurrency = 8
-max_waiting = 32
-max_wait = "5s"
+concurrency = 16
+max_waiting = 1000
 "#,
         to_hex(&hash_key("demo-key"))
     );
