@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +20,7 @@ use tollgate_batch::output::{self, Meta, OutputLine, OutputWriter, ResponseRecor
 use tollgate_batch::{BatchConfig, EXIT_STOPPED, Outcome, StopReason, Target};
 use tollgate_sim::{SimConfig, Simulator};
 
-use common::{Dir, chat_line, never, write_lines};
+use common::{Dir, chat_line, counts, never, write_lines};
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
 struct Tmpfs {
@@ -146,20 +145,6 @@ fn a_failed_append_leaves_the_file_as_it_was_and_refuses_the_next() {
     assert_eq!(existing.records.keys().collect::<Vec<_>>(), vec!["a"]);
 }
 
-fn counts(path: &Path) -> HashMap<String, usize> {
-    let data = std::fs::read_to_string(path).expect("output");
-    assert!(data.is_empty() || data.ends_with('\n'), "torn last line");
-    let mut seen = HashMap::new();
-    for l in data.lines() {
-        let v: Value = serde_json::from_str(l).expect("every output line is JSON");
-        assert_eq!(v["response"]["status_code"], 200, "{v}");
-        *seen
-            .entry(v["custom_id"].as_str().expect("id").to_owned())
-            .or_insert(0) += 1;
-    }
-    seen
-}
-
 // proves: BATCH-3 (a run whose output's disk fills stops with a clear
 // error and the "stopped, re-run to resume" exit code, its output whole;
 // once there is space the re-run finishes every item, each exactly once)
@@ -210,6 +195,7 @@ async fn a_run_on_a_full_disk_stops_cleanly_and_resumes_with_nothing_lost() {
     assert_eq!(report.outcome.exit_code(), EXIT_STOPPED);
     let existing = output::scan(&out, false).expect("the output resumes");
     assert_eq!(existing.torn_bytes, 0, "the output is left whole");
+    assert!(existing.records.values().all(|r| !r.failed));
     let recorded = counts(&out);
     assert!(recorded.len() < n, "the disk filled before the end");
     assert!(recorded.values().all(|&c| c == 1));
@@ -226,6 +212,13 @@ async fn a_run_on_a_full_disk_stops_cleanly_and_resumes_with_nothing_lost() {
     assert_eq!(report.outcome, Outcome::Complete, "{}", report.summary);
     assert_eq!(report.summary.already_done, recorded.len() as u64);
     let seen = counts(&out);
+    assert!(
+        output::scan(&out, false)
+            .expect("scan")
+            .records
+            .values()
+            .all(|r| !r.failed)
+    );
     assert_eq!(seen.len(), n, "every item has a result");
     assert!(seen.values().all(|&c| c == 1), "none twice");
 }

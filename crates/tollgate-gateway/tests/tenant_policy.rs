@@ -9,20 +9,6 @@ use std::time::Instant;
 use common::*;
 use serde_json::Value;
 
-fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
-    resp.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
-fn number(resp: &reqwest::Response, name: &str) -> u64 {
-    header(resp, name)
-        .unwrap_or_else(|| panic!("no {name}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("{name} is not a number"))
-}
-
 // proves: GW-12 (a tenant may call only its models; another model answers
 // 404 exactly as an unknown one, is not listed, and nothing goes upstream)
 #[tokio::test]
