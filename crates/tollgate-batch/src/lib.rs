@@ -144,7 +144,10 @@ impl fmt::Display for StopReason {
                 "the quota cannot admit the next item within --item-timeout (waiting in phase {phase}); re-run later to resume"
             ),
             StopReason::Interrupted => f.write_str("interrupted"),
-            StopReason::Output(e) => write!(f, "cannot write the output: {e}"),
+            StopReason::Output(e) => write!(
+                f,
+                "cannot write the output: {e}; re-run to resume (items without a line run again)"
+            ),
             StopReason::InputChanged(e) => f.write_str(e),
             StopReason::QuotaStoreUnavailable => f.write_str(
                 "the shared quota store (--redis) is unavailable; re-run to resume, or use --redis-unavailable fail_open_local:N",

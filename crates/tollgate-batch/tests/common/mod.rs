@@ -106,3 +106,19 @@ impl Drop for Advertising {
         self.task.abort();
     }
 }
+
+/// How many lines of the output at `path` each `custom_id` has (a missing
+/// file has none); fails the test on a torn last line or a line that is
+/// not JSON.
+pub fn counts(path: &Path) -> std::collections::HashMap<String, usize> {
+    let data = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(data.is_empty() || data.ends_with('\n'), "torn last line");
+    let mut seen = std::collections::HashMap::new();
+    for l in data.lines() {
+        let v: Value = serde_json::from_str(l).expect("every output line is JSON");
+        *seen
+            .entry(v["custom_id"].as_str().expect("id").to_owned())
+            .or_insert(0) += 1;
+    }
+    seen
+}

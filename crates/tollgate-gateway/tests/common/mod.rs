@@ -453,6 +453,22 @@ pub async fn error_of(resp: reqwest::Response) -> (u16, Option<String>, Value) {
     (status, retry_after, error)
 }
 
+/// The value of header `name` of `resp`, if it is text.
+pub fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The number header `name` of `resp` holds; fails the test without one.
+pub fn number(resp: &reqwest::Response, name: &str) -> u64 {
+    header(resp, name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number"))
+}
+
 /// The `code` of an OpenAI error object.
 pub fn code(error: &Value) -> &str {
     error.get("code").and_then(Value::as_str).unwrap_or("")
