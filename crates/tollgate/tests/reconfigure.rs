@@ -306,3 +306,70 @@ async fn scopes_and_pools_come_and_go() {
     assert_eq!(back.counters.admitted, 1, "with its state");
     assert_eq!(available_at(&s, m.index(), Dimension::Requests), 1);
 }
+
+// proves: GW-15, Q-14 (what the provider taught survives a reconfiguration
+// of other settings: a learned limit keeps its amount and its window's
+// admissions, and budget another client spent stays counted)
+#[tokio::test(start_paused = true)]
+async fn learned_limits_and_debts_survive() {
+    use tollgate::quota::BudgetReport;
+    let learning = || ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("main")
+                .tokens(1_000, MINUTE)
+                .learn_limits(MINUTE),
+        ],
+        ..ControllerConfig::default()
+    };
+    let c = AdmissionController::new(learning()).unwrap();
+    let lease = c.acquire(&tokens(100), Deadline::NONE).await.unwrap();
+    let now = Instant::now();
+    // The provider advertises 4 requests per window and has 1 left: 2
+    // spent by another client.
+    c.observe_answer(
+        &lease,
+        &BudgetReport {
+            dimension: Dimension::Requests,
+            limit: Some(4),
+            remaining: Some(1),
+            reset: Some(MINUTE),
+        },
+        now,
+    );
+    c.provider_answered(ScopeId::FIRST);
+    // Tokens: another client spent 500.
+    c.observe(
+        ScopeId::FIRST,
+        &BudgetReport {
+            dimension: Dimension::Tokens,
+            limit: None,
+            remaining: Some(400),
+            reset: Some(MINUTE),
+        },
+        now,
+    );
+    let before = c.snapshot().scopes[0].limits.clone();
+    assert_eq!(available(&c, Dimension::Requests), 1);
+    assert_eq!(available(&c, Dimension::Tokens), 400);
+    let mut changed = learning();
+    changed.cooldown.max = secs(5);
+    changed.max_wait = Some(secs(30));
+    c.reconfigure(changed).unwrap();
+    assert_eq!(
+        c.snapshot().scopes[0].limits,
+        before,
+        "learned and spent: kept"
+    );
+    // A configured token limit raised: the other client's 500 and ours
+    // still count.
+    let mut raised = learning();
+    raised.scopes = vec![
+        ScopeConfig::new("main")
+            .tokens(2_000, MINUTE)
+            .learn_limits(MINUTE),
+    ];
+    c.reconfigure(raised).unwrap();
+    assert_eq!(available(&c, Dimension::Tokens), 1_400);
+    assert_eq!(available(&c, Dimension::Requests), 1, "still learned: 4");
+    drop(lease);
+}
