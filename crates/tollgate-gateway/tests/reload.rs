@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,10 +12,6 @@ use std::time::Duration;
 use common::*;
 use tollgate::quota::Dimension;
 use tollgate_gateway::config::GatewayConfig;
-
-/// The admin key: cargo sets `CARGO_PKG_NAME` for the test process, so the
-/// tests need not change their environment.
-const ADMIN: &str = env!("CARGO_PKG_NAME");
 
 /// Models `chat` (scope `one`, `one_rpm`) and `extra` (scope `two`,
 /// `two_rpm`) on `base_url`; tenant `a`, and `b` when `with_b`.
@@ -56,21 +51,6 @@ rpm = 1000
 "#,
         key_hash(KEY_A)
     )
-}
-
-/// `POST /admin/reload`: its status and body.
-async fn reload(gw: &Gateway) -> (u16, String) {
-    let r = client()
-        .post(gw.url("/admin/reload"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .expect("reload answered");
-    (r.status().as_u16(), r.text().await.unwrap_or_default())
-}
-
-fn rewrite(path: &Path, toml: &str) {
-    std::fs::write(path, toml).expect("rewrite the configuration");
 }
 
 // proves: GW-15 (reloads under load fail no request: connections and

@@ -344,6 +344,27 @@ fn scope_of(s: &Snapshot, name: &str) -> ScopeSnapshot {
         .unwrap_or_else(|| panic!("no scope {name}"))
 }
 
+/// The admin key of configurations that say `admin_key_env =
+/// "CARGO_PKG_NAME"`: cargo sets it for the test process, so the tests need
+/// not change their environment.
+pub const ADMIN: &str = env!("CARGO_PKG_NAME");
+
+/// `POST /admin/reload` with [`ADMIN`]: its status and body.
+pub async fn reload(gw: &Gateway) -> (u16, String) {
+    let r = client()
+        .post(gw.url("/admin/reload"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("reload answered");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+/// Replaces the configuration file at `path` (reloaded by [`reload`]).
+pub fn rewrite(path: &std::path::Path, toml: &str) {
+    std::fs::write(path, toml).expect("rewrite the configuration");
+}
+
 /// Polls `cond` every few milliseconds until it holds; fails the test after
 /// [`PATIENCE`].
 pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
