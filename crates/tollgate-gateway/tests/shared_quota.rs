@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Gateway, KEY_A, client, reload, rewrite, sim, tenants};
+use common::{Gateway, KEY_A, client, one_more_call_draws_no_429, reload, rewrite, sim, tenants};
 use serde_json::{Value, json};
 use tollgate::StoreMode;
 use tollgate_redis::RedisServer;
@@ -452,19 +452,6 @@ async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
     let limits = after.shared_limits(scope).await.unwrap().unwrap();
     assert_eq!(limits[0].limit, 4);
     assert_eq!(limits[0].available, -1, "5 counted in the store, of 4");
-    let r = client
-        .post(gw.url("/v1/chat/completions"))
-        .bearer_auth(KEY_A)
-        .header("x-request-timeout", "10")
-        .json(&body())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(
-        sim.stats().rejected_429.total(),
-        0,
-        "the provider refused nothing"
-    );
+    one_more_call_draws_no_429(&gw, &sim, KEY_A, &body()).await;
     gw.wait_idle().await;
 }

@@ -423,6 +423,27 @@ pub async fn post_chat(
         .expect("chat request reaches the gateway")
 }
 
+/// Sends one more call for `key` that may wait up to 10 s in the gateway
+/// (`x-request-timeout`) and asserts that it is served and that the
+/// simulator behind refused nothing: what a reload that keeps the quota
+/// state promises (SPEC GW-15).
+pub async fn one_more_call_draws_no_429(gw: &Gateway, sim: &SimServer, key: &str, body: &Value) {
+    let req = client()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-request-timeout", "10")
+        .json(body);
+    let r = bounded("the call answered", req.send())
+        .await
+        .expect("the call reaches the gateway");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        sim.stats().rejected_429.total(),
+        0,
+        "the provider refused nothing"
+    );
+}
+
 /// `POST /v1/chat/completions` with `key` and `body` on a task of its own,
 /// for a call that will wait (or be abandoned with `abort`, like a client
 /// that disconnects). Resolves to the response, or the transport error.
