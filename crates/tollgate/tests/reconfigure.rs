@@ -373,3 +373,20 @@ async fn learned_limits_and_debts_survive() {
     assert_eq!(available(&c, Dimension::Requests), 1, "still learned: 4");
     drop(lease);
 }
+
+// proves: GW-15, Q-14 (a configured request limit replacing the
+// provisional stand-in of a learning scope counts what was sent, and the
+// stand-in (one request per window until the provider answers) does not
+// linger to throttle it)
+#[tokio::test(start_paused = true)]
+async fn a_configured_limit_replaces_the_provisional_one() {
+    let scope = ScopeConfig::new("main").learn_limits(MINUTE);
+    let c = AdmissionController::new(config(vec![scope.clone()])).unwrap();
+    let first = c.acquire(&tokens(1), Deadline::NONE).await.unwrap();
+    let configured = scope.requests(5, secs(10));
+    c.reconfigure(config(vec![configured])).unwrap();
+    assert_eq!(available(&c, Dimension::Requests), 4, "the first counts");
+    let at = admitted(queue(&c, 4, tokens(1)).await).await;
+    assert_eq!(at, vec![Duration::ZERO; 4]);
+    drop(first);
+}

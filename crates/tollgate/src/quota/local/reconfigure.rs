@@ -90,8 +90,11 @@ impl LocalQuota {
             if let Some(i) = source(&old, w.limit) {
                 let (counted, pending) = old[i].counted();
                 state.seed(counted, pending, at);
-                // Unless kept itself, it stays until it has drained.
-                replaced[i] = true;
+                // Unless kept itself, it bounds its window a while longer;
+                // not a provisional stand-in (one request per window until
+                // the provider answers): no limit of the provider's, it
+                // would only throttle the new one.
+                replaced[i] = !old[i].provisional;
             }
             fresh.push(Some(state));
         }
