@@ -35,7 +35,7 @@ use std::sync::atomic::Ordering;
 use super::builder::{DEFAULT_POOL, Parts, permits, validate_shared};
 use super::controller::{AdmissionController, Inner};
 use super::pool_set::PoolEntry;
-use super::scope::{Outcome, Scope};
+use super::scope::{Outcome, Scope, ScopeState};
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::{ConfigError, ControllerConfig, ScopeConfig};
@@ -197,30 +197,38 @@ fn reconfigure_scope(
     if !st.store.reconfigure(config, now) {
         st.store = inner.quota_backend.open(config, now);
     }
-    st.invalidate_projection();
-    // Demands the new limits can never hold fail now (SPEC Q-3); a call
-    // already granted keeps its grant.
-    for key in st.queue.keys() {
-        let Some(demand) = st
-            .queue
-            .get(key)
-            .filter(|w| matches!(w.outcome, Outcome::Waiting))
-            .map(|w| w.demand())
-        else {
-            continue;
-        };
-        if let Err(e) = st.store.check(&demand) {
-            st.queue.unlink(key);
-            if let Some(w) = st.queue.get_mut(key) {
-                w.outcome = Outcome::Exceeds(e);
-                w.wake();
+    st.reconfigured(now);
+}
+
+impl ScopeState {
+    /// After its store took new limits: the queued calls whose demand can
+    /// never fit fail now (SPEC Q-3; a call already granted keeps its
+    /// grant) and the head, armed for an instant of the old limits, is
+    /// judged again. The one place a reconfiguration touches the queue:
+    /// every waiter keeps its place.
+    fn reconfigured(&mut self, now: Instant) {
+        self.invalidate_projection();
+        for key in self.queue.keys() {
+            let Some(demand) = self
+                .queue
+                .get(key)
+                .filter(|w| matches!(w.outcome, Outcome::Waiting))
+                .map(|w| w.demand())
+            else {
+                continue;
+            };
+            if let Err(e) = self.store.check(&demand) {
+                self.queue.unlink(key);
+                if let Some(w) = self.queue.get_mut(key) {
+                    w.outcome = Outcome::Exceeds(e);
+                    w.wake();
+                }
             }
         }
-    }
-    // The head waits for an instant of the old limits: judge it again.
-    st.head_armed = None;
-    st.ready_at = None;
-    if !st.queue.is_empty() && !st.closed {
-        st.drain(now);
+        self.head_armed = None;
+        self.ready_at = None;
+        if !self.queue.is_empty() && !self.closed {
+            self.drain(now);
+        }
     }
 }
