@@ -283,11 +283,17 @@ pub(crate) struct ScopeState {
 pub(crate) struct Scope {
     pub(crate) id: ScopeId,
     pub(crate) name: Arc<str>,
-    pub(crate) needs_estimate: bool,
+    /// Whether a call must bring a token estimate (the scope limits
+    /// tokens); changed by a reconfiguration.
+    pub(crate) needs_estimate: std::sync::atomic::AtomicBool,
     /// Still waiting for the provider's first answer to learn its limits
     /// (SPEC Q-14).
     pub(crate) learning: std::sync::atomic::AtomicBool,
-    pub(crate) capacity: usize,
+    /// Queued calls it holds (ADM-5); changed by a reconfiguration.
+    pub(crate) capacity: std::sync::atomic::AtomicUsize,
+    /// Removed by a reconfiguration: no longer found by name; whoever
+    /// still holds its ordinal finishes there (`reconfigure.rs`).
+    pub(crate) retired: std::sync::atomic::AtomicBool,
     pub(crate) state: Mutex<ScopeState>,
     /// The shared store keeping this scope's quota, if any (SPEC DQ-1);
     /// `state.store` is then its local fallback share.
@@ -305,9 +311,10 @@ impl Scope {
         Scope {
             id,
             name: Arc::from(config.name()),
-            needs_estimate: config.has_token_limit(),
+            needs_estimate: std::sync::atomic::AtomicBool::new(config.has_token_limit()),
             learning: std::sync::atomic::AtomicBool::new(config.learns().is_some()),
-            capacity,
+            capacity: std::sync::atomic::AtomicUsize::new(capacity),
+            retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(ScopeState {
                 store,
                 queue: WaitList::new(),
@@ -325,6 +332,22 @@ impl Scope {
             }),
             shared: None,
         }
+    }
+
+    /// Queued calls it holds (ADM-5).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a call must bring a token estimate.
+    pub(crate) fn needs_estimate(&self) -> bool {
+        self.needs_estimate
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a reconfiguration removed it.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Keeps the scope's quota in `shared`.

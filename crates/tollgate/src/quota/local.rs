@@ -13,6 +13,8 @@ use crate::clock::Instant;
 use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
+mod reconfigure;
+
 /// What an advertised limit changed (SPEC Q-14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Adopted {
@@ -40,6 +42,9 @@ pub struct LocalQuota {
     learn: Option<Duration>,
     /// What was sent and by when the provider counted it (SPEC Q-14).
     sent: SentLog,
+    /// Some limit is transitional (a reconfiguration replaced it): drained
+    /// ones are dropped as time advances.
+    draining: bool,
 }
 
 impl LocalQuota {
@@ -84,6 +89,7 @@ impl LocalQuota {
             limits,
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
+            draining: false,
         }
     }
 
@@ -108,7 +114,11 @@ impl LocalQuota {
         if amount == 0 {
             return Adopted::Nothing;
         }
-        if let Some(l) = self.limits.iter_mut().find(|l| l.dimension() == dimension) {
+        if let Some(l) = self
+            .limits
+            .iter_mut()
+            .find(|l| l.dimension() == dimension && !l.is_transitional())
+        {
             if !l.learned {
                 return Adopted::Nothing;
             }
@@ -171,12 +181,22 @@ impl LocalQuota {
         for l in &mut self.limits {
             l.advance(now);
         }
+        if self.draining {
+            self.drop_expired(now);
+        }
+    }
+
+    /// Drops the transitional limits that have done their part.
+    #[cold]
+    fn drop_expired(&mut self, now: Nanos) {
+        self.limits.retain(|l| !l.expired(now));
+        self.draining = self.limits.iter().any(LimitState::is_transitional);
     }
 }
 
 impl QuotaStore for LocalQuota {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
-        for l in &self.limits {
+        for l in self.limits.iter().filter(|l| !l.is_transitional()) {
             let amount = demand.amount(l.dimension());
             if l.refuses(amount) {
                 return Err(ExceedsLimit {
@@ -193,6 +213,9 @@ impl QuotaStore for LocalQuota {
     #[inline]
     fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64> {
         let t = self.tick(now);
+        if self.draining {
+            self.advance(t);
+        }
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
@@ -345,7 +368,7 @@ impl QuotaStore for LocalQuota {
         let Some(l) = self
             .limits
             .iter_mut()
-            .filter(|l| l.dimension() == report.dimension)
+            .filter(|l| l.dimension() == report.dimension && !l.is_transitional())
             .min_by_key(|l| l.window())
         else {
             return observed;
@@ -377,6 +400,11 @@ impl QuotaStore for LocalQuota {
         self.limits.len() != before
     }
 
+    fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
+        LocalQuota::reconfigure(self, config, now);
+        true
+    }
+
     fn project(&self) -> Option<Box<dyn QuotaStore>> {
         // The arithmetic only: a projection never compares a provider's
         // answer, so it carries no record of what was sent.
@@ -387,20 +415,26 @@ impl QuotaStore for LocalQuota {
             limits: self.limits.iter().map(LimitState::projected).collect(),
             learn: self.learn,
             sent: SentLog::new(0),
+            draining: self.draining,
         }))
     }
 
     fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
         let t = self.tick(now);
         self.advance(t);
-        out.extend(self.limits.iter().map(|l| LimitSnapshot {
-            dimension: l.dimension(),
-            window: l.window(),
-            limit: l.config.amount,
-            capacity: l.capacity(),
-            available: saturate(l.available()),
-            algorithm: self.algorithm,
-        }));
+        out.extend(
+            self.limits
+                .iter()
+                .filter(|l| !l.is_transitional())
+                .map(|l| LimitSnapshot {
+                    dimension: l.dimension(),
+                    window: l.window(),
+                    limit: l.config.amount,
+                    capacity: l.capacity(),
+                    available: saturate(l.available()),
+                    algorithm: self.algorithm,
+                }),
+        );
     }
 }
 
