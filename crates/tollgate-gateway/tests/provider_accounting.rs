@@ -215,7 +215,8 @@ async fn arrival_jitter_draws_no_provider_429() {
 /// 64, against a simulator charging `ceil(chars / 4) + max_tokens` = 289
 /// tokens per item, 2,890 tokens per window (10 items), at admission and
 /// without reconciling (it generates 16 tokens, so the reported usage, 247,
-/// is below the charge); a job of 3.5 windows.
+/// is below the charge); a job of 3.5 windows. `accounting` is the
+/// provider's `accounting` line, or empty for its default.
 async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
     let sim = sim(SimConfig {
         tpm: Some(2_890),
@@ -231,7 +232,7 @@ async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
     .await;
     let gw = gateway(
         &sim,
-        &format!("accounting = {accounting}\nreconciles = false"),
+        &format!("{accounting}\nreconciles = false"),
         "limits = [{ tokens = 2890, per = \"2s\" }]",
     )
     .await;
@@ -245,12 +246,27 @@ async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
 // the provider charges: zero provider 429s from the first window on)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_accounting_matches_a_character_based_limiter() {
-    let (job, stats) = mismatch_job("\"openai\"").await;
+    let (job, stats) = mismatch_job("accounting = \"openai\"").await;
+    assert_matches_the_limiter(&job, &stats);
+}
+
+/// The job lost nothing and the character-based limiter refused nothing.
+fn assert_matches_the_limiter(job: &Job, stats: &SimStats) {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 35);
-    assert_eq!(rejected(&stats), 0, "provider 429s: {stats:?}");
+    assert_eq!(rejected(stats), 0, "provider 429s: {stats:?}");
     assert_eq!(stats.tokens_charged, 35 * 289);
     assert!(stats.max_tokens_in_window <= 2_890, "{stats:?}");
+}
+
+// proves: Q-16 (the default accounting follows the flavour: a provider of
+// flavour `openai`, the default one, configured without `accounting`
+// counts as OpenAI documents its limits, characters / 4 plus max_tokens,
+// and draws zero provider 429s from a limiter that counts so)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_provider_counts_like_openai_by_default() {
+    let (job, stats) = mismatch_job("").await;
+    assert_matches_the_limiter(&job, &stats);
 }
 
 // proves: Q-16 (the contrast: the tokenizer profile by mistake reserves
@@ -258,7 +274,7 @@ async fn openai_accounting_matches_a_character_based_limiter() {
 // fits and the provider refuses some; how many depends on timing)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenizer_accounting_under_reserves_for_a_character_based_limiter() {
-    let (_, stats) = mismatch_job("\"tokenizer\"").await;
+    let (_, stats) = mismatch_job("accounting = \"tokenizer\"").await;
     assert!(rejected(&stats) > 0, "{stats:?}");
 }
 

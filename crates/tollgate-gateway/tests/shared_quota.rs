@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Gateway, KEY_A, client, sim, tenants};
+use common::{Gateway, KEY_A, client, one_more_call_draws_no_429, reload, rewrite, sim, tenants};
 use serde_json::{Value, json};
 use tollgate::StoreMode;
 use tollgate_redis::RedisServer;
@@ -387,4 +387,71 @@ async fn a_reload_keeps_the_store_unless_it_changed() {
         0,
         "another store: the scope starts afresh"
     );
+}
+
+/// One replica reloadable from a file: `requests` per 2 s on scope
+/// `account` in `redis`, `[cooldown] max = max`. The store's timeout is
+/// long: a slow operation on a loaded machine must not make the store
+/// unavailable here (this test is about the reload).
+fn reloadable(sim: &SimServer, redis: &RedisServer, requests: u64, max: &str) -> String {
+    format!(
+        "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n\n\
+         [providers.p]\nbase_url = \"{}\"\n\n\
+         [cooldown]\nmax = \"{max}\"\n\n\
+         [scopes.account]\nlimits = [{{ requests = {requests}, per = \"2s\" }}]\n\n\
+         [models.gpt-4o-mini]\nprovider = \"p\"\nscope = \"account\"\n\n\
+         [quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"reload\"\ntimeout = \"2s\"\n\n{}",
+        sim.openai_base_url(),
+        redis.url(),
+        tenants("", ""),
+    )
+}
+
+// proves: GW-15, DQ-1, CD-1 (a reload of a scope kept in Redis keeps its
+// in-process parts: the running cooldown goes on, and the new amount
+// applies to the count the store kept; the provider refuses nothing)
+#[tokio::test]
+async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
+    let Some(redis) =
+        RedisServer::start_or_skip("a_reload_keeps_a_shared_scopes_cooldown_and_count")
+    else {
+        return;
+    };
+    let sim = sim(SimConfig {
+        rpm: Some(5),
+        window: W,
+        ..SimConfig::default()
+    })
+    .await;
+    let (gw, path) = Gateway::start_file(&reloadable(&sim, &redis, 5, "60s")).await;
+    let client = client();
+    for _ in 0..5 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(KEY_A)
+            .json(&body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let controller = |gw: &Gateway| {
+        let app = gw.current();
+        let s = app.upstream.iter().find(|s| &*s.name == "account").unwrap();
+        s.controller.clone()
+    };
+    let before = controller(&gw);
+    let scope = before.scope_id("account").unwrap();
+    before.start_cooldown(scope, Duration::from_secs(1));
+    let cooling = before.cooldown(scope).unwrap();
+    assert!(cooling.1.is_some());
+    rewrite(&path, &reloadable(&sim, &redis, 4, "30s"));
+    assert_eq!(reload(&gw).await.0, 200);
+    let after = controller(&gw);
+    assert_eq!(after.cooldown(scope), Some(cooling), "the cooldown goes on");
+    let limits = after.shared_limits(scope).await.unwrap().unwrap();
+    assert_eq!(limits[0].limit, 4);
+    assert_eq!(limits[0].available, -1, "5 counted in the store, of 4");
+    one_more_call_draws_no_429(&gw, &sim, KEY_A, &body()).await;
+    gw.wait_idle().await;
 }

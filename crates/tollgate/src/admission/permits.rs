@@ -16,6 +16,11 @@
 //!   empty is the only reason to clear it.
 //! * A waiter that is dropped after being handed a permit gives it back
 //!   through the same path, so a permit is never lost (cancel safety).
+//! * A limit lowered below the permits held (a reconfiguration, see
+//!   [`resize`](Permits::resize)) leaves `owed` permits to be paid back:
+//!   while any is owed, `WAITERS` stays set, so every return takes the
+//!   lock and pays one back instead of freeing it, and the free count stays
+//!   zero. `owed` is only read or written with the waiter lock held.
 //! * Every access to `state` is sequentially consistent: idle detection
 //!   (`idle.rs`) pairs a permit's return with a load of its own waiter
 //!   count. On x86 the instructions are those of acquire/release anyway.
@@ -57,8 +62,13 @@ struct Waiter {
 #[derive(Debug)]
 pub(crate) struct Permits {
     state: AtomicUsize,
-    limit: usize,
-    max_waiters: usize,
+    /// The configured number of permits (changed only by `resize`, under
+    /// the waiter lock).
+    limit: AtomicUsize,
+    /// Permits held beyond a lowered limit, paid back by the next returns
+    /// (under the waiter lock).
+    owed: AtomicUsize,
+    max_waiters: AtomicUsize,
     waiters: Mutex<WaitList<Waiter>>,
 }
 
@@ -76,15 +86,73 @@ impl Permits {
         let limit = limit.min(Self::MAX);
         Permits {
             state: AtomicUsize::new(limit * ONE),
-            limit,
-            max_waiters,
+            limit: AtomicUsize::new(limit),
+            owed: AtomicUsize::new(0),
+            max_waiters: AtomicUsize::new(max_waiters),
             waiters: Mutex::new(WaitList::new()),
         }
     }
 
     /// The configured number of permits.
     pub(crate) fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::SeqCst)
+    }
+
+    /// Permits taken now (by holders, or handed to waiters not yet
+    /// polled): the limit, plus what is owed beyond a lowered one, minus
+    /// what is free.
+    pub(crate) fn held(&self) -> usize {
+        let _list = self.waiters.lock();
+        let free = self.state.load(Ordering::SeqCst) / ONE;
+        (self.limit.load(Ordering::SeqCst) + self.owed.load(Ordering::SeqCst)).saturating_sub(free)
+    }
+
+    /// Changes the number of permits and the waiting bound in place
+    /// (a reconfiguration): permits held stay held and count against the
+    /// new limit. A raised limit hands the new permits to the first
+    /// waiters at once; a limit lowered below what is held frees nothing
+    /// until enough holders have returned theirs. Waiters keep their
+    /// places; a lowered waiting bound refuses only new waiters.
+    pub(crate) fn resize(&self, limit: usize, max_waiters: usize) {
+        let limit = limit.min(Self::MAX);
+        let mut list = self.waiters.lock();
+        self.max_waiters.store(max_waiters, Ordering::SeqCst);
+        let old = self.limit.swap(limit, Ordering::SeqCst);
+        if limit > old {
+            let mut more = limit - old;
+            let owed = self.owed.load(Ordering::SeqCst);
+            let paid = more.min(owed);
+            self.owed.store(owed - paid, Ordering::SeqCst);
+            more -= paid;
+            // With nothing owed, a new permit goes to the first waiter or
+            // to the pool, as a returned one would.
+            while more > 0 && !list.is_empty() {
+                self.hand_over(&mut list);
+                more -= 1;
+            }
+            if more > 0 {
+                self.state.fetch_add(more * ONE, Ordering::SeqCst);
+            }
+            self.clear_waiters(&list);
+        } else if limit < old {
+            // Close the fast paths (both need `WAITERS` clear), so the
+            // free count only changes under the lock from here on.
+            let s = self.state.fetch_or(WAITERS, Ordering::SeqCst);
+            let fewer = old - limit;
+            let taken = (s / ONE).min(fewer);
+            self.state.fetch_sub(taken * ONE, Ordering::SeqCst);
+            let owed = self.owed.load(Ordering::SeqCst);
+            self.owed.store(owed + fewer - taken, Ordering::SeqCst);
+            self.clear_waiters(&list);
+        }
+    }
+
+    /// With the lock held: reopens the fast paths when nobody waits and
+    /// nothing is owed.
+    fn clear_waiters(&self, list: &WaitList<Waiter>) {
+        if list.is_empty() && self.owed.load(Ordering::SeqCst) == 0 {
+            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+        }
     }
 
     /// Free permits now.
@@ -143,6 +211,13 @@ impl Permits {
     /// With the lock held: gives one permit to the first waiter, or to the
     /// pool (clearing `WAITERS`) when none is left.
     fn hand_over(&self, list: &mut WaitList<Waiter>) {
+        let owed = self.owed.load(Ordering::SeqCst);
+        if owed > 0 {
+            // Held beyond a lowered limit: paid back, not freed.
+            self.owed.store(owed - 1, Ordering::SeqCst);
+            self.clear_waiters(list);
+            return;
+        }
         if let Some(key) = list.front() {
             list.unlink(key);
             if let Some(w) = list.get_mut(key) {
@@ -151,13 +226,11 @@ impl Permits {
                     waker.wake();
                 }
             }
-            if list.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
-            }
+            self.clear_waiters(list);
             return;
         }
         self.state.fetch_add(ONE, Ordering::SeqCst);
-        self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+        self.clear_waiters(list);
     }
 
     /// Refuses new acquisitions and wakes every waiter with `Closed`.
@@ -212,9 +285,7 @@ impl Permits {
     ) -> Result<Option<usize>, Refused> {
         let s = self.state.fetch_or(WAITERS, Ordering::SeqCst);
         let refuse = |list: &WaitList<Waiter>, why| {
-            if list.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
-            }
+            self.clear_waiters(list);
             Err(why)
         };
         if s & CLOSED != 0 {
@@ -224,10 +295,10 @@ impl Permits {
             // Nobody waits and a permit is free: take it and reopen the
             // fast path.
             self.state.fetch_sub(ONE, Ordering::SeqCst);
-            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+            self.clear_waiters(list);
             return Ok(None);
         }
-        if list.len() >= self.max_waiters {
+        if list.len() >= self.max_waiters.load(Ordering::SeqCst) {
             return refuse(list, Refused::Full);
         }
         match list.push_back(Waiter {
@@ -289,8 +360,8 @@ impl Permits {
         list.remove(key);
         if granted {
             self.hand_over(&mut list);
-        } else if list.is_empty() {
-            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+        } else {
+            self.clear_waiters(&list);
         }
     }
 }

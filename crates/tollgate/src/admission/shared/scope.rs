@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::detached::Detached;
@@ -101,7 +101,11 @@ impl SharedStats {
 /// A scope's shared store as this process uses it. See the module notes.
 #[derive(Debug)]
 pub(crate) struct SharedScope {
-    pub(crate) remote: Arc<dyn RemoteQuota>,
+    /// The store's handle for the scope's current limits (replaced by a
+    /// reconfiguration, SPEC GW-15). Each reservation is taken and settled
+    /// through the handle it was taken with, so it is settled against the
+    /// limits that counted it.
+    remote: RwLock<Arc<dyn RemoteQuota>>,
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
@@ -130,15 +134,10 @@ impl SharedScope {
         overflow: Overflow,
         clock: SharedClock,
     ) -> Self {
-        // The holder of the turn is the head of the queue: `capacity`
-        // queued calls are the holder and `capacity - 1` in line.
-        let waiting = match overflow {
-            Overflow::Reject => capacity.saturating_sub(1),
-            Overflow::Wait => usize::MAX,
-        };
+        let waiting = waiting_line(capacity, overflow);
         let room = remote.changes().unwrap_or_default();
         SharedScope {
-            remote,
+            remote: RwLock::new(remote),
             timeout,
             on_unavailable,
             turn: Permits::bounded(1, waiting),
@@ -153,6 +152,27 @@ impl SharedScope {
             detached: Arc::default(),
             holds: InFlight::default(),
         }
+    }
+
+    /// The store's handle for the scope's current limits.
+    pub(crate) fn remote(&self) -> Arc<dyn RemoteQuota> {
+        Arc::clone(&self.remote.read())
+    }
+
+    /// Takes a new configuration of the scope (SPEC GW-15): reservations
+    /// from now on go through `remote`; those already taken settle
+    /// through the handle they were taken with. The turn's waiting line
+    /// takes the new queue bound; the calls in it keep their places.
+    pub(crate) fn reconfigure(
+        &self,
+        remote: Arc<dyn RemoteQuota>,
+        capacity: usize,
+        overflow: Overflow,
+    ) {
+        *self.remote.write() = remote;
+        self.turn.resize(1, waiting_line(capacity, overflow));
+        // The new limits may have room now.
+        self.wake();
     }
 
     /// Runs `task` detached, counted until it ends (so closing waits for
@@ -194,7 +214,7 @@ impl SharedScope {
             drop(health);
             let this = Arc::clone(self);
             let started = self.spawn(async move {
-                let answered = this.remote.snapshot(this.timeout).await.is_ok();
+                let answered = this.remote().snapshot(this.timeout).await.is_ok();
                 if !answered {
                     SharedStats::count(&this.stats.store_errors);
                 }
@@ -261,5 +281,15 @@ impl SharedScope {
     /// Wakes the turn's holder: quota came back, or admission stopped.
     pub(crate) fn wake(&self) {
         self.room.notify_waiters();
+    }
+}
+
+/// The waiting line of a scope's turn: the holder of the turn is the head
+/// of the queue, so `capacity` queued calls are the holder and
+/// `capacity - 1` in line.
+fn waiting_line(capacity: usize, overflow: Overflow) -> usize {
+    match overflow {
+        Overflow::Reject => capacity.saturating_sub(1),
+        Overflow::Wait => usize::MAX,
     }
 }

@@ -27,7 +27,7 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
-use crate::quota::{Actual, HoldId, NotUntil, Reservation, StoreError, StoreFuture};
+use crate::quota::{Actual, HoldId, NotUntil, RemoteQuota, Reservation, StoreError, StoreFuture};
 use crate::usage::{Settlement, Usage};
 
 /// Attempts to record debt (usage above the estimate), or to give back a
@@ -41,28 +41,39 @@ pub(crate) type ReserveOp = StoreFuture<'static, Result<Result<Reservation, NotU
 /// A lease round trip in flight.
 pub(crate) type LeaseOp = StoreFuture<'static, Result<Option<Reservation>, StoreError>>;
 
+/// The store's handle a reservation was taken with (see
+/// [`SharedScope::remote`]).
+pub(crate) type Quota = Arc<dyn RemoteQuota>;
+
 /// The settlements of one lease kept in a shared store, applied in the
 /// order they were made: each task waits for the one before and starts
 /// from the reservation as that one left it (a recount restamps it).
-#[derive(Debug, Default)]
+/// Every one goes through the handle the reservation was taken with.
+#[derive(Debug)]
 pub(crate) struct RemoteLease {
     last: Option<JoinHandle<Reservation>>,
+    quota: Quota,
 }
 
 impl RemoteLease {
+    pub(crate) fn new(quota: Quota) -> Self {
+        RemoteLease { last: None, quota }
+    }
+
     fn then<F, Fut>(&mut self, shared: &Arc<SharedScope>, reservation: Reservation, op: F)
     where
-        F: FnOnce(Arc<SharedScope>, Reservation) -> Fut + Send + 'static,
+        F: FnOnce(Arc<SharedScope>, Quota, Reservation) -> Fut + Send + 'static,
         Fut: Future<Output = Reservation> + Send + 'static,
     {
         let prev = self.last.take();
         let owned = Arc::clone(shared);
+        let quota = Arc::clone(&self.quota);
         let task = async move {
             let reservation = match prev {
                 Some(prev) => prev.await.unwrap_or(reservation),
                 None => reservation,
             };
-            op(owned, reservation).await
+            op(owned, quota, reservation).await
         };
         self.last = shared.detached.spawn(task);
         if self.last.is_none() {
@@ -106,34 +117,34 @@ fn detach(shared: &Arc<SharedScope>, task: impl Future<Output = ()> + Send + 'st
 
 /// Refunds a leased reservation whose attempt never started (SPEC Q-9),
 /// detached.
-pub(crate) fn refund(shared: &Arc<SharedScope>, reservation: Reservation) {
+pub(crate) fn refund(shared: &Arc<SharedScope>, quota: Quota, reservation: Reservation) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
-        refund_now(&owned, reservation).await;
+        refund_now(&owned, &quota, reservation).await;
     });
 }
 
-async fn refund_now(shared: &SharedScope, reservation: Reservation) {
-    let op = shared.remote.refund(reservation, shared.timeout);
+async fn refund_now(shared: &SharedScope, quota: &Quota, reservation: Reservation) {
+    let op = quota.refund(reservation, shared.timeout);
     let done = attempt(shared, op).await.is_some();
     landed(shared, done);
 }
 
 /// Gives back pending hold `id` (SPEC Q-9), detached; retried, since only
 /// the first attempt that lands finds it.
-pub(crate) fn forget(shared: &Arc<SharedScope>, id: HoldId) {
+pub(crate) fn forget(shared: &Arc<SharedScope>, quota: Quota, id: HoldId) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
-        forget_now(&owned, id).await;
+        forget_now(&owned, &quota, id).await;
     });
 }
 
-async fn forget_now(shared: &SharedScope, id: HoldId) {
+async fn forget_now(shared: &SharedScope, quota: &Quota, id: HoldId) {
     for n in 0..ATTEMPTS {
         if n > 0 {
             tokio::time::sleep(BACKOFF).await;
         }
-        let op = shared.remote.forget(id, shared.timeout);
+        let op = quota.forget(id, shared.timeout);
         if attempt(shared, op).await.is_some() {
             landed(shared, true);
             return;
@@ -146,7 +157,12 @@ async fn forget_now(shared: &SharedScope, id: HoldId) {
 /// A call gave up while its reservation was in flight: whatever the store
 /// grants it is given back once the answer arrives (SPEC Q-9); a pending
 /// hold (`id`) is given back by its id even if no answer arrives.
-pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Option<HoldId>) {
+pub(crate) fn refund_reserved(
+    shared: &Arc<SharedScope>,
+    quota: Quota,
+    op: ReserveOp,
+    id: Option<HoldId>,
+) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
         let answer = op.await;
@@ -154,13 +170,13 @@ pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Opti
             (Ok(Err(_)), _) => {}
             (Ok(Ok(_)), Some(id)) => {
                 SharedStats::count(&owned.stats.refunded_in_flight);
-                forget_now(&owned, id).await;
+                forget_now(&owned, &quota, id).await;
             }
             (Ok(Ok(reservation)), None) => {
                 SharedStats::count(&owned.stats.refunded_in_flight);
-                refund_now(&owned, reservation).await;
+                refund_now(&owned, &quota, reservation).await;
             }
-            (Err(_), Some(id)) => forget_now(&owned, id).await,
+            (Err(_), Some(id)) => forget_now(&owned, &quota, id).await,
             // A leased reservation whose answer was lost ages out with
             // its windows (counted, never over a quota).
             (Err(_), None) => {}
@@ -171,13 +187,13 @@ pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Opti
 /// A call gave up while its pending hold `id` was being leased: a lease
 /// that landed is refunded, an unknown outcome is given back by id (a no-op
 /// if the lease did land: then the leased amount ages out).
-pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, op: LeaseOp, id: HoldId) {
+pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, quota: Quota, op: LeaseOp, id: HoldId) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
         match op.await {
-            Ok(Some(leased)) => refund_now(&owned, leased).await,
+            Ok(Some(leased)) => refund_now(&owned, &quota, leased).await,
             Ok(None) => {}
-            Err(_) => forget_now(&owned, id).await,
+            Err(_) => forget_now(&owned, &quota, id).await,
         }
     });
 }
@@ -209,7 +225,7 @@ impl Inner {
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
         }
-        remote.then(shared, *reservation, move |shared, r| async move {
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
             // Debt that does not land lets the scope admit more than its
             // limit: retry it. A retry after an attempt that did land but
             // whose answer was lost counts the debt twice, which only
@@ -219,7 +235,7 @@ impl Inner {
                 if n > 0 {
                     tokio::time::sleep(BACKOFF).await;
                 }
-                let op = shared.remote.reconcile(r, actual, shared.timeout);
+                let op = quota.reconcile(r, actual, shared.timeout);
                 if attempt(&shared, op).await.is_some() {
                     landed(&shared, true);
                     return r;
@@ -252,8 +268,8 @@ impl Inner {
             return;
         };
         s.state.lock().counters.refusals_released += 1;
-        remote.then(shared, *reservation, move |shared, r| async move {
-            let op = shared.remote.release(r, requests, tokens, shared.timeout);
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
+            let op = quota.release(r, requests, tokens, shared.timeout);
             let done = attempt(&shared, op).await.is_some();
             landed(&shared, done);
             r
@@ -273,9 +289,9 @@ impl Inner {
         let Some(shared) = self.shared_scope(scope) else {
             return;
         };
-        remote.then(shared, *reservation, move |shared, r| async move {
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
             let ago = shared.clock.now().saturating_duration_since(at);
-            let op = shared.remote.recount(r, ago, shared.timeout);
+            let op = quota.recount(r, ago, shared.timeout);
             match attempt(&shared, op).await {
                 Some(moved) => moved,
                 None => {
