@@ -373,28 +373,19 @@ impl Limiter {
         usage: Option<&Bound<'_, PyAny>>,
         provider: Option<&str>,
     ) -> PyResult<crate::driver::Pending> {
-        let entry = self.shared.scope_or_only(py, scope)?;
-        let estimate = estimate(tokens, input_tokens, output_tokens)?;
-        let deadline = deadline(timeout)?;
-        let request = crate::supervised::request(py, func, args, usage, estimate)?;
-        let supervisor = self.shared.supervisors.call(
-            py,
-            &self.shared,
-            entry.id,
+        let args = crate::supervised::Args {
+            func,
+            args,
+            scope,
+            tokens,
+            input_tokens,
+            output_tokens,
+            timeout,
+            idempotent,
+            usage,
             provider,
-            estimate.is_some(),
-        )?;
-        let options = crate::supervised::options(deadline, idempotent);
-        let name = entry.name.bind(py).to_string();
-        Ok(crate::driver::Pending::new(Box::pin(async move {
-            let result = supervisor.invoke(&request, options).await;
-            let failure = std::sync::Arc::clone(&request.failure);
-            let out: crate::driver::Output = Box::new(move |py| match result {
-                Ok(done) => Ok(done.response),
-                Err(e) => Err(crate::supervised::call_error(py, &e, &name, &failure)),
-            });
-            out
-        })))
+        };
+        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.invoke(py))
     }
 
     /// Runs `func(*args)`, which returns an async iterable (or an
@@ -403,8 +394,8 @@ impl Limiter {
     /// items. Admission, retries and the circuit apply up to the first
     /// item; after it a failure is raised, never replayed. The usage an
     /// item reports (its `usage` member, or `usage(item)`) settles the
-    /// reservation when the stream ends; a stream left early settles with
-    /// the usage seen so far, else its estimate. Arguments as `call`.
+    /// reservation when the stream ends; a stream left early keeps its
+    /// estimate (SPEC Q-5). Arguments as `call`.
     #[pyo3(signature = (func, /, *args, scope = None, tokens = None, input_tokens = None, output_tokens = None, timeout = None, idempotent = true, usage = None, provider = None))]
     #[allow(clippy::too_many_arguments)]
     fn stream(
@@ -421,24 +412,19 @@ impl Limiter {
         usage: Option<&Bound<'_, PyAny>>,
         provider: Option<&str>,
     ) -> PyResult<crate::supervised::SupervisedStream> {
-        let entry = self.shared.scope_or_only(py, scope)?;
-        let estimate = estimate(tokens, input_tokens, output_tokens)?;
-        let deadline = deadline(timeout)?;
-        let request = crate::supervised::request(py, func, args, usage, estimate)?;
-        let supervisor = self.shared.supervisors.call(
-            py,
-            &self.shared,
-            entry.id,
+        let args = crate::supervised::Args {
+            func,
+            args,
+            scope,
+            tokens,
+            input_tokens,
+            output_tokens,
+            timeout,
+            idempotent,
+            usage,
             provider,
-            estimate.is_some(),
-        )?;
-        let options = crate::supervised::options(deadline, idempotent);
-        Ok(crate::supervised::SupervisedStream::new(
-            supervisor,
-            request,
-            options,
-            entry.name.clone_ref(py),
-        ))
+        };
+        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.into_stream())
     }
 
     /// The limiter's state as plain dicts (see the stub for the keys):

@@ -159,6 +159,48 @@ impl Drop for PyAwait {
     }
 }
 
+/// The `__anext__()` of an async iterator, in flight across polls.
+#[derive(Default)]
+pub(crate) struct AsyncNext {
+    pending: Option<PyAwait>,
+}
+
+impl AsyncNext {
+    /// Polls for `iterator`'s next item: the item, or what it raised
+    /// (`StopAsyncIteration` at its end).
+    pub(crate) fn poll(
+        &mut self,
+        iterator: &Py<PyAny>,
+        cx: &mut Context<'_>,
+    ) -> Poll<PyResult<Py<PyAny>>> {
+        let next = match &mut self.pending {
+            Some(next) => next,
+            None => {
+                let anext = Python::attach(|py| {
+                    iterator
+                        .bind(py)
+                        .call_method0(pyo3::intern!(py, "__anext__"))
+                        .map(Bound::unbind)
+                });
+                match anext {
+                    Ok(awaitable) => self.pending.insert(PyAwait::new(awaitable)),
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        };
+        let poll = Pin::new(next).poll(cx);
+        if poll.is_ready() {
+            self.pending = None;
+        }
+        poll
+    }
+
+    /// Drops the `__anext__()` in flight (its task is cancelled).
+    pub(crate) fn cancel(&mut self) {
+        self.pending = None;
+    }
+}
+
 /// Creates the task of `awaitable` on the running loop and hooks its done
 /// callback.
 fn start(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, Arc<Slot>)> {

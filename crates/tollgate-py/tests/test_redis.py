@@ -105,8 +105,13 @@ def test_redis_limiter_reports_its_store(redis_url: str) -> None:
     """PY-5, DQ-3: `redis=` builds the limiter on the shared store (its
     snapshot says so); an unreachable store fails closed with
     QuotaStoreUnavailable, holding nothing."""
-    limiter = tollgate.Limiter(scopes={"s": {"rpm": 5}}, redis=redis_url)
-    with limiter.acquire_blocking("s", timeout=2):
+    assert tollgate.Limiter(scopes={"s": {"rpm": 5}}, redis=redis_url).snapshot()["scopes"]["s"]["store"] == "shared"
+    # (The default operation timeout, 50 ms, is for a server nearby; a
+    # loaded test machine gets more.)
+    limiter = tollgate.Limiter(
+        scopes={"s": {"rpm": 5}}, quota_store={"backend": "redis", "url": redis_url, "timeout": "2s"}
+    )
+    with limiter.acquire_blocking("s", timeout=5):
         assert limiter.snapshot()["scopes"]["s"]["store"] == "shared"
     dead = tollgate.Limiter(
         scopes={"s": {"rpm": 5}}, quota_store={"backend": "redis", "url": f"redis://127.0.0.1:{free_port()}"}

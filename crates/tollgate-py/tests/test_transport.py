@@ -203,7 +203,7 @@ async def test_provider_retry_after_cools_the_scope() -> None:
                 assert r.status_code == 200
         limiter = tollgate.Limiter(
             scopes={"openai": {"rpm": 100}},
-            retry={"max_attempts": 3, "base_delay": "10ms", "jitter": 0.0},
+            retry={"max_attempts": 5, "base_delay": "10ms", "jitter": 0.0},
         )
         client = openai.AsyncOpenAI(
             base_url=sim.openai_base_url,
@@ -219,19 +219,24 @@ async def test_provider_retry_after_cools_the_scope() -> None:
                 await asyncio.sleep(0.002)
 
         await asyncio.wait_for(refused(), 10)
-        refused_at = time.monotonic()
-        scope = limiter.snapshot()["scopes"]["openai"]
-        cooldown = scope["cooldown_remaining"]
-        assert cooldown is not None and 0 < cooldown <= WINDOW
-        assert sim.stats()["rejected_429"]["rpm"] == 1
-        # A call made during the cooldown waits for it: no second 429.
-        second = await asyncio.wait_for(
-            client.chat.completions.create(model="m", messages=messages, max_tokens=MAX_TOKENS), 10
+        cooldown = limiter.snapshot()["scopes"]["openai"]["cooldown_remaining"]
+        cooling_until = time.monotonic() + cooldown
+        assert 0 < cooldown <= WINDOW
+        assert sim.stats()["requests_total"] == 3
+        # A call made during the cooldown waits for it: nothing reaches the
+        # provider until the cooldown is over.
+        second = asyncio.ensure_future(
+            client.chat.completions.create(model="m", messages=messages, max_tokens=MAX_TOKENS)
         )
-        assert time.monotonic() - refused_at >= cooldown * 0.9
-        assert (await asyncio.wait_for(first, 10)).usage is not None and second.usage is not None
+        while not (first.done() and second.done()):
+            seen = sim.stats()["requests_total"]
+            if time.monotonic() < cooling_until - 0.05:
+                assert seen == 3, "a request reached the provider during the cooldown"
+            await asyncio.sleep(0.005)
+        # The engine's retries (never the SDK's) answered both.
+        assert (await first).usage is not None and (await second).usage is not None
         stats = sim.stats()
-        assert stats["rejected_429"]["rpm"] == 1 and stats["ok"] == 4
+        assert stats["ok"] == 4 and stats["rejected_429"]["rpm"] >= 1
         assert limiter.snapshot()["idle"]
         await client.close()
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
 use tollgate::lifecycle::{
     Accounting, CallError, CallOptions, CircuitBreaker, CircuitConfig, Supervisor,
 };
@@ -134,20 +135,84 @@ pub(crate) fn call_error(
     err
 }
 
-/// Options of one supervised call.
-pub(crate) fn options(deadline: tollgate::Deadline, idempotent: bool) -> CallOptions {
-    CallOptions {
-        id: None,
-        deadline,
-        idempotent,
+/// The arguments of `Limiter.call` and `Limiter.stream`.
+pub(crate) struct Args<'a, 'py> {
+    pub(crate) func: &'a Bound<'py, PyAny>,
+    pub(crate) args: &'a Bound<'py, PyTuple>,
+    pub(crate) scope: Option<&'a str>,
+    pub(crate) tokens: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) input_tokens: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) output_tokens: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) timeout: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) idempotent: bool,
+    pub(crate) usage: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) provider: Option<&'a str>,
+}
+
+/// A supervised call, validated and ready to run.
+pub(crate) struct Prepared {
+    supervisor: Supervisor<CallProvider>,
+    request: CallRequest,
+    options: CallOptions,
+    scope: Py<PyString>,
+}
+
+impl Prepared {
+    /// Validates `args` (scope, estimate, deadline, callables) and picks
+    /// the scope's supervisor.
+    pub(crate) fn new(py: Python<'_>, shared: &Shared, args: Args<'_, '_>) -> PyResult<Prepared> {
+        let entry = shared.scope_or_only(py, args.scope)?;
+        let estimate =
+            crate::limiter::estimate(args.tokens, args.input_tokens, args.output_tokens)?;
+        let deadline = crate::limiter::deadline(args.timeout)?;
+        let request = request(py, args.func, args.args, args.usage, estimate)?;
+        let supervisor =
+            shared
+                .supervisors
+                .call(py, shared, entry.id, args.provider, estimate.is_some())?;
+        Ok(Prepared {
+            supervisor,
+            request,
+            options: CallOptions {
+                id: None,
+                deadline,
+                idempotent: args.idempotent,
+            },
+            scope: entry.name.clone_ref(py),
+        })
+    }
+
+    /// `Limiter.call`: an awaitable of the function's result.
+    pub(crate) fn invoke(self, py: Python<'_>) -> crate::driver::Pending {
+        let Prepared {
+            supervisor,
+            request,
+            options,
+            scope,
+        } = self;
+        let scope = scope.bind(py).to_string();
+        crate::driver::Pending::new(Box::pin(async move {
+            let result = supervisor.invoke(&request, options).await;
+            let failure = Arc::clone(&request.failure);
+            let out: crate::driver::Output = Box::new(move |py| match result {
+                Ok(done) => Ok(done.response),
+                Err(e) => Err(call_error(py, &e, &scope, &failure)),
+            });
+            out
+        }))
+    }
+
+    /// `Limiter.stream`: the async iterator.
+    pub(crate) fn into_stream(self) -> SupervisedStream {
+        SupervisedStream::new(self.supervisor, self.request, self.options, self.scope)
     }
 }
 
-/// The shared part of `call` and `stream`: the request.
-pub(crate) fn request(
+/// The request of a supervised call.
+fn request(
     py: Python<'_>,
     func: &Bound<'_, PyAny>,
-    args: &Bound<'_, pyo3::types::PyTuple>,
+    args: &Bound<'_, PyTuple>,
     usage: Option<&Bound<'_, PyAny>>,
     estimate: Option<tollgate::TokenEstimate>,
 ) -> PyResult<CallRequest> {

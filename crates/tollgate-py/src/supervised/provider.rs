@@ -2,7 +2,6 @@
 //! calls it; what it returns (or raises) is the attempt's outcome.
 
 use std::collections::VecDeque;
-use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,7 +16,7 @@ use tollgate::{TokenEstimate, Usage};
 
 use crate::classify;
 use crate::notifier::{self, Job};
-use crate::pyawait::{Mode, PyAwait};
+use crate::pyawait::{AsyncNext, Mode};
 use crate::usage;
 
 /// An exception an attempt raised.
@@ -142,7 +141,7 @@ impl Provider for CallProvider {
                 event_loop: Some(request.event_loop.clone_ref(py)),
                 usage: request.usage.as_ref().map(|u| u.clone_ref(py)),
                 failure: Arc::clone(&request.failure),
-                next: None,
+                next: AsyncNext::default(),
                 pending: VecDeque::new(),
                 ended: false,
             })
@@ -161,7 +160,7 @@ pub(crate) struct Items {
     usage: Option<Py<PyAny>>,
     failure: LastFailure,
     /// The `__anext__()` in flight.
-    next: Option<PyAwait>,
+    next: AsyncNext,
     pending: VecDeque<StreamEvent<Py<PyAny>>>,
     ended: bool,
 }
@@ -178,52 +177,34 @@ impl Stream for Items {
             if this.ended {
                 return Poll::Ready(None);
             }
-            let next = match &mut this.next {
-                Some(next) => next,
-                None => {
-                    let Some(iterator) = &this.iterator else {
-                        this.ended = true;
-                        continue;
-                    };
-                    let anext = Python::attach(|py| {
-                        iterator
-                            .bind(py)
-                            .call_method0(pyo3::intern!(py, "__anext__"))
-                            .map(Bound::unbind)
-                    });
-                    match anext {
-                        Ok(awaitable) => this.next.insert(PyAwait::new(awaitable)),
-                        Err(e) => return Poll::Ready(Some(Err(this.end_with(e)))),
-                    }
-                }
+            let Some(iterator) = &this.iterator else {
+                this.ended = true;
+                continue;
             };
-            match Pin::new(next).poll(cx) {
+            let result = match this.next.poll(iterator, cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(result) => {
-                    this.next = None;
-                    match result {
-                        Ok(item) => {
-                            let reported = Python::attach(|py| {
-                                let extractor = this.usage.as_ref().map(|u| u.bind(py));
-                                usage::reported(item.bind(py), extractor)
-                            });
-                            if let Some(u) = reported {
-                                this.pending.push_back(StreamEvent::Usage(u));
-                            }
-                            this.pending.push_back(StreamEvent::Chunk(item));
-                        }
-                        Err(e) => {
-                            let stop =
-                                Python::attach(|py| e.is_instance_of::<PyStopAsyncIteration>(py));
-                            if stop {
-                                this.ended = true;
-                                this.iterator = None;
-                                this.iterable = None;
-                                return Poll::Ready(None);
-                            }
-                            return Poll::Ready(Some(Err(this.end_with(e))));
-                        }
+                Poll::Ready(result) => result,
+            };
+            match result {
+                Ok(item) => {
+                    let reported = Python::attach(|py| {
+                        let extractor = this.usage.as_ref().map(|u| u.bind(py));
+                        usage::reported(item.bind(py), extractor)
+                    });
+                    if let Some(u) = reported {
+                        this.pending.push_back(StreamEvent::Usage(u));
                     }
+                    this.pending.push_back(StreamEvent::Chunk(item));
+                }
+                Err(e) => {
+                    let stop = Python::attach(|py| e.is_instance_of::<PyStopAsyncIteration>(py));
+                    if stop {
+                        this.ended = true;
+                        this.iterator = None;
+                        this.iterable = None;
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Err(this.end_with(e))));
                 }
             }
         }
@@ -242,7 +223,7 @@ impl Drop for Items {
     fn drop(&mut self) {
         // The item in flight first (its task is cancelled), then the
         // iterator and the iterable, on their loop.
-        self.next = None;
+        self.next.cancel();
         let objects: Vec<Py<PyAny>> = [self.iterator.take(), self.iterable.take()]
             .into_iter()
             .flatten()

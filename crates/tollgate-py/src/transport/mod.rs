@@ -213,8 +213,14 @@ impl TransportCore {
         let headers = pairs
             .into_iter()
             .filter(|(n, _)| {
-                !n.eq_ignore_ascii_case("content-length")
-                    && !n.eq_ignore_ascii_case(tollgate_gateway::deadline::REQUEST_TIMEOUT_HEADER)
+                // The body is sent whole: its length is recomputed.
+                ![
+                    "content-length",
+                    "transfer-encoding",
+                    tollgate_gateway::deadline::REQUEST_TIMEOUT_HEADER,
+                ]
+                .iter()
+                .any(|h| n.eq_ignore_ascii_case(h))
             })
             .collect();
         let admission = &self.shared.settings.gateway.admission;

@@ -23,7 +23,7 @@ use tollgate_openai::provider::{
 
 use crate::classify;
 use crate::notifier::{self, Job};
-use crate::pyawait::{Mode, PyAwait};
+use crate::pyawait::{AsyncNext, Mode};
 use crate::supervised::LastFailure;
 
 /// What the Python side hands over for one module (httpx or httpx2): its
@@ -70,8 +70,9 @@ pub(crate) struct HttpxRequest {
     pub(crate) mode: Mode,
     pub(crate) method: Py<PyAny>,
     pub(crate) url: Py<PyAny>,
-    /// Sent as they are (minus `content-length`, recomputed, and
-    /// `x-request-timeout`, read by the transport).
+    /// Sent as they are (minus `content-length` and `transfer-encoding`,
+    /// the body being sent whole, and `x-request-timeout`, read by the
+    /// transport).
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Py<PyBytes>,
     pub(crate) extensions: Py<PyDict>,
@@ -201,36 +202,49 @@ fn budgets(headers: &http::HeaderMap) -> Budgets {
     RateLimitHints::from_headers(headers, SystemTime::now()).budgets()
 }
 
-/// Sends SDK requests through the wrapped transport; stateless.
-pub(crate) struct HttpxProvider;
-
-impl HttpxProvider {
-    /// A non-2xx answer: read, kept for the SDK, classified.
-    async fn refused(
-        request: &HttpxRequest,
+impl HttpxRequest {
+    /// Reads a response whole: the answer and its headers as a map.
+    async fn answer(
+        &self,
         response: &Py<PyAny>,
-    ) -> Result<ProviderError, ProviderError> {
-        let content = request.read(response).await?;
+    ) -> Result<(Answer, http::HeaderMap), ProviderError> {
+        let content = self.read(response).await?;
         Python::attach(|py| {
-            let (status, headers, map) = head(response.bind(py)).map_err(|e| request.fail(e))?;
+            let (status, headers, map) = head(response.bind(py)).map_err(|e| self.fail(e))?;
             let content = content
                 .bind(py)
                 .cast::<PyBytes>()
-                .map_err(|e| request.fail(e.into()))?;
-            let error = answer_error(
-                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY),
-                &map,
-                Some(content.as_bytes()),
-            );
-            *request.answer.lock() = Some(Answer {
-                status,
-                headers,
-                content: content.clone().unbind(),
-            });
-            Ok(error)
+                .map_err(|e| self.fail(e.into()))?
+                .clone()
+                .unbind();
+            Ok((
+                Answer {
+                    status,
+                    headers,
+                    content,
+                },
+                map,
+            ))
         })
     }
+
+    /// A non-2xx answer: read, kept for the SDK, classified.
+    async fn refused(&self, response: &Py<PyAny>) -> Result<ProviderError, ProviderError> {
+        let (answer, map) = self.answer(response).await?;
+        let error = Python::attach(|py| {
+            answer_error(
+                http::StatusCode::from_u16(answer.status).unwrap_or(http::StatusCode::BAD_GATEWAY),
+                &map,
+                Some(answer.content.bind(py).as_bytes()),
+            )
+        });
+        *self.answer.lock() = Some(answer);
+        Ok(error)
+    }
 }
+
+/// Sends SDK requests through the wrapped transport; stateless.
+pub(crate) struct HttpxProvider;
 
 impl Provider for HttpxProvider {
     type Request = HttpxRequest;
@@ -250,28 +264,23 @@ impl Provider for HttpxProvider {
                 .map_err(|e| request.fail(e))
         })?;
         if !ok {
-            return Err(Self::refused(request, &response).await?);
+            return Err(request.refused(&response).await?);
         }
-        let content = request.read(&response).await?;
-        Python::attach(|py| {
-            let (status, headers, map) = head(response.bind(py)).map_err(|e| request.fail(e))?;
-            let content = content
-                .bind(py)
-                .cast::<PyBytes>()
-                .map_err(|e| request.fail(e.into()))?;
-            let answer = Answer {
-                status,
-                headers,
-                content: content.clone().unbind(),
-            };
-            match answer_usage(content.as_bytes(), status, request.endpoint) {
-                Ok(usage) => Ok(Reply::new(answer, usage).with_budget(budgets(&map))),
-                Err(e) => {
-                    *request.answer.lock() = Some(answer);
-                    Err(e.with_budget(budgets(&map)))
-                }
+        let (answer, map) = request.answer(&response).await?;
+        let usage = Python::attach(|py| {
+            answer_usage(
+                answer.content.bind(py).as_bytes(),
+                answer.status,
+                request.endpoint,
+            )
+        });
+        match usage {
+            Ok(usage) => Ok(Reply::new(answer, usage).with_budget(budgets(&map))),
+            Err(e) => {
+                *request.answer.lock() = Some(answer);
+                Err(e.with_budget(budgets(&map)))
             }
-        })
+        }
     }
 
     async fn stream(
@@ -302,7 +311,7 @@ impl Provider for HttpxProvider {
                 response: Some(response.clone_ref(py)),
                 event_loop: request.event_loop.as_ref().map(|l| l.clone_ref(py)),
                 mode: request.mode,
-                next: None,
+                next: AsyncNext::default(),
             };
             let chunks = ChunkStream::new(body, request.forward_usage)
                 .with_endpoint(request.endpoint)
@@ -315,7 +324,7 @@ impl Provider for HttpxProvider {
         })?;
         match opened {
             Some(stream) => Ok(stream),
-            None => Err(Self::refused(request, &response).await?),
+            None => Err(request.refused(&response).await?),
         }
     }
 
@@ -368,7 +377,7 @@ pub(crate) struct PyBody {
     response: Option<Py<PyAny>>,
     event_loop: Option<Py<PyAny>>,
     mode: Mode,
-    next: Option<PyAwait>,
+    next: AsyncNext,
 }
 
 impl PyBody {
@@ -416,37 +425,17 @@ impl Stream for PyBody {
                 });
                 Poll::Ready(this.item(result))
             }
-            Mode::Async => {
-                let next = match &mut this.next {
-                    Some(next) => next,
-                    None => {
-                        let anext = Python::attach(|py| {
-                            iterator
-                                .bind(py)
-                                .call_method0(pyo3::intern!(py, "__anext__"))
-                                .map(Bound::unbind)
-                        });
-                        match anext {
-                            Ok(a) => this.next.insert(PyAwait::new(a)),
-                            Err(e) => return Poll::Ready(this.item(Err(e))),
-                        }
-                    }
-                };
-                match std::future::Future::poll(Pin::new(next), cx) {
-                    Poll::Pending => Poll::Pending,
-                    Poll::Ready(result) => {
-                        this.next = None;
-                        Poll::Ready(this.item(result))
-                    }
-                }
-            }
+            Mode::Async => match this.next.poll(iterator, cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(result) => Poll::Ready(this.item(result)),
+            },
         }
     }
 }
 
 impl Drop for PyBody {
     fn drop(&mut self) {
-        self.next = None;
+        self.next.cancel();
         self.iterator = None;
         if let Some(response) = self.response.take() {
             // Async: `aclose()` on its loop; blocking: `close()`.
