@@ -77,14 +77,15 @@ def test_two_processes_share_one_budget_exactly(redis_url: str) -> None:
         subprocess.Popen(
             [sys.executable, str(HERE / "redis_worker.py"), redis_url, str(seconds), str(seed)],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for seed in (1, 2)
     ]
     outputs = []
     for w in workers:
-        out, _ = w.communicate(timeout=60)
-        assert w.returncode == 0
+        out, err = w.communicate(timeout=60)
+        assert w.returncode == 0, f"worker exited with {w.returncode}; its stderr:\n{err}"
         outputs.append(json.loads(out))
     requests, tokens = Record(), Record()
     for out in outputs:
