@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota};
+use tollgate::quota::{Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota};
 
 use common::BUDGET;
 
@@ -97,7 +97,7 @@ async fn hammer(algorithm: Algorithm, name: &str) {
                     if !bucket && rng.bool() {
                         let actual = rng.u64(0..=demand.tokens());
                         store
-                            .reconcile(reservation, Actual::total(actual), BUDGET)
+                            .reconcile(reservation, Actual::total(actual), OpId::new(), BUDGET)
                             .await
                             .unwrap();
                         log.lock()[index].tokens = actual;

@@ -18,7 +18,7 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, Demand, Dimension, Hold, HoldId, LocalQuota, QuotaStore, RemoteHold, RemoteQuota,
+    Actual, Demand, Dimension, Hold, HoldId, LocalQuota, OpId, QuotaStore, RemoteHold, RemoteQuota,
     Reservation,
 };
 use tollgate_redis::{RawReserve, RedisBackend, RedisQuota};
@@ -338,7 +338,11 @@ impl Harness<'_> {
                         let found = self.remote.forget(id, BUDGET).await.map_err(fail)?;
                         prop_assert!(found, "the hold is there");
                     }
-                    None => self.remote.refund(e.remote, BUDGET).await.map_err(fail)?,
+                    None => self
+                        .remote
+                        .refund(e.remote, OpId::new(), BUDGET)
+                        .await
+                        .map_err(fail)?,
                 }
                 if e.start.is_some() {
                     self.give(e.counts);
@@ -371,7 +375,7 @@ impl Harness<'_> {
                     l.reconcile(&e.local, &actual);
                 }
                 self.remote
-                    .reconcile(e.remote, actual, BUDGET)
+                    .reconcile(e.remote, actual, OpId::new(), BUDGET)
                     .await
                     .map_err(fail)?;
                 let before = e.counts;
@@ -397,7 +401,7 @@ impl Harness<'_> {
                     l.release(&e.local, requests, tokens);
                 }
                 self.remote
-                    .release(e.remote, requests, tokens, BUDGET)
+                    .release(e.remote, requests, tokens, OpId::new(), BUDGET)
                     .await
                     .map_err(fail)?;
                 let given: Counts = std::array::from_fn(|i| {
@@ -427,7 +431,7 @@ impl Harness<'_> {
                 }
                 e.remote = self
                     .remote
-                    .recount(e.remote, Duration::from_micros(ago), BUDGET)
+                    .recount(e.remote, Duration::from_micros(ago), OpId::new(), BUDGET)
                     .await
                     .map_err(fail)?;
                 if exact {

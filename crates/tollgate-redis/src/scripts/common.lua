@@ -20,6 +20,8 @@
 --              "t" tokens, "i" input tokens, "o" output tokens), the
 --              operation's amount
 -- ARGV[5+7n..] the operation's own arguments
+-- KEYS[4n+2]   the operation's marker, when it is named (SPEC DQ-6):
+--              {prefix:scope}:op:<id>, its first answer
 --
 -- Every quantity is an integer below 2^53, so Lua's doubles hold it
 -- exactly (the Rust side chooses units that keep it so).
@@ -28,6 +30,11 @@ local TTL = tonumber(ARGV[2])
 local CHANNEL = ARGV[3]
 local N = tonumber(ARGV[4])
 local OP = 5 + 7 * N
+local MARKER = KEYS[4 * N + 2]
+-- How long a marker lives, in milliseconds: far longer than any retry or
+-- resend of its operation takes to arrive (the engine retries within a
+-- few timeouts, a client library within its own retry budget).
+local MARKER_TTL = 300000
 
 -- Whether writing a limit's state also refreshes its pending holds' TTL:
 -- only scripts that give back no expired holds (they read no clock) set
@@ -62,6 +69,23 @@ end
 
 local function max(a, b) if a > b then return a end return b end
 local function min(a, b) if a < b then return a end return b end
+
+-- The first answer of this named operation, if it already ran: a repeat
+-- (a retry after a lost answer, a resend after a dropped connection)
+-- returns it and changes nothing (SPEC DQ-6). Every script that changes
+-- the scope checks it first.
+local function replayed()
+  if not MARKER then return nil end
+  local raw = redis.call("GET", MARKER)
+  if raw then return cmsgpack.unpack(raw) end
+  return nil
+end
+
+-- Records `answer` as this named operation's first answer; returns it.
+local function done(answer)
+  if MARKER then redis.call("SET", MARKER, cmsgpack.pack(answer), "PX", MARKER_TTL) end
+  return answer
+end
 
 -- The current epoch's start (Redis TIME, microseconds), once read.
 local EPOCH = nil
