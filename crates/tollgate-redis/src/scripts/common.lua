@@ -10,7 +10,8 @@
 -- KEYS[4i+1]   the same holds' expiry instants: a sorted set, id -> instant
 -- ARGV[1]      "" (use Redis TIME) or an explicit store time in microseconds
 --              (tests only)
--- ARGV[2]      TTL of every key, in milliseconds
+-- ARGV[2]      the least TTL of every key this caller writes, in
+--              milliseconds (never shortens a longer one, see Lifetimes)
 -- ARGV[3]      the scope's channel (notices that quota came back)
 -- ARGV[4]      n, the number of limits
 -- ARGV[5..]    7 values per limit: kind ("s" sliding, "b" bucket, "f"
@@ -70,6 +71,42 @@ end
 local function max(a, b) if a > b then return a end return b end
 local function min(a, b) if a < b then return a end return b end
 
+-- Lifetimes (SPEC DQ-5). No caller shortens a key's TTL: each key lives
+-- as long as the longest TTL any caller gave it, so a replica whose
+-- limits are all short never cuts the life of a key a replica with a day
+-- limit keeps. And the meta key outlives every other key of its scope:
+-- each script ends by giving the meta key at least the longest TTL it
+-- gave any other key (`seal`), so when the meta key lapses (a new epoch
+-- starts) nothing of the old one is left.
+
+-- The longest TTL this run gave a key other than the meta key (ms).
+local GIVEN = 0
+
+-- Makes `key` live at least `ttl` ms more, never less than it already
+-- does (PTTL is -1 for a key without one, -2 for a missing key).
+local function extend(key, ttl)
+  local left = redis.call("PTTL", key)
+  if left ~= -2 and left < ttl then redis.call("PEXPIRE", key, ttl) end
+  if key ~= KEYS[1] then GIVEN = max(GIVEN, ttl) end
+end
+
+-- Writes `value` at `key`, living at least `ttl` ms more and never less
+-- than it already does.
+local function write(key, value, ttl)
+  if redis.call("PTTL", key) >= ttl then
+    redis.call("SET", key, value, "KEEPTTL")
+  else
+    redis.call("SET", key, value, "PX", ttl)
+  end
+  if key ~= KEYS[1] then GIVEN = max(GIVEN, ttl) end
+end
+
+-- Makes the meta key outlive every key this run wrote: called last, so
+-- its TTL counts from no earlier than theirs.
+local function seal()
+  if GIVEN > 0 then extend(KEYS[1], GIVEN) end
+end
+
 -- The first answer of this named operation, if it already ran: a repeat
 -- (a retry after a lost answer, a resend after a dropped connection)
 -- returns it and changes nothing (SPEC DQ-6). Every script that changes
@@ -81,8 +118,10 @@ local function replayed()
   return nil
 end
 
--- Records `answer` as this named operation's first answer; returns it.
+-- Seals the scope's lifetimes and records `answer` as this named
+-- operation's first answer; returns it.
 local function done(answer)
+  seal()
   if MARKER then redis.call("SET", MARKER, cmsgpack.pack(answer), "PX", MARKER_TTL) end
   return answer
 end
@@ -116,7 +155,7 @@ local function clock()
   end
   EPOCH = epoch
   local t = max(abs - epoch, latest)
-  redis.call("SET", KEYS[1], cmsgpack.pack({ epoch, t }), "PX", TTL)
+  write(KEYS[1], cmsgpack.pack({ epoch, t }), TTL)
   return t
 end
 
@@ -172,7 +211,7 @@ function S.save(s)
 end
 
 function S.touch(l, s)
-  if s.n > 0 then redis.call("PEXPIRE", s.log, TTL) end
+  if s.n > 0 then extend(s.log, TTL) end
 end
 
 -- Slot i (1 = oldest), read once per script.
@@ -543,17 +582,11 @@ local function advance(now)
   end
 end
 
--- Makes `key` live at least `ttl` ms more, never less than it already
--- does (PTTL is -1 for a key without one, -2 for a missing key).
-local function extend(key, ttl)
-  local left = redis.call("PTTL", key)
-  if left ~= -2 and left < ttl then redis.call("PEXPIRE", key, ttl) end
-end
-
--- Writes limit i's state back, with the scope's TTL (see REFRESH_HOLDS).
+-- Writes limit i's state back, living at least the scope's TTL (see
+-- REFRESH_HOLDS).
 local function save_one(i)
   local l = limits[i]
-  redis.call("SET", l.key, l.algo.save(l.state), "PX", TTL)
+  write(l.key, l.algo.save(l.state), TTL)
   if l.algo.touch then l.algo.touch(l, l.state) end
   if REFRESH_HOLDS then
     extend(l.pend, TTL)

@@ -11,4 +11,5 @@ for i = 1, N do
   local l = limits[i]
   out[i] = l.algo.available(l, l.state)
 end
+seal()
 return out
