@@ -14,7 +14,8 @@ use std::time::Duration;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{RemoteBackend, RemoteQuota};
 use tollgate::{
-    AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId, TokenEstimate, Usage,
+    AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId, StoreMode, TokenEstimate,
+    Usage,
 };
 use tollgate_redis::{RedisBackend, RedisServer, RedisSettings};
 
@@ -296,10 +297,11 @@ fn close_waits_for_a_pending_hold_in_flight() {
     drop(scope);
 }
 
-// proves: DQ-6, Q-5 (a reconciliation whose answer is lost, and which the
-// engine therefore retries, gives back exactly once: with Redis stalled
-// every attempt times out and then runs once Redis resumes, and the scope
-// counts the reported usage, no less)
+// proves: DQ-6, Q-5, DQ-3 (a reconciliation whose answer is lost, and
+// which the engine therefore retries, gives back exactly once: with Redis
+// stalled every attempt times out and then runs once Redis resumes, and
+// the scope counts the reported usage, no less; those late settlements do
+// not make the store unavailable)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_whose_answer_is_lost_gives_back_once() {
     let Some(server) = common::server("a_reconcile_whose_answer_is_lost_gives_back_once") else {
@@ -332,6 +334,14 @@ async fn a_reconcile_whose_answer_is_lost_gives_back_once() {
     drop(lease);
     // Every attempt timed out; Redis then runs each of them.
     tokio::time::sleep(Duration::from_millis(700)).await;
+    // Settlements that ran late are no outage (SPEC DQ-3): the store is
+    // still shared and the next call is admitted from it.
+    assert_eq!(c.snapshot().scopes[0].store, Some(StoreMode::Shared));
+    let next = c
+        .acquire(&call, Deadline::NONE)
+        .await
+        .expect("shared store");
+    drop(next);
     c.close().await;
     let limits = backend
         .open_scope(&scope)
@@ -340,7 +350,7 @@ async fn a_reconcile_whose_answer_is_lost_gives_back_once() {
         .expect("snapshot");
     assert_eq!(
         limits[0].available,
-        10_000 - 4_200,
+        10_000 - 4_200 - 5_000,
         "the reported usage stays counted, given back once"
     );
 }

@@ -74,8 +74,9 @@ impl RemoteLease {
     }
 }
 
-/// Runs one store operation: counts a failure and marks the store
-/// unavailable; `None` when it failed.
+/// Runs one store operation; `None` when it failed. A failure is counted
+/// but does not make the store unavailable: one slow settlement is no
+/// outage, and reservations find out by themselves (SPEC DQ-3).
 async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreError>>) -> Option<T> {
     match op.await {
         Ok(value) => {
@@ -83,7 +84,7 @@ async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreErr
             Some(value)
         }
         Err(e) => {
-            shared.failed(shared.clock.now(), &e);
+            shared.detached_failed(&e);
             None
         }
     }
