@@ -1,7 +1,7 @@
 //! [`RedisQuota`]: one scope's quota arithmetic in Redis.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::FromRedisValue;
@@ -33,13 +33,14 @@ const REDIS_TIME: u64 = u64::MAX;
 /// reservation granted before the scope's keys were lost settles nothing);
 /// its `stamp` is the local instant at which the answer arrived.
 ///
-/// Every operation that changes the scope is named (SPEC DQ-6): a
-/// settlement by the [`OpId`] its caller gives, `reserve`, `lease` and
-/// `forget` by one chosen per call (`forget` is idempotent by the hold's
-/// id anyway). Its script
-/// records its answer under that name (`{prefix:scope}:op:<id>`, kept a few
-/// minutes) and a repeat of it (a retry, a resend after a dropped
-/// connection) returns that answer without changing anything.
+/// Every operation that may reach Redis twice is named (SPEC DQ-6): a
+/// settlement (which the engine retries) by the [`OpId`] its caller gives,
+/// `forget` by one chosen per call, and on a cluster, whose client resends
+/// a command after a dropped connection, `reserve` and `lease` too (a
+/// single node's connection never resends, and the engine never retries
+/// them: no marker on the hot path there). Its script records its answer
+/// under that name (`{prefix:scope}:op:<id>`, kept a few minutes) and a
+/// repeat of it returns that answer without changing anything.
 #[derive(Debug)]
 pub struct RedisQuota {
     shared: Arc<Shared>,
@@ -55,6 +56,8 @@ pub struct RedisQuota {
     time: AtomicU64,
     /// How many times each script runs per operation (tests only: 1).
     runs: AtomicU32,
+    /// Every operation is named, as on a cluster (tests only).
+    name_all: AtomicBool,
 }
 
 impl RedisQuota {
@@ -72,6 +75,7 @@ impl RedisQuota {
             notify,
             time: AtomicU64::new(REDIS_TIME),
             runs: AtomicU32::new(1),
+            name_all: AtomicBool::new(false),
         }
     }
 
@@ -94,13 +98,21 @@ impl RedisQuota {
     }
 
     /// Runs every script `runs` times in a row per operation, under one
-    /// name, as a retry after a lost answer would (SPEC DQ-6); an answer of
-    /// a repeat that differs from the first is an error. For tests of
-    /// idempotence only.
+    /// name (every operation named, as on a cluster), as a retry or a
+    /// resend would (SPEC DQ-6); an answer of a repeat that differs from
+    /// the first is an error. For tests of idempotence only.
     #[doc(hidden)]
     #[cfg(feature = "testing")]
     pub fn set_runs(&self, runs: u32) {
         self.runs.store(runs.max(1), Ordering::Relaxed);
+        self.name_all.store(true, Ordering::Relaxed);
+    }
+
+    /// The name of a `reserve` or `lease`: only where a repeat can happen
+    /// (see the type's notes).
+    fn admission_name(&self) -> Option<OpId> {
+        let repeated = self.shared.settings.cluster || self.name_all.load(Ordering::Relaxed);
+        repeated.then(OpId::new)
     }
 
     /// The reserve script's answer in the store's units (tests compare it
@@ -123,7 +135,7 @@ impl RedisQuota {
                 Op::Reserve,
                 |d| demand.amount(d),
                 &extra,
-                Some(OpId::new()),
+                self.admission_name(),
                 budget,
             )
             .await?;
@@ -239,7 +251,7 @@ impl RemoteQuota for RedisQuota {
                     Op::Lease,
                     |_| 0,
                     &[id.to_string()],
-                    Some(OpId::new()),
+                    self.admission_name(),
                     budget,
                 )
                 .await?;

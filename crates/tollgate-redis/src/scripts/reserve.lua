@@ -46,5 +46,4 @@ for i = 1, N do
 end
 local wait = -1
 if at then wait = at - now end
-seal()
 return { 0, wait, short.r, short.t, short.i, short.o }

@@ -11,5 +11,4 @@ for i = 1, N do
   local l = limits[i]
   out[i] = l.algo.available(l, l.state)
 end
-seal()
 return out

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tollgate_redis::{RedisBackend, RedisServer, RedisSettings};
+use tollgate_redis::{RedisBackend, RedisCluster, RedisServer, RedisSettings};
 
 /// Generous: the tests run on loaded 2-core CI machines. Outage tests use
 /// their own, short budgets.
@@ -19,6 +19,19 @@ pub fn server(test: &str) -> Option<RedisServer> {
 /// A fresh backend (its own connection) on `server`, under `prefix`.
 pub fn backend(server: &RedisServer, prefix: &str) -> RedisBackend {
     RedisBackend::new(RedisSettings::new(server.url()).prefix(prefix)).expect("backend")
+}
+
+/// A cluster for `test`, or `None` (skipped with a note) as [`server`].
+pub fn cluster(test: &str) -> Option<RedisCluster> {
+    RedisCluster::start_or_skip(test)
+}
+
+/// A fresh backend (its own connections) on `cluster`, under `prefix`.
+pub fn cluster_backend(cluster: &RedisCluster, prefix: &str) -> RedisBackend {
+    let settings = RedisSettings::new(cluster.urls())
+        .cluster(true)
+        .prefix(prefix);
+    RedisBackend::new(settings).expect("backend")
 }
 
 /// A scope name not used before in this process.
