@@ -114,6 +114,25 @@ async fn load(replicas: &[Gateway], n: usize, workers: usize) -> (usize, Vec<u16
     (ok.load(Ordering::Relaxed), failed)
 }
 
+/// Loads `replicas` with about three windows of the token budget (66
+/// tokens an item as the provider counts them, 22 a window) from 12
+/// clients: every item succeeds, the strict provider sees zero 429s and
+/// no rolling window over either limit, and every replica stays shared.
+async fn held_together(sim: &SimServer, replicas: &[Gateway]) {
+    let n = 60;
+    let (ok, failed) = load(replicas, n, 12).await;
+    assert_eq!(failed, Vec::<u16>::new(), "every item succeeds");
+    assert_eq!(ok, n);
+    let stats = sim.stats();
+    assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
+    assert!(stats.max_requests_in_window <= RPM, "{stats:?}");
+    assert!(stats.max_tokens_in_window <= TPM, "{stats:?}");
+    for r in replicas {
+        assert_eq!(r.upstream_scope("account").store, Some(StoreMode::Shared));
+        r.wait_idle().await;
+    }
+}
+
 // proves: DQ-2, Q-7 (three gateway replicas, each configured with the
 // account's whole RPM and TPM, share them through Redis under concurrent
 // load: the strict provider sees zero 429s and no rolling window over
@@ -130,20 +149,7 @@ async fn three_replicas_hold_the_account_limits_together() {
     for _ in 0..3 {
         replicas.push(replica(&sim, &redis, &prefix, "").await);
     }
-    // About three windows of the token budget (66 tokens an item as the
-    // provider counts them, 22 a window), from 12 clients.
-    let n = 60;
-    let (ok, failed) = load(&replicas, n, 12).await;
-    assert_eq!(failed, Vec::<u16>::new(), "every item succeeds");
-    assert_eq!(ok, n);
-    let stats = sim.stats();
-    assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
-    assert!(stats.max_requests_in_window <= RPM, "{stats:?}");
-    assert!(stats.max_tokens_in_window <= TPM, "{stats:?}");
-    for r in &replicas {
-        assert_eq!(r.upstream_scope("account").store, Some(StoreMode::Shared));
-        r.wait_idle().await;
-    }
+    held_together(&sim, &replicas).await;
 
     // The contrast: the same replicas with per-process quotas each spend
     // the whole budget, and the provider refuses.
@@ -180,18 +186,7 @@ async fn three_replicas_on_a_tls_cluster_hold_the_account_limits_together() {
     for _ in 0..3 {
         replicas.push(replica_with(&sim, &store).await);
     }
-    let n = 60;
-    let (ok, failed) = load(&replicas, n, 12).await;
-    assert_eq!(failed, Vec::<u16>::new(), "every item succeeds");
-    assert_eq!(ok, n);
-    let stats = sim.stats();
-    assert_eq!(stats.rejected_429.total(), 0, "{stats:?}");
-    assert!(stats.max_requests_in_window <= RPM, "{stats:?}");
-    assert!(stats.max_tokens_in_window <= TPM, "{stats:?}");
-    for r in &replicas {
-        assert_eq!(r.upstream_scope("account").store, Some(StoreMode::Shared));
-        r.wait_idle().await;
-    }
+    held_together(&sim, &replicas).await;
 }
 
 // proves: DQ-3, DQ-5 (Redis killed: under `fail_closed` every call is

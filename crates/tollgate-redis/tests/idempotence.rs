@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota, Reservation};
 use tollgate_redis::{RedisBackend, RedisQuota, RedisServer};
@@ -214,10 +214,6 @@ fn escape(s: &str) -> String {
     out
 }
 
-fn fail(e: tollgate::quota::StoreError) -> TestCaseError {
-    TestCaseError::fail(format!("store error: {e}"))
-}
-
 struct Harness<'a> {
     once: &'a RedisQuota,
     twice: &'a RedisQuota,
@@ -233,10 +229,7 @@ impl Harness<'_> {
     }
 
     fn pick(&self, i: usize, want: impl Fn(&Entry) -> bool) -> Option<usize> {
-        let matching: Vec<usize> = (0..self.entries.len())
-            .filter(|&k| want(&self.entries[k]))
-            .collect();
-        (!matching.is_empty()).then(|| matching[i % matching.len()])
+        common::pick(&self.entries, i, want)
     }
 
     async fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
@@ -254,8 +247,14 @@ impl Harness<'_> {
                     },
                     None => RemoteHold::Leased,
                 };
-                let a = once.reserve(demand, hold, BUDGET).await.map_err(fail)?;
-                let b = twice.reserve(demand, hold, BUDGET).await.map_err(fail)?;
+                let a = once
+                    .reserve(demand, hold, BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                let b = twice
+                    .reserve(demand, hold, BUDGET)
+                    .await
+                    .map_err(common::fail)?;
                 match (a, b) {
                     (Ok(once), Ok(twice)) => {
                         prop_assert_eq!((once.tick, once.seq), (twice.tick, twice.seq));
@@ -276,8 +275,11 @@ impl Harness<'_> {
                 };
                 let e = &mut self.entries[k];
                 let id = e.id.take().expect("pending");
-                let a = once.lease(e.once, id, BUDGET).await.map_err(fail)?;
-                let b = twice.lease(e.twice, id, BUDGET).await.map_err(fail)?;
+                let a = once.lease(e.once, id, BUDGET).await.map_err(common::fail)?;
+                let b = twice
+                    .lease(e.twice, id, BUDGET)
+                    .await
+                    .map_err(common::fail)?;
                 let (Some(a), Some(b)) = (a, b) else {
                     prop_assert!(false, "a live hold was not leased");
                     return Ok(());
@@ -291,8 +293,8 @@ impl Harness<'_> {
                 };
                 let e = self.entries.remove(k);
                 let id = e.id.expect("pending");
-                prop_assert!(once.forget(id, BUDGET).await.map_err(fail)?);
-                prop_assert!(twice.forget(id, BUDGET).await.map_err(fail)?);
+                prop_assert!(once.forget(id, BUDGET).await.map_err(common::fail)?);
+                prop_assert!(twice.forget(id, BUDGET).await.map_err(common::fail)?);
             }
             Op::Refund(i) => {
                 let Some(k) = self.pick(i, |e| e.id.is_none() && !e.settled) else {
@@ -301,11 +303,11 @@ impl Harness<'_> {
                 let e = self.entries.remove(k);
                 once.refund(e.once, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 twice
                     .refund(e.twice, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
             }
             Op::Reconcile { index, actual } => {
                 let Some(k) = self.pick(index, |e| e.id.is_none() && !e.settled) else {
@@ -315,11 +317,11 @@ impl Harness<'_> {
                 let actual = Actual::total(actual);
                 once.reconcile(e.once, actual, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 twice
                     .reconcile(e.twice, actual, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 e.settled = true;
             }
             Op::Release {
@@ -333,11 +335,11 @@ impl Harness<'_> {
                 let e = &mut self.entries[k];
                 once.release(e.once, requests, tokens, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 twice
                     .release(e.twice, requests, tokens, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 e.settled = true;
             }
             Op::Recount { index, ago } => {
@@ -349,11 +351,11 @@ impl Harness<'_> {
                 e.once = once
                     .recount(e.once, ago, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 e.twice = twice
                     .recount(e.twice, ago, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 prop_assert_eq!(e.once.tick, e.twice.tick, "recounted stamp");
             }
         }
@@ -370,8 +372,8 @@ impl Harness<'_> {
         let view = |v: Vec<tollgate::LimitSnapshot>| -> Vec<i64> {
             v.iter().map(|s| s.available).collect()
         };
-        let a = view(self.once.snapshot(BUDGET).await.map_err(fail)?);
-        let b = view(self.twice.snapshot(BUDGET).await.map_err(fail)?);
+        let a = view(self.once.snapshot(BUDGET).await.map_err(common::fail)?);
+        let b = view(self.twice.snapshot(BUDGET).await.map_err(common::fail)?);
         prop_assert_eq!(a, b, "availability at {}", self.now);
         Ok(())
     }
@@ -417,16 +419,7 @@ fn every_operation_run_twice_changes_nothing_more() {
         .build()
         .expect("runtime");
     let backend = rt.block_on(async { common::backend(&server, "twice") });
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(32);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
-        source_file: Some(file!()),
-        ..Config::default()
-    });
+    let mut runner = common::runner(file!(), 32);
     let strategy = (
         (algorithm(), any::<bool>()),
         proptest::collection::vec(op(), 1..40),
