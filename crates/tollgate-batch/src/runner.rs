@@ -300,10 +300,14 @@ pub async fn run(
         ..ControllerConfig::default()
     });
     if let Some(shared) = &config.shared {
-        let settings = RedisSettings::new(shared.url.clone())
+        let mut settings = RedisSettings::new(shared.url.clone())
+            .cluster(shared.cluster)
             .prefix(shared.prefix.clone())
             .timeout(shared.timeout)
             .on_unavailable(shared.on_unavailable);
+        if let Some(ca) = &shared.ca_file {
+            settings = settings.ca_file(ca);
+        }
         let backend =
             RedisBackend::new(settings).map_err(|e| BatchError::Config(format!("--redis: {e}")))?;
         builder = builder.shared_store(Arc::new(backend));

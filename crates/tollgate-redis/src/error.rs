@@ -18,6 +18,13 @@ pub enum BuildError {
     /// The connection settings were refused.
     #[error("redis connection settings: {0}")]
     Connection(String),
+    /// Several URLs without `cluster`, or a cluster without any.
+    #[error("redis deployment: {0}")]
+    Deployment(String),
+    /// The TLS settings were refused (the CA file cannot be read or holds
+    /// no certificate).
+    #[error("redis TLS settings: {0}")]
+    Tls(String),
     /// The key prefix is empty or holds `:`, `{` or `}`: keys are
     /// `{prefix:scope}:…`, so a prefix with `:` could share keys with
     /// another prefix and scope (`a` + `b:c` and `a:b` + `c`).

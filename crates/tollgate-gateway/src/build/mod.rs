@@ -79,10 +79,14 @@ fn shared_store(
     {
         return Ok((Some(kept), Some(url), true));
     }
-    let settings = RedisSettings::new(url.clone())
+    let mut settings = RedisSettings::new(url.clone())
+        .cluster(redis.cluster)
         .prefix(redis.prefix.clone())
         .timeout(redis.timeout)
         .on_unavailable(redis.on_unavailable);
+    if let Some(ca) = &redis.ca_file {
+        settings = settings.ca_file(ca);
+    }
     let backend = RedisBackend::new(settings).map_err(|e| BuildFailure::QuotaStore {
         origin: config.origin.clone(),
         reason: e.to_string(),

@@ -932,3 +932,31 @@ async fn an_expired_hold_is_reserved_again() {
     drop(lease);
     c.close().await;
 }
+
+// proves: DQ-3 (one slow settlement, a detached reconciliation over the
+// store's timeout, does not make the store unavailable: under fail_closed
+// the next call is admitted from the shared store, not refused with 503)
+#[tokio::test(start_paused = true)]
+async fn a_slow_settlement_leaves_the_store_shared() {
+    let store = TestStore::new(Duration::from_secs(13));
+    let scope = ScopeConfig::new(SCOPE).tokens(1_000, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    store.set_latency(2 * TIMEOUT);
+    lease.reconcile(Usage::known(10)).expect("first");
+    drop(lease);
+    // Every attempt of the settlement runs out of time.
+    tokio::time::sleep(SECOND).await;
+    store.set_latency(Duration::ZERO);
+    let counters = c.snapshot().scopes[0].counters;
+    assert!(counters.store_errors >= 1);
+    assert_eq!(counters.settlements_failed, 1);
+    assert_eq!(mode(&c), Some(StoreMode::Shared));
+    let reserves = Calls::get(&backend.calls.reserve);
+    let lease = c
+        .acquire(&call(100), Deadline::NONE)
+        .await
+        .expect("admitted from the shared store");
+    assert_eq!(Calls::get(&backend.calls.reserve), reserves + 1);
+    drop(lease);
+}

@@ -10,7 +10,8 @@
 //!
 //! Every operation applies atomically at the end of its latency, and only
 //! if that is within its budget, so an operation that fails never took
-//! effect and one whose future is dropped before it answers did not either.
+//! effect and one whose future is dropped before it answers did not either
+//! (so a retried settlement never repeats one: its `OpId` is not needed).
 //!
 //! Beside the quota, an independent recorder keeps every attempt the store
 //! admitted (server instant of its lease, request units, tokens as
@@ -29,8 +30,8 @@ use tokio::time::Instant;
 use tollgate::ExceedsLimit;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend,
-    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
+    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
+    RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
 };
 
 /// What the injected outage does.
@@ -446,6 +447,7 @@ impl RemoteQuota for TestRemote {
     fn refund(
         &self,
         reservation: Reservation,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.refund);
@@ -466,6 +468,7 @@ impl RemoteQuota for TestRemote {
         &self,
         reservation: Reservation,
         actual: Actual,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.reconcile);
@@ -482,6 +485,7 @@ impl RemoteQuota for TestRemote {
         reservation: Reservation,
         requests: bool,
         tokens: bool,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.release);
@@ -500,6 +504,7 @@ impl RemoteQuota for TestRemote {
         &self,
         reservation: Reservation,
         ago: Duration,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
         bump(&self.calls.recount);

@@ -10,12 +10,16 @@
 //!   policy (ADM-5); under `wait`, producers past the capacity line up
 //!   behind it.
 //! * *Health* is the store's state as this process last saw it
-//!   ([`StoreMode`]). A failed operation makes the scope unavailable at
-//!   once; while unavailable, reservations never touch the store (so no
-//!   call waits for a store that does not answer) and at most one *probe*
-//!   (a read of the store's limits) runs at a time, at most one per
-//!   [`PROBE_INTERVAL`]. Any answer of the store (a probe's or an
-//!   operation's) makes it shared again.
+//!   ([`StoreMode`]). It is judged by admissions: a failed reservation or
+//!   lease makes the scope unavailable at once; a detached round trip (a
+//!   settlement, a refund, a hold given back) that fails is counted but
+//!   changes nothing, so one slow settlement never turns a healthy store
+//!   into an outage (and, under `fail_closed`, into refusals). While
+//!   unavailable, reservations never touch the store (so no call waits for
+//!   a store that does not answer) and at most one *probe* (a read of the
+//!   store's limits) runs at a time, at most one per [`PROBE_INTERVAL`].
+//!   Any answer of the store (a probe's or an operation's) makes it shared
+//!   again.
 //! * `room` is notified whenever quota of the scope comes back: by the
 //!   store's own notices ([`RemoteQuota::changes`]), by this process's
 //!   refunds and settlements, and when admission stops. Only the turn's
@@ -250,8 +254,16 @@ impl SharedScope {
         }
     }
 
-    /// An operation failed: the store is unavailable from now on, until it
-    /// answers again.
+    /// A detached round trip (a settlement, a refund, a hold given back)
+    /// failed: counted, and logged, but the store's mode stays as it is
+    /// (admissions judge it, see the module notes).
+    pub(crate) fn detached_failed(&self, error: &crate::quota::StoreError) {
+        SharedStats::count(&self.stats.store_errors);
+        tracing::debug!(%error, "quota store round trip failed after its call");
+    }
+
+    /// A reservation or a lease failed: the store is unavailable from now
+    /// on, until it answers again.
     pub(crate) fn failed(&self, now: Instant, error: &crate::quota::StoreError) {
         SharedStats::count(&self.stats.store_errors);
         let mode = match self.on_unavailable {
