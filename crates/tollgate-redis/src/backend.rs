@@ -53,7 +53,14 @@ impl RedisBackend {
         }
         let client = redis::Client::open(settings.url.as_str())
             .map_err(|e| BuildError::Url(e.to_string()))?;
+        // Each operation is bounded by its own budget (`bounded`, SPEC
+        // DQ-5), and by nothing shorter: the client's own response timeout
+        // (500 ms by default) would fail an operation whose budget is
+        // longer as `Unavailable` (the store marked down) while Redis was
+        // merely slow. It never reconnects either (a timeout is not a
+        // dropped connection), so nothing is lost by turning it off.
         let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(10))
