@@ -155,7 +155,14 @@ pub(crate) fn connect(settings: &RedisSettings) -> Result<Connections, BuildErro
             .set_response_timeout(CLUSTER_RESPONSE_TIMEOUT);
         Conn::Cluster(client.get_pending_async_connection_with_config(config))
     } else {
+        // Each operation is bounded by its own budget (`bounded`, SPEC
+        // DQ-5), and by nothing shorter: the client's own response timeout
+        // (500 ms by default) would fail an operation whose budget is
+        // longer as `Unavailable` (the store marked down) while Redis was
+        // merely slow. A timeout is not a dropped connection, so turning it
+        // off loses no reconnection.
         let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(10))

@@ -138,6 +138,27 @@ async fn left_behind(
     (holds, available)
 }
 
+// proves: DQ-5 (an operation is bounded by the store's own timeout, not
+// by a shorter one of the Redis client's: an answer that comes after a
+// one-second stall, within a three-second timeout, is an answer, not a
+// store failure)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_within_the_timeout_is_not_a_failure() {
+    let Some(server) = common::server("an_answer_within_the_timeout_is_not_a_failure") else {
+        return;
+    };
+    let (backend, scope, c) = replica(&server, "slow", Duration::from_secs(3), (3, WINDOW)).await;
+    pause(&server, 1_000).await;
+    let lease = c
+        .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
+        .await
+        .expect("admitted once Redis answers");
+    let counters = c.snapshot().scopes[0].counters;
+    assert_eq!(counters.store_errors, 0, "{counters:?}");
+    drop(lease);
+    closed_with_nothing_left(&c, &backend, &server, &scope).await;
+}
+
 // proves: Q-9, DQ-5 (a pending reservation whose round trip the call's
 // deadline cut short, with no concurrency permit free, is given back by its
 // name once Redis runs it: nothing stays counted)

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota, Reservation};
+use tollgate::quota::{
+    Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota, Reservation, StoreError,
+};
 use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
@@ -322,4 +324,29 @@ async fn pending_holds_expire_and_are_given_back_once() {
         );
         assert_eq!(available().await, 1, "{algorithm:?}: the lease counts");
     }
+}
+
+// proves: DQ-5 (a zero budget sends nothing: the operation fails with a
+// timeout at once, before a command could reach Redis and land unseen)
+#[tokio::test]
+async fn a_zero_budget_sends_nothing() {
+    let Some(server) = common::server("a_zero_budget_sends_nothing") else {
+        return;
+    };
+    let store = common::backend(&server, "zero").open_scope(&config("zero"));
+    // Connected, scripts loaded: an operation could complete at once.
+    granted(&store, Demand::new(1, 0), RemoteHold::Leased).await;
+    for _ in 0..20 {
+        let answer = store
+            .reserve(Demand::new(1, 0), RemoteHold::Leased, Duration::ZERO)
+            .await;
+        assert_eq!(answer, Err(StoreError::Timeout(Duration::ZERO)));
+    }
+    // Let anything sent land, then count.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let snapshot = store.snapshot(BUDGET).await.unwrap();
+    assert_eq!(
+        snapshot[0].available, 9,
+        "only the first reservation landed"
+    );
 }
