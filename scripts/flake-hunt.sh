@@ -16,7 +16,7 @@
 # and two run at a time at `nice -n 10` (the machine is shared: the load
 # is the point, starving others is not). Each run starts in its crate's
 # directory, as `cargo test` does. A failing run's log is kept in
-# $OUT/fail/. The binaries run from copies in $OUT/bin/, so building
+# $OUT/fail/. The binaries run from links in $OUT/bin/, so building
 # meanwhile changes nothing. Not run in CI.
 set -euo pipefail
 
@@ -83,9 +83,10 @@ while read -r runs pkg target filters; do
         echo "no test binary ${pkg}/${target}" >&2
         exit 2
     fi
-    # A copy: a build during the hunt does not change what it runs.
+    # A hard link (a copy on another file system): a build during the
+    # hunt writes a new file and does not change what the hunt runs.
     mkdir -p "${out}/bin"
-    cp -p "${exe}" "${out}/bin/"
+    ln -f "${exe}" "${out}/bin/" 2>/dev/null || cp -p "${exe}" "${out}/bin/"
     exe="${out}/bin/$(basename "${exe}")"
     for _ in $(seq "${runs}"); do
         # One job a line, no trailing blank (xargs -L would join the
