@@ -133,6 +133,7 @@ impl ControllerBuilder {
                 };
                 let fallback: Box<dyn QuotaStore> = Box::new(FallbackQuota::new(s, replicas, now));
                 let shared = SharedScope::new(
+                    s,
                     remote.open(s),
                     remote.timeout(),
                     remote.on_unavailable(),

@@ -7,6 +7,7 @@ use super::controller::{AdmissionController, Inner};
 use super::lease::Lease;
 use crate::call::ScopeId;
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::{Actual, BudgetReport, Dimension, Observed, Reservation};
 use crate::usage::{Settlement, Usage};
 
@@ -142,6 +143,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
+        charged: Option<Flow>,
     ) -> Settlement {
         let settlement = Settlement::new(reservation.demand.tokens(), usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
@@ -154,6 +156,9 @@ impl Inner {
             return settlement;
         };
         st.store.reconcile(reservation, &actual);
+        if let Some(flow) = charged {
+            st.correct(flow.key(), &reservation.demand, Some(&actual));
+        }
         // Room given back may admit the head right now; debt only moves the
         // head's instant later, which its timer finds out by itself.
         if actual.refunds(&reservation.demand) {
