@@ -120,6 +120,21 @@ impl Flow {
         }
     }
 
+    /// The number of the tenant called `name`: FNV-1a of its bytes, so
+    /// shells that name their tenants (the gateway, the batch runner) give
+    /// each the same number whatever the order of their configuration.
+    ///
+    /// ```
+    /// use tollgate::Flow;
+    /// assert_eq!(Flow::tenant_number("bulk"), Flow::tenant_number("bulk"));
+    /// assert_ne!(Flow::tenant_number("bulk"), Flow::tenant_number("chat"));
+    /// ```
+    pub fn tenant_number(name: &str) -> u32 {
+        name.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
+    }
+
     /// Sets the tenant's weight (its share relative to other tenants of
     /// the same class); 0 counts as 1.
     pub const fn with_weight(mut self, weight: u32) -> Self {

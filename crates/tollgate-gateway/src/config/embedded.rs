@@ -125,6 +125,8 @@ impl GatewayConfig {
             tenants: vec![TenantConfig {
                 name: "demo".to_owned(),
                 keys_sha256: vec![KeyHash::of(demo_key)],
+                weight: 1,
+                priority: tollgate::Priority::Standard,
                 concurrency: Some(8),
                 max_waiting: Some(32),
                 max_wait: Some(Duration::from_secs(5)),
