@@ -320,14 +320,7 @@ async fn the_priority_header_lowers_and_is_reported() {
     );
     assert_eq!(scope["flows"], Value::Array(Vec::new()), "nothing waits");
 
-    let metrics = c
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics_text(&gw).await;
     assert!(
         metrics
             .lines()

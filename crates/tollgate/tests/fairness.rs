@@ -62,6 +62,35 @@ fn spawn(
     })
 }
 
+/// `n` of [`spawn`], each granted with `label` and settled at its
+/// estimate.
+fn spawn_n(
+    c: &AdmissionController,
+    n: usize,
+    call: Call,
+    label: &'static str,
+    log: &Log,
+) -> Vec<JoinHandle<Result<(), AdmissionError>>> {
+    (0..n).map(|_| spawn(c, call, label, log, None)).collect()
+}
+
+/// `rounds` rounds of [`spawn`]: each round one of every `(call, label)`,
+/// in that order of arrival.
+fn interleaved(
+    c: &AdmissionController,
+    rounds: usize,
+    calls: &[(Call, &'static str)],
+    log: &Log,
+) -> Vec<JoinHandle<Result<(), AdmissionError>>> {
+    (0..rounds)
+        .flat_map(|_| {
+            calls
+                .iter()
+                .map(|(call, label)| spawn(c, *call, label, log, None))
+        })
+        .collect()
+}
+
 fn labels(log: &Log) -> Vec<&'static str> {
     log.lock().iter().map(|e| e.0).collect()
 }
@@ -150,28 +179,24 @@ async fn idle_time_banks_no_credit() {
     let log = Log::default();
     let _full = fill(&c).await;
     let mut tasks = Vec::new();
-    for _ in 0..20 {
-        tasks.push(spawn(
-            &c,
-            call(flow(1, Priority::Standard), 1),
-            "a",
-            &log,
-            None,
-        ));
-    }
+    tasks.extend(spawn_n(
+        &c,
+        20,
+        call(flow(1, Priority::Standard), 1),
+        "a",
+        &log,
+    ));
     settle().await;
     tokio::time::sleep(Duration::from_millis(10_500)).await;
     // Flow b arrives after flow a was served 10 times: it shares from now
     // on, it does not take the next 10 grants.
-    for _ in 0..10 {
-        tasks.push(spawn(
-            &c,
-            call(flow(2, Priority::Standard), 1),
-            "b",
-            &log,
-            None,
-        ));
-    }
+    tasks.extend(spawn_n(
+        &c,
+        10,
+        call(flow(2, Priority::Standard), 1),
+        "b",
+        &log,
+    ));
     settle().await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after: Vec<_> = labels(&log)[10..].to_vec();
@@ -194,30 +219,16 @@ async fn higher_classes_are_served_first() {
     );
     let log = Log::default();
     let _full = fill(&c).await;
-    let mut tasks = Vec::new();
-    for _ in 0..5 {
-        tasks.push(spawn(
-            &c,
-            call(flow(1, Priority::Batch), 1),
-            "batch",
-            &log,
-            None,
-        ));
-        tasks.push(spawn(
-            &c,
-            call(flow(1, Priority::Standard), 1),
-            "std",
-            &log,
-            None,
-        ));
-        tasks.push(spawn(
-            &c,
-            call(flow(2, Priority::Interactive), 1),
-            "int",
-            &log,
-            None,
-        ));
-    }
+    let tasks = interleaved(
+        &c,
+        5,
+        &[
+            (call(flow(1, Priority::Batch), 1), "batch"),
+            (call(flow(1, Priority::Standard), 1), "std"),
+            (call(flow(2, Priority::Interactive), 1), "int"),
+        ],
+        &log,
+    );
     settle().await;
     join(tasks).await;
     let order = labels(&log);
@@ -246,23 +257,15 @@ async fn min_share_keeps_a_lower_class_served() {
     for _ in 0..50 {
         full.push(fill(&c).await);
     }
-    let mut tasks = Vec::new();
-    for _ in 0..40 {
-        tasks.push(spawn(
-            &c,
-            call(flow(1, Priority::Interactive), 1),
-            "int",
-            &log,
-            None,
-        ));
-        tasks.push(spawn(
-            &c,
-            call(flow(2, Priority::Batch), 1),
-            "batch",
-            &log,
-            None,
-        ));
-    }
+    let tasks = interleaved(
+        &c,
+        40,
+        &[
+            (call(flow(1, Priority::Interactive), 1), "int"),
+            (call(flow(2, Priority::Batch), 1), "batch"),
+        ],
+        &log,
+    );
     settle().await;
     // The 50 units come back together one window later: 50 grants in one
     // pass, each choice seeing the ones before it.
@@ -373,15 +376,13 @@ async fn an_idle_flows_share_goes_to_the_others() {
         .await
         .unwrap();
     let mut tasks = Vec::new();
-    for _ in 0..5 {
-        tasks.push(spawn(
-            &c,
-            call(flow(1, Priority::Standard), 1),
-            "a",
-            &log,
-            None,
-        ));
-    }
+    tasks.extend(spawn_n(
+        &c,
+        5,
+        call(flow(1, Priority::Standard), 1),
+        "a",
+        &log,
+    ));
     settle().await;
     // Flow b (weight 10) was served before and has nothing waiting now:
     // flow a takes every grant, one per refill.
@@ -515,9 +516,7 @@ async fn early_verdicts_count_what_certainly_goes_first() {
     let _full = fill(&c).await;
     let bulk = flow(1, Priority::Standard);
     let mut tasks = Vec::new();
-    for _ in 0..30 {
-        tasks.push(spawn(&c, call(bulk, 1), "bulk", &log, None));
-    }
+    tasks.extend(spawn_n(&c, 30, call(bulk, 1), "bulk", &log));
     settle().await;
     // Bulk's own next call is 31 grants away: refused at once.
     let own = c.acquire(&call(bulk, 1), within(SEC * 5)).await;
@@ -555,15 +554,13 @@ async fn snapshot_shows_flows_and_served_cost() {
         .unwrap();
     assert_eq!(full.flow(), flow(5, Priority::Batch));
     let mut tasks = Vec::new();
-    for _ in 0..2 {
-        tasks.push(spawn(
-            &c,
-            call(flow(7, Priority::Interactive).with_weight(2), 30),
-            "i",
-            &log,
-            None,
-        ));
-    }
+    tasks.extend(spawn_n(
+        &c,
+        2,
+        call(flow(7, Priority::Interactive).with_weight(2), 30),
+        "i",
+        &log,
+    ));
     tasks.push(spawn(
         &c,
         call(flow(9, Priority::Standard), 20),

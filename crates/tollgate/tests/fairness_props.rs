@@ -16,7 +16,7 @@ use tollgate::{
     AdmissionController, Call, Deadline, Flow, Lease, Priority, ScopeId, TokenEstimate, Usage,
 };
 
-use common::settle;
+use common::{paused_runtime as runtime, settle};
 
 /// One flow of a case: its weight and its calls (estimate, reported use;
 /// `None` = unknown usage).
@@ -37,22 +37,20 @@ struct Granted {
     at: Instant,
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 fn flow_of(i: usize, weight: u32) -> Flow {
     Flow::new(i as u32 + 1, Priority::Standard).with_weight(weight)
 }
 
 /// Submits every call of every flow while the scope is full (so all of
 /// them wait), interleaving flows in arrival, and collects the grants in
-/// grant order. Each lease is settled with its planned use at once.
-async fn run(c: &AdmissionController, flows: &[FlowPlan], fill: Lease) -> Vec<Granted> {
+/// grant order. Each lease is settled with its planned use at once. With
+/// `named` false every call is in the default flow.
+async fn run(
+    c: &AdmissionController,
+    flows: &[FlowPlan],
+    fill: Lease,
+    named: bool,
+) -> Vec<Granted> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     let longest = flows.iter().map(|f| f.calls.len()).max().unwrap_or(0);
@@ -62,8 +60,13 @@ async fn run(c: &AdmissionController, flows: &[FlowPlan], fill: Lease) -> Vec<Gr
                 continue;
             };
             let (c, log) = (c.clone(), log.clone());
+            let flow = if named {
+                flow_of(i, f.weight)
+            } else {
+                Flow::DEFAULT
+            };
             let call = Call::new(ScopeId::FIRST)
-                .with_flow(flow_of(i, f.weight))
+                .with_flow(flow)
                 .with_estimate(TokenEstimate::new(estimate, 0));
             tasks.push(tokio::spawn(async move {
                 let mut lease = c.acquire(&call, Deadline::NONE).await.unwrap();
@@ -124,7 +127,7 @@ proptest! {
                 .build()
                 .unwrap();
             let fill = c.acquire(&Call::new(ScopeId::FIRST).with_tokens(1), Deadline::NONE).await.unwrap();
-            run(&c, &flows, fill).await
+            run(&c, &flows, fill, true).await
         });
         // The largest single reservation, weighted: max(estimate, use) / w.
         let largest = flows
@@ -225,16 +228,8 @@ proptest! {
                 .unwrap();
             let fill = c.acquire(&Call::new(ScopeId::FIRST).with_tokens(LIMIT), Deadline::NONE).await.unwrap();
             let t0 = Instant::now();
-            let mut flows = flows.clone();
-            if flows.len() == 1 && !named {
-                // The default flow: plain FIFO.
-                flows[0].weight = 1;
-            }
-            let grants = if flows.len() == 1 && !named {
-                run_default(&c, &flows[0], fill).await
-            } else {
-                run(&c, &flows, fill).await
-            };
+            // A single flow is sometimes the default one (plain FIFO).
+            let grants = run(&c, &flows, fill, named || flows.len() > 1).await;
             (t0, grants)
         });
         let (t0, grants) = grants;
@@ -289,33 +284,4 @@ proptest! {
             served[g.flow] += cost(g) as f64 / w;
         }
     }
-}
-
-/// [`run`] for calls without a flow.
-async fn run_default(c: &AdmissionController, plan: &FlowPlan, fill: Lease) -> Vec<Granted> {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for (index, &(estimate, _)) in plan.calls.iter().enumerate() {
-        let (c, log) = (c.clone(), log.clone());
-        let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(estimate, 0));
-        tasks.push(tokio::spawn(async move {
-            let lease = c.acquire(&call, Deadline::NONE).await.unwrap();
-            let a = lease.admission();
-            log.lock().push(Granted {
-                flow: 0,
-                index,
-                order: a.grant_order,
-                ticket: a.ticket,
-                at: Instant::now(),
-            });
-        }));
-    }
-    settle().await;
-    drop(fill);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let mut grants = std::mem::take(&mut *log.lock());
-    grants.sort_by_key(|g| g.order);
-    grants
 }

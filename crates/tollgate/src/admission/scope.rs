@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
 
-use super::fair::{FairQueue, room_for};
+use super::fair::{Costs, FairQueue, room_for};
 use super::pool_set::PoolSet;
 use super::shared::SharedScope;
 use crate::call::ScopeId;
@@ -275,8 +275,8 @@ impl ScopeCounters {
 pub(crate) struct ScopeState {
     pub(crate) store: Box<dyn QuotaStore>,
     pub(crate) queue: FairQueue<Waiter>,
-    /// Costs are token estimates (the scope limits tokens), not requests.
-    token_cost: bool,
+    /// What a grant costs its flow.
+    costs: Costs,
     pub(crate) cooldown: Cooldown,
     /// When the head's demand may fit (`None`: when a pending reservation is
     /// leased or refunded).
@@ -332,7 +332,9 @@ impl Scope {
             state: Mutex::new(ScopeState {
                 store,
                 queue: FairQueue::new(config.min_shares(), config.shortest_window()),
-                token_cost: config.has_token_limit(),
+                costs: Costs {
+                    tokens: config.has_token_limit(),
+                },
                 cooldown: Cooldown::default(),
                 ready_at: None,
                 head_armed: None,
@@ -366,7 +368,7 @@ impl ScopeState {
     /// estimate (at least 1), or 1 in a scope without token limits.
     #[inline]
     pub(crate) fn cost(&self, tokens: u64) -> u64 {
-        if self.token_cost { tokens.max(1) } else { 1 }
+        self.costs.of(tokens)
     }
 
     /// Counts a fast-path grant (nobody waits, so no flow is charged) in
@@ -381,18 +383,13 @@ impl ScopeState {
     /// grant really cost (FAIR-3): `actual` usage, `None` for a reservation
     /// given back whole.
     pub(crate) fn correct(&mut self, flow: FlowKey, demand: &Demand, actual: Option<&Actual>) {
+        // Nobody waits: no flow is kept, nothing to correct.
         if self.queue.is_empty() {
-            // Nobody waits: no flow is kept, nothing to correct.
             return;
         }
-        let estimated = self.cost(demand.tokens());
-        let actual = match actual {
-            None => 0,
-            // Requests are never reconciled: only token costs change.
-            Some(_) if !self.token_cost => return,
-            Some(a) => self.cost(a.tokens),
-        };
-        self.queue.correct(flow, estimated, actual);
+        if let Some((estimated, actual)) = self.costs.correction(demand, actual) {
+            self.queue.correct(flow, estimated, actual);
+        }
     }
 
     /// Grants the head for as long as its demand fits; arms the next head.

@@ -263,20 +263,13 @@ impl<T> FairQueue<T> {
     /// (FAIR-3: the counter grows by cost / weight). The caller records the
     /// cost in [`share`](Self::share) once it is admitted.
     pub(crate) fn granted(&mut self, key: usize, cost: u64) {
-        let Some(chain) = self.lines.unlink(key) else {
+        let Some(chain) = self.take_out(key) else {
             return;
         };
-        if self.head == Some(key) {
-            self.head = None;
-        }
         let Some(c) = self.lines.chain_mut(chain) else {
             return;
         };
-        let priority = c.meta.key.priority;
-        let class = &mut self.classes[priority.index()];
-        if class.designated == Some(key) {
-            class.designated = None;
-        }
+        let class = &mut self.classes[c.meta.key.priority.index()];
         class.backlogged.remove(&c.meta.entry(chain));
         class.vtime = class.vtime.max(c.meta.counter);
         c.meta.counter = c.meta.counter.saturating_add(charge(cost, c.meta.weight));
@@ -322,23 +315,33 @@ impl<T> FairQueue<T> {
     /// Unlinks a waiting call that leaves without a grant (cancelled,
     /// deadline, closed, displaced), keeping its storage.
     pub(crate) fn unlink(&mut self, key: usize) {
-        let Some(chain) = self.lines.unlink(key) else {
+        let Some(chain) = self.take_out(key) else {
             return;
         };
-        if self.head == Some(key) {
-            self.head = None;
-        }
         let Some(c) = self.lines.chain_mut(chain) else {
             return;
         };
-        let class = &mut self.classes[c.meta.key.priority.index()];
-        if class.designated == Some(key) {
-            class.designated = None;
-        }
         if c.len() == 0 {
+            let class = &mut self.classes[c.meta.key.priority.index()];
             class.backlogged.remove(&c.meta.entry(chain));
             self.went_idle(chain);
         }
+    }
+
+    /// Unlinks `key` from its line; it is no longer the head or its
+    /// class's chosen call. Returns its line, `None` if it was not linked.
+    fn take_out(&mut self, key: usize) -> Option<u32> {
+        let chain = self.lines.unlink(key)?;
+        if self.head == Some(key) {
+            self.head = None;
+        }
+        if let Some(c) = self.lines.chain(chain) {
+            let class = &mut self.classes[c.meta.key.priority.index()];
+            if class.designated == Some(key) {
+                class.designated = None;
+            }
+        }
+        Some(chain)
     }
 
     /// Unlinks (if needed) and frees `key`, returning its value.

@@ -40,5 +40,35 @@ mod flows;
 mod share;
 mod turn;
 
+use crate::quota::{Actual, Demand};
+
+/// What a grant costs its flow (SPEC FAIR-3): its token estimate (at least
+/// 1) in a scope with a token limit, 1 per request otherwise.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Costs {
+    /// The scope limits tokens.
+    pub(crate) tokens: bool,
+}
+
+impl Costs {
+    /// The cost of a grant of `tokens` tokens.
+    #[inline]
+    pub(crate) fn of(self, tokens: u64) -> u64 {
+        if self.tokens { tokens.max(1) } else { 1 }
+    }
+
+    /// The (estimated, actual) cost of a charged grant of `demand` that
+    /// used `actual` (`None`: given back whole); `None` when nothing
+    /// changes (requests are never reconciled).
+    pub(crate) fn correction(self, demand: &Demand, actual: Option<&Actual>) -> Option<(u64, u64)> {
+        let estimated = self.of(demand.tokens());
+        match actual {
+            None => Some((estimated, 0)),
+            Some(_) if !self.tokens => None,
+            Some(a) => Some((estimated, self.of(a.tokens))),
+        }
+    }
+}
+
 pub(crate) use flows::{FairQueue, FlowView};
 pub(crate) use turn::{FairTurn, TurnDone, room_for};

@@ -23,6 +23,7 @@ use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
+use super::Costs;
 use super::flows::{FairQueue, FlowView};
 use crate::admission::permits::Refused;
 use crate::clock::Instant;
@@ -55,12 +56,12 @@ struct Turn {
     /// seen it yet).
     taken: bool,
     closed: bool,
-    token_cost: bool,
+    costs: Costs,
 }
 
 impl Turn {
     fn cost(&self, tokens: u64) -> u64 {
-        if self.token_cost { tokens.max(1) } else { 1 }
+        self.costs.of(tokens)
     }
 
     /// Gives the free turn to the head of the line, if anyone waits.
@@ -111,7 +112,9 @@ impl FairTurn {
                 queue: FairQueue::new(config.min_shares(), config.shortest_window()),
                 taken: false,
                 closed: false,
-                token_cost: config.has_token_limit(),
+                costs: Costs {
+                    tokens: config.has_token_limit(),
+                },
             }),
             limit,
         }
@@ -253,13 +256,9 @@ impl FairTurn {
         if t.queue.is_empty() {
             return;
         }
-        let estimated = t.cost(demand.tokens());
-        let actual = match actual {
-            None => 0,
-            Some(_) if !t.token_cost => return,
-            Some(a) => t.cost(a.tokens),
-        };
-        t.queue.correct(flow, estimated, actual);
+        if let Some((estimated, actual)) = t.costs.correction(demand, actual) {
+            t.queue.correct(flow, estimated, actual);
+        }
     }
 
     /// The flows waiting, and the cost admitted per class so far.
