@@ -171,6 +171,42 @@ async fn settlement_corrects_the_counter() {
     }
 }
 
+// proves: FAIR-3, Q-16 (a refusal whose tokens the provider did not
+// charge corrects the flow's counter as a settlement would: the refused
+// flow is charged its request, not its estimate)
+#[tokio::test(start_paused = true)]
+async fn a_refusal_corrects_the_counter() {
+    let c = paced(ScopeConfig::new("s").tokens(1_000_000, MINUTE));
+    let log = Log::default();
+    let _full = fill(&c).await;
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        for (tenant, label) in [(1, "refused"), (2, "served")] {
+            let (c, log) = (c.clone(), log.clone());
+            tasks.push(tokio::spawn(async move {
+                let call = call(flow(tenant, Priority::Standard), 100);
+                let mut lease = c.acquire(&call, Deadline::NONE).await?;
+                log.lock().push((label, Instant::now()));
+                if tenant == 1 {
+                    lease.refused(tollgate::RefusalCost::Request).unwrap();
+                } else {
+                    lease.reconcile(Usage::known(100)).unwrap();
+                }
+                Ok::<(), AdmissionError>(())
+            }));
+        }
+    }
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(22_500)).await;
+    let served = labels(&log);
+    let refused = served.iter().filter(|l| **l == "refused").count();
+    // 1 against 100 per grant: nearly every grant goes to the refused flow.
+    assert!(refused >= 18, "{served:?}");
+    for t in tasks {
+        t.abort();
+    }
+}
+
 // proves: FAIR-3 (a flow that becomes backlogged starts at the smallest
 // counter of the backlogged flows: idle time banks no credit)
 #[tokio::test(start_paused = true)]

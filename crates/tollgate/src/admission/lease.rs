@@ -209,11 +209,21 @@ impl Lease {
         };
         if let Some(remote) = &mut self.remote {
             let (inner, reservation) = (&self.inner, &self.reservation);
+            let charge = (self.charged && tokens).then_some(self.flow);
             inner.release_refused_shared(self.scope, reservation, requests, tokens, remote);
+            if let Some(flow) = charge {
+                inner.refused_charge_shared(self.scope, flow, reservation);
+            }
             return Ok(());
         }
         self.inner
             .release_refused(self.scope, &self.reservation, requests, tokens);
+        if self.charged && tokens {
+            // The tokens cost nothing: the flow is charged its request only.
+            let zero = crate::quota::Actual::total(0);
+            self.inner
+                .correct_flow(self.scope, self.flow, &self.reservation, &zero);
+        }
         Ok(())
     }
 

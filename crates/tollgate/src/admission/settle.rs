@@ -93,6 +93,40 @@ impl Inner {
         }
     }
 
+    /// Corrects the counter of `flow` charged for `reservation` to what it
+    /// really cost (SPEC FAIR-3), outside a settlement (a refusal).
+    pub(crate) fn correct_flow(
+        &self,
+        scope: ScopeId,
+        flow: Flow,
+        reservation: &Reservation,
+        actual: &Actual,
+    ) {
+        if let Some(scope) = self.scopes.get(scope.index()) {
+            let mut st = scope.state.lock();
+            st.correct(flow.key(), &reservation.demand, Some(actual));
+        }
+    }
+
+    /// [`correct_flow`](Self::correct_flow) on a shared scope's turn.
+    pub(crate) fn refused_charge_shared(
+        &self,
+        scope: ScopeId,
+        flow: Flow,
+        reservation: &Reservation,
+    ) {
+        if let Some(shared) = self
+            .scopes
+            .get(scope.index())
+            .and_then(|s| s.shared.as_ref())
+        {
+            let zero = Actual::total(0);
+            shared
+                .turn
+                .correct(flow.key(), &reservation.demand, Some(&zero));
+        }
+    }
+
     /// See [`AdmissionController::observe`]: every report of one answer
     /// under one lock. Returns the gaps taken, summed, and the last limit
     /// adopted.
