@@ -11,6 +11,7 @@
 #   benches/accounting/run.sh                 # W = 30 s, about 12 minutes
 #   W=60 benches/accounting/run.sh            # the real window, about 24 minutes
 #   JOBS="five" PATHS="gateway" benches/accounting/run.sh
+#   ACCOUNTING=tokenizer PATHS=gateway benches/accounting/run.sh  # a wrong profile
 #
 # The budget is the default one scaled to the window: 600 requests and
 # 60,000 tokens per minute, i.e. RPM = 600 * W / 60 and TPM = 60,000 * W / 60
@@ -36,6 +37,9 @@ JOBS=${JOBS:-"five three"}
 PATHS=${PATHS:-"gateway direct"}
 CONCURRENCY=${CONCURRENCY:-64}
 SKIP_BUILD=${SKIP_BUILD:-0}
+# The provider's `accounting` line; empty: left out, the openai flavour's
+# default ("openai", how the simulator below counts).
+ACCOUNTING=${ACCOUNTING:-}
 
 RPM=$((600 * W / 60))
 TPM=$((60000 * W / 60))
@@ -76,9 +80,10 @@ max_timeout = "1800s"
 
 [providers.sim]
 base_url = "http://127.0.0.1:$SIM_PORT/v1"
-# How the simulator below counts: characters / 4 + max_tokens, charged at
-# admission and never settled; a 429 costs its request unit.
-accounting = "openai"
+# How the simulator below counts: characters / 4 + max_tokens (the openai
+# flavour's default accounting), charged at admission and never settled; a
+# 429 costs its request unit.
+${ACCOUNTING:+accounting = \"$ACCOUNTING\"}
 reconciles = false
 refusals = "request"
 
@@ -117,7 +122,7 @@ start_gateway() {
   wait_port $GW_PORT
 }
 
-echo "W=${W}s rpm=$RPM tpm=$TPM per window; background $BG_RPM requests, $BG_TPM tokens per window; results in $WORK" >&2
+echo "W=${W}s rpm=$RPM tpm=$TPM per window; accounting ${ACCOUNTING:-default}; background $BG_RPM requests, $BG_TPM tokens per window; results in $WORK" >&2
 for job in $JOBS; do
   for path in $PATHS; do
     run=$job.$path

@@ -131,10 +131,18 @@ pub struct BatchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Share the quota through Redis with gateways and other runs
-    /// (`redis://127.0.0.1:6379`): the limits then hold for all of them
-    /// together.
+    /// (`redis://127.0.0.1:6379`, `rediss://` for TLS): the limits then
+    /// hold for all of them together. With `--redis-cluster`, one or more
+    /// seed nodes of a Redis Cluster, comma-separated.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// `--redis` names seed nodes of a Redis Cluster.
+    #[arg(long)]
+    pub redis_cluster: bool,
+    /// The PEM file of the certificate authorities a `rediss://` server's
+    /// certificate is checked against (default: the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub redis_ca: Option<PathBuf>,
     /// The quota scope's name; a gateway scope (or another run) of the same
     /// name, on the same Redis and prefix, spends the same budget.
     #[arg(long, default_value = "batch")]
@@ -291,8 +299,15 @@ impl BatchArgs {
         };
         c.flow = crate::config::run_flow(self.tenant.trim(), self.priority, weight);
         c.scope = self.scope.clone();
+        if self.redis.is_none() && (self.redis_cluster || self.redis_ca.is_some()) {
+            return Err(BatchError::Config(
+                "--redis-cluster and --redis-ca need --redis".into(),
+            ));
+        }
         c.shared = self.redis.as_ref().map(|url| SharedStore {
             url: url.clone(),
+            cluster: self.redis_cluster,
+            ca_file: self.redis_ca.clone(),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout,
             on_unavailable: self.redis_unavailable,
@@ -403,6 +418,35 @@ mod tests {
         );
         let e = config(&[&local[..], &["--scope", " "]].concat()).expect_err("empty scope");
         assert!(e.to_string().contains("--scope"), "{e}");
+    }
+
+    // proves: DQ-7 (--redis takes a cluster's seeds with --redis-cluster
+    // and a CA file with --redis-ca; either without --redis is an error)
+    #[test]
+    fn redis_cluster_and_ca_flags() {
+        let local = ["--base-url", "http://127.0.0.1:9/v1", "--rpm", "500"];
+        let c = config(
+            &[
+                &local[..],
+                &[
+                    "--redis",
+                    "rediss://a:6379,rediss://b:6379",
+                    "--redis-cluster",
+                    "--redis-ca",
+                    "/etc/ca.pem",
+                ],
+            ]
+            .concat(),
+        )
+        .expect("valid");
+        let shared = c.shared.expect("shared");
+        assert!(shared.cluster);
+        assert_eq!(shared.url, "rediss://a:6379,rediss://b:6379");
+        assert_eq!(shared.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        for flag in [&["--redis-cluster"][..], &["--redis-ca", "/etc/ca.pem"]] {
+            let e = config(&[&local[..], flag].concat()).expect_err("needs --redis");
+            assert!(e.to_string().contains("need --redis"), "{e}");
+        }
     }
 
     // proves: Q-12 (--itpm and --otpm add input-token and output-token

@@ -248,11 +248,17 @@ pub fn run_flow(name: &str, priority: Priority, weight: u32) -> Flow {
     Flow::new(Flow::tenant_number(name), priority).with_weight(weight)
 }
 
-/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-5).
+/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-7).
 #[derive(Debug, Clone)]
 pub struct SharedStore {
-    /// `redis://host:port[/db]`.
+    /// `redis://host:port[/db]` (`rediss://` for TLS); a cluster's seed
+    /// URLs, comma-separated.
     pub url: String,
+    /// The URL names seeds of a Redis Cluster.
+    pub cluster: bool,
+    /// The PEM file of the certificate authorities of a `rediss://`
+    /// server (default: the system's roots).
+    pub ca_file: Option<std::path::PathBuf>,
     /// Key prefix (the gateways' `[quota_store] prefix`).
     pub prefix: String,
     /// Per-operation timeout.

@@ -119,6 +119,15 @@ pub enum StopReason {
     /// The shared quota store (`--redis`) did not answer and
     /// `--redis-unavailable fail_closed` is in force (SPEC DQ-3).
     QuotaStoreUnavailable,
+    /// An item needs more than a whole limit learned from the provider's
+    /// headers and confirmed by two of its answers (SPEC Q-14): it can
+    /// never be sent under that limit. Nothing is recorded for it.
+    ExceedsLearnedLimit {
+        /// The item.
+        custom_id: String,
+        /// The engine's account: the demand, the limit and its window.
+        message: String,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -135,10 +144,18 @@ impl fmt::Display for StopReason {
                 "the quota cannot admit the next item within --item-timeout (waiting in phase {phase}); re-run later to resume"
             ),
             StopReason::Interrupted => f.write_str("interrupted"),
-            StopReason::Output(e) => write!(f, "cannot write the output: {e}"),
+            StopReason::Output(e) => write!(
+                f,
+                "cannot write the output: {e}; re-run to resume (items without a line run again)"
+            ),
             StopReason::InputChanged(e) => f.write_str(e),
             StopReason::QuotaStoreUnavailable => f.write_str(
                 "the shared quota store (--redis) is unavailable; re-run to resume, or use --redis-unavailable fail_open_local:N",
+            ),
+            StopReason::ExceedsLearnedLimit { custom_id, message } => write!(
+                f,
+                "item `{}` can never be sent: {message}, the limit the provider's x-ratelimit-limit-* headers advertised in two answers; lower its max_tokens, or state the limits (--tpm, --limit), and re-run to resume",
+                input::printable(custom_id)
             ),
         }
     }

@@ -6,6 +6,10 @@
 //! it, so a finished line survives the process being killed (`--fsync`
 //! also survives a power loss). A crash in the middle of a `write` can
 //! leave only a last line without its `\n`: the resume scan cuts it off.
+//! A write that fails (a full disk) is undone at once: the file is cut
+//! back to its length before it, and the writer refuses every later line,
+//! so no line can follow a fragment (another worker's, once space is
+//! back) and the file resumes as it was.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -137,6 +141,29 @@ pub enum OutputError {
     Replaced {
         /// The output file.
         path: PathBuf,
+    },
+    /// Appending a line failed (e.g. the disk is full). The file was cut
+    /// back to its length before the line, unless `restored` is false (the
+    /// resume scan then cuts the fragment off).
+    #[error("{path}: {source}{}", if *restored { "; the line was not written" } else { "; a fragment of the line may remain at the end (the next run cuts it off)" })]
+    WriteFailed {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+        /// Whether the file is back at its length before the line.
+        restored: bool,
+    },
+    /// An earlier append failed: the writer takes no more lines (one
+    /// after a fragment would be glued to it).
+    #[error(
+        "{path}: output_closed: an earlier line could not be written ({first}); no line is written after it"
+    )]
+    Closed {
+        /// The file.
+        path: PathBuf,
+        /// The first failure.
+        first: String,
     },
     /// Two lines for one `custom_id`.
     #[error(
@@ -331,9 +358,18 @@ fn resolved(path: &Path) -> io::Result<PathBuf> {
 /// Appends output lines, one `write` per line.
 #[derive(Debug)]
 pub struct OutputWriter {
-    file: Mutex<File>,
+    state: Mutex<WriterState>,
     path: PathBuf,
     fsync: bool,
+}
+
+/// The file and whether an append has failed, under one lock: every
+/// append reads the length, writes and (on failure) cuts back under it.
+#[derive(Debug)]
+struct WriterState {
+    file: File,
+    /// The first failed append's error; once set, nothing more is written.
+    failed: Option<String>,
 }
 
 impl OutputWriter {
@@ -348,29 +384,61 @@ impl OutputWriter {
             .open(path)
             .map_err(io_err(path))?;
         Ok(OutputWriter {
-            file: Mutex::new(file),
+            state: Mutex::new(WriterState { file, failed: None }),
             path: path.to_owned(),
             fsync,
         })
     }
 
     /// Appends one line and hands it to the kernel (and to the disk with
-    /// `fsync`) before returning.
+    /// `fsync`) before returning. A write (or sync) that fails cuts the
+    /// file back to its length before the line, and every later append is
+    /// refused.
     ///
     /// # Errors
-    /// I/O errors.
+    /// [`OutputError::WriteFailed`] when the line could not be written,
+    /// [`OutputError::Closed`] after such a failure, [`OutputError::Replaced`]
+    /// when the path no longer names the file; other I/O errors.
     pub fn append(&self, line: &OutputLine) -> Result<(), OutputError> {
         let mut buf = serde_json::to_vec(line).map_err(|e| OutputError::Io {
             path: self.path.clone(),
             source: io::Error::other(e),
         })?;
         buf.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(&buf).map_err(io_err(&self.path))?;
-        if self.fsync {
-            file.sync_data().map_err(io_err(&self.path))?;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(first) = &state.failed {
+            return Err(OutputError::Closed {
+                path: self.path.clone(),
+                first: first.clone(),
+            });
         }
-        self.still_there(&file)
+        let result = self.write_line(&mut state.file, &buf);
+        if let Err(e) = &result {
+            state.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    /// One line, cut off again if it cannot be written whole.
+    fn write_line(&self, file: &mut File, buf: &[u8]) -> Result<(), OutputError> {
+        // Only this writer appends (the output's lock), so the length read
+        // here is where the line starts.
+        let before = file.metadata().map_err(io_err(&self.path))?.len();
+        let written = file
+            .write_all(buf)
+            .and_then(|()| if self.fsync { file.sync_data() } else { Ok(()) });
+        if let Err(source) = written {
+            let restored = file
+                .set_len(before)
+                .and_then(|()| if self.fsync { file.sync_data() } else { Ok(()) })
+                .is_ok();
+            return Err(OutputError::WriteFailed {
+                path: self.path.clone(),
+                source,
+                restored,
+            });
+        }
+        self.still_there(file)
     }
 
     /// Checks that the output's path still names the file written to (one
@@ -380,8 +448,8 @@ impl OutputWriter {
     /// [`OutputError::Replaced`] when the file was removed, renamed away or
     /// replaced; I/O errors.
     pub fn verify(&self) -> Result<(), OutputError> {
-        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        self.still_there(&file)
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.still_there(&state.file)
     }
 
     fn still_there(&self, file: &File) -> Result<(), OutputError> {

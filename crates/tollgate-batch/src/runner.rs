@@ -300,10 +300,14 @@ pub async fn run(
         ..ControllerConfig::default()
     });
     if let Some(shared) = &config.shared {
-        let settings = RedisSettings::new(shared.url.clone())
+        let mut settings = RedisSettings::new(shared.url.clone())
+            .cluster(shared.cluster)
             .prefix(shared.prefix.clone())
             .timeout(shared.timeout)
             .on_unavailable(shared.on_unavailable);
+        if let Some(ca) = &shared.ca_file {
+            settings = settings.ca_file(ca);
+        }
         let backend =
             RedisBackend::new(settings).map_err(|e| BatchError::Config(format!("--redis: {e}")))?;
         builder = builder.shared_store(Arc::new(backend));
@@ -593,12 +597,11 @@ impl Shared {
                 call.await
             }
         };
-        let line = match result {
+        let (line, recorded) = match result {
             Ok(done) => {
                 let body = parse_body(&done.response);
                 let reported = done.settlement.and_then(|s| s.reported);
-                self.stats.succeeded(done.admission.quota_wait, reported);
-                OutputLine {
+                let line = OutputLine {
                     id: result_id(&item.custom_id),
                     custom_id: item.custom_id.clone(),
                     response: Some(ResponseRecord {
@@ -611,15 +614,30 @@ impl Shared {
                         input_hash: item.hash.clone(),
                         attempts: done.attempts,
                     }),
-                }
+                };
+                (
+                    line,
+                    Recorded::Succeeded(done.admission.quota_wait, reported),
+                )
+            }
+            Err(CallError::Admission(AdmissionError::EstimateExceedsLimit(e))) => {
+                // The input was checked against every configured limit
+                // before the run (`load`): this one was learned from the
+                // provider and confirmed. No item of this size can ever
+                // go: stop, unrecorded, rather than fail each of them.
+                self.stop_with(StopReason::ExceedsLearnedLimit {
+                    custom_id: item.custom_id.clone(),
+                    message: e.to_string(),
+                })
+                .await;
+                return;
             }
             Err(error) => {
                 let Some(failure) = self.classify(&error, deadline == self.job_deadline).await
                 else {
                     return;
                 };
-                self.stats.failed(failure.class);
-                OutputLine {
+                let line = OutputLine {
                     id: result_id(&item.custom_id),
                     custom_id: item.custom_id.clone(),
                     response: failure.status.map(|status_code| ResponseRecord {
@@ -639,12 +657,20 @@ impl Shared {
                         input_hash: item.hash.clone(),
                         attempts: failure.attempts,
                     }),
-                }
+                };
+                (line, Recorded::Failed(failure.class))
             }
         };
         if let Err(e) = self.writer.append(&line) {
+            // The line is not in the file (a failed append is cut back off
+            // and the writer takes no more): the item runs again on resume,
+            // and the first failure is the run's reason to stop.
             self.stop_with(StopReason::Output(e.to_string())).await;
             return;
+        }
+        match recorded {
+            Recorded::Succeeded(wait, reported) => self.stats.succeeded(wait, reported),
+            Recorded::Failed(class) => self.stats.failed(class),
         }
         if let Some(err) = &line.error
             && let Some(class) = self.abort_on.iter().find(|c| c.as_str() == err.code)
@@ -723,6 +749,12 @@ impl Shared {
             _ => Some(simple(ErrorClass::Configuration, 0)),
         }
     }
+}
+
+/// What an item's line, once written, adds to the counters.
+enum Recorded {
+    Succeeded(Duration, Option<u64>),
+    Failed(ErrorClass),
 }
 
 struct Failure {

@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,21 +16,9 @@ use tollgate::config::Limit;
 use tollgate_batch::{BatchConfig, Outcome, StopReason, Target};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
-use common::{Dir, chat_line, never, write_lines};
+use common::{Dir, chat_line, counts, never, write_lines};
 
 const W: Duration = Duration::from_secs(1);
-
-fn counts(path: &Path) -> HashMap<String, usize> {
-    let data = std::fs::read_to_string(path).unwrap_or_default();
-    let mut seen = HashMap::new();
-    for l in data.lines() {
-        let v: Value = serde_json::from_str(l).expect("every output line is JSON");
-        *seen
-            .entry(v["custom_id"].as_str().expect("id").to_owned())
-            .or_insert(0) += 1;
-    }
-    seen
-}
 
 async fn sim(rpm: Option<u64>, ttft: Duration) -> SimServer {
     Simulator::spawn(

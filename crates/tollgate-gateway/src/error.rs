@@ -58,11 +58,13 @@ impl ApiError {
         }
     }
 
-    /// 400 with an `invalid_request_error`.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    /// 400 with an `invalid_request_error` and `code` (every error the
+    /// gateway makes has a code: the client and the access log see the
+    /// same one).
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
-            ErrorResponse::invalid_request(message),
+            ErrorResponse::invalid_request(message).with_code(code),
         )
     }
 
@@ -106,9 +108,15 @@ impl ApiError {
         self
     }
 
-    /// The stable reason label of this error for metrics.
+    /// The stable reason label of this error for metrics and the access
+    /// log: the `code` the client receives, or (for an error without one)
+    /// its `type`.
     pub fn reason(&self) -> &str {
-        self.body.error.code.as_deref().unwrap_or("error")
+        self.body
+            .error
+            .code
+            .as_deref()
+            .unwrap_or(&self.body.error.kind)
     }
 
     /// The response for an admission refusal (tenant or model side).

@@ -10,8 +10,12 @@
 //!
 //! The tightest limit of a dimension is the one with the least left among
 //! the tenant's own limits and its limits on the requested model (ties: the
-//! longer window). A tenant without limits of a dimension gets no headers
-//! for it.
+//! longer window). A tenant without limits of a dimension is told the
+//! account's instead, as the provider itself would tell it: the limits of
+//! the upstream quota scope its call spent (the deployment that answered,
+//! else the model's first). A scope kept in a shared store (Redis) shows
+//! no limits without a round trip, so it gives no headers; a dimension
+//! neither limits gets none.
 //!
 //! The `-tokens` headers describe `tokens` (input plus output) limits only,
 //! as OpenAI's do. Input-token and output-token limits (SPEC Q-12, `itpm` /
@@ -27,7 +31,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate::clock::Instant;
 use tollgate::quota::Dimension;
-use tollgate::{LimitSnapshot, ScopeId, TokenEstimate};
+use tollgate::{AdmissionController, LimitSnapshot, ScopeId, TokenEstimate};
 
 use crate::tenants::TenantSlot;
 
@@ -57,59 +61,114 @@ fn names(dimension: Dimension) -> [HeaderName; 3] {
     }
 }
 
-/// Adds the tenant's rate-limit headers to `headers`; `model` is the
-/// requested model (when known) and `estimate` the request's estimate.
+/// Where the headers of a dimension come from: a controller and the
+/// limits of some of its scopes, as they are now.
+struct Budget<'a> {
+    controller: &'a AdmissionController,
+    limits: Vec<(ScopeId, LimitSnapshot)>,
+}
+
+impl<'a> Budget<'a> {
+    /// The limits of `scopes` in `controller`.
+    fn of(controller: &'a AdmissionController, scopes: &[ScopeId]) -> Self {
+        let limits = controller
+            .snapshot()
+            .scopes
+            .into_iter()
+            .filter(|s| scopes.contains(&s.id))
+            .flat_map(|s| s.limits.into_iter().map(move |l| (s.id, l)))
+            .collect();
+        Budget { controller, limits }
+    }
+
+    /// The limit of `dimension` with the least left (ties: the longer
+    /// window).
+    fn tightest(&self, dimension: Dimension) -> Option<&(ScopeId, LimitSnapshot)> {
+        self.limits
+            .iter()
+            .filter(|(_, l)| l.dimension == dimension)
+            .min_by_key(|(_, l)| (l.available, Reverse(l.window)))
+    }
+}
+
+/// Adds the rate-limit headers to `headers`: the tenant's, and for a
+/// dimension it does not limit, the account's. `model` is the requested
+/// model (when known), `account` the upstream controller and quota scope
+/// the call spent (or would have), and `estimate` the request's estimate.
 pub fn add(
     slot: &TenantSlot,
     model: Option<&str>,
+    account: Option<(&AdmissionController, ScopeId)>,
     estimate: TokenEstimate,
     headers: &mut HeaderMap,
 ) {
-    let scopes = [Some(slot.scope), model.and_then(|m| slot.model_scope(m))];
-    let snapshot = slot.controller.snapshot();
-    let limits: Vec<(ScopeId, &LimitSnapshot)> = snapshot
-        .scopes
-        .iter()
-        .filter(|s| scopes.contains(&Some(s.id)))
-        .flat_map(|s| s.limits.iter().map(move |l| (s.id, l)))
+    let own: Vec<ScopeId> = std::iter::once(slot.scope)
+        .chain(model.and_then(|m| slot.model_scope(m)))
         .collect();
+    let tenant = Budget::of(&slot.controller, &own);
+    let mut upstream: Option<Budget<'_>> = None;
     for dimension in Dimension::ALL {
-        let tightest = limits
-            .iter()
-            .filter(|(_, l)| l.dimension == dimension)
-            .min_by_key(|(_, l)| (l.available, Reverse(l.window)));
-        let Some((scope, limit)) = tightest else {
-            continue;
+        let (budget, (scope, limit)) = match tenant.tightest(dimension) {
+            Some(t) => (&tenant, t),
+            None => {
+                let Some((controller, scope)) = account else {
+                    continue;
+                };
+                let budget = upstream.get_or_insert_with(|| Budget::of(controller, &[scope]));
+                match budget.tightest(dimension) {
+                    Some(t) => (&*budget, t),
+                    None => continue,
+                }
+            }
         };
-        let remaining = u64::try_from(limit.available).unwrap_or(0);
-        // A request's size on this dimension, and the demand whose start
-        // the reset forecasts: one request unit, or the whole request.
-        let (need, estimate) = match dimension {
-            Dimension::Requests => (1, TokenEstimate::new(0, 0)),
-            Dimension::Tokens => (estimate.total().max(1), estimate),
-            Dimension::InputTokens => (estimate.input.max(1), estimate),
-            Dimension::OutputTokens => (estimate.output.max(1), estimate),
-        };
-        let reset = if remaining >= need {
-            Duration::ZERO
-        } else {
-            let now = Instant::now();
-            slot.controller
-                .forecast(*scope, Some(estimate))
-                .and_then(|f| f.ready_at)
-                .map_or(limit.window, |at| at.saturating_duration_since(now))
-        };
-        let [l, r, t] = names(dimension);
-        headers.insert(l, HeaderValue::from(limit.limit));
-        headers.insert(r, HeaderValue::from(remaining));
-        let reset = if reset.is_zero() {
-            Ok(HeaderValue::from_static("0s"))
-        } else {
-            HeaderValue::from_str(&format_reset(reset))
-        };
-        if let Ok(v) = reset {
-            headers.insert(t, v);
-        }
+        insert(
+            budget.controller,
+            *scope,
+            limit,
+            dimension,
+            estimate,
+            headers,
+        );
+    }
+}
+
+/// The three headers of `dimension` from `limit` of `scope`.
+fn insert(
+    controller: &AdmissionController,
+    scope: ScopeId,
+    limit: &LimitSnapshot,
+    dimension: Dimension,
+    estimate: TokenEstimate,
+    headers: &mut HeaderMap,
+) {
+    let remaining = u64::try_from(limit.available).unwrap_or(0);
+    // A request's size on this dimension, and the demand whose start
+    // the reset forecasts: one request unit, or the whole request.
+    let (need, estimate) = match dimension {
+        Dimension::Requests => (1, TokenEstimate::new(0, 0)),
+        Dimension::Tokens => (estimate.total().max(1), estimate),
+        Dimension::InputTokens => (estimate.input.max(1), estimate),
+        Dimension::OutputTokens => (estimate.output.max(1), estimate),
+    };
+    let reset = if remaining >= need {
+        Duration::ZERO
+    } else {
+        let now = Instant::now();
+        controller
+            .forecast(scope, Some(estimate))
+            .and_then(|f| f.ready_at)
+            .map_or(limit.window, |at| at.saturating_duration_since(now))
+    };
+    let [l, r, t] = names(dimension);
+    headers.insert(l, HeaderValue::from(limit.limit));
+    headers.insert(r, HeaderValue::from(remaining));
+    let reset = if reset.is_zero() {
+        Ok(HeaderValue::from_static("0s"))
+    } else {
+        HeaderValue::from_str(&format_reset(reset))
+    };
+    if let Ok(v) = reset {
+        headers.insert(t, v);
     }
 }
 

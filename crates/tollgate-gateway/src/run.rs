@@ -159,6 +159,9 @@ fn print_banner(addr: SocketAddr, sim: Option<&SimServer>, config: &GatewayConfi
             sim.openai_base_url()
         );
         println!("demo API key: {DEMO_KEY}");
+        for line in demo_limits(config) {
+            println!("{line}");
+        }
         println!("try:");
         println!(
             "  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \
@@ -171,4 +174,93 @@ fn print_banner(addr: SocketAddr, sim: Option<&SimServer>, config: &GatewayConfi
         );
     }
     println!("metrics: {base}/metrics   health: {base}/healthz   stop: Ctrl-C");
+}
+
+/// What the built-in default allows, for its banner: each tenant's calls
+/// at once and waiting, the request deadline, and each simulated account's
+/// limits with the models that spend it.
+fn demo_limits(config: &GatewayConfig) -> Vec<String> {
+    let mut lines = Vec::new();
+    let admission = &config.admission;
+    for t in &config.tenants {
+        let at_once = t.concurrency.map_or_else(
+            || "any number of calls".to_owned(),
+            |n| format!("{n} calls"),
+        );
+        let waiting = t
+            .max_waiting
+            .map_or_else(|| "any number".to_owned(), |n| n.to_string());
+        lines.push(format!(
+            "demo limits: tenant `{}` runs {at_once} at once, up to {waiting} more wait \
+             (each within its deadline: {}, or x-request-timeout up to {}){}",
+            t.name,
+            humantime::format_duration(admission.default_timeout),
+            humantime::format_duration(admission.max_timeout),
+            if t.all_limits().is_empty() {
+                "; no quota of its own"
+            } else {
+                ""
+            },
+        ));
+    }
+    for scope in &config.scopes {
+        let limits: Vec<String> = scope
+            .all_limits()
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {} per {}",
+                    l.amount,
+                    l.dimension.as_str().replace('_', " "),
+                    humantime::format_duration(l.window)
+                )
+            })
+            .collect();
+        let models: Vec<&str> = config
+            .models
+            .iter()
+            .filter(|m| {
+                m.deployments
+                    .iter()
+                    .any(|d| d.scope.as_deref() == Some(scope.name.as_str()))
+            })
+            .map(|m| m.name.as_str())
+            .collect();
+        lines.push(format!(
+            "  simulated account `{}` ({}): {}",
+            scope.name,
+            models.join(", "),
+            limits.join(", ")
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // proves: GW-9 (the banner of the built-in default says what its demo
+    // tenant and simulated accounts allow)
+    #[test]
+    fn the_banner_tells_the_demo_limits() {
+        let config = GatewayConfig::embedded("http://127.0.0.1:1/v1", DEMO_KEY);
+        let text = demo_limits(&config).join("\n");
+        assert!(
+            text.contains("tenant `demo` runs 16 calls at once, up to 1000 more wait"),
+            "{text}"
+        );
+        assert!(text.contains("each within its deadline: 1m"), "{text}");
+        assert!(text.contains("no quota of its own"), "{text}");
+        assert!(
+            text.contains("`sim` (sim-chat, sim-embed): 600 requests per 1m, 60000 tokens per 1m"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "300 requests per 1m, 40000 input tokens per 1m, 8000 output tokens per 1m"
+            ),
+            "{text}"
+        );
+    }
 }

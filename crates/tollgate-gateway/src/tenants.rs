@@ -6,8 +6,9 @@
 //!
 //! One controller per tenant keeps tenants apart: reading one tenant's
 //! limits for its rate-limit headers (GW-13) touches only that tenant's
-//! scopes, and a reload keeps a tenant's quota state when its limits did
-//! not change (GW-15).
+//! scopes, and a reload reconfigures a tenant's controller in place, so
+//! its quota state, queue and calls in flight carry into its new limits
+//! (GW-15).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate::config::{ConfigError as EngineConfigError, ControllerConfig, ScopeConfig};
 use tollgate::{
-    AdmissionController, Call, Deadline, Flow, Lease, PoolId, Priority, ScopeId, TokenEstimate,
+    AdmissionController, Call, Deadline, Flow, Lease, PoolId, Priority, Reconfiguration, ScopeId,
+    TokenEstimate,
 };
 
 use crate::auth::{ANONYMOUS_TENANT, TenantId};
@@ -28,7 +30,7 @@ pub struct TenantSlot {
     pub name: Arc<str>,
     /// Its scopes and pool.
     pub controller: AdmissionController,
-    /// What built `controller`; equal settings on reload keep it.
+    /// What `controller` was last configured with.
     pub settings: ControllerConfig,
     /// The tenant's own scope.
     pub scope: ScopeId,
@@ -176,20 +178,42 @@ pub fn settings(config: &GatewayConfig, id: TenantId) -> ControllerConfig {
     }
 }
 
-/// The slot of tenant `id`, reusing `previous` (a slot of the running
-/// configuration with the same name) when its settings are unchanged, so
-/// its quota state is kept (SPEC GW-15).
-pub fn slot(
+/// The controller of tenant `id` and its settings: the running one of
+/// `previous` (a slot of the running configuration with the same name),
+/// with the reconfiguration that brings it to `config` pushed on `plans`
+/// (applied by the caller once the whole state is built), or a new one
+/// (SPEC GW-15).
+pub fn controller(
     config: &GatewayConfig,
     id: TenantId,
     previous: Option<&TenantSlot>,
-) -> Result<TenantSlot, EngineConfigError> {
-    let name = config.tenant_name(id).unwrap_or(ANONYMOUS_TENANT);
+    plans: &mut Vec<Reconfiguration>,
+) -> Result<(AdmissionController, ControllerConfig), EngineConfigError> {
     let settings = settings(config, id);
     let controller = match previous {
-        Some(p) if p.settings == settings => p.controller.clone(),
-        _ => AdmissionController::new(settings.clone())?,
+        Some(p) => {
+            if p.settings != settings {
+                plans.push(p.controller.prepare(settings.clone())?);
+            }
+            p.controller.clone()
+        }
+        None => AdmissionController::new(settings.clone())?,
     };
+    Ok((controller, settings))
+}
+
+/// The slot of tenant `id` over `controller`, configured with `settings`,
+/// counting what is served to it in `served` (the running slot's, on a
+/// reload) (look-ups by name: call it once the controller's
+/// reconfiguration is applied).
+pub fn slot(
+    config: &GatewayConfig,
+    id: TenantId,
+    controller: AdmissionController,
+    settings: ControllerConfig,
+    served: Arc<Served>,
+) -> TenantSlot {
+    let name = config.tenant_name(id).unwrap_or(ANONYMOUS_TENANT);
     let tenant = config.tenant(id);
     let scope = controller
         .scope_id(&own_name(name))
@@ -212,9 +236,9 @@ pub fn slot(
         tenant.map_or(Priority::Standard, |t| t.priority),
     )
     .with_weight(tenant.map_or(1, |t| t.weight));
-    Ok(TenantSlot {
+    TenantSlot {
         flow,
-        served: previous.map(|p| Arc::clone(&p.served)).unwrap_or_default(),
+        served,
         name: Arc::from(name),
         pool: controller.pool_id(&own_name(name)),
         models: tenant
@@ -224,5 +248,5 @@ pub fn slot(
         settings,
         scope,
         model_scopes,
-    })
+    }
 }

@@ -171,3 +171,43 @@ async fn a_client_that_goes_away_still_gets_a_line() {
     assert_eq!(line["tenant"], "a");
     gw.wait_idle().await;
 }
+
+// proves: GW-14 (the access line's error code is the code the client
+// received, for a body the gateway cannot parse too, in both formats)
+#[tokio::test]
+async fn a_malformed_body_is_logged_with_the_code_the_client_received() {
+    let sim = fast_sim().await;
+    for format in ["json", "text"] {
+        let gw = Gateway::start(&config(&sim.openai_base_url(), format)).await;
+        let lines = gw.app.access_log.capture();
+        let client = client();
+        let mut codes = Vec::new();
+        for body in [r#"{"model": "chat", "messages": "#, r#"{"model": "chat"}"#] {
+            let r = client
+                .post(gw.url("/v1/chat/completions"))
+                .bearer_auth(KEY_A)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let (status, _, error) = error_of(r).await;
+            assert_eq!(status, 400);
+            let sent = error["code"]
+                .as_str()
+                .unwrap_or_else(|| panic!("the client gets a machine-readable code: {error}"));
+            codes.push(sent.to_owned());
+        }
+        eventually("two access lines", || lines.lock().len() == 2).await;
+        let lines = lines.lock().clone();
+        for (line, sent) in lines.iter().zip(&codes) {
+            if format == "json" {
+                let v: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(v["error"], sent.as_str(), "{line}");
+            } else {
+                assert!(line.contains(&format!(" error={sent} ")), "{line}");
+            }
+        }
+        assert_eq!(sim.stats().requests_total, 0);
+    }
+}

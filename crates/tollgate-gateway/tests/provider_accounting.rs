@@ -215,7 +215,8 @@ async fn arrival_jitter_draws_no_provider_429() {
 /// 64, against a simulator charging `ceil(chars / 4) + max_tokens` = 289
 /// tokens per item, 2,890 tokens per window (10 items), at admission and
 /// without reconciling (it generates 16 tokens, so the reported usage, 247,
-/// is below the charge); a job of 3.5 windows.
+/// is below the charge); a job of 3.5 windows. `accounting` is the
+/// provider's `accounting` line, or empty for its default.
 async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
     let sim = sim(SimConfig {
         tpm: Some(2_890),
@@ -231,7 +232,7 @@ async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
     .await;
     let gw = gateway(
         &sim,
-        &format!("accounting = {accounting}\nreconciles = false"),
+        &format!("{accounting}\nreconciles = false"),
         "limits = [{ tokens = 2890, per = \"2s\" }]",
     )
     .await;
@@ -245,12 +246,27 @@ async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
 // the provider charges: zero provider 429s from the first window on)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_accounting_matches_a_character_based_limiter() {
-    let (job, stats) = mismatch_job("\"openai\"").await;
+    let (job, stats) = mismatch_job("accounting = \"openai\"").await;
+    assert_matches_the_limiter(&job, &stats);
+}
+
+/// The job lost nothing and the character-based limiter refused nothing.
+fn assert_matches_the_limiter(job: &Job, stats: &SimStats) {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 35);
-    assert_eq!(rejected(&stats), 0, "provider 429s: {stats:?}");
+    assert_eq!(rejected(stats), 0, "provider 429s: {stats:?}");
     assert_eq!(stats.tokens_charged, 35 * 289);
     assert!(stats.max_tokens_in_window <= 2_890, "{stats:?}");
+}
+
+// proves: Q-16 (the default accounting follows the flavour: a provider of
+// flavour `openai`, the default one, configured without `accounting`
+// counts as OpenAI documents its limits, characters / 4 plus max_tokens,
+// and draws zero provider 429s from a limiter that counts so)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_provider_counts_like_openai_by_default() {
+    let (job, stats) = mismatch_job("").await;
+    assert_matches_the_limiter(&job, &stats);
 }
 
 // proves: Q-16 (the contrast: the tokenizer profile by mistake reserves
@@ -258,15 +274,32 @@ async fn openai_accounting_matches_a_character_based_limiter() {
 // fits and the provider refuses some; how many depends on timing)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenizer_accounting_under_reserves_for_a_character_based_limiter() {
-    let (_, stats) = mismatch_job("\"tokenizer\"").await;
+    let (_, stats) = mismatch_job("accounting = \"tokenizer\"").await;
     assert!(rejected(&stats) > 0, "{stats:?}");
 }
 
 // proves: Q-14 (a consumer the gateway cannot see spends 30 % of the
 // account's budget; the remaining-budget headers, compared with what the
 // provider certainly counted of the gateway's own traffic, take its share
-// out of the gateway's window: at most one provider 429 per window, only
-// in the first window, and the job finishes)
+// out of the gateway's window: without them the gateway would send 40 a
+// window where 28 fit, a dozen provider 429s a window; with them at most
+// one a window, and the job finishes)
+//
+// Not "none after the first window": the headers show what the other
+// consumer holds when an answer is counted, and its spending after the
+// latest answer is unseen until the next one (docs/tokens.md, "What
+// remains"). The simulator's consumer ticks every W / 12, each tick a
+// period after the previous one actually ran and skipped when the window
+// is full, so what it holds moves between 10 and 12: on a busy machine its
+// ticks run a millisecond or two late and leave a gap of 11 for ~15 ms of
+// every period, and a tick falls when the gateway has just filled the
+// window. An answer counted then measures less (the estimate follows a
+// lower exact measurement at once and rises only on certain evidence,
+// others.rs), and when the consumer is back at 12 the gateway's next fill
+// draws one 429. Measured: 6 of 50 runs under load drew one at the edge of
+// the second or third window. The refused attempt then stays counted in
+// tollgate's window (refusal cost `full`) where the simulator charged
+// nothing, which covers that unit until the window ends: one a window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hidden_consumer_is_learned_from_the_headers() {
     let sim = sim(SimConfig {
@@ -287,13 +320,9 @@ async fn hidden_consumer_is_learned_from_the_headers() {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 84);
     assert!(
-        rejected(&stats) <= 1,
-        "at most one provider 429 (in the first window): {stats:?}"
-    );
-    assert_eq!(
-        rejected(&stats),
-        job.rejected_in_first_window,
-        "no provider 429 after the first window: {stats:?}"
+        rejected(&stats) <= windows_used(job.elapsed),
+        "at most one provider 429 a window ({:?}): {stats:?}",
+        job.elapsed
     );
     assert!(stats.background_requests > 0, "{stats:?}");
     let snapshot = gw.upstream_scope("s");

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,10 +12,6 @@ use std::time::Duration;
 use common::*;
 use tollgate::quota::Dimension;
 use tollgate_gateway::config::GatewayConfig;
-
-/// The admin key: cargo sets `CARGO_PKG_NAME` for the test process, so the
-/// tests need not change their environment.
-const ADMIN: &str = env!("CARGO_PKG_NAME");
 
 /// Models `chat` (scope `one`, `one_rpm`) and `extra` (scope `two`,
 /// `two_rpm`) on `base_url`; tenant `a`, and `b` when `with_b`.
@@ -56,21 +51,6 @@ rpm = 1000
 "#,
         key_hash(KEY_A)
     )
-}
-
-/// `POST /admin/reload`: its status and body.
-async fn reload(gw: &Gateway) -> (u16, String) {
-    let r = client()
-        .post(gw.url("/admin/reload"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .expect("reload answered");
-    (r.status().as_u16(), r.text().await.unwrap_or_default())
-}
-
-fn rewrite(path: &Path, toml: &str) {
-    std::fs::write(path, toml).expect("rewrite the configuration");
 }
 
 // proves: GW-15 (reloads under load fail no request: connections and
@@ -200,10 +180,11 @@ async fn an_invalid_file_leaves_the_old_configuration_running() {
     assert_eq!(r.status(), 401);
 }
 
-// proves: GW-15 (the quota state of scopes and tenants whose limits did
-// not change is kept; a scope whose limits changed starts afresh)
+// proves: GW-15 (a reload carries every scope's and tenant's quota state
+// into its new configuration: a changed limit applies to the window in
+// progress, counting what was admitted before)
 #[tokio::test]
-async fn unchanged_scopes_keep_their_quota_state() {
+async fn reloads_carry_every_scopes_quota_state() {
     let sim = fast_sim().await;
     let base = sim.openai_base_url();
     let (gw, path) = Gateway::start_file(&config(&base, 5, 5, true)).await;
@@ -223,9 +204,119 @@ async fn unchanged_scopes_keep_their_quota_state() {
     rewrite(&path, &config(&base, 5, 6, false));
     assert_eq!(reload(&gw).await.0, 200);
     assert_eq!(available(&gw, "one"), Some(3), "unchanged: kept");
-    assert_eq!(available(&gw, "two"), Some(6), "changed: afresh");
+    assert_eq!(available(&gw, "two"), Some(4), "raised to 6: 2 of it used");
+    rewrite(&path, &config(&base, 1, 6, false));
+    assert_eq!(reload(&gw).await.0, 200);
+    assert_eq!(
+        available(&gw, "one"),
+        Some(-1),
+        "lowered to 1: 2 of it used"
+    );
     let a = gw.tenant_scope("tenant:a");
-    assert_eq!(a.counters.admitted, 4, "tenant a's limits did not change");
+    assert_eq!(a.counters.admitted, 4, "tenant a's state carried");
+}
+
+/// Model `chat` on `base_url` in scope `one` (5 requests per 3 s, as the
+/// simulator), with `[cooldown] max = max`; tenant `a`.
+fn five_per_window(base_url: &str, max: &str) -> String {
+    format!(
+        r#"
+[server]
+admin_key_env = "CARGO_PKG_NAME"
+
+[providers.sim]
+base_url = "{base_url}"
+
+[cooldown]
+max = "{max}"
+
+[scopes.one]
+limits = [{{ requests = 5, per = "3s" }}]
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+scope = "one"
+
+[tenants.a]
+keys_sha256 = ["{}"]
+"#,
+        key_hash(KEY_A)
+    )
+}
+
+// proves: GW-15, Q-7 (the reproduction: a reload that changes only
+// `[cooldown] max` keeps the scope's window, so the request that the full
+// window holds back is still held back after the reload and the provider,
+// 5 requests per window like the scope, refuses nothing)
+#[tokio::test]
+async fn a_reload_of_the_cooldown_alone_draws_no_provider_429() {
+    let sim = sim(tollgate_sim::SimConfig {
+        rpm: Some(5),
+        window: Duration::from_secs(3),
+        ..tollgate_sim::SimConfig::default()
+    })
+    .await;
+    let base = sim.openai_base_url();
+    let (gw, path) = Gateway::start_file(&five_per_window(&base, "60s")).await;
+    let client = client();
+    for _ in 0..5 {
+        let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    rewrite(&path, &five_per_window(&base, "30s"));
+    assert_eq!(reload(&gw).await.0, 200);
+    // The sixth waits in the gateway for the window, then goes.
+    one_more_call_draws_no_429(&gw, &sim, KEY_A, &chat("chat", false)).await;
+    gw.wait_idle().await;
+}
+
+// proves: GW-15, POOL-1 (a tenant's limits and its per-model limits carry
+// their state into the new configuration)
+#[tokio::test]
+async fn tenant_limits_carry_their_state() {
+    let sim = fast_sim().await;
+    let base = sim.openai_base_url();
+    let tenant = |rpm: u64, per_model: u64| {
+        format!(
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}",
+            two_models(
+                &base,
+                &format!(
+                    "rpm = {rpm}\n[tenants.a.per_model.chat]\nlimits = [{{ requests = {per_model}, per = \"1h\" }}]"
+                ),
+                "",
+            )
+        )
+    };
+    let (gw, path) = Gateway::start_file(&tenant(100, 3)).await;
+    let client = client();
+    for _ in 0..2 {
+        let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    rewrite(&path, &tenant(101, 4));
+    assert_eq!(reload(&gw).await.0, 200);
+    let requests = |scope: &str| {
+        gw.tenant_scope(scope)
+            .limits
+            .iter()
+            .find(|l| l.dimension == Dimension::Requests)
+            .map(|l| l.available)
+    };
+    assert_eq!(requests("tenant:a"), Some(99), "101 - 2");
+    assert_eq!(requests("tenant:a/chat"), Some(2), "4 per hour - 2");
+    for _ in 0..2 {
+        let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(
+        r.status(),
+        429,
+        "4 of 4 this hour, 2 of them before the reload"
+    );
+    gw.wait_idle().await;
 }
 
 // proves: GW-15 (a call in flight finishes under the settings it started

@@ -9,20 +9,6 @@ use std::time::Instant;
 use common::*;
 use serde_json::Value;
 
-fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
-    resp.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
-fn number(resp: &reqwest::Response, name: &str) -> u64 {
-    header(resp, name)
-        .unwrap_or_else(|| panic!("no {name}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("{name} is not a number"))
-}
-
 // proves: GW-12 (a tenant may call only its models; another model answers
 // 404 exactly as an unknown one, is not listed, and nothing goes upstream)
 #[tokio::test]
@@ -211,5 +197,68 @@ async fn input_and_output_limits_settle_from_the_reported_split() {
             "settled to the reported split"
         );
     }
+    gw.wait_idle().await;
+}
+
+// proves: GW-13 (a tenant without a limit of a dimension is told the
+// account's: the remaining budget of the quota scope its call spent, as
+// the provider itself would tell it; a limit of its own wins for its
+// dimension)
+#[tokio::test]
+async fn a_tenant_without_limits_is_told_the_accounts_budget() {
+    let sim = fast_sim().await;
+    let config = format!(
+        r#"
+[providers.sim]
+base_url = "{}"
+
+[scopes.account]
+rpm = 50
+tpm = 20000
+
+[models.chat]
+provider = "sim"
+upstream_model = "sim-chat"
+scope = "account"
+
+{}
+"#,
+        sim.openai_base_url(),
+        tenants("rpm = 10", "")
+    );
+    let gw = Gateway::start(&config).await;
+    let client = client();
+    let mut tokens_left = 20_000u64;
+    // b has no limits: the account's, settled to the reported usage.
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(number(&r, "x-ratelimit-limit-requests"), 50);
+    assert_eq!(number(&r, "x-ratelimit-remaining-requests"), 49);
+    assert_eq!(
+        header(&r, "x-ratelimit-reset-requests").as_deref(),
+        Some("0s")
+    );
+    assert_eq!(number(&r, "x-ratelimit-limit-tokens"), 20_000);
+    let remaining = number(&r, "x-ratelimit-remaining-tokens");
+    let body: Value = r.json().await.unwrap();
+    tokens_left -= body["usage"]["total_tokens"].as_u64().unwrap();
+    assert_eq!(remaining, tokens_left);
+    // a has a request limit of its own, and the account's for tokens.
+    let r = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(number(&r, "x-ratelimit-limit-requests"), 10);
+    assert_eq!(number(&r, "x-ratelimit-remaining-requests"), 9);
+    assert_eq!(number(&r, "x-ratelimit-limit-tokens"), 20_000);
+    let remaining = number(&r, "x-ratelimit-remaining-tokens");
+    let body: Value = r.json().await.unwrap();
+    tokens_left -= body["usage"]["total_tokens"].as_u64().unwrap();
+    assert_eq!(remaining, tokens_left, "a's call spent the account too");
+    // b again: the account spent a's call as well.
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("chat", false)).await;
+    assert_eq!(number(&r, "x-ratelimit-remaining-requests"), 47);
+    // An unknown model names no account: no headers.
+    let r = post_chat(&client, &gw, Some(KEY_B), &chat("nope", false)).await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), None);
     gw.wait_idle().await;
 }

@@ -234,3 +234,74 @@ fn holders_hand_over_without_losing_a_permit() {
         assert_eq!(p.try_acquire(), Ok(()), "the fast path is open again");
     });
 }
+
+// proves: GW-15, POOL-1 (a pool lowered below the permits held while one
+// is being returned: a caller that comes after the change gets a permit
+// only once the holders are within the new size, and once all are back
+// the pool holds exactly the new size)
+#[test]
+fn a_lowered_limit_admits_nothing_until_the_excess_is_back() {
+    model(|| {
+        let p = Arc::new(Permits::bounded(2, 8));
+        assert_eq!(p.try_acquire(), Ok(()));
+        assert_eq!(p.try_acquire(), Ok(()));
+        // The main thread's permit and the returner's, counted against the
+        // new size of 1 (each increment asserts the bound).
+        let holders = Arc::new(Holders {
+            now: AtomicUsize::new(2),
+            limit: 1,
+        });
+        let returner = {
+            let (p, h) = (p.clone(), holders.clone());
+            thread::spawn(move || {
+                h.leave();
+                p.release();
+            })
+        };
+        p.resize(1, 8);
+        let taker = {
+            let (p, h) = (p.clone(), holders.clone());
+            thread::spawn(move || {
+                take(&p);
+                h.enter();
+                h.leave();
+                p.release();
+            })
+        };
+        holders.leave();
+        p.release();
+        returner.join().unwrap();
+        taker.join().unwrap();
+        assert_eq!(p.limit(), 1);
+        assert_eq!(p.held(), 0);
+        assert_eq!(p.available(), 1);
+        assert_eq!(p.try_acquire(), Ok(()), "the fast path is open again");
+    });
+}
+
+// proves: GW-15, POOL-3 (a raised limit hands the new permits to the
+// waiters in line while permits are returned: none lost or duplicated)
+#[test]
+fn a_raised_limit_serves_the_line_first() {
+    model(|| {
+        let p = Arc::new(Permits::bounded(1, 8));
+        assert_eq!(p.try_acquire(), Ok(()));
+        let waiter = {
+            let p = p.clone();
+            thread::spawn(move || {
+                take(&p);
+                p.release();
+            })
+        };
+        let resizer = {
+            let p = p.clone();
+            thread::spawn(move || p.resize(2, 8))
+        };
+        p.release();
+        waiter.join().unwrap();
+        resizer.join().unwrap();
+        assert_eq!(p.held(), 0);
+        assert_eq!(p.available(), 2);
+        assert_eq!(p.waiting(), 0);
+    });
+}

@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 use tollgate::config::{MINUTE, ScopeConfig};
 use tollgate::lifecycle::{
-    Accounting, AttemptContext, AttemptPolicy, Budgets, CallOptions, ErrorKind, Provider,
-    ProviderError, Reply, StreamEvent, Supervisor,
+    ARRIVAL_CAP, ARRIVAL_MEMORY, Accounting, AttemptContext, AttemptPolicy, Budgets, CallOptions,
+    ErrorKind, Provider, ProviderError, Reply, StreamEvent, Supervisor,
 };
 use tollgate::quota::Dimension;
 use tollgate::{
@@ -133,6 +133,58 @@ async fn refusals_teach_the_arrival_bound() {
     assert_eq!(available(&c, Dimension::Requests), 9, "still counted");
     tokio::time::advance(ms(1)).await;
     assert_eq!(available(&c, Dimension::Requests), 10, "freed at 65 s");
+}
+
+// proves: Q-15 (the learned arrival bound is capped and decays: a refusal
+// answered after 60 s, a proxy's own timeout rather than an arrival delay,
+// holds later slow answers for the cap of 10 s, not 60 s; and after ten
+// minutes without a slow refusal the bound is the floor again). Found in
+// review, where the first version failed: the bound only ever grew
+// (`fetch_max`), so one slow 429 slowed every later attempt for the life
+// of the process.
+#[tokio::test(start_paused = true)]
+async fn a_slow_refusal_teaches_a_capped_bound_that_decays() {
+    assert_eq!((ARRIVAL_CAP, ARRIVAL_MEMORY), (secs(10), secs(300)));
+    let c = controller(ScopeConfig::new("m").requests(10, MINUTE));
+    let accounting = Accounting {
+        refusal_cost: RefusalCost::Free,
+        ..Accounting::default()
+    };
+    let slow_answer = || Step::Reply {
+        after: secs(30),
+        usage: Usage::known(100),
+    };
+    let sup = supervisor(
+        &c,
+        vec![rate_limited(secs(60)), slow_answer(), slow_answer()],
+        accounting,
+    );
+    let t0 = Instant::now();
+    let done = sup
+        .invoke(&"a".into(), CallOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.attempts, 2);
+    // The second attempt started at 61 s (after the 1 s cooldown) and was
+    // answered at 91 s: its unit stays until 61 s + 10 s (the cap) + 60 s.
+    let until = t0 + secs(61 + 10 + 60);
+    tokio::time::advance(until - Instant::now() - ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 9, "still counted");
+    tokio::time::advance(ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 10, "freed at the cap");
+
+    // Ten minutes later the 60 s refusal is forgotten: a slow answer is
+    // held for the 500 ms floor only.
+    tokio::time::advance(secs(600)).await;
+    let t1 = Instant::now();
+    sup.invoke(&"b".into(), CallOptions::default())
+        .await
+        .unwrap();
+    let until = t1 + ms(500) + secs(60);
+    tokio::time::advance(until - Instant::now() - ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 9, "still counted");
+    tokio::time::advance(ms(1)).await;
+    assert_eq!(available(&c, Dimension::Requests), 10, "freed at the floor");
 }
 
 // proves: Q-15 (a stream is counted from the moment its response began:

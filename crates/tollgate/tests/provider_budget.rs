@@ -392,11 +392,19 @@ async fn a_free_refusal_is_not_counted_as_certain() {
 // comparison.
 #[tokio::test(start_paused = true)]
 async fn settling_pruned_entries_is_harmless() {
+    const REQUESTS: u64 = 1 << 40;
+    const TOKENS: u64 = 1 << 50;
     let c = controller(
         ScopeConfig::new("m")
-            .requests(1 << 40, MINUTE)
-            .tokens(1 << 50, MINUTE),
+            .requests(REQUESTS, MINUTE)
+            .tokens(TOKENS, MINUTE),
     );
+    let state = |c: &AdmissionController| {
+        (
+            available(c, Dimension::Requests),
+            available(c, Dimension::Tokens),
+        )
+    };
     let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(100, 50));
     let mut old = lease(&c, &call).await;
     let mut old2 = lease(&c, &call).await;
@@ -413,12 +421,33 @@ async fn settling_pruned_entries_is_harmless() {
     tokio::time::advance(ms(5)).await;
     let now = Instant::now();
     late.counted_by(now);
-    let _ = c.observe_answer(&old, &report(Dimension::Tokens, 0, MINUTE), now);
+    // Only `late` is still in the window.
+    let own = (REQUESTS as i64 - 1, TOKENS as i64 - 150);
+    assert_eq!(state(&c), own);
+
+    // The answer to a pruned attempt: the plain comparison with what
+    // tollgate counts now (`late`), nothing else. The provider has nothing
+    // left: everything but `late` is others'.
+    let o = c.observe_answer(&old, &report(Dimension::Tokens, 0, MINUTE), now);
+    assert_eq!((o.gap, o.freed), (TOKENS - 150, 0));
+    assert_eq!(state(&c), (own.0, 0));
+    // An answer to `late` (in the record) says the provider has half
+    // left: the estimate of others' holding follows it.
     let _ = c.observe_answer(&late, &report(Dimension::Tokens, 1 << 49, MINUTE), now);
+    let answered = (own.0, 1 << 49);
+    assert_eq!(state(&c), answered);
+    // Settling and refusing pruned attempts change nothing.
     old.reconcile(Usage::known(1)).unwrap();
+    assert_eq!(state(&c), answered, "settling a pruned attempt");
     old2.refused(RefusalCost::Free).unwrap();
-    let _ = c.observe_answer(&old2, &requests(0, Duration::ZERO), now);
+    assert_eq!(state(&c), answered, "a free refusal of a pruned attempt");
+    // A request answer to a pruned attempt: the plain comparison again.
+    let o = c.observe_answer(&old2, &requests(0, Duration::ZERO), now);
+    assert_eq!(o.gap, REQUESTS - 1);
+    assert_eq!(state(&c), (0, answered.1));
+    // Settling `late` (in the window) refunds its unused 140 tokens.
     late.reconcile(Usage::known(10)).unwrap();
+    assert_eq!(state(&c), (0, answered.1 + 140));
 }
 
 // proves: Q-14. Token-bucket and fixed-window scopes keep the shortfall rule:

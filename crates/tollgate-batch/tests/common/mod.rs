@@ -56,3 +56,69 @@ pub fn write_lines(path: &Path, lines: &[Value]) {
 pub fn never() -> std::future::Pending<()> {
     std::future::pending()
 }
+
+/// The strict simulator behind a layer that rewrites the limits it
+/// advertises: answer `n` (from 1) says `x-ratelimit-limit-tokens:
+/// tokens(n)` and 10,000 requests per window, whatever the simulator
+/// enforces. A provider whose advertised limit changes (SPEC Q-14).
+pub struct Advertising {
+    /// `http://127.0.0.1:PORT/v1`.
+    pub base_url: String,
+    /// Answers so far.
+    pub answers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Advertising {
+    /// Serves `config`'s simulator with the advertised token limits of
+    /// `tokens`.
+    pub async fn start(config: tollgate_sim::SimConfig, tokens: fn(usize) -> u64) -> Advertising {
+        use axum::http::HeaderValue;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let answers = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&answers);
+        let rewrite = move |mut response: axum::response::Response| {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            let headers = response.headers_mut();
+            headers.insert("x-ratelimit-limit-requests", HeaderValue::from(10_000u64));
+            headers.insert("x-ratelimit-limit-tokens", HeaderValue::from(tokens(n)));
+            async move { response }
+        };
+        let sim = tollgate_sim::Simulator::new(config).expect("simulator configuration");
+        let router = sim.router().layer(axum::middleware::map_response(rewrite));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base_url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Advertising {
+            base_url,
+            answers,
+            task,
+        }
+    }
+}
+
+impl Drop for Advertising {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How many lines of the output at `path` each `custom_id` has (a missing
+/// file has none); fails the test on a torn last line or a line that is
+/// not JSON.
+pub fn counts(path: &Path) -> std::collections::HashMap<String, usize> {
+    let data = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(data.is_empty() || data.ends_with('\n'), "torn last line");
+    let mut seen = std::collections::HashMap::new();
+    for l in data.lines() {
+        let v: Value = serde_json::from_str(l).expect("every output line is JSON");
+        *seen
+            .entry(v["custom_id"].as_str().expect("id").to_owned())
+            .or_insert(0) += 1;
+    }
+    seen
+}

@@ -79,10 +79,14 @@ fn shared_store(
     {
         return Ok((Some(kept), Some(url), true));
     }
-    let settings = RedisSettings::new(url.clone())
+    let mut settings = RedisSettings::new(url.clone())
+        .cluster(redis.cluster)
         .prefix(redis.prefix.clone())
         .timeout(redis.timeout)
         .on_unavailable(redis.on_unavailable);
+    if let Some(ca) = &redis.ca_file {
+        settings = settings.ca_file(ca);
+    }
     let backend = RedisBackend::new(settings).map_err(|e| BuildFailure::QuotaStore {
         origin: config.origin.clone(),
         reason: e.to_string(),
@@ -96,9 +100,13 @@ pub fn build(config: &GatewayConfig, metrics: Metrics) -> Result<Arc<AppState>, 
 }
 
 /// Builds the shared state for `config`, keeping from `previous` (the
-/// running state, on reload) the quota state of every scope and tenant
-/// whose settings did not change and the circuit of every provider whose
+/// running state, on reload) every scope's and tenant's controller,
+/// reconfigured in place so that its quota state, cooldown, queue and
+/// calls in flight carry over, and the circuit of every provider whose
 /// settings did not change (SPEC GW-15).
+///
+/// Everything that can fail is done before any running controller is
+/// reconfigured: a refused reload changes nothing.
 pub fn build_with(
     config: &GatewayConfig,
     metrics: Metrics,
@@ -109,6 +117,10 @@ pub fn build_with(
         origin: config.origin.clone(),
         source,
     };
+    // The supervisors built below check these again; checked here, before
+    // anything running changes.
+    config.retry.validate().map_err(engine)?;
+    let mut plans = Vec::new();
 
     // Upstream side: one controller per quota scope, its quota in the
     // shared store when one is configured (SPEC DQ-1).
@@ -118,16 +130,18 @@ pub fn build_with(
         Some(p) if store_kept => &p.upstream,
         _ => &[],
     };
-    let upstream = upstream::scopes(config, kept, shared.as_ref()).map_err(engine)?;
+    let upstream = upstream::scopes(config, kept, shared.as_ref(), &mut plans).map_err(engine)?;
 
     // Tenant side: one controller per tenant, admitted once per call.
     let auth = Authenticator::new(config);
-    let tenant_slots = (0..auth.tenant_count())
+    let tenants = (0..auth.tenant_count())
         .filter_map(TenantId::from_index)
         .map(|id| {
             let name = config.tenant_name(id).unwrap_or_default();
             let kept = previous.and_then(|p| p.tenant_slots.iter().find(|t| &*t.name == name));
-            crate::tenants::slot(config, id, kept)
+            // What was served to the tenant is kept across reloads (SPEC FAIR-8).
+            let served = kept.map(|k| Arc::clone(&k.served)).unwrap_or_default();
+            crate::tenants::controller(config, id, kept, &mut plans).map(|c| (id, c, served))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(engine)?;
@@ -183,6 +197,20 @@ pub fn build_with(
         breakers.push((Arc::<str>::from(p.name.as_str()), breaker.clone()));
         providers.insert(p.name.clone(), (by_url, breaker, p));
     }
+
+    let admin = AdminAuth::from_config(config)?;
+
+    // Nothing below fails: the running controllers take their new
+    // configuration now, and ordinals are looked up after.
+    for plan in plans {
+        plan.apply();
+    }
+    let tenant_slots = tenants
+        .into_iter()
+        .map(|(id, (controller, settings), served)| {
+            crate::tenants::slot(config, id, controller, settings, served)
+        })
+        .collect();
 
     let mut models = HashMap::new();
     for m in &config.models {
@@ -269,7 +297,6 @@ pub fn build_with(
         );
     }
 
-    let admin = AdminAuth::from_config(config)?;
     let bounds = Bounds {
         default_timeout: config.admission.default_timeout,
         max_timeout: config.admission.max_timeout,

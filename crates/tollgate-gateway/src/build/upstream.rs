@@ -1,16 +1,17 @@
 //! The upstream side: one admission controller per quota scope, holding the
 //! pools of the deployments that spend it (SPEC Q-10, POOL-1).
 //!
-//! One controller per scope lets a reload keep the quota state of every
-//! scope whose settings did not change (SPEC GW-15): the scope's limits,
-//! the pools of its deployments and the `[admission]` and `[cooldown]`
-//! settings. A scope whose settings changed starts afresh.
+//! A reload keeps each scope's controller and reconfigures it in place
+//! (SPEC GW-15): its window, cooldown, queue and calls in flight carry into
+//! the new limits, pools and `[admission]` and `[cooldown]` settings. Only
+//! a scope moved to another quota store starts afresh (the new store has
+//! its own count).
 
 use std::sync::Arc;
 
-use tollgate::AdmissionController;
 use tollgate::config::{ConfigError as EngineConfigError, ControllerConfig, ScopeConfig};
 use tollgate::quota::SharedRemote;
+use tollgate::{AdmissionController, Reconfiguration};
 
 use crate::config::{GatewayConfig, QuotaStoreConfig};
 
@@ -19,7 +20,7 @@ use crate::config::{GatewayConfig, QuotaStoreConfig};
 pub struct ScopeRuntime {
     /// The scope's name (configured, or `model:<model>[/<deployment>]`).
     pub name: Arc<str>,
-    /// What built `controller`; equal settings on reload keep it.
+    /// What `controller` was last configured with.
     pub settings: ControllerConfig,
     /// Where its quota lives; a change on reload starts it afresh.
     pub store: QuotaStoreConfig,
@@ -59,23 +60,31 @@ fn settings(config: &GatewayConfig) -> Vec<(String, ControllerConfig)> {
         .collect()
 }
 
-/// The scopes of `config`, reusing the controllers of `previous` whose
-/// settings (and store) are unchanged. With a shared store every upstream
+/// The scopes of `config`: the running controller of `previous` for every
+/// scope it has in the same store, with the reconfiguration that brings it
+/// to `config` (applied by the caller once the whole state is built), and
+/// a new controller for the others. With a shared store every upstream
 /// scope keeps its quota there (SPEC DQ-1); tenant scopes stay in the
 /// process.
 pub fn scopes(
     config: &GatewayConfig,
     previous: &[ScopeRuntime],
     shared: Option<&SharedRemote>,
+    plans: &mut Vec<Reconfiguration>,
 ) -> Result<Vec<ScopeRuntime>, EngineConfigError> {
     settings(config)
         .into_iter()
         .map(|(name, settings)| {
-            let kept = previous.iter().find(|p| {
-                *p.name == *name && p.settings == settings && p.store == config.quota_store
-            });
-            let controller = match (kept, shared) {
-                (Some(p), _) => p.controller.clone(),
+            let running = previous
+                .iter()
+                .find(|p| *p.name == *name && p.store == config.quota_store);
+            let controller = match (running, shared) {
+                (Some(p), _) => {
+                    if p.settings != settings {
+                        plans.push(p.controller.prepare(settings.clone())?);
+                    }
+                    p.controller.clone()
+                }
                 (None, None) => AdmissionController::new(settings.clone())?,
                 (None, Some(store)) => AdmissionController::builder()
                     .config(settings.clone())

@@ -20,6 +20,13 @@ use crate::auth::KeyHash;
 /// The `origin` (file name in errors) of the embedded configuration.
 pub const EMBEDDED_ORIGIN: &str = "<built-in default>";
 
+/// The built-in `demo` tenant's calls in flight at once.
+const DEMO_CONCURRENCY: u64 = 16;
+
+/// The built-in `demo` tenant's calls that may wait for one of its
+/// permits (each within its own deadline).
+const DEMO_MAX_WAITING: usize = 1_000;
+
 impl GatewayConfig {
     /// The built-in default: provider `sim` at `sim_base_url` (the
     /// simulator's OpenAI base URL, e.g. `http://127.0.0.1:PORT/v1`), quota
@@ -30,8 +37,10 @@ impl GatewayConfig {
     /// (the simulator's Messages route) with scope `sim-anthropic` (token
     /// buckets of 300 requests, 40,000 input and 8,000 output tokens per
     /// minute, as the embedded simulator enforces) and model `sim-claude`
-    /// on `/v1/messages`; and tenant
-    /// `demo` authenticated by `demo_key`; listening on `127.0.0.1:8080`.
+    /// on `/v1/messages`; and tenant `demo` authenticated by `demo_key`
+    /// (16 calls at once, up to 1,000 more waiting within their deadlines,
+    /// no quota of its own); listening on
+    /// `127.0.0.1:8080`.
     /// Every other setting has its documented default. It passes
     /// [`validate`](Self::validate) for any http(s) `sim_base_url`.
     pub fn embedded(sim_base_url: &str, demo_key: &str) -> GatewayConfig {
@@ -127,9 +136,13 @@ impl GatewayConfig {
                 keys_sha256: vec![KeyHash::of(demo_key)],
                 weight: 1,
                 priority: tollgate::Priority::Standard,
-                concurrency: Some(8),
-                max_waiting: Some(32),
-                max_wait: Some(Duration::from_secs(5)),
+                // As many calls at once as a model's deployment takes; a
+                // burst of a few hundred (an SDK's `asyncio.gather`) waits
+                // for them within each call's deadline instead of being
+                // refused.
+                concurrency: Some(DEMO_CONCURRENCY),
+                max_waiting: Some(DEMO_MAX_WAITING),
+                max_wait: None,
                 rpm: None,
                 tpm: None,
                 itpm: None,

@@ -7,6 +7,7 @@
 //! client speaks the dialect of the route it calls.
 
 use http::{HeaderName, HeaderValue};
+use tollgate_openai::tokens::Profile;
 
 use super::error::{FieldPath, Problem};
 
@@ -59,6 +60,19 @@ impl Flavor {
         ]
         .into_iter()
         .find(|f| f.as_str() == name)
+    }
+
+    /// How a provider of this flavour counts a request when its
+    /// `accounting` is left out (SPEC Q-16): OpenAI and Azure OpenAI by
+    /// OpenAI's documented rate-limit rule (characters / 4 and the output
+    /// cap), Anthropic by its profile, an OpenAI-compatible server (whose
+    /// limiter tollgate cannot know) by the model family's tokenizer.
+    pub const fn default_accounting(self) -> Profile {
+        match self {
+            Flavor::OpenAi | Flavor::Azure => Profile::OpenAi,
+            Flavor::OpenAiCompatible => Profile::Tokenizer,
+            Flavor::Anthropic => Profile::Anthropic,
+        }
     }
 
     /// Whether a provider of this flavour can serve `route` at all.

@@ -108,6 +108,30 @@ fn anthropic_flavour_defaults_its_accounting() {
     assert_eq!(c.providers[0].accounting, Profile::Anthropic);
 }
 
+// proves: Q-16 (without `accounting` a provider counts as its flavour's
+// limiter does: OpenAI and Azure by OpenAI's documented character rule,
+// Anthropic by its profile, an OpenAI-compatible server by the tokenizer;
+// an explicit setting wins)
+#[test]
+fn the_default_accounting_follows_the_flavour() {
+    let accounting = |provider: &str| ok(&file(provider, "", "")).providers[0].accounting;
+    assert_eq!(accounting(""), Profile::OpenAi);
+    assert_eq!(accounting("flavor = \"openai\""), Profile::OpenAi);
+    assert_eq!(
+        accounting("flavor = \"azure\"\napi_version = \"2024-10-21\""),
+        Profile::OpenAi
+    );
+    assert_eq!(
+        accounting("flavor = \"openai_compatible\""),
+        Profile::Tokenizer
+    );
+    assert_eq!(accounting("flavor = \"anthropic\""), Profile::Anthropic);
+    assert_eq!(
+        accounting("flavor = \"openai\"\naccounting = \"tokenizer\""),
+        Profile::Tokenizer
+    );
+}
+
 // proves: WIRE-2 (a flavour's settings are checked, located)
 #[test]
 fn flavour_settings_errors_are_located() {

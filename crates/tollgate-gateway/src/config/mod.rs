@@ -27,6 +27,8 @@ mod validate;
 #[cfg(test)]
 mod flavor_tests;
 #[cfg(test)]
+mod library_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod tests;

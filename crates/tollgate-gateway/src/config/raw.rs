@@ -483,9 +483,9 @@ impl RawProvider {
                 )
             })?,
         };
-        let accounting = match (&self.accounting, flavor) {
-            (None, Flavor::Anthropic) => Profile::Anthropic,
-            (value, _) => accounting(&at.key("accounting"), value.as_ref())?,
+        let accounting = match &self.accounting {
+            None => flavor.default_accounting(),
+            Some(value) => accounting(&at.key("accounting"), value)?,
         };
         Ok(ProviderConfig {
             base_url: self.base_url.trim().trim_end_matches('/').to_owned(),
@@ -536,10 +536,7 @@ const ACCOUNTING_FORMS: &str = "write \"tokenizer\", \"openai\", \"anthropic\" o
      { chars_per_token = 4, output = \"max_tokens\" } (output: \"max_tokens\" or \"none\")";
 
 /// `providers.<name>.accounting`: a profile name or a custom rule.
-fn accounting(at: &FieldPath, value: Option<&toml::Value>) -> Result<Profile, Problem> {
-    let Some(value) = value else {
-        return Ok(Profile::Tokenizer);
-    };
+fn accounting(at: &FieldPath, value: &toml::Value) -> Result<Profile, Problem> {
     let table = match value {
         toml::Value::String(name) => {
             return match name.trim() {

@@ -152,6 +152,10 @@ fn annotated_example_loads_and_validates() {
     );
     let openai = c.provider("openai").unwrap();
     assert_eq!(openai.accounting, Profile::OpenAi);
+    // Left out, the flavour's (SPEC Q-16).
+    for name in ["openai-second", "azure-east"] {
+        assert_eq!(c.provider(name).unwrap().accounting, Profile::OpenAi);
+    }
     assert_eq!(
         openai.engine_accounting(),
         tollgate::lifecycle::Accounting::default()
@@ -312,9 +316,8 @@ max_waiting = 64
 max_wait = "10s"
 [tenants.demo]
 keys_sha256 = ["{}"]
-concurrency = 8
-max_waiting = 32
-max_wait = "5s"
+concurrency = 16
+max_waiting = 1000
 "#,
         to_hex(&hash_key("demo-key"))
     );
@@ -342,7 +345,7 @@ fn minimal_file_gets_documented_defaults() {
     assert_eq!(p.connect_timeout, Duration::from_secs(5));
     assert_eq!(p.attempt_timeout, Duration::from_secs(120));
     assert_eq!(p.circuit.failure_threshold, 5);
-    assert_eq!(p.accounting, Profile::Tokenizer);
+    assert_eq!(p.accounting, Profile::OpenAi);
     assert_eq!(
         p.engine_accounting(),
         tollgate::lifecycle::Accounting::default()

@@ -210,8 +210,8 @@ pub struct ProviderConfig {
     /// The provider's circuit breaker (SPEC RT-8).
     pub circuit: CircuitConfig,
     /// `accounting`: what a reservation counts, following how the
-    /// provider's rate limiter counts a request (SPEC Q-16; default
-    /// [`Profile::Tokenizer`]).
+    /// provider's rate limiter counts a request (SPEC Q-16; default: the
+    /// flavour's, [`super::flavor::Flavor::default_accounting`]).
     pub accounting: Profile,
     /// `refusals`: what a 429 costs at the provider, and so in tollgate's
     /// window (SPEC Q-16; default [`RefusalCost::Full`]).

@@ -74,9 +74,10 @@ pub fn flow(app: &AppState, tenant: usize, headers: &HeaderMap) -> Result<Flow, 
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "The {PRIORITY_HEADER} header must be interactive, standard or batch."
-            ))
+            ApiError::bad_request(
+                "invalid_priority",
+                format!("The {PRIORITY_HEADER} header must be interactive, standard or batch."),
+            )
         })?;
     Ok(own.with_priority(asked.at_most(own.priority())))
 }
@@ -116,9 +117,10 @@ pub async fn read_body(
     match tokio::time::timeout_at(until, collect(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(Collect::TooLarge)) => Err(ApiError::too_large(limit)),
-        Ok(Err(Collect::Failed(e))) => Err(ApiError::bad_request(format!(
-            "Failed to read the request body: {e}"
-        ))),
+        Ok(Err(Collect::Failed(e))) => Err(ApiError::bad_request(
+            "body_read_failed",
+            format!("Failed to read the request body: {e}"),
+        )),
         Err(_) if by_deadline => Err(ApiError::request_timeout(
             "The request's deadline ran out while its body was being received.",
         )),
@@ -167,7 +169,7 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, Collect> {
 /// Parses a JSON body (400 when it is not valid JSON for the route).
 pub fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))
+        .map_err(|e| ApiError::bad_request("invalid_body", format!("Invalid JSON body: {e}")))
 }
 
 /// The model the request names, if it serves `route` (SPEC GW-1, WIRE-4),

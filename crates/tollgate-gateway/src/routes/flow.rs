@@ -93,6 +93,8 @@ struct Exchange {
     class: Option<Priority>,
     /// The requested model, once known and allowed.
     model: Option<Arc<str>>,
+    /// The model and deployment of the last attempt, once one was routed.
+    served: Option<(Arc<Model>, usize)>,
     /// Tokens reserved for the tenant (input estimate and output
     /// allowance).
     tokens: TokenEstimate,
@@ -106,6 +108,19 @@ struct Exchange {
 }
 
 impl Exchange {
+    /// The deployment whose quota scope (the account) the call spent: the
+    /// one of its last attempt, else the requested model's first.
+    fn account<'a>(&'a self, app: &'a AppState) -> Option<&'a Deployment> {
+        match &self.served {
+            Some((model, d)) => model.deployments.get(*d),
+            None => self
+                .model
+                .as_deref()
+                .and_then(|m| app.models.get(m))
+                .and_then(|m| m.deployments.first()),
+        }
+    }
+
     /// Writes the access line once, with the response's `status`.
     fn write(&mut self, status: u16) {
         if !self.logged {
@@ -148,6 +163,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         tenant: None,
         class: None,
         model: None,
+        served: None,
         tokens: TokenEstimate::new(0, 0),
         logged: false,
         log: app.access_log.clone(),
@@ -164,7 +180,8 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
     };
     let headers = response.headers_mut();
     if let Some(slot) = x.tenant.and_then(|t| app.tenant_slots.get(t)) {
-        ratelimit::add(slot, x.model.as_deref(), x.tokens, headers);
+        let account = x.account(app).map(|d| (d.supervisor.controller(), d.scope));
+        ratelimit::add(slot, x.model.as_deref(), account, x.tokens, headers);
     }
     headers.insert(request_id::HEADER, id);
     if let Some(class) = x.class {
@@ -275,6 +292,7 @@ async fn serve<R: Route>(
                     let mut record = x.record.clone();
                     served(&mut record, model, deployment, &reached, &a, elapsed);
                     count_served(app, tenant, flow, estimates.get_for(model, deployment));
+                    x.served = Some((Arc::clone(model), deployment));
                     record.stream = true;
                     record.status = 200;
                     x.logged = true;
@@ -327,6 +345,7 @@ async fn serve<R: Route>(
                         .success(false, elapsed, a.quota_wait, a.concurrency_wait);
                     served(&mut x.record, model, deployment, &reached, &a, elapsed);
                     count_served(app, tenant, flow, estimates.get_for(model, deployment));
+                    x.served = Some((Arc::clone(model), deployment));
                     let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
                     x.record.tokens_reported = usage.total();
                     return Ok(one_shot(done.response, usage, tenant_lease));
@@ -335,8 +354,11 @@ async fn serve<R: Route>(
             }
         };
         x.record.attempts = reached.count();
-        if let Some(d) = result.deployment.and_then(|d| model.deployments.get(d)) {
+        if let Some(i) = result.deployment
+            && let Some(d) = model.deployments.get(i)
+        {
             x.record.deployment = Some(Arc::clone(&d.name));
+            x.served = Some((Arc::clone(model), i));
         }
         let next = common::falls_back(&result.error);
         last = Some(result.error);

@@ -344,6 +344,27 @@ fn scope_of(s: &Snapshot, name: &str) -> ScopeSnapshot {
         .unwrap_or_else(|| panic!("no scope {name}"))
 }
 
+/// The admin key of configurations that say `admin_key_env =
+/// "CARGO_PKG_NAME"`: cargo sets it for the test process, so the tests need
+/// not change their environment.
+pub const ADMIN: &str = env!("CARGO_PKG_NAME");
+
+/// `POST /admin/reload` with [`ADMIN`]: its status and body.
+pub async fn reload(gw: &Gateway) -> (u16, String) {
+    let r = client()
+        .post(gw.url("/admin/reload"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("reload answered");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+/// Replaces the configuration file at `path` (reloaded by [`reload`]).
+pub fn rewrite(path: &std::path::Path, toml: &str) {
+    std::fs::write(path, toml).expect("rewrite the configuration");
+}
+
 /// Polls `cond` every few milliseconds until it holds; fails the test after
 /// [`PATIENCE`].
 pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
@@ -414,6 +435,27 @@ pub async fn post_chat(
         .expect("chat request reaches the gateway")
 }
 
+/// Sends one more call for `key` that may wait up to 10 s in the gateway
+/// (`x-request-timeout`) and asserts that it is served and that the
+/// simulator behind refused nothing: what a reload that keeps the quota
+/// state promises (SPEC GW-15).
+pub async fn one_more_call_draws_no_429(gw: &Gateway, sim: &SimServer, key: &str, body: &Value) {
+    let req = client()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-request-timeout", "10")
+        .json(body);
+    let r = bounded("the call answered", req.send())
+        .await
+        .expect("the call reaches the gateway");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        sim.stats().rejected_429.total(),
+        0,
+        "the provider refused nothing"
+    );
+}
+
 /// `POST /v1/chat/completions` with `key` and `body` on a task of its own,
 /// for a call that will wait (or be abandoned with `abort`, like a client
 /// that disconnects). Resolves to the response, or the transport error.
@@ -463,6 +505,22 @@ pub async fn error_of(resp: reqwest::Response) -> (u16, Option<String>, Value) {
         "{body}"
     );
     (status, retry_after, error)
+}
+
+/// The value of header `name` of `resp`, if it is text.
+pub fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The number header `name` of `resp` holds; fails the test without one.
+pub fn number(resp: &reqwest::Response, name: &str) -> u64 {
+    header(resp, name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number"))
 }
 
 /// The `code` of an OpenAI error object.

@@ -66,6 +66,13 @@ pub enum Reply {
         /// Abort the connection after the chunks.
         cut: bool,
     },
+    /// `reply`, answered `delay` after the attempt arrived.
+    Delayed {
+        /// How long the answer takes.
+        delay: Duration,
+        /// The answer.
+        reply: Box<Reply>,
+    },
 }
 
 impl Reply {
@@ -228,13 +235,22 @@ async fn answer(
     if let Some(hook) = &shared.hook {
         hook(u32::try_from(n).unwrap_or(u32::MAX));
     }
-    let reply = shared
+    let mut reply = shared
         .script
         .get(n - 1)
         .or_else(|| shared.script.last())
         .cloned()
         .expect("script is not empty");
+    while let Reply::Delayed {
+        delay,
+        reply: inner,
+    } = reply
+    {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
     match reply {
+        Reply::Delayed { .. } => unreachable!("unwrapped above"),
         Reply::Status {
             status,
             headers,

@@ -265,6 +265,7 @@ impl<'a> SlowAcquire<'a> {
                         Outcome::Displaced => AdmissionError::QueueFull {
                             scope: self.scope.id,
                         },
+                        Outcome::Unfit(e) => AdmissionError::EstimateExceedsLimit(e),
                         _ => AdmissionError::Closed,
                     }));
                 };
@@ -358,7 +359,7 @@ impl<'a> SlowAcquire<'a> {
                 Poll::Pending => {
                     // The pool's own maximum wait is a local cap on this
                     // phase, clipped by the deadline (SPEC POOL-3, DL-4).
-                    let local = entry.max_wait.and_then(|w| granted_at.checked_add(w));
+                    let local = entry.max_wait.get().and_then(|w| granted_at.checked_add(w));
                     let until = match (local, self.deadline.instant()) {
                         (Some(l), Some(d)) => Some(l.min(d)),
                         (l, d) => l.or(d),

@@ -12,9 +12,10 @@ use super::controller::{AdmissionController, Inner};
 use super::permits::Permits;
 use super::pool_set::{PoolEntry, PoolSet};
 use super::scope::Scope;
+use super::settings::Settings;
 use super::shared::{FallbackQuota, SharedScope};
 use crate::call::ScopeId;
-use crate::clock::{SharedClock, TokioClock};
+use crate::clock::{Instant, SharedClock, TokioClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
 use crate::quota::{LocalBackend, QuotaStore, SharedBackend, SharedRemote, Unavailable};
 
@@ -117,43 +118,35 @@ impl ControllerBuilder {
         let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
         let now = clock.now();
         let pools = Arc::new(build_pools(&config));
-        let scopes = config
-            .scopes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let id = ScopeId(u32::try_from(i).unwrap_or(u32::MAX));
-                let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
-                let Some(remote) = &remote else {
-                    return Scope::new(id, s, capacity, backend.open(s, now), pools.clone());
-                };
-                let replicas = match remote.on_unavailable() {
-                    Unavailable::FailOpenLocal { replicas } => replicas,
-                    Unavailable::FailClosed => 1,
-                };
-                let fallback: Box<dyn QuotaStore> = Box::new(FallbackQuota::new(s, replicas, now));
-                let shared = SharedScope::new(
+        let parts = Parts {
+            clock: &clock,
+            backend: &backend,
+            remote: remote.as_ref(),
+            pools: &pools,
+            overflow: config.overflow,
+        };
+        let scopes = boxcar::Vec::new();
+        for s in &config.scopes {
+            let capacity = s.queue_capacity.unwrap_or(config.queue_capacity);
+            scopes.push_with(|i| {
+                parts.scope(
+                    ScopeId(u32::try_from(i).unwrap_or(u32::MAX)),
                     s,
-                    remote.open(s),
-                    remote.timeout(),
-                    remote.on_unavailable(),
                     capacity,
-                    config.overflow,
-                    Arc::clone(&clock),
-                );
-                Scope::new(id, s, capacity, fallback, pools.clone()).with_shared(shared)
-            })
-            .collect();
+                    now,
+                )
+            });
+        }
         let backend_name = remote.as_ref().map_or(backend.name(), |r| r.name());
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
                 scopes,
                 pools,
-                queue_capacity: config.queue_capacity,
-                overflow: config.overflow,
-                max_wait: config.max_wait,
-                cooldown: config.cooldown,
+                settings: Settings::new(&config),
+                quota_backend: backend,
+                remote,
+                reconfiguring: Mutex::new(()),
                 closed: AtomicBool::new(false),
                 shutdown: CancellationToken::new(),
                 ids: Mutex::new(HashSet::new()),
@@ -163,33 +156,80 @@ impl ControllerBuilder {
     }
 }
 
+/// What a new scope is built from.
+pub(crate) struct Parts<'a> {
+    pub(crate) clock: &'a SharedClock,
+    pub(crate) backend: &'a SharedBackend,
+    pub(crate) remote: Option<&'a SharedRemote>,
+    pub(crate) pools: &'a Arc<PoolSet>,
+    pub(crate) overflow: Overflow,
+}
+
+impl Parts<'_> {
+    /// Scope `id` of `s`, its store opened at `now`: in process, or in the
+    /// shared store with its local fallback share.
+    pub(crate) fn scope(
+        &self,
+        id: ScopeId,
+        s: &ScopeConfig,
+        capacity: usize,
+        now: Instant,
+    ) -> Scope {
+        let Some(remote) = self.remote else {
+            return Scope::new(
+                id,
+                s,
+                capacity,
+                self.backend.open(s, now),
+                self.pools.clone(),
+            );
+        };
+        let replicas = match remote.on_unavailable() {
+            Unavailable::FailOpenLocal { replicas } => replicas,
+            Unavailable::FailClosed => 1,
+        };
+        let fallback: Box<dyn QuotaStore> = Box::new(FallbackQuota::new(s, replicas, now));
+        let shared = SharedScope::new(
+            s,
+            remote.open(s),
+            remote.timeout(),
+            remote.on_unavailable(),
+            capacity,
+            self.overflow,
+            Arc::clone(self.clock),
+        );
+        Scope::new(id, s, capacity, fallback, self.pools.clone()).with_shared(shared)
+    }
+}
+
+/// The pool of `limit` permits and `waiting` waiters at most.
+pub(crate) fn permits(limit: u64, waiting: Option<usize>) -> Permits {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    Permits::bounded(limit, waiting.unwrap_or(usize::MAX))
+}
+
 fn build_pools(config: &ControllerConfig) -> PoolSet {
-    let permits = |limit: u64, waiting: Option<usize>| {
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        Arc::new(Permits::bounded(limit, waiting.unwrap_or(usize::MAX)))
-    };
     let mut pools = Vec::new();
     let mut default = None;
     if let Some(limit) = config.concurrency {
         default = Some(0);
-        pools.push(PoolEntry {
-            name: Arc::from("default"),
-            permits: permits(limit, None),
-            max_wait: None,
-        });
+        pools.push(PoolEntry::new(DEFAULT_POOL, permits(limit, None), None));
     }
     for p in &config.pools {
-        pools.push(PoolEntry {
-            name: Arc::from(p.name.as_str()),
-            permits: permits(p.limit, p.max_waiting),
-            max_wait: p.max_wait,
-        });
+        pools.push(PoolEntry::new(
+            &p.name,
+            permits(p.limit, p.max_waiting),
+            p.max_wait,
+        ));
     }
-    PoolSet::new(pools.into_boxed_slice(), default)
+    PoolSet::new(pools, default)
 }
 
+/// The name of the pool of `concurrency`.
+pub(crate) const DEFAULT_POOL: &str = "default";
+
 /// What a shared store needs of the configuration (SPEC CFG-3, DQ-3).
-fn validate_shared(
+pub(crate) fn validate_shared(
     config: &ControllerConfig,
     remote: &dyn crate::quota::RemoteBackend,
     backend: bool,

@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -14,14 +13,15 @@ use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
 use super::pool_set::PoolSet;
 use super::scope::{Grant, PermitSlot, Scope, Waiter};
+use super::settings::Settings;
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
 use crate::clock::{Instant, SharedClock};
-use crate::config::{ConfigError, ControllerConfig, CooldownConfig, Overflow};
+use crate::config::{ConfigError, ControllerConfig, Overflow};
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
 use crate::flow::Flow;
-use crate::quota::{Demand, Hold, Reservation};
+use crate::quota::{Demand, Hold, Reservation, SharedBackend, SharedRemote};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
 /// reservation, a concurrency limit, one deadline (SPEC ADM-1).
@@ -55,12 +55,19 @@ pub struct AdmissionController {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
-    pub(crate) scopes: Box<[Scope]>,
+    /// Every scope the controller ever had, by ordinal: a reconfiguration
+    /// appends new ones and retires removed ones in place, so an ordinal
+    /// and a reference to a scope stay valid for the controller's life.
+    pub(crate) scopes: boxcar::Vec<Scope>,
     pub(crate) pools: Arc<PoolSet>,
-    pub(crate) queue_capacity: usize,
-    pub(crate) overflow: Overflow,
-    pub(crate) max_wait: Option<Duration>,
-    pub(crate) cooldown: CooldownConfig,
+    /// What a reconfiguration changes in place.
+    pub(crate) settings: Settings,
+    /// Opens the in-process store of a scope a reconfiguration adds.
+    pub(crate) quota_backend: SharedBackend,
+    /// The shared store, when the scopes' quota is kept in one.
+    pub(crate) remote: Option<SharedRemote>,
+    /// One reconfiguration at a time.
+    pub(crate) reconfiguring: Mutex<()>,
     pub(crate) closed: AtomicBool,
     pub(crate) shutdown: CancellationToken,
     pub(crate) ids: Mutex<HashSet<CallId>>,
@@ -93,8 +100,8 @@ impl AdmissionController {
         self.inner
             .scopes
             .iter()
-            .find(|s| &*s.name == name)
-            .map(|s| s.id)
+            .find(|(_, s)| &*s.name == name && !s.is_retired())
+            .map(|(_, s)| s.id)
     }
 
     /// The controller's clock.
@@ -104,12 +111,7 @@ impl AdmissionController {
 
     /// The ordinal of the pool called `name`.
     pub fn pool_id(&self, name: &str) -> Option<PoolId> {
-        let pools = &self.inner.pools.pools;
-        pools
-            .iter()
-            .position(|p| &*p.name == name)
-            .and_then(|i| u32::try_from(i).ok())
-            .map(PoolId)
+        self.inner.pools.find(name).map(PoolId)
     }
 
     /// Whether `call`'s scope needs a token estimate.
@@ -117,7 +119,7 @@ impl AdmissionController {
         self.inner
             .scopes
             .get(scope.index())
-            .is_some_and(|s| s.needs_estimate)
+            .is_some_and(Scope::needs_estimate)
     }
 
     /// Admits one attempt of `call` before `deadline` (SPEC ADM-1):
@@ -175,7 +177,7 @@ impl AdmissionController {
         }
         let demand = match call.estimate {
             Some(e) => Demand::new(e.input, e.output),
-            None if scope.needs_estimate => {
+            None if scope.needs_estimate() => {
                 return Err(AdmissionError::TokenEstimateRequired { scope: scope.id });
             }
             None => Demand::new(0, 0),
@@ -185,7 +187,7 @@ impl AdmissionController {
         deadline.check(arrived, Phase::Queue)?;
         if let Some(remote) = &scope.shared {
             // Quota kept in a shared store: a stage of its own (DQ-1).
-            remote.remote.check(&demand)?;
+            remote.remote().check(&demand)?;
             let id = IdGuard::register(inner, call.id)?.disarm();
             *state = State::Shared(Box::new(SharedAcquire::new(
                 self, scope, remote, demand, pool, call.flow, deadline, arrived, id,
@@ -282,7 +284,7 @@ impl Inner {
                 retry_at: Some(at),
             });
         }
-        if let Some(max_wait) = self.max_wait {
+        if let Some(max_wait) = self.settings.max_wait() {
             let wait = at.saturating_duration_since(now);
             if wait > max_wait {
                 return Err(AdmissionError::QuotaWaitTooLong {
@@ -391,15 +393,15 @@ impl Inner {
             }
         }
         let mut displace = None;
-        if self.overflow == Overflow::Reject && st.queue.len() >= scope.capacity {
+        if self.settings.overflow() == Overflow::Reject && st.queue.len() >= scope.capacity() {
             // A flow under its share of the full queue still gets in, and
             // the flow holding the most gives up its last call (FAIR-10).
             displace = Some(
-                st.room_for(key, scope.capacity)
+                st.room_for(key, scope.capacity())
                     .ok_or(AdmissionError::QueueFull { scope: scope.id })?,
             );
         }
-        if (deadline.instant().is_some() || self.max_wait.is_some())
+        if (deadline.instant().is_some() || self.settings.max_wait().is_some())
             && let Some(at) = st.project(demand, key, now)
             && let Err(e) = self.verdict(at, now, deadline, cooling)
         {

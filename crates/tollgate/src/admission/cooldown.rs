@@ -113,7 +113,7 @@ impl Inner {
             st.counters.stale_rate_limits += 1;
             return CooldownOutcome::Stale;
         }
-        let length = inner.cooldown.length(hint, st.cooldown.strikes);
+        let length = inner.settings.cooldown().length(hint, st.cooldown.strikes);
         if hint.is_none() {
             st.cooldown.strikes = st.cooldown.strikes.saturating_add(1);
         }

@@ -85,7 +85,7 @@ impl AdmissionController {
         Some(Forecast {
             ready_at,
             cooling_until,
-            queued: st.queued(scope.capacity),
+            queued: st.queued(scope.capacity()),
         })
     }
 }

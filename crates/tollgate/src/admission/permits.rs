@@ -18,6 +18,11 @@
 //!   is free and every permit changes hands under the lock.
 //! * A waiter that is dropped after being handed a permit gives it back
 //!   through the same path, so a permit is never lost (cancel safety).
+//! * A limit lowered below the permits held (a reconfiguration, see
+//!   [`resize`](Permits::resize)) leaves `owed` permits to be paid back:
+//!   while any is owed, `WAITERS` stays set, so every return takes the
+//!   lock and pays one back instead of freeing it, and the free count stays
+//!   zero. `owed` is only read or written with the waiter lock held.
 //! * Every access to `state` is sequentially consistent: idle detection
 //!   (`idle.rs`) pairs a permit's return with a load of its own waiter
 //!   count. On x86 the instructions are those of acquire/release anyway.
@@ -213,8 +218,13 @@ impl Line {
 #[derive(Debug)]
 pub(crate) struct Permits {
     state: AtomicUsize,
-    limit: usize,
-    max_waiters: usize,
+    /// The configured number of permits (changed only by `resize`, under
+    /// the waiter lock).
+    limit: AtomicUsize,
+    /// Permits held beyond a lowered limit, paid back by the next returns
+    /// (under the waiter lock).
+    owed: AtomicUsize,
+    max_waiters: AtomicUsize,
     waiters: Mutex<Line>,
 }
 
@@ -232,15 +242,80 @@ impl Permits {
         let limit = limit.min(Self::MAX);
         Permits {
             state: AtomicUsize::new(limit * ONE),
-            limit,
-            max_waiters,
+            limit: AtomicUsize::new(limit),
+            owed: AtomicUsize::new(0),
+            max_waiters: AtomicUsize::new(max_waiters),
             waiters: Mutex::new(Line::default()),
         }
     }
 
     /// The configured number of permits.
     pub(crate) fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::SeqCst)
+    }
+
+    /// Permits taken now (by holders, or handed to waiters not yet
+    /// polled): the limit, plus what is owed beyond a lowered one, minus
+    /// what is free.
+    pub(crate) fn held(&self) -> usize {
+        let _list = self.waiters.lock();
+        let free = self.state.load(Ordering::SeqCst) / ONE;
+        (self.limit.load(Ordering::SeqCst) + self.owed.load(Ordering::SeqCst)).saturating_sub(free)
+    }
+
+    /// Changes the number of permits and the waiting bound in place
+    /// (a reconfiguration): permits held stay held and count against the
+    /// new limit. A raised limit hands the new permits to waiters
+    /// at once (as returned ones); a limit lowered below what is held frees nothing
+    /// until enough holders have returned theirs. Waiters keep their
+    /// places; a lowered waiting bound refuses only new waiters.
+    pub(crate) fn resize(&self, limit: usize, max_waiters: usize) {
+        let limit = limit.min(Self::MAX);
+        let mut line = self.waiters.lock();
+        self.max_waiters.store(max_waiters, Ordering::SeqCst);
+        let old = self.limit.load(Ordering::SeqCst);
+        if limit > old {
+            let mut more = limit - old;
+            let owed = self.owed.load(Ordering::SeqCst);
+            let paid = more.min(owed);
+            self.owed.store(owed - paid, Ordering::SeqCst);
+            more -= paid;
+            // With nothing owed, a new permit goes to a waiter or to the
+            // pool, as a returned one would: counted in the limit one at a
+            // time, so the waiter picked is the holder with the fewest
+            // (SPEC FAIR-6).
+            let mut counted = old + paid;
+            while more > 0 && !line.is_empty() {
+                counted += 1;
+                self.limit.store(counted, Ordering::SeqCst);
+                self.hand_over(&mut line);
+                more -= 1;
+            }
+            self.limit.store(limit, Ordering::SeqCst);
+            if more > 0 {
+                self.state.fetch_add(more * ONE, Ordering::SeqCst);
+            }
+            self.clear_waiters(&line);
+        } else if limit < old {
+            self.limit.store(limit, Ordering::SeqCst);
+            // Close the fast paths (both need `WAITERS` clear), so the
+            // free count only changes under the lock from here on.
+            let s = self.state.fetch_or(WAITERS, Ordering::SeqCst);
+            let fewer = old - limit;
+            let taken = (s / ONE).min(fewer);
+            self.state.fetch_sub(taken * ONE, Ordering::SeqCst);
+            let owed = self.owed.load(Ordering::SeqCst);
+            self.owed.store(owed + fewer - taken, Ordering::SeqCst);
+            self.clear_waiters(&line);
+        }
+    }
+
+    /// With the lock held: reopens the fast paths when nobody waits and
+    /// nothing is owed.
+    fn clear_waiters(&self, line: &Line) {
+        if line.is_empty() && self.owed.load(Ordering::SeqCst) == 0 {
+            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+        }
     }
 
     /// Free permits now.
@@ -334,14 +409,22 @@ impl Permits {
         self.hand_over(&mut line);
     }
 
-    /// With the lock held: gives the permit being returned to the waiting
-    /// holder with the fewest permits, or to the pool (clearing `WAITERS`)
-    /// when none waits.
+    /// With the lock held: pays back a permit owed beyond a lowered limit,
+    /// else gives the permit being returned to the waiting holder with the
+    /// fewest permits, or to the pool (clearing `WAITERS`) when none waits.
     fn hand_over(&self, line: &mut Line) {
+        let owed = self.owed.load(Ordering::SeqCst);
+        if owed > 0 {
+            // Held beyond a lowered limit: paid back, not freed.
+            self.owed.store(owed - 1, Ordering::SeqCst);
+            self.clear_waiters(line);
+            return;
+        }
         // The returned permit is in transit: not free, held by nobody.
         let free = self.state.load(Ordering::SeqCst) / ONE;
         let by_default = self
             .limit
+            .load(Ordering::SeqCst)
             .saturating_sub(free)
             .saturating_sub(line.others)
             .saturating_sub(1);
@@ -361,13 +444,11 @@ impl Permits {
                 }
             });
             line.count(holder, true);
-            if line.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
-            }
+            self.clear_waiters(line);
             return;
         }
         self.state.fetch_add(ONE, Ordering::SeqCst);
-        self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+        self.clear_waiters(line);
     }
 
     /// Refuses new acquisitions and wakes every waiter with `Closed`.
@@ -430,9 +511,7 @@ impl Permits {
     ) -> Result<Option<usize>, Refused> {
         let s = self.state.fetch_or(WAITERS, Ordering::SeqCst);
         let refuse = |line: &Line, why| {
-            if line.is_empty() {
-                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
-            }
+            self.clear_waiters(line);
             Err(why)
         };
         if s & CLOSED != 0 {
@@ -442,11 +521,11 @@ impl Permits {
             // Nobody waits and a permit is free: take it and reopen the
             // fast path.
             self.state.fetch_sub(ONE, Ordering::SeqCst);
-            self.state.fetch_and(!WAITERS, Ordering::SeqCst);
+            self.clear_waiters(line);
             line.count(holder, true);
             return Ok(None);
         }
-        if line.len() >= self.max_waiters {
+        if line.len() >= self.max_waiters.load(Ordering::SeqCst) {
             return refuse(line, Refused::Full);
         }
         let Some(chain) = line.chain(holder) else {
@@ -547,10 +626,7 @@ impl Permits {
                 line.count(holder, false);
                 self.hand_over(&mut line);
             }
-            _ if line.is_empty() => {
-                self.state.fetch_and(!WAITERS, Ordering::SeqCst);
-            }
-            _ => {}
+            _ => self.clear_waiters(&line),
         }
     }
 }

@@ -137,3 +137,42 @@ fn stress_never_exceeds_the_limit() {
     assert_eq!(p.available(), 3);
     assert_eq!(p.waiting(), 0);
 }
+
+// proves: GW-15, POOL-1 (a pool resized in place: permits held count
+// against the new size; a lowered size frees nothing until the excess is
+// back; a raised one serves the waiters in line first)
+#[tokio::test]
+async fn resizing_keeps_the_permits_held() {
+    let p = Arc::new(Permits::new(3));
+    for _ in 0..3 {
+        p.try_acquire().unwrap();
+    }
+    p.resize(1, usize::MAX);
+    assert_eq!((p.limit(), p.held(), p.available()), (1, 3, 0));
+    let waiter = {
+        let p = p.clone();
+        tokio::spawn(async move { p.acquire().await })
+    };
+    settle().await;
+    p.release();
+    p.release();
+    settle().await;
+    assert!(!waiter.is_finished(), "still one held of one");
+    p.release();
+    waiter.await.unwrap().unwrap();
+    assert_eq!((p.held(), p.available()), (1, 0));
+    // Raised: the new permits go to the line, then to the pool.
+    let waiter = {
+        let p = p.clone();
+        tokio::spawn(async move { p.acquire().await })
+    };
+    settle().await;
+    p.resize(4, usize::MAX);
+    waiter.await.unwrap().unwrap();
+    assert_eq!((p.held(), p.available()), (2, 2));
+    assert_eq!(p.try_acquire(), Ok(()), "fast path open");
+    p.release();
+    p.release();
+    p.release();
+    assert_eq!((p.held(), p.available()), (0, 4));
+}

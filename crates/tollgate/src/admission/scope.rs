@@ -21,6 +21,11 @@
 //!   higher class arrives. Only the head arms a timer; every other waiter
 //!   sleeps until woken or until its own deadline, so a refill never wakes
 //!   more than the calls it admits (no thundering herd).
+//! * A waiter whose demand can never fit (a limit went down under it: SPEC
+//!   ) is unlinked and woken with `Outcome::Unfit`, by the drain
+//!   when it becomes the head with no instant, and by `fail_unfit` for
+//!   every flow's line when a learned limit is confirmed lower: no head
+//!   waits with no timer until its deadline.
 //! * A granted reservation is *pending* until its call has its concurrency
 //!   permit and is leased; the waiter keeps its node (unlinked) until it
 //!   collects the grant, so a cancelled waiter can always give it back.
@@ -35,6 +40,7 @@ use super::shared::SharedScope;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
+use crate::error::ExceedsLimit;
 use crate::flow::{Flow, FlowKey};
 use crate::quota::{Actual, Demand, Hold, LimitedBy, QuotaStore, Reservation};
 
@@ -83,6 +89,9 @@ pub(crate) enum Outcome {
     /// Refused to make room for a call of a flow holding less than its
     /// share of a full queue (SPEC FAIR-10, overflow policy `reject`).
     Displaced,
+    /// A limit went down while it waited and its demand can never fit now
+    /// (SPEC ); it held no quota.
+    Unfit(ExceedsLimit),
 }
 
 /// A granted reservation and the cooldown generation it was granted under.
@@ -304,11 +313,17 @@ pub(crate) struct ScopeState {
 pub(crate) struct Scope {
     pub(crate) id: ScopeId,
     pub(crate) name: Arc<str>,
-    pub(crate) needs_estimate: bool,
+    /// Whether a call must bring a token estimate (the scope limits
+    /// tokens); changed by a reconfiguration.
+    pub(crate) needs_estimate: std::sync::atomic::AtomicBool,
     /// Still waiting for the provider's first answer to learn its limits
     /// (SPEC Q-14).
     pub(crate) learning: std::sync::atomic::AtomicBool,
-    pub(crate) capacity: usize,
+    /// Queued calls it holds (ADM-5); changed by a reconfiguration.
+    pub(crate) capacity: std::sync::atomic::AtomicUsize,
+    /// Removed by a reconfiguration: no longer found by name; whoever
+    /// still holds its ordinal finishes there (`reconfigure.rs`).
+    pub(crate) retired: std::sync::atomic::AtomicBool,
     pub(crate) state: Mutex<ScopeState>,
     /// The shared store keeping this scope's quota, if any (SPEC DQ-1);
     /// `state.store` is then its local fallback share.
@@ -326,9 +341,10 @@ impl Scope {
         Scope {
             id,
             name: Arc::from(config.name()),
-            needs_estimate: config.has_token_limit(),
+            needs_estimate: std::sync::atomic::AtomicBool::new(config.has_token_limit()),
             learning: std::sync::atomic::AtomicBool::new(config.learns().is_some()),
-            capacity,
+            capacity: std::sync::atomic::AtomicUsize::new(capacity),
+            retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(ScopeState {
                 store,
                 queue: FairQueue::new(config.min_shares(), config.shortest_window()),
@@ -349,6 +365,22 @@ impl Scope {
             }),
             shared: None,
         }
+    }
+
+    /// Queued calls it holds (ADM-5).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a call must bring a token estimate.
+    pub(crate) fn needs_estimate(&self) -> bool {
+        self.needs_estimate
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a reconfiguration removed it.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Keeps the scope's quota in `shared`.
@@ -390,6 +422,17 @@ impl ScopeState {
         if let Some((estimated, actual)) = self.costs.correction(demand, actual) {
             self.queue.correct(flow, estimated, actual);
         }
+    }
+
+    /// Takes the scheduler settings of a scope's new configuration (SPEC
+    /// GW-15, FAIR-2, FAIR-3): `min_share` per class, its window and what a
+    /// grant costs. Lines and flow counters stay.
+    pub(crate) fn reconfigure_flows(&mut self, config: &ScopeConfig) {
+        self.queue
+            .reconfigure(config.min_shares(), config.shortest_window());
+        self.costs = Costs {
+            tokens: config.has_token_limit(),
+        };
     }
 
     /// Grants the head for as long as its demand fits; arms the next head.
@@ -453,6 +496,14 @@ impl ScopeState {
                     }
                 }
                 Err(not_until) => {
+                    // No instant: a pending lease decides, or a limit went
+                    // down under the head and it can never fit.
+                    if not_until.at.is_none()
+                        && let Err(e) = self.store.check(&demand)
+                    {
+                        self.fail_waiter(key, e);
+                        continue;
+                    }
                     self.arm_head(key, not_until.at, not_until.limited_by, false);
                     return;
                 }
@@ -473,6 +524,40 @@ impl ScopeState {
                 w.wake();
             }
         }
+    }
+
+    /// Fails every queued call, of every flow, whose demand can no longer
+    /// fit, whatever the wait (a limit went down: SPEC ), then
+    /// drains, so the next
+    /// waiter becomes the head with an exact wake-up. Waiters hold
+    /// no quota, so nothing is refunded; each failed one is unlinked and
+    /// woken, and collects its error (and frees its node) when it is
+    /// polled, as a granted waiter collects its grant. Call after any
+    /// change that makes a limit refuse more.
+    pub(crate) fn fail_unfit(&mut self, now: Instant) {
+        for key in self.queue.keys() {
+            let Some(demand) = self.queue.get(key).map(Waiter::demand) else {
+                continue;
+            };
+            if let Err(e) = self.store.check(&demand) {
+                self.fail_waiter(key, e);
+            }
+        }
+        self.drain(now);
+    }
+
+    /// Takes a waiter whose demand can never fit out of the queue and wakes
+    /// it with the error.
+    fn fail_waiter(&mut self, key: usize, e: ExceedsLimit) {
+        if self.queue.is_head(key) {
+            self.head_armed = None;
+        }
+        self.queue.unlink(key);
+        if let Some(w) = self.queue.get_mut(key) {
+            w.outcome = Outcome::Unfit(e);
+            w.wake();
+        }
+        self.invalidate_projection();
     }
 
     /// Gives a granted, never-leased reservation back (SPEC Q-9) and lets

@@ -158,14 +158,23 @@ impl Inner {
                 st.counters.limits_adopted += 1;
                 total.adopted = observed.adopted;
             }
+            if observed.confirmed.is_some() {
+                total.confirmed = observed.confirmed;
+            }
             total.gap = total.gap.saturating_add(observed.gap);
             total.freed = total.freed.saturating_add(observed.freed);
         }
         let room = total.adopted.is_some() || total.freed > 0;
-        if room || total.gap > 0 {
+        if room || total.gap > 0 || total.confirmed.is_some() {
             st.invalidate_projection();
         }
-        if room && !st.queue.is_empty() {
+        if st.queue.is_empty() {
+            return total;
+        }
+        if total.confirmed.is_some() {
+            // A confirmed limit refuses larger demands: queued ones too.
+            st.fail_unfit(now);
+        } else if room {
             st.drain(now);
         }
         total

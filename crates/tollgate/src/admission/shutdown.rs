@@ -18,7 +18,7 @@ impl AdmissionController {
         if inner.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        for scope in inner.scopes.iter() {
+        for (_, scope) in inner.scopes.iter() {
             let mut st = scope.state.lock();
             st.closed = true;
             for key in st.queue.keys() {
@@ -65,7 +65,7 @@ impl AdmissionController {
     /// nothing held in the store.
     pub async fn idle(&self) {
         self.inner.pools.idle().await;
-        for scope in &self.inner.scopes {
+        for (_, scope) in self.inner.scopes.iter() {
             if let Some(shared) = &scope.shared {
                 // Holds first: giving one back starts a detached round trip.
                 shared.holds.idle().await;

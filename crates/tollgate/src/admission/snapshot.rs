@@ -200,7 +200,7 @@ impl AdmissionController {
         scope: ScopeId,
     ) -> Option<Result<Vec<LimitSnapshot>, StoreError>> {
         let shared = self.inner.scopes.get(scope.index())?.shared.as_ref()?;
-        let answer = shared.remote.snapshot(shared.timeout).await;
+        let answer = shared.remote().snapshot(shared.timeout).await;
         match &answer {
             Ok(_) => shared.answered(),
             Err(e) => shared.failed(self.inner.clock.now(), e),
@@ -216,6 +216,8 @@ impl AdmissionController {
         let scopes = inner
             .scopes
             .iter()
+            .map(|(_, scope)| scope)
+            .filter(|scope| !scope.is_retired())
             .map(|scope| {
                 let mut st = scope.state.lock();
                 let mut limits = Vec::new();
@@ -241,9 +243,9 @@ impl AdmissionController {
                 ScopeSnapshot {
                     id: scope.id,
                     name: scope.name.to_string(),
-                    queued: waiting.min(scope.capacity),
-                    waiting_for_slot: waiting.saturating_sub(scope.capacity),
-                    queue_capacity: scope.capacity,
+                    queued: waiting.min(scope.capacity()),
+                    waiting_for_slot: waiting.saturating_sub(scope.capacity()),
+                    queue_capacity: scope.capacity(),
                     pending: st.pending,
                     limits,
                     cooldown_generation: st.cooldown.generation,
@@ -259,17 +261,17 @@ impl AdmissionController {
             active: inner.active(),
             concurrency_limit: inner
                 .pools
-                .get(inner.pools.default)
+                .get(inner.pools.default_pool())
                 .map(|p| p.permits.limit() as u64),
             concurrency_available: inner
                 .pools
-                .get(inner.pools.default)
+                .get(inner.pools.default_pool())
                 .map(|p| p.permits.available()),
             pools: inner
                 .pools
                 .pools
                 .iter()
-                .enumerate()
+                .filter(|(_, p)| !p.retired.load(Ordering::Relaxed))
                 .map(|(i, p)| PoolSnapshot {
                     id: PoolId(u32::try_from(i).unwrap_or(u32::MAX)),
                     name: p.name.to_string(),
@@ -278,8 +280,8 @@ impl AdmissionController {
                     waiting: p.permits.waiting(),
                 })
                 .collect(),
-            queue_capacity: inner.queue_capacity,
-            overflow: inner.overflow,
+            queue_capacity: inner.settings.queue_capacity(),
+            overflow: inner.settings.overflow(),
             backend: inner.backend,
             scopes,
         }

@@ -23,8 +23,9 @@
 //! * **Who else spends .** Budget reports in responses go to the
 //!   controller, which takes any gap out of the scope's window.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::admission::Lease;
 use crate::clock::Instant;
@@ -56,33 +57,86 @@ impl Default for Accounting {
     }
 }
 
-/// The largest arrival delay seen on one provider, never below the floor.
+/// The most a learned arrival delay counts for (SPEC Q-15): a refusal
+/// answered later than this (a proxy answering after its own timeout, a
+/// stalled connection) tells of the path, not of when the provider counted
+/// the request. A configured floor above it still holds.
+pub const ARRIVAL_CAP: Duration = Duration::from_secs(10);
+
+/// How long a learned arrival delay is remembered (SPEC Q-15): the bound
+/// is the largest delay seen in the current period of this length or the
+/// one before, so one slow refusal is forgotten after at most twice this.
+pub const ARRIVAL_MEMORY: Duration = Duration::from_secs(300);
+
+/// The largest arrival delay seen recently on one provider (a windowed
+/// maximum over the last one or two [`ARRIVAL_MEMORY`] periods, each
+/// delay capped at [`ARRIVAL_CAP`]), never below the floor.
 #[derive(Debug)]
 pub(crate) struct ArrivalBound {
     floor: Duration,
-    seen_nanos: AtomicU64,
+    recent: Mutex<Recent>,
+}
+
+/// The largest delay of each of the two latest periods.
+#[derive(Debug, Default)]
+struct Recent {
+    /// Periods are counted from the first delay learned.
+    epoch: Option<Instant>,
+    /// (period number, largest delay in it): the latest period first.
+    periods: [(u64, Duration); 2],
+}
+
+impl Recent {
+    fn period(&self, at: Instant) -> u64 {
+        let since = self
+            .epoch
+            .map_or(Duration::ZERO, |e| at.saturating_duration_since(e));
+        u64::try_from(since.as_nanos() / ARRIVAL_MEMORY.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn learn(&mut self, delay: Duration, at: Instant) {
+        self.epoch.get_or_insert(at);
+        let p = self.period(at);
+        let [latest, before] = &mut self.periods;
+        if p == latest.0 {
+            latest.1 = latest.1.max(delay);
+        } else if p > latest.0 {
+            *before = *latest;
+            *latest = (p, delay);
+        } else if p == before.0 {
+            // Learned late, of the period before.
+            before.1 = before.1.max(delay);
+        }
+    }
+
+    fn largest(&self, at: Instant) -> Duration {
+        let p = self.period(at);
+        self.periods
+            .iter()
+            .filter(|(q, _)| q.saturating_add(1) >= p)
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 impl ArrivalBound {
     pub(crate) fn new(floor: Duration) -> Self {
         ArrivalBound {
             floor,
-            seen_nanos: AtomicU64::new(0),
+            recent: Mutex::new(Recent::default()),
         }
     }
 
-    /// The current bound.
-    pub(crate) fn get(&self) -> Duration {
-        self.floor.max(Duration::from_nanos(
-            self.seen_nanos.load(Ordering::Relaxed),
-        ))
+    /// The bound at `at`.
+    pub(crate) fn get(&self, at: Instant) -> Duration {
+        self.floor.max(self.recent.lock().largest(at))
     }
 
-    /// A refusal answered `delay` after its attempt started: the provider
-    /// counted it within that delay.
-    pub(crate) fn learn(&self, delay: Duration) {
-        let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        self.seen_nanos.fetch_max(nanos, Ordering::Relaxed);
+    /// A refusal answered `delay` after its attempt started, at `at`: the
+    /// provider counted it within that delay (at most [`ARRIVAL_CAP`]).
+    pub(crate) fn learn(&self, delay: Duration, at: Instant) {
+        self.recent.lock().learn(delay.min(ARRIVAL_CAP), at);
     }
 }
 
@@ -137,7 +191,7 @@ impl<'a> CountedLease<'a> {
     /// response has begun by `now`.
     fn unseen_bound(&self, now: Instant) -> Instant {
         self.started
-            .checked_add(self.arrival.get())
+            .checked_add(self.arrival.get(now))
             .map_or(now, |b| b.min(now))
     }
 
@@ -153,7 +207,7 @@ impl<'a> CountedLease<'a> {
     /// which also teaches the arrival bound.
     pub(crate) fn refused(self, at: Instant) -> Lease {
         self.arrival
-            .learn(at.saturating_duration_since(self.started));
+            .learn(at.saturating_duration_since(self.started), at);
         self.response_began(at)
     }
 
@@ -172,7 +226,7 @@ impl Drop for CountedLease<'_> {
         // Cancelled or out of time mid-attempt: the request may still
         // arrive within the bound.
         if let Some(mut lease) = self.lease.take() {
-            let bound = self.started.checked_add(self.arrival.get());
+            let bound = self.started.checked_add(self.arrival.get(self.started));
             if let Some(at) = bound {
                 lease.counted_by(at);
             }

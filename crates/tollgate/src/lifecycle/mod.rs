@@ -11,7 +11,7 @@ mod registry;
 mod stream;
 mod supervisor;
 
-pub use accounting::{Accounting, Budgets};
+pub use accounting::{ARRIVAL_CAP, ARRIVAL_MEMORY, Accounting, Budgets};
 pub use breaker::{CircuitBreaker, CircuitConfig, CircuitOpen, CircuitState, Probe};
 pub use hooks::{Hook, HookContext, HookError, HookFuture, Hooks};
 pub use outcome::{CallError, CallReport, Completed, Terminal};

@@ -152,6 +152,36 @@ impl TokenBucket {
         self.level = self.level.min(self.scaled(self.capacity));
     }
 
+    /// Takes a new limit and burst (a reconfiguration): what was taken
+    /// stays taken, so the level moves by the change in capacity (a raised
+    /// capacity is available at once, a lowered one may leave debt). The
+    /// rate follows the new limit from the last refill on.
+    pub(crate) fn reconfigure(&mut self, limit: u64, burst: Nanos) {
+        let window = u128::try_from(self.window).unwrap_or(1).max(1);
+        let capacity =
+            (u128::from(limit) * u128::from(burst) / window).clamp(1, u128::from(u64::MAX)) as u64;
+        let grown = i128::from(capacity) - i128::from(self.capacity);
+        self.level = self
+            .level
+            .saturating_add(grown.saturating_mul(self.window))
+            .min(self.scaled(capacity));
+        self.limit = limit;
+        self.capacity = capacity;
+    }
+
+    /// Units taken (rounded up) and held by pending reservations.
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        let missing = self.scaled(self.capacity).saturating_sub(self.level).max(0);
+        let taken = (missing + self.window - 1) / self.window;
+        (u64::try_from(taken).unwrap_or(u64::MAX), self.pending)
+    }
+
+    /// Whether it is full with nothing pending: it limits nothing more
+    /// than a fresh bucket would.
+    pub(crate) fn is_full(&self) -> bool {
+        self.pending == 0 && self.level >= self.scaled(self.capacity)
+    }
+
     pub(crate) fn reconcile(&mut self, estimate: u64, actual: u64) {
         if actual >= estimate {
             self.take(actual - estimate);

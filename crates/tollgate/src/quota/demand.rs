@@ -357,7 +357,12 @@ pub struct BudgetReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Observed {
     /// The limit adopted from the provider's advertisement, if one changed.
+    /// A new amount is the rate at once, but a demand larger than it is
+    /// refused only once a second answer confirms it (SPEC Q-14).
     pub adopted: Option<u64>,
+    /// The learned limit a second, distinct answer confirmed: from now on
+    /// a demand larger than it fails at once, queued ones included.
+    pub confirmed: Option<u64>,
     /// Units more taken out of the scope's window because the provider had
     /// less left than tollgate's own view (another client, another
     /// accounting). The estimate of what others hold replaces the previous

@@ -124,6 +124,20 @@ impl FixedWindow {
         self.limit = limit;
     }
 
+    /// What is counted in the current window, and held by pending
+    /// reservations.
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        (self.used, self.pending)
+    }
+
+    /// Seeds a fresh window with what another limit counted (a
+    /// reconfiguration): counted in the window of `now`.
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+        self.roll(now);
+        self.used = self.used.saturating_add(counted);
+        self.pending = self.pending.saturating_add(pending);
+    }
+
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
         if self.same_window(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);

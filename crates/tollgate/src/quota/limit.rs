@@ -18,6 +18,16 @@ enum Algo {
     Fixed(FixedWindow),
 }
 
+/// An answered attempt as a learned limit remembers it: its stamp and its
+/// number in the record of what was sent (SPEC Q-14).
+pub(crate) type Answer = (Nanos, u32);
+
+/// Whether two advertisements came from distinct answers. A report without
+/// an answered attempt counts as an answer of its own.
+pub(crate) fn distinct(a: Option<Answer>, b: Option<Answer>) -> bool {
+    a.is_none() || b.is_none() || a != b
+}
+
 /// The live state of one configured [`Limit`].
 #[derive(Debug, Clone)]
 pub(crate) struct LimitState {
@@ -28,6 +38,21 @@ pub(crate) struct LimitState {
     /// A stand-in until the provider first answers (SPEC Q-14): it admits,
     /// but never tells when it frees (the provider's answer decides).
     pub(crate) provisional: bool,
+    /// A learned amount that two distinct answers advertised (SPEC Q-14).
+    /// Until then a demand larger than it is not refused: it fits once the
+    /// whole limit is free and goes out alone, so that the provider's
+    /// answer confirms or corrects the amount.
+    pub(crate) confirmed: bool,
+    /// The answer that last advertised the learned amount.
+    pub(crate) advertised_by: Option<Answer>,
+    /// Until when a limit a reconfiguration replaced by one of another
+    /// window or algorithm still bounds admissions (one of its windows
+    /// after the reconfiguration, or sooner once it counts nothing), so
+    /// that no window holding admissions from before admits more than the
+    /// old configuration would (see `local/reconfigure.rs`). It never
+    /// refuses a demand outright (SPEC Q-3 is the new limits' to judge)
+    /// and is not reported.
+    pub(crate) transitional: Option<Nanos>,
     /// Other clients' spending, as the provider's answers reveal it.
     others: Others,
     algo: Algo,
@@ -50,6 +75,9 @@ impl LimitState {
             config,
             learned: false,
             provisional: false,
+            confirmed: false,
+            advertised_by: None,
+            transitional: None,
             others: Others::default(),
             algo,
         }
@@ -62,6 +90,9 @@ impl LimitState {
             config: self.config,
             learned: self.learned,
             provisional: self.provisional,
+            confirmed: self.confirmed,
+            advertised_by: self.advertised_by,
+            transitional: self.transitional,
             others: Others::default(),
             algo: self.algo.clone(),
         }
@@ -73,6 +104,27 @@ impl LimitState {
 
     pub(crate) fn window(&self) -> Duration {
         self.config.window
+    }
+
+    /// Whether `amount` can never fit, whatever the wait (SPEC Q-3): larger
+    /// than the whole limit, unless the limit is a learned amount not yet
+    /// confirmed (SPEC Q-14).
+    pub(crate) fn refuses(&self, amount: u64) -> bool {
+        amount > self.config.amount && (!self.learned || self.confirmed)
+    }
+
+    /// The room `amount` needs to fit: itself, or the whole limit for a
+    /// demand larger than an unconfirmed learned limit (it fits once
+    /// nothing else is counted, and is then counted in full: SPEC Q-14) or
+    /// than a transitional limit (which never holds a demand larger than
+    /// itself back for good).
+    #[inline]
+    pub(crate) fn room(&self, amount: u64) -> u64 {
+        if self.transitional.is_some() || (self.learned && !self.confirmed) {
+            amount.min(self.config.amount)
+        } else {
+            amount
+        }
     }
 
     /// Brings the state up to `now` (prune, refill or roll).
@@ -98,10 +150,16 @@ impl LimitState {
         if self.provisional {
             return None;
         }
-        match &self.algo {
+        let at = match &self.algo {
             Algo::Sliding(w) => w.earliest(amount, now),
             Algo::Bucket(b) => b.earliest(amount, now),
             Algo::Fixed(w) => w.earliest(amount, now),
+        };
+        // A transitional limit bounds nothing after its end.
+        match (at, self.transitional) {
+            (Some(at), Some(until)) => Some(at.min(until.max(now))),
+            (None, Some(until)) => Some(until.max(now)),
+            (at, None) => at,
         }
     }
 
@@ -235,6 +293,80 @@ impl LimitState {
             Algo::Sliding(w) => w.set_limit(amount),
             Algo::Bucket(b) => b.set_limit(amount),
             Algo::Fixed(w) => w.set_limit(amount),
+        }
+    }
+
+    /// Whether `algorithm` counts this limit with the same arithmetic as
+    /// now: then a reconfiguration carries the state as it is.
+    pub(crate) fn same_arithmetic(&self, algorithm: Algorithm) -> bool {
+        matches!(
+            (&self.algo, algorithm),
+            (Algo::Sliding(_), Algorithm::SlidingWindow)
+                | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
+                | (Algo::Fixed(_), Algorithm::FixedWindow)
+        )
+    }
+
+    /// Takes a new amount per window, and a bucket's new burst (a
+    /// reconfiguration of the same window and algorithm): what is counted
+    /// stays counted, so a lowered amount admits nothing more in the
+    /// window in progress until enough ages out, and a raised one admits
+    /// the difference at once.
+    pub(crate) fn set_amount(&mut self, amount: u64, algorithm: Algorithm) {
+        self.config.amount = amount;
+        let window = nanos(self.config.window);
+        match (&mut self.algo, algorithm) {
+            (Algo::Bucket(b), Algorithm::TokenBucket { burst }) => {
+                b.reconfigure(amount, burst.map_or(window, nanos));
+            }
+            (Algo::Sliding(w), _) => w.set_limit(amount),
+            (Algo::Bucket(b), _) => b.set_limit(amount),
+            (Algo::Fixed(w), _) => w.set_limit(amount),
+        }
+    }
+
+    /// What it counts now that is not pending, and what pending
+    /// reservations hold (brought up to date by the caller).
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        match &self.algo {
+            Algo::Sliding(w) => w.counted(),
+            Algo::Bucket(b) => b.counted(),
+            Algo::Fixed(w) => w.counted(),
+        }
+    }
+
+    /// Seeds a fresh limit with what another one counted (see
+    /// [`counted`](Self::counted)), as admitted at `now`.
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+        match &mut self.algo {
+            Algo::Sliding(w) => w.seed(counted, pending, now),
+            Algo::Bucket(b) => {
+                b.take(counted);
+                b.hold(pending);
+            }
+            Algo::Fixed(w) => w.seed(counted, pending, now),
+        }
+    }
+
+    /// Whether it is transitional.
+    #[inline]
+    pub(crate) fn is_transitional(&self) -> bool {
+        self.transitional.is_some()
+    }
+
+    /// Whether a transitional limit has done its part at `now`.
+    pub(crate) fn expired(&self, now: Nanos) -> bool {
+        self.transitional
+            .is_some_and(|until| now >= until || self.drained())
+    }
+
+    /// Whether it counts nothing any more (brought up to date by the
+    /// caller).
+    pub(crate) fn drained(&self) -> bool {
+        match &self.algo {
+            Algo::Sliding(w) => w.used() == 0,
+            Algo::Bucket(b) => b.is_full(),
+            Algo::Fixed(w) => w.used() == 0,
         }
     }
 

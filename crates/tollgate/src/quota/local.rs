@@ -6,12 +6,24 @@ use super::Nanos;
 use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
-use super::limit::{LimitState, nanos};
+use super::limit::{Answer, LimitState, distinct, nanos};
 use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
 use crate::clock::Instant;
 use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
+
+mod reconfigure;
+
+/// What an advertised limit changed (SPEC Q-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopted {
+    Nothing,
+    /// A new amount, not yet confirmed.
+    Changed(u64),
+    /// A second, distinct answer advertised the amount in force.
+    Confirmed(u64),
+}
 
 /// The in-process quota arithmetic of one scope (the default store).
 ///
@@ -30,6 +42,9 @@ pub struct LocalQuota {
     learn: Option<Duration>,
     /// What was sent and by when the provider counted it (SPEC Q-14).
     sent: SentLog,
+    /// Some limit is transitional (a reconfiguration replaced it): drained
+    /// ones are dropped as time advances.
+    draining: bool,
 }
 
 impl LocalQuota {
@@ -74,23 +89,51 @@ impl LocalQuota {
             limits,
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
+            draining: false,
         }
     }
 
     /// Adopts an advertised limit for a dimension the configuration left
-    /// out; returns the amount when something changed.
-    fn adopt(&mut self, dimension: Dimension, amount: u64, now: Nanos) -> Option<u64> {
-        let window = self.learn?;
+    /// out (SPEC Q-14), advertised by `answer`.
+    ///
+    /// A new amount, higher or lower, is adopted at once as the rate, but
+    /// unconfirmed: a demand larger than it is not refused (see
+    /// [`LimitState::room`]). The same amount advertised again by a
+    /// distinct answer confirms it; only a confirmed amount refuses larger
+    /// demands. So one answer, right or wrong, never makes a call fail.
+    fn adopt(
+        &mut self,
+        dimension: Dimension,
+        amount: u64,
+        answer: Option<Answer>,
+        now: Nanos,
+    ) -> Adopted {
+        let Some(window) = self.learn else {
+            return Adopted::Nothing;
+        };
         if amount == 0 {
-            return None;
+            return Adopted::Nothing;
         }
-        if let Some(l) = self.limits.iter_mut().find(|l| l.dimension() == dimension) {
-            if !l.learned || (l.config.amount == amount && !l.provisional) {
-                return None;
+        if let Some(l) = self
+            .limits
+            .iter_mut()
+            .find(|l| l.dimension() == dimension && !l.is_transitional())
+        {
+            if !l.learned {
+                return Adopted::Nothing;
+            }
+            if l.config.amount == amount && !l.provisional {
+                if l.confirmed || !distinct(l.advertised_by, answer) {
+                    return Adopted::Nothing;
+                }
+                l.confirmed = true;
+                return Adopted::Confirmed(amount);
             }
             l.provisional = false;
+            l.confirmed = false;
+            l.advertised_by = answer;
             l.set_limit(amount);
-            return Some(amount);
+            return Adopted::Changed(amount);
         }
         let mut learned = LimitState::new(
             Limit {
@@ -102,9 +145,10 @@ impl LocalQuota {
             now,
         );
         learned.learned = true;
+        learned.advertised_by = answer;
         learned.advance(now);
         self.limits.push(learned);
-        Some(amount)
+        Adopted::Changed(amount)
     }
 
     /// The store's time for `at`: nanoseconds since the epoch, never
@@ -137,14 +181,24 @@ impl LocalQuota {
         for l in &mut self.limits {
             l.advance(now);
         }
+        if self.draining {
+            self.drop_expired(now);
+        }
+    }
+
+    /// Drops the transitional limits that have done their part.
+    #[cold]
+    fn drop_expired(&mut self, now: Nanos) {
+        self.limits.retain(|l| !l.expired(now));
+        self.draining = self.limits.iter().any(LimitState::is_transitional);
     }
 }
 
 impl QuotaStore for LocalQuota {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
-        for l in &self.limits {
+        for l in self.limits.iter().filter(|l| !l.is_transitional()) {
             let amount = demand.amount(l.dimension());
-            if amount > l.config.amount {
+            if l.refuses(amount) {
                 return Err(ExceedsLimit {
                     dimension: l.dimension(),
                     demand: amount,
@@ -159,10 +213,13 @@ impl QuotaStore for LocalQuota {
     #[inline]
     fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64> {
         let t = self.tick(now);
+        if self.draining {
+            self.advance(t);
+        }
         let mut fits = true;
         for l in &mut self.limits {
             l.advance(t);
-            fits &= l.fits(demand.amount(l.dimension()));
+            fits &= l.fits(l.room(demand.amount(l.dimension())));
         }
         if !fits {
             return None;
@@ -180,7 +237,7 @@ impl QuotaStore for LocalQuota {
         let mut limited_by = LimitedBy::default();
         let mut at: Option<Nanos> = None;
         for l in &self.limits {
-            let amount = demand.amount(l.dimension());
+            let amount = l.room(demand.amount(l.dimension()));
             if !l.fits(amount) {
                 limited_by.add(l.dimension());
                 // A known instant is still a useful lower bound when another
@@ -296,7 +353,12 @@ impl QuotaStore for LocalQuota {
         }
         let mut observed = Observed::default();
         if let Some(limit) = report.limit {
-            observed.adopted = self.adopt(report.dimension, limit, now);
+            let answer = answered.map(|r| (r.tick, r.seq));
+            match self.adopt(report.dimension, limit, answer, now) {
+                Adopted::Nothing => {}
+                Adopted::Changed(amount) => observed.adopted = Some(amount),
+                Adopted::Confirmed(amount) => observed.confirmed = Some(amount),
+            }
         }
         let Some(remaining) = report.remaining else {
             return observed;
@@ -306,7 +368,7 @@ impl QuotaStore for LocalQuota {
         let Some(l) = self
             .limits
             .iter_mut()
-            .filter(|l| l.dimension() == report.dimension)
+            .filter(|l| l.dimension() == report.dimension && !l.is_transitional())
             .min_by_key(|l| l.window())
         else {
             return observed;
@@ -338,6 +400,11 @@ impl QuotaStore for LocalQuota {
         self.limits.len() != before
     }
 
+    fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
+        LocalQuota::reconfigure(self, config, now);
+        true
+    }
+
     fn project(&self) -> Option<Box<dyn QuotaStore>> {
         // The arithmetic only: a projection never compares a provider's
         // answer, so it carries no record of what was sent.
@@ -348,21 +415,33 @@ impl QuotaStore for LocalQuota {
             limits: self.limits.iter().map(LimitState::projected).collect(),
             learn: self.learn,
             sent: SentLog::new(0),
+            draining: self.draining,
         }))
     }
 
     fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
         let t = self.tick(now);
         self.advance(t);
-        out.extend(self.limits.iter().map(|l| LimitSnapshot {
-            dimension: l.dimension(),
-            window: l.window(),
-            limit: l.config.amount,
-            capacity: l.capacity(),
-            available: i64::try_from(l.available()).unwrap_or(i64::MIN),
-            algorithm: self.algorithm,
-        }));
+        out.extend(
+            self.limits
+                .iter()
+                .filter(|l| !l.is_transitional())
+                .map(|l| LimitSnapshot {
+                    dimension: l.dimension(),
+                    window: l.window(),
+                    limit: l.config.amount,
+                    capacity: l.capacity(),
+                    available: saturate(l.available()),
+                    algorithm: self.algorithm,
+                }),
+        );
     }
+}
+
+/// `value` as an `i64`, saturated by sign: a huge limit shows as a lot
+/// available, never as a debt.
+fn saturate(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
 }
 
 #[cfg(test)]

@@ -136,6 +136,20 @@ impl SentLog {
         }
     }
 
+    /// A record compared over another `window` (a reconfiguration
+    /// changed the scope's shortest window): afresh, its sequence numbers
+    /// following this record's, so no reservation recorded here is ever
+    /// found in it.
+    pub(crate) fn rewindowed(&self, window: Nanos) -> Self {
+        if window == self.window {
+            return self.clone();
+        }
+        let len = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        let mut fresh = SentLog::new(window);
+        fresh.first = self.first.saturating_add(len).max(1);
+        fresh
+    }
+
     fn bucket(&self, t: Nanos) -> u64 {
         t / self.res
     }

@@ -368,6 +368,41 @@ impl SlidingWindow {
         self.take(stamp, amount, false);
     }
 
+    /// What is counted: tollgate's own leased amounts and debts, and
+    /// the amounts of pending reservations (a reconfiguration's seed).
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        let pending = self
+            .log
+            .iter()
+            .map(|s| s.pending)
+            .sum::<u64>()
+            .saturating_add(self.carry);
+        (self.used.saturating_sub(pending), pending)
+    }
+
+    /// Seeds a fresh window with what another limit counted (a
+    /// reconfiguration that changed the window or the algorithm): the
+    /// pending amounts in `carry`, where a pending reservation's lease or
+    /// refund finds them, and the rest as admitted at `now` (later than it
+    /// was, so counted longer: conservative). The store moved its time past
+    /// every existing reservation's stamp first, so none of them is ever
+    /// located in the seed; the seed's span is empty, so nothing joins it.
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+        self.carry = self.carry.saturating_add(pending);
+        self.used = self.used.saturating_add(pending);
+        if counted == 0 {
+            return;
+        }
+        self.used = self.used.saturating_add(counted);
+        self.log.push_back(Slot {
+            opened: now,
+            closes: now,
+            expires: now.saturating_add(self.window),
+            amount: counted,
+            pending: 0,
+        });
+    }
+
     #[cfg(test)]
     pub(crate) fn slots(&self) -> usize {
         self.log.len()

@@ -122,6 +122,17 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
         false
     }
 
+    /// Takes a new configuration of the same scope at `now`, keeping what
+    /// is counted (SPEC GW-15, see `docs/design.md`, "Reload"): pending and
+    /// leased reservations stay valid, and every limit of the new
+    /// configuration counts what the running one counted in its dimension.
+    /// Returns `false` when the store cannot (the default): the controller
+    /// then opens a new store for the scope, which starts afresh.
+    fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
+        let _ = (config, now);
+        false
+    }
+
     /// A detached copy used to project when queued demands will fit
     /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
     /// the controller then judges each demand on its own.

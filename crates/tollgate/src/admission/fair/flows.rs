@@ -98,6 +98,14 @@ impl<T> FairQueue<T> {
         }
     }
 
+    /// Takes a scope's new `min_share` per class and window (SPEC GW-15):
+    /// lines, counters and the head stay; the cost admitted so far is kept
+    /// (over a new window it is counted afresh).
+    pub(crate) fn reconfigure(&mut self, min_share: [u8; CLASSES], window: Option<Duration>) {
+        self.min_share = min_share;
+        self.share.rewindow(window);
+    }
+
     /// Waiting calls.
     pub(crate) fn len(&self) -> usize {
         self.lines.len()

@@ -48,6 +48,18 @@ impl ShareRecord {
         }
     }
 
+    /// Measures over `window` from now on: unchanged when its buckets are
+    /// the same, else the window starts empty (totals are kept).
+    pub(crate) fn rewindow(&mut self, window: Option<Duration>) {
+        let fresh = ShareRecord::new(window);
+        if fresh.width != self.width {
+            *self = ShareRecord {
+                total: self.total,
+                ..fresh
+            };
+        }
+    }
+
     /// Counts `cost` admitted to `class` at `now`.
     #[inline]
     pub(crate) fn add(&mut self, class: Priority, cost: u64, now: Instant) {

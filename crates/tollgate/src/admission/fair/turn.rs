@@ -57,6 +57,8 @@ struct Turn {
     taken: bool,
     closed: bool,
     costs: Costs,
+    /// Waiters beyond the holder, at most (FAIR-10 shares them).
+    limit: usize,
 }
 
 impl Turn {
@@ -100,8 +102,6 @@ pub(crate) struct TurnDone {
 #[derive(Debug)]
 pub(crate) struct FairTurn {
     turn: Mutex<Turn>,
-    /// Waiters beyond the holder, at most (FAIR-10 shares them).
-    limit: usize,
 }
 
 impl FairTurn {
@@ -115,9 +115,23 @@ impl FairTurn {
                 costs: Costs {
                     tokens: config.has_token_limit(),
                 },
+                limit,
             }),
-            limit,
         }
+    }
+
+    /// Takes a new configuration of the scope (SPEC GW-15): its classes'
+    /// `min_share`, its window, its cost model and the waiting bound. The
+    /// calls in line keep their places and their flows their counters; a
+    /// lowered bound refuses only new waiters.
+    pub(crate) fn reconfigure(&self, config: &ScopeConfig, limit: usize) {
+        let mut t = self.turn.lock();
+        t.queue
+            .reconfigure(config.min_shares(), config.shortest_window());
+        t.costs = Costs {
+            tokens: config.has_token_limit(),
+        };
+        t.limit = limit;
     }
 
     /// Calls waiting for the turn and whether it is held.
@@ -148,8 +162,8 @@ impl FairTurn {
                 return Poll::Ready(Ok(false));
             }
             let mut victim = None;
-            if t.queue.len() >= self.limit {
-                victim = Some(room_for(&t.queue, flow.key(), self.limit).ok_or(Refused::Full)?);
+            if t.queue.len() >= t.limit {
+                victim = Some(room_for(&t.queue, flow.key(), t.limit).ok_or(Refused::Full)?);
             }
             let waiter = Waiter {
                 waker: Some(cx.waker().clone()),

@@ -155,6 +155,10 @@ pub(crate) struct SharedAcquire<'a> {
     notice: Option<Pin<Box<Notified<'a>>>>,
     /// Counted in the scope's holds (see `hold`).
     holding: bool,
+    /// The store's handle of this call's latest reservation: its lease and
+    /// settlements go through it (a reconfiguration may have replaced the
+    /// scope's handle meanwhile, SPEC GW-15).
+    quota: Option<settle::Quota>,
 }
 
 impl<'a> SharedAcquire<'a> {
@@ -195,7 +199,13 @@ impl<'a> SharedAcquire<'a> {
             timer: None,
             notice: None,
             holding: false,
+            quota: None,
         }
+    }
+
+    /// The handle of this call's latest reservation.
+    fn quota(&self) -> settle::Quota {
+        self.quota.clone().unwrap_or_else(|| self.shared.remote())
     }
 
     fn inner(&self) -> &'a Inner {
@@ -335,7 +345,8 @@ impl<'a> SharedAcquire<'a> {
         if id.is_some() {
             self.hold();
         }
-        let remote = Arc::clone(&shared.remote);
+        let remote = shared.remote();
+        self.quota = Some(Arc::clone(&remote));
         self.stage = Stage::Reserve {
             op: Box::pin(async move { remote.reserve(demand, hold, budget).await }),
             permit,
@@ -380,7 +391,7 @@ impl<'a> SharedAcquire<'a> {
             // The reservation may have landed: a pending hold is given
             // back by its name (a leased one ages out with its windows).
             if let Some(id) = id {
-                settle::forget(self.shared, id);
+                settle::forget(self.shared, self.quota(), id);
             }
         }
         if !matches!(answer, Ok(Ok(_))) {
@@ -578,7 +589,7 @@ impl<'a> SharedAcquire<'a> {
                         key,
                         granted_at,
                     };
-                    let local = entry.max_wait.and_then(|w| granted_at.checked_add(w));
+                    let local = entry.max_wait.get().and_then(|w| granted_at.checked_add(w));
                     let until = match (local, self.deadline.instant()) {
                         (Some(l), Some(d)) => Some(l.min(d)),
                         (l, d) => l.or(d),
@@ -656,7 +667,7 @@ impl<'a> SharedAcquire<'a> {
             self.return_grant(grant);
             return Poll::Ready(Err(AdmissionError::Closed));
         };
-        let remote = Arc::clone(&self.shared.remote);
+        let remote = self.quota();
         let pending = grant.reservation;
         self.stage = Stage::Lease {
             grant,
@@ -763,7 +774,7 @@ impl<'a> SharedAcquire<'a> {
             charged: self.charged,
             released: false,
             reconciled: false,
-            remote: (grant.origin == Origin::Remote).then(RemoteLease::default),
+            remote: (grant.origin == Origin::Remote).then(|| RemoteLease::new(self.quota())),
         }
     }
 
@@ -802,8 +813,8 @@ impl<'a> SharedAcquire<'a> {
             Origin::Remote => {
                 drop(st);
                 match grant.id {
-                    Some(id) => settle::forget(self.shared, id),
-                    None => settle::refund(self.shared, grant.reservation),
+                    Some(id) => settle::forget(self.shared, self.quota(), id),
+                    None => settle::refund(self.shared, self.quota(), grant.reservation),
                 }
             }
         }
@@ -826,7 +837,7 @@ impl<'a> SharedAcquire<'a> {
             Stage::Reserve { op, permit, id, .. } => {
                 // Counted before the permit goes back, so `idle` cannot
                 // resolve in between.
-                settle::refund_reserved(self.shared, op, id);
+                settle::refund_reserved(self.shared, self.quota(), op, id);
                 if permit {
                     inner.pools.release(self.pool, self.holder());
                 }
@@ -845,9 +856,9 @@ impl<'a> SharedAcquire<'a> {
                     st.counters.refunded_reservations += 1;
                 }
                 match grant.id {
-                    Some(id) => settle::refund_leasing(self.shared, op, id),
+                    Some(id) => settle::refund_leasing(self.shared, self.quota(), op, id),
                     // Not reached: only named holds are leased remotely.
-                    None => settle::refund(self.shared, grant.reservation),
+                    None => settle::refund(self.shared, self.quota(), grant.reservation),
                 }
                 inner.pools.release(self.pool, self.holder());
             }

@@ -18,51 +18,70 @@ use crate::quota::{
 /// shared budget, not this share (SPEC Q-14 is per process; see
 /// `docs/design.md`).
 #[derive(Debug)]
-pub(crate) struct FallbackQuota(LocalQuota);
+pub(crate) struct FallbackQuota {
+    share: LocalQuota,
+    replicas: u32,
+}
 
 impl FallbackQuota {
     /// The share of `scope` for one of `replicas` processes, at `now`.
     pub(crate) fn new(scope: &ScopeConfig, replicas: u32, now: Instant) -> Self {
-        let mut share = scope.clone();
-        share.learn = None;
-        for limit in &mut share.limits {
-            limit.amount = (limit.amount / u64::from(replicas.max(1))).max(1);
+        FallbackQuota {
+            share: LocalQuota::new(&share(scope, replicas), now),
+            replicas,
         }
-        FallbackQuota(LocalQuota::new(&share, now))
     }
+}
+
+/// `limit / replicas` (at least 1) of every limit of `scope`, learning
+/// nothing.
+fn share(scope: &ScopeConfig, replicas: u32) -> ScopeConfig {
+    let mut share = scope.clone();
+    share.learn = None;
+    for limit in &mut share.limits {
+        limit.amount = (limit.amount / u64::from(replicas.max(1))).max(1);
+    }
+    share
 }
 
 impl QuotaStore for FallbackQuota {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
-        self.0.check(demand)
+        self.share.check(demand)
     }
 
     fn try_reserve(&mut self, demand: &Demand, now: Instant, hold: Hold) -> Option<u64> {
-        self.0.try_reserve(demand, now, hold)
+        self.share.try_reserve(demand, now, hold)
     }
 
     fn not_until(&mut self, demand: &Demand, now: Instant) -> NotUntil {
-        self.0.not_until(demand, now)
+        self.share.not_until(demand, now)
     }
 
     fn lease(&mut self, reservation: &mut Reservation, now: Instant) {
-        self.0.lease(reservation, now);
+        self.share.lease(reservation, now);
     }
 
     fn refund(&mut self, reservation: &Reservation, now: Instant) {
-        self.0.refund(reservation, now);
+        self.share.refund(reservation, now);
     }
 
     fn reconcile(&mut self, reservation: &Reservation, actual: &Actual) {
-        self.0.reconcile(reservation, actual);
+        self.share.reconcile(reservation, actual);
     }
 
     fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {
-        self.0.recount(reservation, at, now);
+        self.share.recount(reservation, at, now);
     }
 
     fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
-        self.0.release(reservation, requests, tokens);
+        self.share.release(reservation, requests, tokens);
+    }
+
+    /// The share of the new configuration, keeping what the share
+    /// counts (SPEC GW-15).
+    fn reconfigure(&mut self, scope: &ScopeConfig, now: Instant) -> bool {
+        self.share.reconfigure(&share(scope, self.replicas), now);
+        true
     }
 
     fn project(&self) -> Option<Box<dyn QuotaStore>> {
@@ -70,6 +89,6 @@ impl QuotaStore for FallbackQuota {
     }
 
     fn snapshot(&mut self, now: Instant, out: &mut Vec<LimitSnapshot>) {
-        self.0.snapshot(now, out);
+        self.share.snapshot(now, out);
     }
 }

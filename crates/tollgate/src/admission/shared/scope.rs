@@ -10,12 +10,16 @@
 //!   overflow policy and shared between flows (ADM-5, FAIR-10); under
 //!   `wait`, producers past the capacity line up behind it.
 //! * *Health* is the store's state as this process last saw it
-//!   ([`StoreMode`]). A failed operation makes the scope unavailable at
-//!   once; while unavailable, reservations never touch the store (so no
-//!   call waits for a store that does not answer) and at most one *probe*
-//!   (a read of the store's limits) runs at a time, at most one per
-//!   [`PROBE_INTERVAL`]. Any answer of the store (a probe's or an
-//!   operation's) makes it shared again.
+//!   ([`StoreMode`]). It is judged by admissions: a failed reservation or
+//!   lease makes the scope unavailable at once; a detached round trip (a
+//!   settlement, a refund, a hold given back) that fails is counted but
+//!   changes nothing, so one slow settlement never turns a healthy store
+//!   into an outage (and, under `fail_closed`, into refusals). While
+//!   unavailable, reservations never touch the store (so no call waits for
+//!   a store that does not answer) and at most one *probe* (a read of the
+//!   store's limits) runs at a time, at most one per [`PROBE_INTERVAL`].
+//!   Any answer of the store (a probe's or an operation's) makes it shared
+//!   again.
 //! * `room` is notified whenever quota of the scope comes back: by the
 //!   store's own notices ([`RemoteQuota::changes`]), by this process's
 //!   refunds and settlements, and when admission stops. Only the turn's
@@ -26,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::detached::Detached;
@@ -101,7 +105,11 @@ impl SharedStats {
 /// A scope's shared store as this process uses it. See the module notes.
 #[derive(Debug)]
 pub(crate) struct SharedScope {
-    pub(crate) remote: Arc<dyn RemoteQuota>,
+    /// The store's handle for the scope's current limits (replaced by a
+    /// reconfiguration, SPEC GW-15). Each reservation is taken and settled
+    /// through the handle it was taken with, so it is settled against the
+    /// limits that counted it.
+    remote: RwLock<Arc<dyn RemoteQuota>>,
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
@@ -132,15 +140,10 @@ impl SharedScope {
         overflow: Overflow,
         clock: SharedClock,
     ) -> Self {
-        // The holder of the turn is the head of the queue: `capacity`
-        // queued calls are the holder and `capacity - 1` in line.
-        let waiting = match overflow {
-            Overflow::Reject => capacity.saturating_sub(1),
-            Overflow::Wait => usize::MAX,
-        };
+        let waiting = waiting_line(capacity, overflow);
         let room = remote.changes().unwrap_or_default();
         SharedScope {
-            remote,
+            remote: RwLock::new(remote),
             timeout,
             on_unavailable,
             turn: FairTurn::new(config, waiting),
@@ -155,6 +158,29 @@ impl SharedScope {
             detached: Arc::default(),
             holds: InFlight::default(),
         }
+    }
+
+    /// The store's handle for the scope's current limits.
+    pub(crate) fn remote(&self) -> Arc<dyn RemoteQuota> {
+        Arc::clone(&self.remote.read())
+    }
+
+    /// Takes a new configuration of the scope (SPEC GW-15): reservations
+    /// from now on go through `remote`; those already taken settle
+    /// through the handle they were taken with. The turn's waiting line
+    /// takes the new queue bound; the calls in it keep their places.
+    pub(crate) fn reconfigure(
+        &self,
+        config: &ScopeConfig,
+        remote: Arc<dyn RemoteQuota>,
+        capacity: usize,
+        overflow: Overflow,
+    ) {
+        *self.remote.write() = remote;
+        self.turn
+            .reconfigure(config, waiting_line(capacity, overflow));
+        // The new limits may have room now.
+        self.wake();
     }
 
     /// Runs `task` detached, counted until it ends (so closing waits for
@@ -196,7 +222,7 @@ impl SharedScope {
             drop(health);
             let this = Arc::clone(self);
             let started = self.spawn(async move {
-                let answered = this.remote.snapshot(this.timeout).await.is_ok();
+                let answered = this.remote().snapshot(this.timeout).await.is_ok();
                 if !answered {
                     SharedStats::count(&this.stats.store_errors);
                 }
@@ -232,8 +258,16 @@ impl SharedScope {
         }
     }
 
-    /// An operation failed: the store is unavailable from now on, until it
-    /// answers again.
+    /// A detached round trip (a settlement, a refund, a hold given back)
+    /// failed: counted, and logged, but the store's mode stays as it is
+    /// (admissions judge it, see the module notes).
+    pub(crate) fn detached_failed(&self, error: &crate::quota::StoreError) {
+        SharedStats::count(&self.stats.store_errors);
+        tracing::debug!(%error, "quota store round trip failed after its call");
+    }
+
+    /// A reservation or a lease failed: the store is unavailable from now
+    /// on, until it answers again.
     pub(crate) fn failed(&self, now: Instant, error: &crate::quota::StoreError) {
         SharedStats::count(&self.stats.store_errors);
         let mode = match self.on_unavailable {
@@ -263,5 +297,15 @@ impl SharedScope {
     /// Wakes the turn's holder: quota came back, or admission stopped.
     pub(crate) fn wake(&self) {
         self.room.notify_waiters();
+    }
+}
+
+/// The waiting line of a scope's turn: the holder of the turn is the head
+/// of the queue, so `capacity` queued calls are the holder and
+/// `capacity - 1` in line.
+fn waiting_line(capacity: usize, overflow: Overflow) -> usize {
+    match overflow {
+        Overflow::Reject => capacity.saturating_sub(1),
+        Overflow::Wait => usize::MAX,
     }
 }

@@ -1,18 +1,20 @@
-//! Settling what a shared store holds (SPEC, DQ-5).
+//! Settling what a shared store holds (SPEC, DQ-5,
+//! DQ-6).
 //!
 //! Settlement methods of a [`Lease`](crate::Lease) are synchronous and the
 //! engine never blocks on the network, so every operation on a shared
 //! store that settles something runs as a detached task bounded by the
-//! store's timeout. What a failed operation would have changed stays as it
-//! was: amounts stay counted (never over a quota), and the failure is
-//! counted (`ScopeCounters::settlements_failed`). Three exceptions are
-//! written down where they happen: debt (usage above the estimate) is
-//! retried, because losing it would let the scope admit more than its
-//! limit; giving back a pending hold is retried, because it is idempotent
-//! (by the hold's id) and otherwise holds room until the hold expires; and
-//! a recount that fails leaves the amount counted from the lease instant
-//! instead of the provider's (SPEC Q-15 then holds only as well as the
-//! lease instant approximates the provider's count).
+//! store's timeout. Each is named once ([`OpId`]) and tried up to
+//! [`ATTEMPTS`] times under that name until the store answers: the store
+//! applies a named operation once, so a retry after an attempt that landed
+//! but whose answer was lost changes nothing (DQ-6). A pending hold is
+//! given back by its own id, which only the first attempt that lands finds.
+//! What an operation that never landed would have changed stays as it was:
+//! amounts stay counted (never over a quota), debt goes unrecorded (logged),
+//! and the failure is counted (`ScopeCounters::settlements_failed`); a
+//! recount that never lands leaves the amount counted from the lease
+//! instant instead of the provider's (SPEC Q-15 then holds only as well as
+//! the lease instant approximates the provider's count).
 //!
 //! Every task runs through the scope's [`Detached`](super::detached)
 //! count, so `close` and `idle` wait for them.
@@ -28,11 +30,12 @@ use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::flow::Flow;
-use crate::quota::{Actual, HoldId, NotUntil, Reservation, StoreError, StoreFuture};
+use crate::quota::{
+    Actual, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError, StoreFuture,
+};
 use crate::usage::{Settlement, Usage};
 
-/// Attempts to record debt (usage above the estimate), or to give back a
-/// pending hold, before giving up.
+/// Attempts of one settlement (under one name) before giving up.
 const ATTEMPTS: u32 = 3;
 /// Pause between two attempts.
 const BACKOFF: Duration = Duration::from_millis(5);
@@ -42,28 +45,39 @@ pub(crate) type ReserveOp = StoreFuture<'static, Result<Result<Reservation, NotU
 /// A lease round trip in flight.
 pub(crate) type LeaseOp = StoreFuture<'static, Result<Option<Reservation>, StoreError>>;
 
+/// The store's handle a reservation was taken with (see
+/// [`SharedScope::remote`]).
+pub(crate) type Quota = Arc<dyn RemoteQuota>;
+
 /// The settlements of one lease kept in a shared store, applied in the
 /// order they were made: each task waits for the one before and starts
 /// from the reservation as that one left it (a recount restamps it).
-#[derive(Debug, Default)]
+/// Every one goes through the handle the reservation was taken with.
+#[derive(Debug)]
 pub(crate) struct RemoteLease {
     last: Option<JoinHandle<Reservation>>,
+    quota: Quota,
 }
 
 impl RemoteLease {
+    pub(crate) fn new(quota: Quota) -> Self {
+        RemoteLease { last: None, quota }
+    }
+
     fn then<F, Fut>(&mut self, shared: &Arc<SharedScope>, reservation: Reservation, op: F)
     where
-        F: FnOnce(Arc<SharedScope>, Reservation) -> Fut + Send + 'static,
+        F: FnOnce(Arc<SharedScope>, Quota, Reservation) -> Fut + Send + 'static,
         Fut: Future<Output = Reservation> + Send + 'static,
     {
         let prev = self.last.take();
         let owned = Arc::clone(shared);
+        let quota = Arc::clone(&self.quota);
         let task = async move {
             let reservation = match prev {
                 Some(prev) => prev.await.unwrap_or(reservation),
                 None => reservation,
             };
-            op(owned, reservation).await
+            op(owned, quota, reservation).await
         };
         self.last = shared.detached.spawn(task);
         if self.last.is_none() {
@@ -72,8 +86,9 @@ impl RemoteLease {
     }
 }
 
-/// Runs one store operation: counts a failure and marks the store
-/// unavailable; `None` when it failed.
+/// Runs one store operation; `None` when it failed. A failure is counted
+/// but does not make the store unavailable: one slow settlement is no
+/// outage, and reservations find out by themselves (SPEC DQ-3).
 async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreError>>) -> Option<T> {
     match op.await {
         Ok(value) => {
@@ -81,10 +96,29 @@ async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreErr
             Some(value)
         }
         Err(e) => {
-            shared.failed(shared.clock.now(), &e);
+            shared.detached_failed(&e);
             None
         }
     }
+}
+
+/// Runs the operation `op` makes, up to [`ATTEMPTS`] times until the store
+/// answers; `None` when no attempt did. `op` must name the operation the
+/// same way on every attempt (SPEC DQ-6).
+async fn retried<'a, T>(
+    shared: &'a SharedScope,
+    quota: &'a dyn RemoteQuota,
+    op: impl Fn(&'a dyn RemoteQuota) -> StoreFuture<'a, Result<T, StoreError>>,
+) -> Option<T> {
+    for n in 0..ATTEMPTS {
+        if n > 0 {
+            tokio::time::sleep(BACKOFF).await;
+        }
+        if let Some(answer) = attempt(shared, op(quota)).await {
+            return Some(answer);
+        }
+    }
+    None
 }
 
 /// Counts a settlement that did not land, or wakes the turn's holder when
@@ -107,47 +141,47 @@ fn detach(shared: &Arc<SharedScope>, task: impl Future<Output = ()> + Send + 'st
 
 /// Refunds a leased reservation whose attempt never started (SPEC Q-9),
 /// detached.
-pub(crate) fn refund(shared: &Arc<SharedScope>, reservation: Reservation) {
+pub(crate) fn refund(shared: &Arc<SharedScope>, quota: Quota, reservation: Reservation) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
-        refund_now(&owned, reservation).await;
+        refund_now(&owned, &quota, reservation).await;
     });
 }
 
-async fn refund_now(shared: &SharedScope, reservation: Reservation) {
-    let op = shared.remote.refund(reservation, shared.timeout);
-    let done = attempt(shared, op).await.is_some();
-    landed(shared, done);
+async fn refund_now(shared: &SharedScope, quota: &Quota, reservation: Reservation) {
+    let op = OpId::new();
+    let timeout = shared.timeout;
+    let done = retried(shared, &**quota, |remote| {
+        remote.refund(reservation, op, timeout)
+    })
+    .await;
+    landed(shared, done.is_some());
 }
 
-/// Gives back pending hold `id` (SPEC Q-9), detached; retried, since only
-/// the first attempt that lands finds it.
-pub(crate) fn forget(shared: &Arc<SharedScope>, id: HoldId) {
+/// Gives back pending hold `id` (SPEC Q-9), detached.
+pub(crate) fn forget(shared: &Arc<SharedScope>, quota: Quota, id: HoldId) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
-        forget_now(&owned, id).await;
+        forget_now(&owned, &quota, id).await;
     });
 }
 
-async fn forget_now(shared: &SharedScope, id: HoldId) {
-    for n in 0..ATTEMPTS {
-        if n > 0 {
-            tokio::time::sleep(BACKOFF).await;
-        }
-        let op = shared.remote.forget(id, shared.timeout);
-        if attempt(shared, op).await.is_some() {
-            landed(shared, true);
-            return;
-        }
-    }
-    // The store lets the hold expire.
-    landed(shared, false);
+async fn forget_now(shared: &SharedScope, quota: &Quota, id: HoldId) {
+    let timeout = shared.timeout;
+    // Not landed: the store lets the hold expire.
+    let done = retried(shared, &**quota, |remote| remote.forget(id, timeout)).await;
+    landed(shared, done.is_some());
 }
 
 /// A call gave up while its reservation was in flight: whatever the store
 /// grants it is given back once the answer arrives (SPEC Q-9); a pending
 /// hold (`id`) is given back by its id even if no answer arrives.
-pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Option<HoldId>) {
+pub(crate) fn refund_reserved(
+    shared: &Arc<SharedScope>,
+    quota: Quota,
+    op: ReserveOp,
+    id: Option<HoldId>,
+) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
         let answer = op.await;
@@ -155,13 +189,13 @@ pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Opti
             (Ok(Err(_)), _) => {}
             (Ok(Ok(_)), Some(id)) => {
                 SharedStats::count(&owned.stats.refunded_in_flight);
-                forget_now(&owned, id).await;
+                forget_now(&owned, &quota, id).await;
             }
             (Ok(Ok(reservation)), None) => {
                 SharedStats::count(&owned.stats.refunded_in_flight);
-                refund_now(&owned, reservation).await;
+                refund_now(&owned, &quota, reservation).await;
             }
-            (Err(_), Some(id)) => forget_now(&owned, id).await,
+            (Err(_), Some(id)) => forget_now(&owned, &quota, id).await,
             // A leased reservation whose answer was lost ages out with
             // its windows (counted, never over a quota).
             (Err(_), None) => {}
@@ -172,13 +206,13 @@ pub(crate) fn refund_reserved(shared: &Arc<SharedScope>, op: ReserveOp, id: Opti
 /// A call gave up while its pending hold `id` was being leased: a lease
 /// that landed is refunded, an unknown outcome is given back by id (a no-op
 /// if the lease did land: then the leased amount ages out).
-pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, op: LeaseOp, id: HoldId) {
+pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, quota: Quota, op: LeaseOp, id: HoldId) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
         match op.await {
-            Ok(Some(leased)) => refund_now(&owned, leased).await,
+            Ok(Some(leased)) => refund_now(&owned, &quota, leased).await,
             Ok(None) => {}
-            Err(_) => forget_now(&owned, id).await,
+            Err(_) => forget_now(&owned, &quota, id).await,
         }
     });
 }
@@ -216,24 +250,14 @@ impl Inner {
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
         }
-        remote.then(shared, *reservation, move |shared, r| async move {
-            // Debt that does not land lets the scope admit more than its
-            // limit: retry it. A retry after an attempt that did land but
-            // whose answer was lost counts the debt twice, which only
-            // admits less.
-            let attempts = if debt { ATTEMPTS } else { 1 };
-            for n in 0..attempts {
-                if n > 0 {
-                    tokio::time::sleep(BACKOFF).await;
-                }
-                let op = shared.remote.reconcile(r, actual, shared.timeout);
-                if attempt(&shared, op).await.is_some() {
-                    landed(&shared, true);
-                    return r;
-                }
-            }
-            landed(&shared, false);
-            if debt {
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let done = retried(&shared, &*quota, |remote| {
+                remote.reconcile(r, actual, op, timeout)
+            })
+            .await;
+            landed(&shared, done.is_some());
+            if done.is_none() && debt {
                 tracing::warn!(
                     debt = actual.tokens.saturating_sub(r.demand.tokens()),
                     "token debt not recorded in the quota store"
@@ -259,10 +283,13 @@ impl Inner {
             return;
         };
         s.state.lock().counters.refusals_released += 1;
-        remote.then(shared, *reservation, move |shared, r| async move {
-            let op = shared.remote.release(r, requests, tokens, shared.timeout);
-            let done = attempt(&shared, op).await.is_some();
-            landed(&shared, done);
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let done = retried(&shared, &*quota, |remote| {
+                remote.release(r, requests, tokens, op, timeout)
+            })
+            .await;
+            landed(&shared, done.is_some());
             r
         });
     }
@@ -280,10 +307,13 @@ impl Inner {
         let Some(shared) = self.shared_scope(scope) else {
             return;
         };
-        remote.then(shared, *reservation, move |shared, r| async move {
-            let ago = shared.clock.now().saturating_duration_since(at);
-            let op = shared.remote.recount(r, ago, shared.timeout);
-            match attempt(&shared, op).await {
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let moved = retried(&shared, &*quota, |remote| {
+                let ago = shared.clock.now().saturating_duration_since(at);
+                remote.recount(r, ago, op, timeout)
+            });
+            match moved.await {
                 Some(moved) => moved,
                 None => {
                     SharedStats::count(&shared.stats.settlements_failed);
