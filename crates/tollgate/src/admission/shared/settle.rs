@@ -29,6 +29,7 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::{
     Actual, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError, StoreFuture,
 };
@@ -150,7 +151,10 @@ pub(crate) fn refund(shared: &Arc<SharedScope>, quota: Quota, reservation: Reser
 async fn refund_now(shared: &SharedScope, quota: &Quota, reservation: Reservation) {
     let op = OpId::new();
     let timeout = shared.timeout;
-    let done = retried(shared, &**quota, |remote| remote.refund(reservation, op, timeout)).await;
+    let done = retried(shared, &**quota, |remote| {
+        remote.refund(reservation, op, timeout)
+    })
+    .await;
     landed(shared, done.is_some());
 }
 
@@ -225,6 +229,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
+        charged: Option<Flow>,
         remote: &mut RemoteLease,
     ) -> Settlement {
         let settlement = Settlement::new(reservation.demand.tokens(), usage);
@@ -236,6 +241,11 @@ impl Inner {
         let Some(actual) = Actual::from_usage(&usage) else {
             return settlement;
         };
+        if let Some(flow) = charged {
+            shared
+                .turn
+                .correct(flow.key(), &reservation.demand, Some(&actual));
+        }
         let debt = actual.debt(&reservation.demand);
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
