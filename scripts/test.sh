@@ -5,7 +5,9 @@
 #   1. cargo test --workspace
 #   2. a virtual environment under target/py-venv (reused when present),
 #      with the pinned test requirements and the Python package built from
-#      crates/tollgate-py by `pip install` (maturin, release profile)
+#      crates/tollgate-py by `pip install` (maturin, the dev profile: it
+#      reuses what step 1 built; TOLLGATE_PY_PROFILE=release for the
+#      optimised package, whose speed bound PY-7's test then checks)
 #   3. pytest on crates/tollgate-py/tests
 #
 # PYTHON picks the interpreter (CPython 3.11 or newer; default python3).
@@ -27,7 +29,8 @@ echo "== pip install (pinned test requirements, then the package)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r crates/tollgate-py/requirements-test.txt
 start=$(date +%s)
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+MATURIN_PEP517_ARGS="--profile ${TOLLGATE_PY_PROFILE:-dev}" \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --force-reinstall --no-deps --no-build-isolation ./crates/tollgate-py
 echo "(package built and installed in $(( $(date +%s) - start )) s)"
 

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 T = TypeVar("T")
 
 __version__: str
+__optimised__: bool
 
 Seconds = float | int | datetime.timedelta
 
