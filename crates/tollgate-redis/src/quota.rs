@@ -10,8 +10,8 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
-    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
+    Actual, BudgetReport, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil,
+    Observed, OpId, QuotaStore, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
 };
 
 use crate::backend::Shared;
@@ -144,7 +144,7 @@ impl RedisQuota {
 
     /// Runs `op`'s script with each limit's amount from `amount`, the
     /// operation's own arguments, and its marker when it is named.
-    async fn run<T: FromRedisValue>(
+    pub(crate) async fn run<T: FromRedisValue>(
         &self,
         op: Op,
         amount: impl Fn(Dimension) -> u64,
@@ -192,13 +192,13 @@ impl RedisQuota {
 
 /// `micros` after `at` (a wait or a move the store computed); an instant
 /// beyond the clock's range is a malformed reply, not a panic.
-fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
+pub(crate) fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
     at.checked_add(Duration::from_micros(micros))
         .ok_or_else(|| crate::error::malformed("instant out of range"))
 }
 
 /// A store amount as a script argument.
-fn num(v: u64) -> String {
+pub(crate) fn num(v: u64) -> String {
     v.min(MAX_EXACT).to_string()
 }
 
@@ -428,6 +428,27 @@ impl RemoteQuota for RedisQuota {
                 })
                 .collect())
         })
+    }
+
+    fn observe(
+        &self,
+        reports: Vec<BudgetReport>,
+        answered: Reservation,
+        ago: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
+        Box::pin(self.observe_now(reports, answered, ago, op, budget))
+    }
+
+    fn cool_down(
+        &self,
+        answered: Reservation,
+        length: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Option<Duration>, StoreError>> {
+        Box::pin(self.cool_down_now(answered, length, op, budget))
     }
 
     fn changes(&self) -> Option<Arc<Notify>> {

@@ -2,7 +2,7 @@
 //! [`StoreError`], never a panic.
 
 use tollgate::LimitedBy;
-use tollgate::quota::StoreError;
+use tollgate::quota::{Observed, StoreError};
 
 use crate::error::malformed;
 
@@ -107,4 +107,23 @@ mod tests {
         };
         assert_eq!(limited_by.as_str(), "input_tokens+output_tokens");
     }
+}
+
+/// What the observe script answered: per report, units taken and given
+/// back.
+pub(crate) fn observed(reply: &[i64], reports: usize) -> Result<Vec<Observed>, StoreError> {
+    if reply.len() != 2 * reports {
+        return Err(malformed("observe"));
+    }
+    reply
+        .chunks_exact(2)
+        .map(|pair| {
+            let units = |v: i64| u64::try_from(v).map_err(|_| malformed("observe"));
+            Ok(Observed {
+                gap: units(pair[0])?,
+                freed: units(pair[1])?,
+                ..Observed::default()
+            })
+        })
+        .collect()
 }

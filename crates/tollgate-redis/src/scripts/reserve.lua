@@ -1,5 +1,6 @@
 -- reserve: takes every limit's amount at the store's now, all or nothing
--- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4).
+-- (SPEC Q-1), or tells when the amounts fit (SPEC Q-4); nothing while the
+-- scope's cooldown runs (its end is the wait, no dimension short).
 -- Arguments: hold ("p" pending, "l" leased); for a pending hold, its id
 -- and how long it lives (microseconds) unless leased or given back.
 -- Returns {1, now, the epoch's tag} when granted; {0, wait, requests, tokens, input tokens,
@@ -10,6 +11,8 @@ local again = replayed()
 if again then return again end
 local pending = arg(1) == "p"
 local now = clock()
+-- A cooldown after a provider 429 pauses every process (SPEC DQ-9).
+if META[4] and META[4] > now then return { 0, META[4] - now, 0, 0, 0, 0 } end
 load()
 advance(now)
 if expire_holds(now) then publish() end

@@ -574,11 +574,11 @@ impl<P: Provider> Supervisor<P> {
             let end = clock.now();
             let error = match result {
                 Ok(value) => {
-                    let (lease, budget) = match answer {
+                    let (mut lease, budget) = match answer {
                         Answer::OneShot(budget) => (counted.ended(end), budget(&value)),
                         Answer::Stream(budget) => (counted.response_began(end), budget(&value)),
                     };
-                    self.observe_budget(&budget, &lease, end);
+                    self.observe_budget(&budget, &mut lease, end);
                     inner.controller.provider_answered(inner.scope);
                     return Ok(Attempted { value, lease });
                 }
@@ -608,7 +608,7 @@ impl<P: Provider> Supervisor<P> {
                 let _ = lease.reconcile(error.usage);
             }
             if let Some(budget) = &error.budget {
-                self.observe_budget(budget, &lease, end);
+                self.observe_budget(budget, &mut lease, end);
             }
             if error.status.is_some() {
                 inner.controller.provider_answered(inner.scope);
@@ -654,16 +654,11 @@ impl<P: Provider> Supervisor<P> {
 
     /// Hands a response's budget reports to the controller (SPEC Q-14).
     /// The answer is to `lease`'s attempt, already recounted.
-    fn observe_budget(&self, budget: &Budgets, lease: &Lease, at: Instant) {
+    fn observe_budget(&self, budget: &Budgets, lease: &mut Lease, at: Instant) {
         if budget.is_empty() {
             return;
         }
-        let observed = self.inner.controller.inner.observe(
-            lease.scope(),
-            budget.iter(),
-            Some(lease.reservation()),
-            at,
-        );
+        let observed = lease.observe(budget.iter(), at);
         if observed.gap > 0 || observed.freed > 0 || observed.adopted.is_some() {
             tracing::debug!(
                 gap = observed.gap,

@@ -21,4 +21,4 @@ pub(crate) use acquire::SharedAcquire;
 pub(crate) use fallback::FallbackQuota;
 pub(crate) use scope::SharedScope;
 pub use scope::StoreMode;
-pub(crate) use settle::RemoteLease;
+pub(crate) use settle::{RemoteLease, cool_down};

@@ -1,0 +1,39 @@
+-- observe: what a provider's answer said about the shared budget (SPEC
+-- Q-14, DQ-9), taken into the shortest sliding window of each reported
+-- dimension (see S.observe). A limit's amount is the answered attempt's.
+-- Arguments: the attempt's lease instant, how long before the store's
+-- now its response began (microseconds), its epoch tag, k, then k times:
+-- dimension ("r", "t", "i", "o"), remaining (-1: not reported), reset
+-- (microseconds, 0: none). Returns 2k numbers: per report, the units taken and given back.
+local again = replayed()
+if again then return again end
+local sent, ago, k = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(4))
+local now = clock()
+local out = {}
+for j = 1, 2 * k do out[j] = 0 end
+-- An attempt of an earlier epoch: its instants mean nothing now.
+if not current(tonumber(arg(3))) then return done(out) end
+load()
+advance(now)
+if expire_holds(now) then publish() end
+local counted = max(sent, now - ago)
+for j = 1, k do
+  local b = 4 + 3 * (j - 1)
+  local dim, remaining, reset = arg(b + 1), tonumber(arg(b + 2)), tonumber(arg(b + 3))
+  local l = nil
+  for i = 1, N do
+    local c = limits[i]
+    if c.kind == "s" and c.dim == dim and (l == nil or c.window < l.window) then l = c end
+  end
+  if l and remaining >= 0 then
+    out[2 * j - 1], out[2 * j] = S.observe(l, l.state, remaining, l.amount, sent, counted, reset, now)
+  end
+end
+save()
+for j = 1, k do
+  if out[2 * j] > 0 then
+    publish()
+    break
+  end
+end
+return done(out)
