@@ -89,8 +89,9 @@ impl ControllerBuilder {
     /// (SPEC DQ-1): each scope opens its store with
     /// [`RemoteBackend::open`](crate::quota::RemoteBackend::open). What
     /// belongs to one process stays local: the FIFO order (within this
-    /// process only, DQ-4), cooldowns, concurrency permits, call ids,
-    /// close and idle. While the store does not answer, a scope follows
+    /// process only, DQ-4), concurrency permits, call ids, close and idle.
+    /// A provider's budget reports and the cooldown after a provider 429
+    /// are kept in the store too, for every process (DQ-9). While the store does not answer, a scope follows
     /// [`RemoteBackend::on_unavailable`](crate::quota::RemoteBackend::on_unavailable)
     /// (DQ-3). Scopes that learn their limits from the provider
     /// (`learn_limits`, Q-14) are refused: learned limits are per process.
