@@ -70,6 +70,25 @@ pub(crate) fn instant(v: i64) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| malformed("negative instant"))
 }
 
+/// What the observe script answered: per report, units taken and given
+/// back.
+pub(crate) fn observed(reply: &[i64], reports: usize) -> Result<Vec<Observed>, StoreError> {
+    if reply.len() != 2 * reports {
+        return Err(malformed("observe"));
+    }
+    reply
+        .chunks_exact(2)
+        .map(|pair| {
+            let units = |v: i64| u64::try_from(v).map_err(|_| malformed("observe"));
+            Ok(Observed {
+                gap: units(pair[0])?,
+                freed: units(pair[1])?,
+                ..Observed::default()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +98,9 @@ mod tests {
     fn malformed_replies_are_errors() {
         assert!(reserve(&[]).is_err());
         assert!(reserve(&[1]).is_err());
+        assert!(observed(&[1], 1).is_err());
+        assert!(observed(&[-1, 0], 1).is_err());
+        assert!(observed(&[0, 0], 2).is_err());
         assert!(reserve(&[1, -5]).is_err());
         assert!(reserve(&[2, 1, 0, 0, 0, 0]).is_err());
         assert!(reserve(&[0, 1, 0, 0]).is_err());
@@ -107,23 +129,4 @@ mod tests {
         };
         assert_eq!(limited_by.as_str(), "input_tokens+output_tokens");
     }
-}
-
-/// What the observe script answered: per report, units taken and given
-/// back.
-pub(crate) fn observed(reply: &[i64], reports: usize) -> Result<Vec<Observed>, StoreError> {
-    if reply.len() != 2 * reports {
-        return Err(malformed("observe"));
-    }
-    reply
-        .chunks_exact(2)
-        .map(|pair| {
-            let units = |v: i64| u64::try_from(v).map_err(|_| malformed("observe"));
-            Ok(Observed {
-                gap: units(pair[0])?,
-                freed: units(pair[1])?,
-                ..Observed::default()
-            })
-        })
-        .collect()
 }
