@@ -499,7 +499,15 @@ async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
     assert_eq!(after.cooldown(scope), Some(cooling), "the cooldown goes on");
     let limits = after.shared_limits(scope).await.unwrap().unwrap();
     assert_eq!(limits[0].limit, 4);
-    assert_eq!(limits[0].available, -1, "5 counted in the store, of 4");
+    // The 5 counted before the reload, of 4. At least: what the
+    // provider's headers showed held by others (DQ-9) may count too, and
+    // the store's instants of a response run a round trip late, so an
+    // answer can show an attempt of the account as another's for a window
+    // (docs/redis.md, "Provider feedback and cooldowns").
+    assert!(
+        limits[0].available <= -1,
+        "5 counted in the store, of 4: {limits:?}"
+    );
     one_more_call_draws_no_429(&gw, &sim, KEY_A, &body()).await;
     gw.wait_idle().await;
 }

@@ -17,8 +17,8 @@ impl RedisQuota {
     pub(crate) async fn observe_now(
         &self,
         reports: Vec<BudgetReport>,
-        answered: Reservation,
-        ago: Duration,
+        (leased, recounted): (Reservation, Reservation),
+        (ago, lead): (Duration, Duration),
         op: OpId,
         budget: Duration,
     ) -> Result<Vec<Observed>, StoreError> {
@@ -27,9 +27,13 @@ impl RedisQuota {
         }
         // Rounded down: the response began no earlier than the store says.
         let mut extra = vec![
-            num(answered.tick),
+            num(leased.tick),
+            num(recounted.tick),
             num(micros_down(ago)),
-            answered.seq.to_string(),
+            // From the lease's answer to the response: the response's
+            // instant by the lease's (early by the answer's trip back).
+            num(micros_down(lead)),
+            leased.seq.to_string(),
             reports.len().to_string(),
         ];
         for r in &reports {
@@ -38,7 +42,7 @@ impl RedisQuota {
             extra.push(r.remaining.map_or_else(|| "-1".to_owned(), num));
             extra.push(num(r.reset.map_or(0, micros_up)));
         }
-        let demand = answered.demand;
+        let demand = leased.demand;
         let answer: Vec<i64> = self
             .run(Op::Observe, |d| demand.amount(d), &extra, Some(op), budget)
             .await?;

@@ -433,12 +433,17 @@ impl RemoteQuota for RedisQuota {
     fn observe(
         &self,
         reports: Vec<BudgetReport>,
-        answered: Reservation,
+        answered: (Reservation, Reservation),
         ago: Duration,
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
-        Box::pin(self.observe_now(reports, answered, ago, op, budget))
+        // From the lease's answer to the response (see `observe.lua`).
+        let lead = self
+            .now()
+            .saturating_duration_since(answered.0.stamp)
+            .saturating_sub(ago);
+        Box::pin(self.observe_now(reports, answered, (ago, lead), op, budget))
     }
 
     fn cool_down(

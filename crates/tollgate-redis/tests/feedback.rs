@@ -65,20 +65,21 @@ async fn a_report_to_one_replica_holds_for_every_replica() {
     let sent = lease_one(&a).await;
     // Its response began 100 ms after it was sent: recounted there.
     at(&[&a, &b], 11 * SECOND + 100_000);
-    a.recount(sent, Duration::ZERO, OpId::new(), BUDGET)
+    let moved = a
+        .recount(sent, Duration::ZERO, OpId::new(), BUDGET)
         .await
         .unwrap();
     let op = OpId::new();
     let reports = vec![requests(3, Duration::from_secs(20))];
     let observed = a
-        .observe(reports.clone(), sent, Duration::ZERO, op, BUDGET)
+        .observe(reports.clone(), (sent, moved), Duration::ZERO, op, BUDGET)
         .await
         .unwrap();
     assert_eq!(observed[0].gap, 5, "{observed:?}");
     assert_eq!(available(&b).await, 3);
     // The engine's retry of the same report (its answer lost).
     let again = a
-        .observe(reports, sent, Duration::ZERO, op, BUDGET)
+        .observe(reports, (sent, moved), Duration::ZERO, op, BUDGET)
         .await
         .unwrap();
     assert_eq!(again, observed);
@@ -123,7 +124,7 @@ async fn the_largest_estimate_in_force_counts() {
         async move {
             a.observe(
                 vec![requests(remaining, Duration::from_secs(reset))],
-                r,
+                (r, r),
                 Duration::ZERO,
                 OpId::new(),
                 BUDGET,
@@ -144,7 +145,7 @@ async fn the_largest_estimate_in_force_counts() {
     let late = a
         .observe(
             vec![requests(100 - 2 - 40, Duration::from_secs(30))],
-            second,
+            (second, second),
             Duration::from_secs(11),
             OpId::new(),
             BUDGET,
@@ -218,4 +219,43 @@ async fn a_cooldown_pauses_every_replica() {
             .unwrap()
             .is_err()
     );
+}
+
+// proves: DQ-9, Q-14 (without another client nothing is taken: attempts
+// one after another, each recounted when its response began, each answer
+// reporting what the account's own traffic left, leave the window at the
+// account's own count)
+#[tokio::test]
+async fn the_accounts_own_traffic_takes_nothing() {
+    let Some(server) = common::server("the_accounts_own_traffic_takes_nothing") else {
+        return;
+    };
+    let w = Duration::from_secs(2);
+    let config = ScopeConfig::new(common::unique("own")).requests(5, w);
+    let a = common::backend(&server, "own").open_scope(&config);
+    let mut t = SECOND;
+    for i in 1..=5u64 {
+        at(&[&a], t);
+        let sent = lease_one(&a).await;
+        // The response begins 1.5 ms later.
+        at(&[&a], t + 1_500);
+        let moved = a
+            .recount(sent, Duration::ZERO, OpId::new(), BUDGET)
+            .await
+            .unwrap();
+        let reset = Duration::from_micros(2 * SECOND - (t - SECOND));
+        let observed = a
+            .observe(
+                vec![requests(5 - i, reset)],
+                (sent, moved),
+                Duration::ZERO,
+                OpId::new(),
+                BUDGET,
+            )
+            .await
+            .unwrap();
+        assert_eq!(observed[0].gap, 0, "attempt {i}");
+        t += 2_000;
+    }
+    assert_eq!(available(&a).await, 0);
 }

@@ -397,11 +397,11 @@ impl Harness<'_> {
                 ];
                 let ago = Duration::from_micros(ago.min(self.now));
                 let a = once
-                    .observe(reports.clone(), e.once, ago, OpId::new(), BUDGET)
+                    .observe(reports.clone(), (e.once, e.once), ago, OpId::new(), BUDGET)
                     .await
                     .map_err(common::fail)?;
                 let b = twice
-                    .observe(reports, e.twice, ago, OpId::new(), BUDGET)
+                    .observe(reports, (e.twice, e.twice), ago, OpId::new(), BUDGET)
                     .await
                     .map_err(common::fail)?;
                 prop_assert_eq!(a, b, "observed");

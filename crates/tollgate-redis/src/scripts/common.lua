@@ -495,15 +495,20 @@ local function stair_at(d, t)
 end
 
 -- The provider had `remaining` of this limit's budget when it counted the
--- answered attempt (its `amount`), leased at `sent`, which it counted by
--- `counted` (its response began). What the provider certainly held of the
--- account's traffic through the store: the attempt itself and every
--- leased amount counted before it was sent and still counted then; the
--- rest of what it had used is others' (an arrival order the store cannot
--- see makes this a little more at times, which only waits longer). That
--- estimate counts until `reset` after `counted` (at most a window), for
--- every process. Returns {taken, given back} (the change in the count).
-function S.observe(l, s, remaining, amount, sent, counted, reset, now)
+-- answered attempt (its `amount`), leased at `sent` (plus the round trip
+-- the store's instants of responses run late by), counted in the log at
+-- `at` (after its recount), by `counted` (its response began). What the
+-- provider certainly held of the account's traffic through the store: the
+-- attempt itself and every leased amount counted in the log by `sent` and
+-- still counted at `counted`; attempts in flight when it was sent are not
+-- certain (counting them as the account's would hide others' spending).
+-- The rest of what the provider had used is others'. A response recorded
+-- later than that round trip can make an attempt that arrived just
+-- before this one look uncertain: the estimate is then a little larger,
+-- the replicas wait a little longer. It counts
+-- until `reset` after `counted` (at most a window), for every process.
+-- Returns the units taken and given back (the change in the count).
+function S.observe(l, s, remaining, amount, sent, at, counted, reset, now)
   local d = {}
   for i = 1, #s.d, 2 do
     if s.d[i + 1] > now then
@@ -512,14 +517,10 @@ function S.observe(l, s, remaining, amount, sent, counted, reset, now)
     end
   end
   local before = stair_at(d, now)
-  -- The attempt itself: recounted (the engine recounts before it
-  -- observes), it sits in the slot of `counted`, which the slots read
-  -- below hold only if it opened by `sent`; otherwise at its lease slot.
+  -- The attempt itself, unless its slot is among those read below.
   local own = 0
-  if counted > sent then
-    local i = locate(s, counted)
-    if i and slot(s, i).o > sent then own = amount end
-  end
+  local mine = locate(s, at)
+  if mine and slot(s, mine).o > sent then own = amount end
   local all = redis.call("LRANGE", s.log, 0, -1)
   for i = 1, #all do
     local o, _, e, a, p = cmsgpack.unpack(all[i])

@@ -1,24 +1,35 @@
 -- observe: what a provider's answer said about the shared budget (SPEC
 -- Q-14, DQ-9), taken into the shortest sliding window of each reported
 -- dimension (see S.observe). A limit's amount is the answered attempt's.
--- Arguments: the attempt's lease instant, how long before the store's
--- now its response began (microseconds), its epoch tag, k, then k times:
+-- Arguments: the attempt's lease instant, the instant the log counts it
+-- at (after its recount), how long before the store's now its response
+-- began (microseconds; no earlier than the second), how long after the
+-- lease's answer arrived it began (microseconds), its epoch tag, k, then
+-- k times:
 -- dimension ("r", "t", "i", "o"), remaining (-1: not reported), reset
--- (microseconds, 0: none). Returns 2k numbers: per report, the units taken and given back.
+-- (microseconds, 0: none). Returns 2k numbers: per report, the units
+-- taken and given back.
 local again = replayed()
 if again then return again end
-local sent, ago, k = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(4))
+local sent, at, ago = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
+local lead, k = tonumber(arg(4)), tonumber(arg(6))
 local now = clock()
 local out = {}
 for j = 1, 2 * k do out[j] = 0 end
 -- An attempt of an earlier epoch: its instants mean nothing now.
-if not current(tonumber(arg(3))) then return done(out) end
+if not current(tonumber(arg(5))) then return done(out) end
 load()
 advance(now)
 if expire_holds(now) then publish() end
-local counted = max(sent, now - ago)
+local counted = max(at, now - ago)
+-- How late this store's instants of a replica's response run: `now - ago`
+-- is late by the trip to the store, `sent + lead` early by the lease's
+-- answer's trip back, so their difference is about one round trip.
+-- Another replica's response recorded that much after this attempt's
+-- lease may have begun before it.
+local slack = max(0, now - ago - sent - lead)
 for j = 1, k do
-  local b = 4 + 3 * (j - 1)
+  local b = 6 + 3 * (j - 1)
   local dim, remaining, reset = arg(b + 1), tonumber(arg(b + 2)), tonumber(arg(b + 3))
   local l = nil
   for i = 1, N do
@@ -26,7 +37,7 @@ for j = 1, k do
     if c.kind == "s" and c.dim == dim and (l == nil or c.window < l.window) then l = c end
   end
   if l and remaining >= 0 then
-    out[2 * j - 1], out[2 * j] = S.observe(l, l.state, remaining, l.amount, sent, counted, reset, now)
+    out[2 * j - 1], out[2 * j] = S.observe(l, l.state, remaining, l.amount, sent + slack, at, counted, reset, now)
   end
 end
 save()

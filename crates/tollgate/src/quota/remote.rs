@@ -308,11 +308,11 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
 
-    /// Takes in what a provider's answer to the leased reservation
-    /// `answered` said about the shared budget (SPEC Q-14, DQ-9), once per
-    /// `op`: the response began `ago` before the store's now, and
-    /// `answered.tick` is where the store counted the attempt when it was
-    /// leased. Where the provider reports less left than the store's own
+    /// Takes in what a provider's answer to the reservation `leased` (as
+    /// it was leased) said about the shared budget (SPEC Q-14, DQ-9), once
+    /// per `op`: the response began `ago` before the store's now, or no
+    /// earlier than `recounted.tick` (the same reservation as its
+    /// [`recount`](Self::recount) left it). Where the provider reports less left than the store's own
     /// log explains (another client of the account), the difference is
     /// counted in the scope's window until the provider's reset, for every
     /// process. Returns what each report changed, in order (a learned
@@ -322,12 +322,12 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     fn observe(
         &self,
         reports: Vec<BudgetReport>,
-        answered: Reservation,
+        (leased, recounted): (Reservation, Reservation),
         ago: Duration,
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
-        let _ = (answered, ago, op, budget);
+        let _ = (leased, recounted, ago, op, budget);
         Box::pin(async move { Ok(vec![Observed::default(); reports.len()]) })
     }
 

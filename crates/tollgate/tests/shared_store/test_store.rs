@@ -663,7 +663,7 @@ impl RemoteQuota for TestRemote {
     fn observe(
         &self,
         reports: Vec<BudgetReport>,
-        answered: Reservation,
+        (answered, _): (Reservation, Reservation),
         ago: Duration,
         op: OpId,
         budget: Duration,

@@ -338,13 +338,13 @@ impl Inner {
         if reports.iter().all(|r| r.remaining.is_none()) {
             return;
         }
-        // Where the store counted the attempt when it was leased.
-        let answered = *reservation;
+        let leased = *reservation;
         remote.then(shared, *reservation, move |shared, quota, r| async move {
             let (op, timeout) = (OpId::new(), shared.timeout);
+            // `r` as the recount left it: where the store counts it now.
             let observed = retried(&shared, &*quota, |remote| {
                 let ago = shared.clock.now().saturating_duration_since(at);
-                remote.observe(reports.clone(), answered, ago, op, timeout)
+                remote.observe(reports.clone(), (leased, r), ago, op, timeout)
             })
             .await;
             let Some(observed) = observed else {
