@@ -24,10 +24,10 @@ if expire_holds(now) then publish() end
 local counted = max(at, now - ago)
 -- How late this store's instants of a replica's response run: `now - ago`
 -- is late by the trip to the store, `sent + lead` early by the lease's
--- answer's trip back, so their difference is about one round trip.
--- Another replica's response recorded that much after this attempt's
--- lease may have begun before it.
-local slack = max(0, now - ago - sent - lead)
+-- answer's trip back, so their difference is about one round trip. A
+-- response recorded up to four such round trips after this attempt's
+-- lease may have begun before it (the trips of other operations vary).
+local slack = 4 * max(0, now - ago - sent - lead)
 for j = 1, k do
   local b = 6 + 3 * (j - 1)
   local dim, remaining, reset = arg(b + 1), tonumber(arg(b + 2)), tonumber(arg(b + 3))
