@@ -158,6 +158,23 @@ pub struct BatchArgs {
     /// processes sharing the budget).
     #[arg(long, default_value = "fail_closed", value_parser = parse_unavailable)]
     pub redis_unavailable: Unavailable,
+    /// The class the run's calls wait in: interactive, standard or batch
+    /// (SPEC FAIR-7). Other work on the same scope (a gateway sharing it
+    /// through Redis, in its own process) is not affected; within this
+    /// process it orders the run's calls.
+    #[arg(long, default_value = "batch", value_parser = parse_priority)]
+    pub priority: tollgate::Priority,
+    /// The tenant the run's calls belong to (its flow, SPEC FAIR-1).
+    #[arg(long, default_value = "batch")]
+    pub tenant: String,
+    /// The tenant's weight against other tenants of its class (1 to 1000).
+    #[arg(long, default_value_t = 1)]
+    pub weight: u64,
+}
+
+fn parse_priority(s: &str) -> Result<tollgate::Priority, String> {
+    s.parse()
+        .map_err(|e: tollgate::UnknownPriority| e.to_string())
 }
 
 fn parse_progress(s: &str) -> Result<ProgressMode, String> {
@@ -269,6 +286,18 @@ impl BatchArgs {
         if self.scope.trim().is_empty() {
             return Err(BatchError::Config("--scope must not be empty".into()));
         }
+        if self.tenant.trim().is_empty() {
+            return Err(BatchError::Config("--tenant must not be empty".into()));
+        }
+        let weight = match self.weight {
+            w @ 1..=1_000 => w as u32,
+            _ => {
+                return Err(BatchError::Config(
+                    "--weight must be between 1 and 1000".into(),
+                ));
+            }
+        };
+        c.flow = crate::config::run_flow(self.tenant.trim(), self.priority, weight);
         c.scope = self.scope.clone();
         if self.redis.is_none() && (self.redis_cluster || self.redis_ca.is_some()) {
             return Err(BatchError::Config(
@@ -316,6 +345,45 @@ mod tests {
             .expect("flags parse")
             .batch
             .to_config()
+    }
+
+    // proves: FAIR-7 (the run's calls are class batch by default; the
+    // flags set the class, tenant and weight, and refuse a bad weight or
+    // an unknown class)
+    #[test]
+    fn the_runs_flow_is_batch_unless_told() {
+        use tollgate::{Flow, Priority};
+        let c = config(&["--sim"]).expect("config");
+        assert_eq!(
+            c.flow,
+            Flow::new(Flow::tenant_number("batch"), Priority::Batch)
+        );
+        let c = config(&[
+            "--sim",
+            "--priority",
+            "standard",
+            "--tenant",
+            "nightly",
+            "--weight",
+            "4",
+        ])
+        .expect("config");
+        assert_eq!(
+            c.flow,
+            Flow::new(Flow::tenant_number("nightly"), Priority::Standard).with_weight(4)
+        );
+        let e = config(&["--sim", "--weight", "0"]).expect_err("weight 0");
+        assert!(e.to_string().contains("--weight"), "{e}");
+        let mut all = vec![
+            "tollgate-batch",
+            "in.jsonl",
+            "-o",
+            "out.jsonl",
+            "--priority",
+            "urgent",
+        ];
+        all.push("--sim");
+        assert!(Cli::try_parse_from(all).is_err());
     }
 
     // proves: DQ-1, Q-14 (a shared store needs the account's limits stated:

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tollgate::Dimension;
 use tollgate::config::Limit;
+use tollgate::{Dimension, Flow, Priority};
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
 use tollgate_sim::SimConfig;
@@ -236,6 +236,16 @@ pub struct BatchConfig {
     pub scope: String,
     /// Keep the quota in this shared store instead of in the process.
     pub shared: Option<SharedStore>,
+    /// The flow the run's calls wait in (SPEC FAIR-7): class `batch` by
+    /// default, so a run sharing a scope with a gateway (through Redis, or
+    /// embedded) yields to interactive and standard traffic except for its
+    /// `min_share`; tenant `batch`, weight 1 unless `--tenant`/`--weight`.
+    pub flow: Flow,
+}
+
+/// The flow of a run: tenant `name`, `priority`, `weight`.
+pub fn run_flow(name: &str, priority: Priority, weight: u32) -> Flow {
+    Flow::new(Flow::tenant_number(name), priority).with_weight(weight)
 }
 
 /// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-7).
@@ -302,6 +312,7 @@ impl BatchConfig {
             plot: None,
             scope: "batch".into(),
             shared: None,
+            flow: run_flow("batch", Priority::Batch, 1),
         }
     }
 }

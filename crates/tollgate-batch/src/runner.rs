@@ -341,6 +341,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         source: InputSource::open(&config.input)?,
         supervisor: supervisor.clone(),
+        flow: config.flow,
         writer: Arc::clone(&writer),
         stats: Arc::clone(&stats),
         job_deadline,
@@ -533,6 +534,8 @@ impl InputSource {
 struct Shared {
     source: InputSource,
     supervisor: Supervisor<BatchProvider>,
+    /// The flow every call waits in (SPEC FAIR-7).
+    flow: tollgate::Flow,
     writer: Arc<OutputWriter>,
     stats: Arc<Stats>,
     job_deadline: Deadline,
@@ -580,7 +583,9 @@ impl Shared {
             deadline,
             idempotent: true,
         };
-        let call = self.supervisor.invoke(&request, options);
+        let call = self
+            .supervisor
+            .invoke_with_flow(&request, options, self.flow);
         tokio::pin!(call);
         let result = tokio::select! {
             r = &mut call => r,

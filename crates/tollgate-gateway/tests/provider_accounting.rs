@@ -411,11 +411,13 @@ async fn free_refusals_keep_utilisation() {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 158);
     assert!(rejected(&stats) > 0, "the cap forces 429s: {stats:?}");
-    assert_eq!(
-        rejected(&stats),
-        job.rejected_in_first_window,
-        "no 429 after the first window: {stats:?}"
-    );
+    // The gateway does not know the simulator's cap of 24 and the client
+    // sends 32 at once, so a window edge that admits more than 24 calls
+    // within one answer's time draws concurrency 429s again. Whether it
+    // does depends on how the retried calls spread over the first window
+    // (under load it did, once in 5 runs of the flake hunt): not part of
+    // the rule. What the rule promises is that those refusals park
+    // nothing, hence the utilisation below.
     // Utilisation of the physical bound: the budget the job needed (158 ×
     // 50 tokens = 3.95 windows) over the budget of the windows it touched,
     // ceil(elapsed / W) × 2,000, counted from the job's first send. It
@@ -485,14 +487,7 @@ async fn learned_limits_draw_no_provider_429() {
     gw.wait_idle().await;
 
     // OBS-2: what was learned is on /metrics, per scope.
-    let metrics = common::client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let metrics = common::metrics_text(&gw).await;
     for series in [
         "tollgate_limits_adopted_total{side=\"upstream\",scope=\"s\"}",
         "tollgate_budget_gap_total{side=\"upstream\",scope=\"s\",dimension=\"tokens\"}",

@@ -8,6 +8,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -19,7 +20,11 @@ use common::BUDGET;
 
 const REPLICAS: usize = 3;
 const TASKS: usize = 4;
+/// How long the replicas hammer at least; then until enough attempts
+/// started (a busy machine runs fewer in the same time), at most [`CAP`].
 const RUN: Duration = Duration::from_millis(1_500);
+/// The longest a run lasts, whatever it reached.
+const CAP: Duration = Duration::from_secs(30);
 const WINDOW: Duration = Duration::from_millis(400);
 const REQUESTS: u64 = 40;
 const TOKENS: u64 = 300;
@@ -59,16 +64,23 @@ async fn hammer(algorithm: Algorithm, name: &str, target: &Target) {
         .tokens(TOKENS, WINDOW);
     let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
     let log: Arc<Mutex<Vec<Started>>> = Arc::default();
+    let total = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for r in 0..REPLICAS {
         let store = Arc::new(target.backend().open_scope(&config));
         for t in 0..TASKS {
-            let (store, log) = (store.clone(), log.clone());
+            let (store, log, total) = (store.clone(), log.clone(), total.clone());
             tasks.push(tokio::spawn(async move {
                 let mut rng = fastrand::Rng::with_seed((r * TASKS + t) as u64);
-                let end = tokio::time::Instant::now() + RUN;
+                let begun = tokio::time::Instant::now();
+                let (end, cap) = (begun + RUN, begun + CAP);
                 let mut started = 0u32;
-                while tokio::time::Instant::now() < end {
+                loop {
+                    let now = tokio::time::Instant::now();
+                    let enough = total.load(Ordering::Relaxed) > 2 * REQUESTS;
+                    if now >= cap || (now >= end && enough) {
+                        break;
+                    }
                     let demand = Demand::new(rng.u64(1..=20), 0);
                     let id = rng.bool().then(HoldId::new);
                     let hold = match id {
@@ -103,6 +115,7 @@ async fn hammer(algorithm: Algorithm, name: &str, target: &Target) {
                         reservation
                     };
                     started += 1;
+                    total.fetch_add(1, Ordering::Relaxed);
                     let index = {
                         let mut log = log.lock();
                         log.push(Started {

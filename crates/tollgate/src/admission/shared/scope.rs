@@ -3,12 +3,12 @@
 //!
 //! # Implementation notes
 //!
-//! * The *turn* is a fair semaphore of one permit (`Permits`): one
-//!   reservation of the scope is in flight at a time, in arrival order
-//!   (SPEC DQ-4, ADM-4). Its holder and its waiting line are the scope's
-//!   queue, bounded by the queue capacity under the `reject` overflow
-//!   policy (ADM-5); under `wait`, producers past the capacity line up
-//!   behind it.
+//! * The *turn* (`fair/turn.rs`): one reservation of the scope is in
+//!   flight at a time, handed out by the fair scheduler (SPEC FAIR-9; FIFO
+//!   for a single flow, DQ-4, ADM-4). Its holder and its waiting line are
+//!   the scope's queue, bounded by the queue capacity under the `reject`
+//!   overflow policy and shared between flows (ADM-5, FAIR-10); under
+//!   `wait`, producers past the capacity line up behind it.
 //! * *Health* is the store's state as this process last saw it
 //!   ([`StoreMode`]). It is judged by admissions: a failed reservation or
 //!   lease makes the scope unavailable at once; a detached round trip (a
@@ -34,10 +34,10 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::detached::Detached;
-use crate::admission::permits::Permits;
+use crate::admission::fair::FairTurn;
 use crate::admission::scope::ScopeCounters;
 use crate::clock::{Instant, SharedClock};
-use crate::config::Overflow;
+use crate::config::{Overflow, ScopeConfig};
 use crate::deadline::Deadline;
 use crate::in_flight::InFlight;
 use crate::quota::{RemoteQuota, Unavailable};
@@ -117,8 +117,8 @@ pub(crate) struct SharedScope {
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
-    /// One reservation in flight at a time, in arrival order.
-    pub(crate) turn: Permits,
+    /// One reservation in flight at a time, in fair order (FAIR-9).
+    pub(crate) turn: FairTurn,
     /// Notified when quota comes back or admission stops.
     pub(crate) room: Arc<Notify>,
     pub(crate) clock: SharedClock,
@@ -134,7 +134,9 @@ pub(crate) struct SharedScope {
 }
 
 impl SharedScope {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        config: &ScopeConfig,
         remote: Arc<dyn RemoteQuota>,
         timeout: Duration,
         on_unavailable: Unavailable,
@@ -148,7 +150,7 @@ impl SharedScope {
             remote: RwLock::new(remote),
             timeout,
             on_unavailable,
-            turn: Permits::bounded(1, waiting),
+            turn: FairTurn::new(config, waiting),
             room,
             clock,
             health: Mutex::new(Health {
@@ -173,12 +175,14 @@ impl SharedScope {
     /// takes the new queue bound; the calls in it keep their places.
     pub(crate) fn reconfigure(
         &self,
+        config: &ScopeConfig,
         remote: Arc<dyn RemoteQuota>,
         capacity: usize,
         overflow: Overflow,
     ) {
         *self.remote.write() = remote;
-        self.turn.resize(1, waiting_line(capacity, overflow));
+        self.turn
+            .reconfigure(config, waiting_line(capacity, overflow));
         // The new limits may have room now.
         self.wake();
     }
@@ -191,8 +195,8 @@ impl SharedScope {
 
     /// Calls queued: the turn's holder (the head) and those in its line.
     pub(crate) fn queued(&self) -> usize {
-        let holder = usize::from(self.turn.available() == 0);
-        self.turn.waiting() + holder
+        let (waiting, held) = self.turn.queued();
+        waiting + usize::from(held)
     }
 
     /// Where quota comes from now.

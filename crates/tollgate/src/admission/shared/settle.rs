@@ -30,6 +30,7 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::{
     Actual, BudgetReport, Dimension, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError,
     StoreFuture,
@@ -230,6 +231,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
+        charged: Option<Flow>,
         remote: &mut RemoteLease,
     ) -> Settlement {
         let settlement = Settlement::new(reservation.demand.tokens(), usage);
@@ -241,6 +243,11 @@ impl Inner {
         let Some(actual) = Actual::from_usage(&usage) else {
             return settlement;
         };
+        if let Some(flow) = charged {
+            shared
+                .turn
+                .correct(flow.key(), &reservation.demand, Some(&actual));
+        }
         let debt = actual.debt(&reservation.demand);
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
