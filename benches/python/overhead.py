@@ -52,19 +52,19 @@ async def aiolimiter_op(limiter: AsyncLimiter) -> int:
     return time.perf_counter_ns() - t0
 
 
-async def uncontended(op, limiter) -> tuple[list[int], float]:
+async def uncontended(op, limiter, ops: int = OPS) -> tuple[list[int], float]:
     for _ in range(2_000):  # warm up
         await op(limiter)
     samples = []
     start = time.perf_counter()
-    for _ in range(OPS):
+    for _ in range(ops):
         samples.append(await op(limiter))
     return samples, time.perf_counter() - start
 
 
-async def contended(op, limiter) -> tuple[list[int], float]:
+async def contended(op, limiter, ops: int = OPS) -> tuple[list[int], float]:
     samples: list[int] = []
-    per_task = OPS // TASKS
+    per_task = ops // TASKS
 
     async def task() -> None:
         for _ in range(per_task):

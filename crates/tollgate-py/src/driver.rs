@@ -72,6 +72,7 @@ impl<T> Driver<T> {
             ));
         };
         let _runtime = runtime::enter();
+        let _held = crate::gil::Held::enter(py);
         let mut cx = Context::from_waker(&self.waker);
         for _ in 0..SELF_WAKES {
             self.wake.reset();
@@ -93,6 +94,14 @@ impl<T> Driver<T> {
         let target = new_future(py)?;
         target.call_method1(py, "set_result", (py.None(),))?;
         Ok(Step::Yield(blocking(py, target)?))
+    }
+
+    /// Drops the future (cancellation) on a thread holding the GIL: the
+    /// engine gives back what it held, Python work it awaited is
+    /// cancelled at once.
+    pub(crate) fn cancel_held(&mut self, py: Python<'_>) {
+        let _held = crate::gil::Held::enter(py);
+        self.cancel();
     }
 
     /// Drops the future (cancellation): the engine gives back what it held.
@@ -212,12 +221,12 @@ impl Pending {
         val: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.driver.lock().cancel();
+        self.driver.lock().cancel_held(typ.py());
         Err(thrown(typ, val))
     }
 
-    fn close(&self) {
-        self.driver.lock().cancel();
+    fn close(&self, py: Python<'_>) {
+        self.driver.lock().cancel_held(py);
     }
 }
 

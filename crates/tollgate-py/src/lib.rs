@@ -9,13 +9,21 @@
 //! futures to asyncio (`driver.rs`, `waker.rs`) and values to Python.
 #![forbid(unsafe_code)]
 
+mod blocking;
+mod classify;
 mod config;
 mod driver;
 mod errors;
+mod gil;
 mod lease;
 mod limiter;
+mod notifier;
+mod pyawait;
 mod runtime;
+mod simulator;
 mod snapshot;
+mod supervised;
+mod transport;
 mod usage;
 mod waker;
 
@@ -28,6 +36,10 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::PyLease>()?;
     m.add_class::<driver::Pending>()?;
     m.add_class::<driver::Ready>()?;
+    m.add_class::<supervised::SupervisedStream>()?;
+    m.add_class::<transport::TransportCore>()?;
+    m.add_class::<transport::ResponseBody>()?;
+    m.add_class::<simulator::SimulatorServer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

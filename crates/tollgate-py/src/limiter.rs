@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -22,10 +21,6 @@ use crate::runtime;
 use crate::snapshot;
 use crate::usage::strict_count;
 
-/// How long a blocking wait sleeps before it checks for a signal
-/// (Ctrl-C) from Python.
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
-
 /// One scope, by name.
 pub(crate) struct ScopeEntry {
     pub(crate) id: ScopeId,
@@ -38,11 +33,57 @@ pub(crate) struct Shared {
     pub(crate) scopes: HashMap<String, ScopeEntry>,
     /// The configuration (retry, cooldown, providers) the supervised
     /// calls and transports read.
-    #[allow(dead_code)] // read by the supervised calls (next step)
     pub(crate) settings: Settings,
+    /// The supervisors of `call` and `stream`.
+    pub(crate) supervisors: crate::supervised::Supervisors,
 }
 
 impl Shared {
+    /// The `[providers.<name>]` table called `name`, or `ConfigError`.
+    pub(crate) fn provider(
+        &self,
+        py: Python<'_>,
+        name: &str,
+    ) -> PyResult<&tollgate_gateway::config::ProviderConfig> {
+        let providers = &self.settings.gateway.providers;
+        providers.iter().find(|p| p.name == name).ok_or_else(|| {
+            let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+            errors::invalid(
+                py,
+                "provider",
+                format!(
+                    "no [providers.{name}] in this limiter's configuration (providers: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+    }
+
+    /// The scope `name`, or the only scope when `name` is `None`.
+    pub(crate) fn scope_or_only(
+        &self,
+        py: Python<'_>,
+        name: Option<&str>,
+    ) -> PyResult<&ScopeEntry> {
+        match name {
+            Some(name) => self.scope(py, name),
+            None if self.scopes.len() == 1 => Ok(self.scopes.values().next().expect("one scope")),
+            None => {
+                let mut known: Vec<&str> = self.scopes.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                Err(PyTypeError::new_err(format!(
+                    "scope= is required: this limiter has {} scopes ({})",
+                    known.len(),
+                    known.join(", ")
+                )))
+            }
+        }
+    }
+
     /// The scope called `name`, or `UnknownScope`.
     pub(crate) fn scope(&self, py: Python<'_>, name: &str) -> PyResult<&ScopeEntry> {
         self.scopes.get(name).ok_or_else(|| {
@@ -99,12 +140,13 @@ impl Limiter {
                 controller,
                 scopes,
                 settings,
+                supervisors: crate::supervised::Supervisors::default(),
             }),
         })
     }
 
     /// The call to admit, validated: scope, estimate, deadline.
-    fn call(
+    fn admission_call(
         &self,
         py: Python<'_>,
         scope: &str,
@@ -273,7 +315,7 @@ impl Limiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireCall> {
         let (call, deadline, name) =
-            self.call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
+            self.admission_call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
         let controller = self.shared.controller.clone();
         let future = Box::pin(async move { controller.acquire(&call, deadline).await });
         Ok(AcquireCall {
@@ -298,26 +340,91 @@ impl Limiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyLease> {
         let (call, deadline, name) =
-            self.call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
+            self.admission_call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
         let controller = &self.shared.controller;
-        let mut future = Box::pin(controller.acquire(&call, deadline));
-        let result = loop {
-            let step = py.detach(|| {
-                runtime::handle()
-                    .block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut future).await })
-            });
-            match step {
-                Ok(result) => break result,
-                Err(_) => {
-                    if let Err(e) = py.check_signals() {
-                        let _runtime = runtime::enter();
-                        drop(future);
-                        return Err(e);
-                    }
-                }
-            }
-        };
+        let result = crate::blocking::block_on(py, controller.acquire(&call, deadline))?;
         lease_of(py, result, name, call.estimate.unwrap_or_default())
+    }
+
+    /// Runs `func(*args)` under the engine's supervised lifecycle (SPEC
+    /// PY-3): admitted on `scope` with `tokens` (or `input_tokens` /
+    /// `output_tokens`), retried with backoff, jitter and the provider's
+    /// hints as floors, behind the scope's circuit breaker and cooldown,
+    /// all within `timeout` seconds (the call's one deadline). `func` may
+    /// be a coroutine function or a plain one. Its result's usage (its
+    /// `usage` member, or what `usage(result)` returns) settles the
+    /// reservation. Returns an awaitable of `func`'s result.
+    ///
+    /// `provider=` names a `[providers.*]` table whose accounting and
+    /// circuit settings apply; `idempotent=False` never retries.
+    #[pyo3(signature = (func, /, *args, scope = None, tokens = None, input_tokens = None, output_tokens = None, timeout = None, idempotent = true, usage = None, provider = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        py: Python<'_>,
+        func: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        scope: Option<&str>,
+        tokens: Option<&Bound<'_, PyAny>>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        output_tokens: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        idempotent: bool,
+        usage: Option<&Bound<'_, PyAny>>,
+        provider: Option<&str>,
+    ) -> PyResult<crate::driver::Pending> {
+        let args = crate::supervised::Args {
+            func,
+            args,
+            scope,
+            tokens,
+            input_tokens,
+            output_tokens,
+            timeout,
+            idempotent,
+            usage,
+            provider,
+        };
+        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.invoke(py))
+    }
+
+    /// Runs `func(*args)`, which returns an async iterable (or an
+    /// awaitable of one, e.g. an SDK's `create(stream=True)`), as a
+    /// supervised stream (SPEC PY-3, LC-3): an async iterator of its
+    /// items. Admission, retries and the circuit apply up to the first
+    /// item; after it a failure is raised, never replayed. The usage an
+    /// item reports (its `usage` member, or `usage(item)`) settles the
+    /// reservation when the stream ends; a stream left early keeps its
+    /// estimate (SPEC Q-5). Arguments as `call`.
+    #[pyo3(signature = (func, /, *args, scope = None, tokens = None, input_tokens = None, output_tokens = None, timeout = None, idempotent = true, usage = None, provider = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn stream(
+        &self,
+        py: Python<'_>,
+        func: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        scope: Option<&str>,
+        tokens: Option<&Bound<'_, PyAny>>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        output_tokens: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        idempotent: bool,
+        usage: Option<&Bound<'_, PyAny>>,
+        provider: Option<&str>,
+    ) -> PyResult<crate::supervised::SupervisedStream> {
+        let args = crate::supervised::Args {
+            func,
+            args,
+            scope,
+            tokens,
+            input_tokens,
+            output_tokens,
+            timeout,
+            idempotent,
+            usage,
+            provider,
+        };
+        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.into_stream())
     }
 
     /// The limiter's state as plain dicts (see the stub for the keys):
@@ -426,12 +533,12 @@ impl AcquireCall {
         val: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.driver.lock().cancel();
+        self.driver.lock().cancel_held(typ.py());
         Err(driver::thrown(typ, val))
     }
 
-    fn close(&self) {
-        self.driver.lock().cancel();
+    fn close(&self, py: Python<'_>) {
+        self.driver.lock().cancel_held(py);
     }
 
     fn __aenter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

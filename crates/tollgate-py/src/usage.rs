@@ -74,11 +74,37 @@ pub(crate) fn from_object(obj: &Bound<'_, PyAny>) -> PyResult<Usage> {
     ))
 }
 
-/// The usage of an SDK result: its `usage` member, if any.
-#[allow(dead_code)]
-pub(crate) fn of_result(result: &Bound<'_, PyAny>) -> PyResult<Usage> {
-    match member(result, "usage") {
-        Some(u) if !u.is_none() => from_object(&u),
-        _ => Ok(Usage::UNKNOWN),
-    }
+/// The usage `value` reports: the object `extractor(value)` returns, or
+/// without an extractor `value`'s `usage` member (an SDK response or
+/// stream event, or a dict). `None` when there is none (or the extractor
+/// returned `None`); an extractor that raises is reported as a
+/// `RuntimeWarning` and counts as none (the estimate stays charged).
+pub(crate) fn reported(
+    value: &Bound<'_, PyAny>,
+    extractor: Option<&Bound<'_, PyAny>>,
+) -> Option<Usage> {
+    let py = value.py();
+    let found = match extractor {
+        Some(f) => match f.call1((value,)) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                let _ = warn(
+                    py,
+                    &format!("the usage= function raised {e}; usage counted as unknown"),
+                );
+                None
+            }
+        },
+        None => member(value, "usage"),
+    };
+    let found = found.filter(|u| !u.is_none())?;
+    from_object(&found).ok()
+}
+
+/// `warnings.warn(message, RuntimeWarning)`.
+fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
+    let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+    py.import("warnings")?
+        .call_method1("warn", (message, category))?;
+    Ok(())
 }

@@ -10,13 +10,31 @@
 //! whose task was cancelled is already done and is left alone; a target
 //! whose loop has closed makes `call_soon_threadsafe` raise, and that error
 //! is dropped, so a late wake prints nothing.
+//!
+//! One exception: the done callback of an awaited Python task (see
+//! `pyawait.rs`) runs on the loop's own thread, holding the GIL and no
+//! engine lock; its wake resolves the target at once ([`direct`]).
 
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, OnceLock};
+use std::cell::Cell;
+use std::sync::Arc;
 use std::task::Wake;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+
+thread_local! {
+    /// Set while a wake may resolve its target on this thread directly.
+    static DIRECT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (which wakes a waker) with direct wakes allowed: only call it
+/// on an event loop's thread, holding the GIL, with no engine lock held.
+pub(crate) fn direct<T>(f: impl FnOnce() -> T) -> T {
+    let before = DIRECT.with(|d| d.replace(true));
+    let out = f();
+    DIRECT.with(|d| d.set(before));
+    out
+}
 
 /// The waker of one awaited future.
 #[derive(Default)]
@@ -74,64 +92,15 @@ impl Wake for LoopWake {
             st.target.take()
         };
         if let Some(target) = target {
-            notify(target);
+            if crate::gil::held() && DIRECT.with(Cell::get) {
+                // On the target's loop thread, outside any engine lock.
+                Python::attach(|py| crate::notifier::wake_now(py, target.bind(py)));
+            } else {
+                // Possibly under an engine lock: no Python here, not even
+                // with the GIL held (Python may hand the GIL to a thread
+                // that then waits for that lock).
+                crate::notifier::send(crate::notifier::Job::Wake(target));
+            }
         }
     }
-}
-
-/// Sends `target` to the notifier thread.
-fn notify(target: Py<PyAny>) {
-    static NOTIFIER: OnceLock<std::sync::Mutex<Sender<Py<PyAny>>>> = OnceLock::new();
-    let sender = NOTIFIER.get_or_init(|| {
-        let (tx, rx) = channel();
-        std::thread::Builder::new()
-            .name("tollgate-notify".into())
-            .spawn(move || run_notifier(rx))
-            .expect("the notifier thread starts");
-        std::sync::Mutex::new(tx)
-    });
-    if let Ok(tx) = sender.lock() {
-        // The receiver lives as long as the process.
-        let _ = tx.send(target);
-    }
-}
-
-/// Resolves targets, in batches: one GIL acquisition for all the wakes
-/// that arrived meanwhile.
-fn run_notifier(rx: Receiver<Py<PyAny>>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        Python::attach(|py| {
-            for target in batch {
-                let _ = resolve_soon(py, target.bind(py));
-            }
-        });
-    }
-}
-
-/// `target.get_loop().call_soon_threadsafe(_wake, target)`.
-fn resolve_soon(py: Python<'_>, target: &Bound<'_, PyAny>) -> PyResult<()> {
-    let event_loop = target.call_method0(pyo3::intern!(py, "get_loop"))?;
-    let wake = wake_function(py)?;
-    event_loop.call_method1(pyo3::intern!(py, "call_soon_threadsafe"), (wake, target))?;
-    Ok(())
-}
-
-/// The callback that resolves a target on its loop, unless its task
-/// already went away.
-fn wake_function(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static WAKE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    WAKE.get_or_try_init(py, || {
-        Ok::<_, PyErr>(wrap_pyfunction!(wake_target, py)?.into_any().unbind())
-    })
-    .map(|f| f.bind(py))
-}
-
-#[pyfunction]
-fn wake_target(target: &Bound<'_, PyAny>) -> PyResult<()> {
-    if !target.call_method0("done")?.is_truthy()? {
-        target.call_method1("set_result", (target.py().None(),))?;
-    }
-    Ok(())
 }

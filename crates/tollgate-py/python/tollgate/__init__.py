@@ -24,17 +24,23 @@ from ._errors import (
     ConfigError,
     DeadlineExceeded,
     EstimateExceedsLimit,
+    ProviderError,
     QuotaStoreUnavailable,
     TokenEstimateRequired,
     TollgateError,
     UnknownScope,
     UpstreamError,
 )
-from ._tollgate import Lease, Limiter, __version__
+from ._tollgate import Lease, Limiter, SupervisedStream, __version__
+from ._transport import AsyncTransport, Transport, httpx_client
 
 __all__ = [
     "Limiter",
     "Lease",
+    "SupervisedStream",
+    "AsyncTransport",
+    "Transport",
+    "httpx_client",
     "TollgateError",
     "ConfigError",
     "UnknownScope",
@@ -47,6 +53,7 @@ __all__ = [
     "DeadlineExceeded",
     "CircuitOpen",
     "UpstreamError",
+    "ProviderError",
     "AlreadySettled",
     "__version__",
 ]

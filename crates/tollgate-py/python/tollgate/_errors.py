@@ -23,6 +23,7 @@ __all__ = [
     "CircuitOpen",
     "UpstreamError",
     "AlreadySettled",
+    "ProviderError",
 ]
 
 
@@ -155,3 +156,55 @@ class AlreadySettled(TollgateError, RuntimeError):
     """This lease was already settled (each attempt settles once)."""
 
     code = "already_settled"
+
+
+_KINDS = (
+    "connect",
+    "timeout",
+    "rate_limited",
+    "server",
+    "auth",
+    "client",
+    "protocol",
+    "stream_broken",
+    "declared",
+)
+
+
+class ProviderError(TollgateError):
+    """Raise it from a function run by ``Limiter.call`` or ``Limiter.stream``
+    to tell the engine how the provider failed (SPEC RT-2, RT-3): give
+    ``status`` (an HTTP status: 429 is a rate limit, 5xx a server error,
+    401/403 authentication, other 4xx the request itself) or ``kind``
+    (``connect``, ``timeout``, ``rate_limited``, ``server``, ``auth``,
+    ``client``, ``protocol``, ``stream_broken``, ``declared``), and
+    ``retry_after`` (seconds) when the provider sent a hint. Connection
+    errors, timeouts, 429 and 5xx are retried; a 429 cools the scope for
+    ``retry_after``.
+
+    The OpenAI and Anthropic SDKs' exceptions, httpx's, ``TimeoutError``
+    and ``ConnectionError`` are recognised without it."""
+
+    code = "provider_error"
+    kind: str | None = None
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        kind: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        if kind is not None and kind not in _KINDS:
+            raise ValueError(f"kind must be one of {', '.join(_KINDS)}, got {kind!r}")
+        if kind is None and status is None:
+            raise TypeError("ProviderError needs kind= or status=")
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
+            raise TypeError(f"status must be an int, got {type(status).__name__}")
+        if retry_after is not None:
+            retry_after = float(retry_after)
+            if not retry_after >= 0:
+                raise ValueError(f"retry_after must be >= 0, got {retry_after}")
+        super().__init__(message or (kind or f"HTTP {status}"), status=status, retry_after=retry_after)
+        self.kind = kind

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
 
 __version__: str
 
@@ -119,5 +121,92 @@ class Limiter:
         output_tokens: int | None = None,
         timeout: Seconds | None = None,
     ) -> Lease: ...
+    def call(
+        self,
+        func: Callable[..., Awaitable[T] | T],
+        /,
+        *args: Any,
+        scope: str | None = None,
+        tokens: int | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        timeout: Seconds | None = None,
+        idempotent: bool = True,
+        usage: Callable[[Any], object | None] | None = None,
+        provider: str | None = None,
+    ) -> Awaitable[T]:
+        """Runs ``func(*args)`` under the supervised lifecycle (SPEC PY-3):
+        admission, retries with jitter and hint floors, circuit breaker,
+        cooldown, one deadline; settles from the result's usage."""
+    def stream(
+        self,
+        func: Callable[..., Any],
+        /,
+        *args: Any,
+        scope: str | None = None,
+        tokens: int | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        timeout: Seconds | None = None,
+        idempotent: bool = True,
+        usage: Callable[[Any], object | None] | None = None,
+        provider: str | None = None,
+    ) -> SupervisedStream:
+        """``func(*args)`` returns an async iterable (or an awaitable of
+        one): its items as a supervised stream (SPEC PY-3, LC-3)."""
     def snapshot(self) -> dict[str, Any]: ...
     def close(self) -> Pending: ...
+
+class SupervisedStream:
+    """The async iterator of ``Limiter.stream``; ``aclose()`` (or leaving
+    ``async with``) ends it early, giving its capacity back."""
+
+    def __aiter__(self) -> SupervisedStream: ...
+    def __anext__(self) -> Awaitable[Any]: ...
+    def aclose(self) -> Awaitable[None]: ...
+    async def __aenter__(self) -> SupervisedStream: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+class TransportCore:
+    """The Rust side of ``tollgate.AsyncTransport`` / ``tollgate.Transport``."""
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        scope: str | None = None,
+        *,
+        flavor: str | None = None,
+        provider: str | None = None,
+        timeout: Seconds | None = None,
+        default_max_tokens: int | None = None,
+        blocking: bool = False,
+    ) -> None: ...
+    @property
+    def scope(self) -> str: ...
+    def handle(self, request: Any, kit: Any) -> Awaitable[Any]: ...
+    def handle_blocking(self, request: Any, kit: Any) -> Any: ...
+
+class ResponseBody:
+    """A streamed answer's bytes (read by the transports' byte streams)."""
+
+    def next(self) -> Awaitable[bytes | None]: ...
+    def next_blocking(self) -> bytes | None: ...
+    def aclose(self) -> Awaitable[None]: ...
+    def close(self) -> None: ...
+
+class SimulatorServer:
+    """A running simulated provider (see ``tollgate.testing``)."""
+
+    def __init__(self, flags: list[str]) -> None: ...
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def openai_base_url(self) -> str: ...
+    def stats_json(self) -> str: ...
+    def reset(self) -> None: ...
+    def stop(self) -> None: ...

@@ -1,0 +1,269 @@
+//! Python awaitables awaited from Rust futures (SPEC PY-3, PY-4).
+//!
+//! The supervised calls run the engine's `Supervisor` future on the
+//! awaiting loop's thread (`driver.rs`); its provider attempts call Python:
+//! an SDK coroutine, an httpx transport, an async iterator's `__anext__`.
+//! [`PyAwait`] runs such an awaitable as an asyncio task on the loop that
+//! polls it, and completes when the task does:
+//!
+//! * the task is created at the first poll, on the polling thread's
+//!   running loop (the supervised call's own loop);
+//! * its done callback marks the outcome taken (so asyncio never prints
+//!   "exception was never retrieved") and wakes the Rust waker on the
+//!   loop's thread, which resolves the awaiting task's future directly
+//!   (`waker::direct`), without the notifier thread;
+//! * dropping a `PyAwait` whose task still runs cancels the task: at once
+//!   when the GIL is held here (a drop on the loop's thread), else through
+//!   the notifier thread (a drop on a tokio worker, e.g. a stream's
+//!   watchdog ending it at its deadline). A coroutine never started is
+//!   closed, so Python does not warn that it was never awaited.
+//!
+//! [`Mode::Blocking`] is the synchronous counterpart (the sync httpx
+//! transport): the Python call returns its value directly.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+use crate::gil;
+use crate::notifier::{self, Job};
+
+/// How the Python side of a call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// On an event loop: Python calls return awaitables, run as tasks.
+    Async,
+    /// On a thread: Python calls return their value (they may block).
+    Blocking,
+}
+
+impl Mode {
+    /// Calls `f` with the GIL and, in [`Mode::Async`], awaits the
+    /// awaitable it returns (a value that is not awaitable is the result
+    /// as it is, e.g. a plain function given to `limiter.call`).
+    pub(crate) async fn run(
+        self,
+        f: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let value = Python::attach(|py| {
+            let value = f(py)?;
+            let awaitable =
+                self == Mode::Async && value.bind(py).hasattr(pyo3::intern!(py, "__await__"))?;
+            Ok::<_, PyErr>((value, awaitable))
+        });
+        match value? {
+            (value, true) => PyAwait::new(value).await,
+            (value, false) => Ok(value),
+        }
+    }
+}
+
+/// An awaitable run as an asyncio task and awaited from Rust; see the
+/// module documentation.
+pub(crate) struct PyAwait {
+    state: State,
+}
+
+enum State {
+    /// Not polled yet: the awaitable.
+    Start(Py<PyAny>),
+    /// Its task runs (or ran).
+    Running { task: Py<PyAny>, slot: Arc<Slot> },
+    /// The outcome was taken.
+    Finished,
+}
+
+/// What the task's done callback shares with the Rust side.
+struct Slot {
+    done: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl PyAwait {
+    /// Awaits `awaitable` (a coroutine or any object with `__await__`).
+    pub(crate) fn new(awaitable: Py<PyAny>) -> Self {
+        PyAwait {
+            state: State::Start(awaitable),
+        }
+    }
+}
+
+impl Future for PyAwait {
+    type Output = PyResult<Py<PyAny>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match &this.state {
+                State::Start(awaitable) => {
+                    let started = Python::attach(|py| start(py, awaitable.bind(py)));
+                    match started {
+                        Ok((task, slot)) => this.state = State::Running { task, slot },
+                        Err(e) => {
+                            this.state = State::Finished;
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
+                State::Running { task, slot } => {
+                    // The waker first, then the flag: a callback between
+                    // the two finds the waker.
+                    {
+                        let mut waker = slot.waker.lock();
+                        match &*waker {
+                            Some(w) if w.will_wake(cx.waker()) => {}
+                            _ => *waker = Some(cx.waker().clone()),
+                        }
+                    }
+                    if !slot.done.load(Ordering::Acquire) {
+                        return Poll::Pending;
+                    }
+                    let out = Python::attach(|py| {
+                        task.bind(py)
+                            .call_method0(pyo3::intern!(py, "result"))
+                            .map(Bound::unbind)
+                    });
+                    this.state = State::Finished;
+                    return Poll::Ready(out);
+                }
+                State::Finished => {
+                    return Poll::Ready(Err(PyRuntimeError::new_err(
+                        "a Python awaitable was polled after it completed",
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PyAwait {
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.state, State::Finished) {
+            State::Finished => {}
+            State::Running { slot, .. } if slot.done.load(Ordering::Acquire) => {}
+            State::Running { task, .. } => notifier::submit(Job::Cancel(task)),
+            // A coroutine never started is closed where it is (no loop
+            // needed), so Python does not warn that it was never awaited.
+            State::Start(awaitable) => notifier::submit(Job::Close {
+                event_loop: None,
+                objects: vec![awaitable],
+            }),
+        }
+    }
+}
+
+/// The `__anext__()` of an async iterator, in flight across polls.
+#[derive(Default)]
+pub(crate) struct AsyncNext {
+    pending: Option<PyAwait>,
+}
+
+impl AsyncNext {
+    /// Polls for `iterator`'s next item: the item, or what it raised
+    /// (`StopAsyncIteration` at its end).
+    pub(crate) fn poll(
+        &mut self,
+        iterator: &Py<PyAny>,
+        cx: &mut Context<'_>,
+    ) -> Poll<PyResult<Py<PyAny>>> {
+        let next = match &mut self.pending {
+            Some(next) => next,
+            None => {
+                let anext = Python::attach(|py| {
+                    iterator
+                        .bind(py)
+                        .call_method0(pyo3::intern!(py, "__anext__"))
+                        .map(Bound::unbind)
+                });
+                match anext {
+                    Ok(awaitable) => self.pending.insert(PyAwait::new(awaitable)),
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        };
+        let poll = Pin::new(next).poll(cx);
+        if poll.is_ready() {
+            self.pending = None;
+        }
+        poll
+    }
+
+    /// Drops the `__anext__()` in flight (its task is cancelled).
+    pub(crate) fn cancel(&mut self) {
+        self.pending = None;
+    }
+}
+
+/// Creates the task of `awaitable` on the running loop and hooks its done
+/// callback.
+fn start(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, Arc<Slot>)> {
+    let task = ensure_future(py)?.call1((awaitable,))?;
+    let slot = Arc::new(Slot {
+        done: AtomicBool::new(false),
+        waker: Mutex::new(None),
+    });
+    let callback = Py::new(
+        py,
+        Done {
+            slot: Some(Arc::clone(&slot)),
+        },
+    )?;
+    task.call_method1(pyo3::intern!(py, "add_done_callback"), (callback,))?;
+    Ok((task.unbind(), slot))
+}
+
+/// Runs `awaitable` as a task nobody awaits (a close after the consumer
+/// left), its outcome taken when done so nothing is printed.
+pub(crate) fn detach_task(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<()> {
+    let task = ensure_future(py)?.call1((awaitable,))?;
+    task.call_method1(
+        pyo3::intern!(py, "add_done_callback"),
+        (Py::new(py, Done { slot: None })?,),
+    )?;
+    Ok(())
+}
+
+fn ensure_future(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static F: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    F.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("asyncio")?.getattr("ensure_future")?.unbind())
+    })
+    .map(|f| f.bind(py))
+}
+
+/// The done callback of an awaited task.
+#[pyclass(frozen, module = "tollgate._tollgate")]
+struct Done {
+    slot: Option<Arc<Slot>>,
+}
+
+#[pymethods]
+impl Done {
+    fn __call__(&self, task: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = task.py();
+        let _held = gil::Held::enter(py);
+        // Take the outcome: the Rust side may be gone, and asyncio would
+        // print an exception nobody retrieved.
+        if !task
+            .call_method0(pyo3::intern!(py, "cancelled"))?
+            .is_truthy()?
+        {
+            let _ = task.call_method0(pyo3::intern!(py, "exception"));
+        }
+        if let Some(slot) = &self.slot {
+            slot.done.store(true, Ordering::Release);
+            let waker = slot.waker.lock().take();
+            if let Some(waker) = waker {
+                crate::waker::direct(|| waker.wake());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! `Limiter.stream(...)`: a supervised stream as an async iterator
+//! (SPEC PY-3, LC-3..LC-5).
+//!
+//! The first `__anext__` runs admission and the attempts up to the first
+//! item (retried like a one-shot call); after it the retry window is
+//! closed for good and a failure is raised from the next `__anext__`.
+//! Leaving early (`aclose()`, `async with` exit, `break` then garbage
+//! collection, a cancelled task) drops the engine's stream: the upstream
+//! iteration is cancelled and closed, the lease settled with the usage seen
+//! so far (or its estimate) and its permit returned (LC-5).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_core::Stream;
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
+
+use super::{CallProvider, CallRequest, LastFailure, call_error};
+use crate::driver::{Output, Pending, Ready};
+use crate::runtime;
+
+enum State {
+    /// Not started: the first `__anext__` opens it.
+    Ready {
+        supervisor: Supervisor<CallProvider>,
+        request: CallRequest,
+        options: CallOptions,
+    },
+    /// Delivering items.
+    Open {
+        stream: CallStream<CallProvider>,
+        failure: LastFailure,
+    },
+    /// An `__anext__` is running.
+    Busy,
+    /// Ended, failed or closed.
+    Done,
+}
+
+/// The async iterator of `Limiter.stream`.
+#[pyclass(frozen, module = "tollgate._tollgate", name = "SupervisedStream")]
+pub(crate) struct SupervisedStream {
+    state: Arc<Mutex<State>>,
+    scope: Py<PyString>,
+}
+
+impl SupervisedStream {
+    pub(crate) fn new(
+        supervisor: Supervisor<CallProvider>,
+        request: CallRequest,
+        options: CallOptions,
+        scope: Py<PyString>,
+    ) -> Self {
+        SupervisedStream {
+            state: Arc::new(Mutex::new(State::Ready {
+                supervisor,
+                request,
+                options,
+            })),
+            scope,
+        }
+    }
+
+    /// Ends the stream now (on a thread holding the GIL).
+    fn end(&self, py: Python<'_>) {
+        let taken = std::mem::replace(&mut *self.state.lock(), State::Done);
+        let _runtime = runtime::enter();
+        let _held = crate::gil::Held::enter(py);
+        drop(taken);
+    }
+}
+
+impl Drop for SupervisedStream {
+    fn drop(&mut self) {
+        // Dropping the engine's stream may release a lease: in the runtime.
+        let _runtime = runtime::enter();
+        let taken = std::mem::replace(&mut *self.state.lock(), State::Done);
+        drop(taken);
+    }
+}
+
+/// Leaves the state `Done` if an `__anext__` ends without setting it.
+struct DoneIfBusy(Arc<Mutex<State>>);
+
+impl Drop for DoneIfBusy {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        if matches!(*state, State::Busy) {
+            *state = State::Done;
+        }
+    }
+}
+
+fn stop() -> Output {
+    Box::new(|_py| Err(PyStopAsyncIteration::new_err(())))
+}
+
+#[pymethods]
+impl SupervisedStream {
+    fn __aiter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next item: an awaitable.
+    fn __anext__(&self, py: Python<'_>) -> Pending {
+        let state = Arc::clone(&self.state);
+        let scope = self.scope.bind(py).to_string();
+        Pending::new(Box::pin(async move {
+            let taken = std::mem::replace(&mut *state.lock(), State::Busy);
+            // Cancelled while running (the awaiting task went away): the
+            // stream it held is dropped with it, and the iterator is done.
+            let _done_if_dropped = DoneIfBusy(Arc::clone(&state));
+            let (mut stream, failure) = match taken {
+                State::Ready {
+                    supervisor,
+                    request,
+                    options,
+                } => {
+                    let failure = Arc::clone(&request.failure);
+                    match supervisor.stream(&request, options).await {
+                        Ok(stream) => (stream, failure),
+                        Err(e) => {
+                            *state.lock() = State::Done;
+                            let out: Output =
+                                Box::new(move |py| Err(call_error(py, &e, &scope, &failure)));
+                            return out;
+                        }
+                    }
+                }
+                State::Open { stream, failure } => (stream, failure),
+                State::Busy => {
+                    let out: Output = Box::new(|_py| {
+                        Err(PyRuntimeError::new_err(
+                            "another __anext__ of this stream is still running",
+                        ))
+                    });
+                    return out;
+                }
+                State::Done => {
+                    *state.lock() = State::Done;
+                    return stop();
+                }
+            };
+            let next = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await;
+            match next {
+                Some(Ok(item)) => {
+                    *state.lock() = State::Open { stream, failure };
+                    let out: Output = Box::new(move |_py| Ok(item));
+                    out
+                }
+                Some(Err(e)) => {
+                    *state.lock() = State::Done;
+                    drop(stream);
+                    Box::new(move |py| Err(call_error(py, &e, &scope, &failure)))
+                }
+                None => {
+                    *state.lock() = State::Done;
+                    stop()
+                }
+            }
+        }))
+    }
+
+    /// Leaves the stream: the upstream is cancelled and closed, the lease
+    /// settled and released (SPEC LC-5). Idempotent.
+    fn aclose(&self, py: Python<'_>) -> PyResult<Py<Ready>> {
+        self.end(py);
+        Ready::none(py)
+    }
+
+    fn __aenter__(slf: Bound<'_, Self>) -> Ready {
+        Ready::new(slf.into_any().unbind())
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __aexit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<Py<Ready>> {
+        self.end(py);
+        Ready::none(py)
+    }
+}
