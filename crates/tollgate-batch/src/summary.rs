@@ -44,6 +44,8 @@ pub struct Amounts {
     pub input: u64,
     /// Output tokens (0 when unknown).
     pub output: u64,
+    /// Micro-dollars (0 when unknown).
+    pub cost: u64,
 }
 
 /// The lower bound on wall time for a demand of `amounts` under `limits`
@@ -57,6 +59,7 @@ pub fn lower_bound(limits: &[Limit], amounts: Amounts) -> Duration {
                 Dimension::Tokens => amounts.tokens,
                 Dimension::InputTokens => amounts.input,
                 Dimension::OutputTokens => amounts.output,
+                Dimension::Cost => amounts.cost,
             };
             let windows = demand.div_ceil(l.amount).saturating_sub(1);
             l.window
@@ -98,6 +101,7 @@ impl Plan {
             tokens: p.tokens,
             input: p.input_tokens,
             output: p.output_tokens,
+            cost: 0,
         };
         p.lower_bound_s = lower_bound(limits, amounts).as_secs_f64();
         p
@@ -496,6 +500,7 @@ mod tests {
             tokens: 1_300,
             input: 1_000,
             output: 300,
+            cost: 0,
         };
         // Output binds: 300 output tokens need three windows of 100.
         assert_eq!(lower_bound(&limits, a), 2 * m);

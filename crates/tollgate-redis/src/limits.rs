@@ -138,6 +138,7 @@ impl LimitParams {
                 Dimension::Tokens => "t",
                 Dimension::InputTokens => "i",
                 Dimension::OutputTokens => "o",
+                Dimension::Cost => "c",
             }
             .to_owned(),
         );

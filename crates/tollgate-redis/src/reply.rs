@@ -41,6 +41,7 @@ pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
                 tokens: tokens != 0,
                 input_tokens: input_tokens != 0,
                 output_tokens: output_tokens != 0,
+                cost: false,
             },
         }),
         _ => Err(malformed("reserve")),

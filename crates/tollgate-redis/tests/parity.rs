@@ -187,7 +187,7 @@ struct Harness<'a> {
 }
 
 /// Amounts per dimension, in the order of `Dimension::ALL`.
-type Counts = [u64; 4];
+type Counts = [u64; 5];
 
 fn ix(d: Dimension) -> usize {
     Dimension::ALL
@@ -394,7 +394,7 @@ impl Harness<'_> {
                 };
                 let e = &mut self.entries[k];
                 if let Some(l) = &mut self.local {
-                    l.release(&e.local, requests, tokens);
+                    l.release(&e.local, requests, tokens, false);
                 }
                 self.remote
                     .release(e.remote, requests, tokens, BUDGET)

@@ -20,6 +20,7 @@ mod error;
 pub mod estimate;
 mod in_flight;
 pub mod lifecycle;
+pub mod price;
 pub mod quota;
 mod sync;
 #[cfg(feature = "tower")]
@@ -35,5 +36,6 @@ pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
+pub use price::{Parts, Price, ReservePrice};
 pub use quota::{BudgetReport, Dimension, LimitSnapshot, LimitedBy, Observed, RefusalCost};
-pub use usage::{AlreadySettled, Counter, Settlement, Usage};
+pub use usage::{AlreadySettled, CostSettlement, Counter, Settlement, Usage};

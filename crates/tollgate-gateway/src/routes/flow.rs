@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
-use tollgate::{Admission, TokenEstimate, Usage};
+use tollgate::{Admission, ReservePrice, TokenEstimate, Usage};
 use tollgate_openai::UpstreamRequest;
 use tollgate_openai::tokens::TokenEstimator;
 
@@ -96,6 +96,9 @@ struct Exchange {
     /// Tokens reserved for the tenant (input estimate and output
     /// allowance).
     tokens: TokenEstimate,
+    /// The prices the tenant reserved them at, if the call is priced
+    /// (SPEC BUD-2).
+    price: Option<ReservePrice>,
     /// The access line was written, or handed to the stream body (which
     /// writes it when the stream ends).
     logged: bool,
@@ -162,6 +165,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         model: None,
         served: None,
         tokens: TokenEstimate::new(0, 0),
+        price: None,
         logged: false,
         log: app.access_log.clone(),
         arrived,
@@ -178,7 +182,14 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
     let headers = response.headers_mut();
     if let Some(slot) = x.tenant.and_then(|t| app.tenant_slots.get(t)) {
         let account = x.account(app).map(|d| (d.supervisor.controller(), d.scope));
-        ratelimit::add(slot, x.model.as_deref(), account, x.tokens, headers);
+        ratelimit::add(
+            slot,
+            x.model.as_deref(),
+            account,
+            x.tokens,
+            x.price,
+            headers,
+        );
     }
     headers.insert(request_id::HEADER, id);
     x.write(response.status().as_u16());

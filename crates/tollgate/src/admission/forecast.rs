@@ -12,7 +12,7 @@
 
 use super::controller::AdmissionController;
 use super::scope::{REBUILD_LIMIT, schedule};
-use crate::call::{ScopeId, TokenEstimate};
+use crate::call::{Call, ScopeId, TokenEstimate};
 use crate::clock::Instant;
 use crate::quota::Demand;
 
@@ -36,8 +36,16 @@ impl AdmissionController {
     /// demand larger than a whole limit (it never fits). Nothing is
     /// reserved or queued; the scope's state is not changed.
     pub fn forecast(&self, scope: ScopeId, estimate: Option<TokenEstimate>) -> Option<Forecast> {
-        let scope = self.inner.scopes.get(scope.index())?;
-        let demand = estimate.map_or(Demand::new(0, 0), |e| Demand::new(e.input, e.output));
+        let mut call = Call::new(scope);
+        call.estimate = estimate;
+        self.forecast_call(&call)
+    }
+
+    /// [`forecast`](Self::forecast) of `call`'s demand, its worst-case
+    /// cost included when it has a price (SPEC BUD-2), on its scope.
+    pub fn forecast_call(&self, call: &Call) -> Option<Forecast> {
+        let scope = self.inner.scopes.get(call.scope.index())?;
+        let demand: Demand = call.demand();
         let now = self.inner.clock.now();
         let mut st = scope.state.lock();
         if st.closed || st.store.check(&demand).is_err() {
@@ -79,7 +87,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::call::Call;
     use crate::config::{MINUTE, ScopeConfig};
     use crate::deadline::Deadline;
 

@@ -28,6 +28,7 @@ use crate::clock::Instant;
 use crate::config::ConfigError;
 use crate::deadline::{Deadline, Phase};
 use crate::estimate::{TokenEstimator, validate};
+use crate::price::Price;
 use crate::usage::Usage;
 
 /// Estimates one attempt's tokens from its request (SPEC ): any
@@ -81,6 +82,7 @@ pub(crate) struct Inner<P: Provider> {
     pub(crate) calls: Arc<Calls>,
     pub(crate) accounting: Accounting,
     arrival: ArrivalBound,
+    pub(crate) price: Option<Price>,
 }
 
 /// Runs calls to one provider under one admission controller.
@@ -123,9 +125,19 @@ pub struct SupervisorBuilder<P: Provider> {
     jitter: Option<SharedJitter>,
     observer: Option<Observer>,
     accounting: Accounting,
+    price: Option<Price>,
 }
 
 impl<P: Provider> SupervisorBuilder<P> {
+    /// The price of the provider's model (SPEC BUD-1): every attempt
+    /// reserves its worst case from the scope's cost limits, and its usage
+    /// is priced with it at settlement (needed when the scope has a cost
+    /// limit).
+    pub fn price(mut self, price: Price) -> Self {
+        self.price = Some(price);
+        self
+    }
+
     /// The quota scope every attempt spends (default: the first scope).
     pub fn scope(mut self, scope: ScopeId) -> Self {
         self.scope = scope;
@@ -265,6 +277,7 @@ impl<P: Provider> SupervisorBuilder<P> {
                 calls,
                 arrival: ArrivalBound::new(self.accounting.arrival_floor),
                 accounting: self.accounting,
+                price: self.price,
             }),
         }
     }
@@ -302,6 +315,7 @@ impl<P: Provider> Supervisor<P> {
             jitter: None,
             observer: None,
             accounting: Accounting::default(),
+            price: None,
         }
     }
 
@@ -390,11 +404,16 @@ impl<P: Provider> Supervisor<P> {
                 return Err(e);
             }
         };
-        // A provider that does not settle keeps its admission charge.
+        // A provider that does not settle keeps its admission charge;
+        // the bill is still what was used (BUD-2).
+        let usage = match &self.inner.price {
+            Some(price) => reply.usage.priced(price),
+            None => reply.usage,
+        };
         let usage = if self.inner.accounting.reconciles {
-            reply.usage
+            usage
         } else {
-            Usage::UNKNOWN
+            Usage::UNKNOWN.with_cost(usage.cost())
         };
         let settlement = lease.reconcile(usage).ok();
         self.inner.controller.clear_backoff(self.inner.scope);
@@ -500,6 +519,7 @@ impl<P: Provider> Supervisor<P> {
         // The id is claimed for the whole call (see `claim_id`).
         let mut call = Call::new(self.inner.scope);
         call.pool = self.inner.pool;
+        call.price = self.inner.price.map(|p| p.reserve_price());
         if let Some(estimator) = &self.inner.estimator {
             let estimate = estimator
                 .estimate(request)

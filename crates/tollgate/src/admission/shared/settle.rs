@@ -212,13 +212,13 @@ impl Inner {
         usage: Usage,
         remote: &mut RemoteLease,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens(), usage);
+        let settlement = Settlement::new(&reservation.demand, usage);
         let (Some(s), Some(shared)) = (self.scopes.get(scope.index()), self.shared_scope(scope))
         else {
             return settlement;
         };
         s.state.lock().counters.settle(&settlement);
-        let Some(actual) = Actual::from_usage(&usage) else {
+        let Some(actual) = Actual::settling(&usage, &reservation.demand) else {
             return settlement;
         };
         let debt = actual.debt(&reservation.demand);
@@ -267,6 +267,11 @@ impl Inner {
         else {
             return;
         };
+        if !requests && !tokens {
+            // Only the cost would go back: the shared store keeps it
+            // counted (never over a budget).
+            return;
+        }
         s.state.lock().counters.refusals_released += 1;
         remote.then(shared, *reservation, move |shared, quota, r| async move {
             let op = quota.release(r, requests, tokens, shared.timeout);
