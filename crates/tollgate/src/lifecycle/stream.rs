@@ -337,6 +337,7 @@ impl<P: Provider> CallStream<P> {
         probe: Option<Probe>,
         guard: CallGuard,
         options: CallOptions,
+        price: Option<crate::price::Price>,
     ) -> Self {
         let deadline_at = options.deadline.instant();
         let deadline = deadline_at.map(|d| Box::pin(tokio::time::sleep_until(d)));
@@ -354,7 +355,7 @@ impl<P: Provider> CallStream<P> {
             waker: None,
             guard,
             reconciles: supervisor.inner.accounting.reconciles,
-            price: supervisor.inner.price,
+            price,
         }));
         // Outside a tokio runtime nothing here could sleep anyway; the
         // consumer's own checks then remain.
