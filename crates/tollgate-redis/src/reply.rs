@@ -34,14 +34,14 @@ pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
             tick: instant(tick)?,
             tag: epoch_tag(tag)?,
         }),
-        [0, wait, requests, tokens, input_tokens, output_tokens] => Ok(RawReserve::Refused {
+        [0, wait, requests, tokens, input_tokens, output_tokens, cost] => Ok(RawReserve::Refused {
             wait: if wait < 0 { None } else { Some(instant(wait)?) },
             limited_by: LimitedBy {
                 requests: requests != 0,
                 tokens: tokens != 0,
                 input_tokens: input_tokens != 0,
                 output_tokens: output_tokens != 0,
-                cost: false,
+                cost: cost != 0,
             },
         }),
         _ => Err(malformed("reserve")),

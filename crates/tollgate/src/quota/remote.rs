@@ -228,7 +228,8 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// Gives back what a refused attempt took from the chosen dimensions
-    /// (SPEC Q-16); `tokens` covers every token dimension.
+    /// (SPEC Q-16); `tokens` covers every token dimension. The reserved
+    /// cost always goes back (no provider bills a refusal, SPEC BUD-5).
     fn release(
         &self,
         reservation: Reservation,

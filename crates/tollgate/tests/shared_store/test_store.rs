@@ -486,7 +486,7 @@ impl RemoteQuota for TestRemote {
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.release);
         Box::pin(self.store.give_back(&self.scope, budget, move |s, _| {
-            s.quota.release(&reservation, requests, tokens, false);
+            s.quota.release(&reservation, requests, tokens, true);
             if let Some(rec) = s.record(reservation.tick) {
                 if requests {
                     rec.requests = 0;
