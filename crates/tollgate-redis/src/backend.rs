@@ -55,6 +55,10 @@ impl RedisBackend {
             .map_err(|e| BuildError::Url(e.to_string()))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            // Each operation is bounded by its own budget (the configured
+            // timeout, clipped by the call's deadline); the client's own
+            // 500 ms default would cut a longer one short.
+            .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(500));
