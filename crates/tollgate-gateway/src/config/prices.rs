@@ -22,6 +22,7 @@ use tollgate::Price;
 use tollgate::price::parse_usd;
 use tollgate::quota::Dimension;
 use tollgate_openai::prices::{PRICE_FIELDS, PriceTable, read_price};
+use tollgate_openai::tokens::Profile;
 
 use super::deployment::DeploymentConfig;
 use super::error::{FieldPath, Problem};
@@ -209,13 +210,28 @@ impl GatewayConfig {
         Ok(())
     }
 
-    /// A located error unless deployment `d` of `m` has a price.
+    /// A located error unless deployment `d` of `m` has a price and its
+    /// provider's accounting counts the output allowance (the worst case
+    /// a budget reserves is input and output, SPEC BUD-2).
     fn priced(
         &self,
         m: &ModelConfig,
         d: &DeploymentConfig,
         budget: &FieldPath,
     ) -> Result<(), Problem> {
+        if let Some(p) = self.provider(&d.provider)
+            && matches!(p.accounting, Profile::Chars { output: false, .. })
+        {
+            return Err(Problem::invalid(
+                &FieldPath::top("providers").key(&p.name).key("accounting"),
+                format!(
+                    "leaves the output out, and the budget at {budget} covers its model {:?}: a \
+                     call would reserve no cost for its output and could spend past the budget; \
+                     use output = \"max_tokens\"",
+                    m.name
+                ),
+            ));
+        }
         if self.deployment_price(d).is_some() {
             return Ok(());
         }

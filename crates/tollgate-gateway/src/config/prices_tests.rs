@@ -224,3 +224,23 @@ fn bad_prices_and_budgets_are_located() {
     let c = ok(&config("x", BUDGET, "[prices.x]\ninput = 0\noutput = 0\n"));
     assert_eq!(c.price_of("x"), Some(Price::new(0, 0)));
 }
+
+// proves: BUD-2 (a budget reserves each call's worst case, output
+// allowance included: a provider whose accounting leaves the output out
+// cannot serve a model a budget covers, a located error)
+#[test]
+fn a_budget_needs_the_output_counted() {
+    let none = "[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                accounting = { chars_per_token = 4, output = \"none\" }";
+    let text = config("gpt-4o", BUDGET, "")
+        .replace("[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"", none);
+    fail_at(&text, "providers.p.accounting", "tenants.t.limits[0]");
+    // Without a budget, or with the output counted: accepted.
+    ok(&config("gpt-4o", "", "")
+        .replace("[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"", none));
+    ok(&config("gpt-4o", BUDGET, "").replace(
+        "[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"",
+        "[providers.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         accounting = { chars_per_token = 4, output = \"max_tokens\" }",
+    ));
+}
