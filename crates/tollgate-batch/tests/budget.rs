@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tollgate_batch::{BatchConfig, BatchError, Outcome, StopReason, Target};
+use tollgate_batch::{BatchConfig, BatchError, Outcome, StopReason};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use common::{Dir, counts, never, write_lines};
@@ -34,14 +34,7 @@ async fn sim(completion_tokens: u32) -> SimServer {
 }
 
 fn config(dir: &Dir, server: &SimServer) -> BatchConfig {
-    let mut c = BatchConfig::new(
-        dir.path("in.jsonl"),
-        Some(dir.path("out.jsonl")),
-        Target::Http {
-            base_url: server.openai_base_url(),
-            api_key: None,
-        },
-    );
+    let mut c = common::http_config(dir, server);
     c.item_timeout = Some(Duration::from_secs(30));
     c.concurrency = 8;
     c

@@ -256,6 +256,16 @@ impl ScopeCounters {
         self.cost_reserved = self.cost_reserved.saturating_add(demand.cost);
     }
 
+    /// An attempt leased with `demand` was refused by the provider: its
+    /// cost comes back (SPEC BUD-5); `released` when requests or tokens
+    /// come back too (SPEC Q-16).
+    pub(crate) fn refused(&mut self, demand: &Demand, released: bool) {
+        self.cost_refunded = self.cost_refunded.saturating_add(demand.cost);
+        if released {
+            self.refusals_released += 1;
+        }
+    }
+
     pub(crate) fn settle(&mut self, s: &crate::usage::Settlement) {
         if let Some(c) = s.cost.reported {
             self.cost_reported = self.cost_reported.saturating_add(c);

@@ -88,13 +88,7 @@ impl Inner {
         let mut st = scope.state.lock();
         let cost = reservation.demand.cost > 0;
         st.store.release(reservation, requests, tokens, cost);
-        st.counters.cost_refunded = st
-            .counters
-            .cost_refunded
-            .saturating_add(reservation.demand.cost);
-        if requests || tokens {
-            st.counters.refusals_released += 1;
-        }
+        st.counters.refused(&reservation.demand, requests || tokens);
         st.invalidate_projection();
         if !st.queue.is_empty() {
             st.drain(now);

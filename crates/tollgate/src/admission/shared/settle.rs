@@ -267,16 +267,10 @@ impl Inner {
         else {
             return;
         };
-        {
-            let mut st = s.state.lock();
-            st.counters.cost_refunded = st
-                .counters
-                .cost_refunded
-                .saturating_add(reservation.demand.cost);
-            if requests || tokens {
-                st.counters.refusals_released += 1;
-            }
-        }
+        s.state
+            .lock()
+            .counters
+            .refused(&reservation.demand, requests || tokens);
         remote.then(shared, *reservation, move |shared, quota, r| async move {
             let op = quota.release(r, requests, tokens, shared.timeout);
             let done = attempt(&shared, op).await.is_some();
