@@ -472,14 +472,7 @@ async fn learned_limits_draw_no_provider_429() {
     gw.wait_idle().await;
 
     // OBS-2: what was learned is on /metrics, per scope.
-    let metrics = common::client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let metrics = gw.metrics_text().await;
     for series in [
         "tollgate_limits_adopted_total{side=\"upstream\",scope=\"s\"}",
         "tollgate_budget_gap_total{side=\"upstream\",scope=\"s\",dimension=\"tokens\"}",

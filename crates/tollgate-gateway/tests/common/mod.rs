@@ -326,6 +326,18 @@ impl Gateway {
     pub async fn wait_idle(&self) {
         eventually("gateway returns to idle", || self.is_idle()).await;
     }
+
+    /// The text of `GET /metrics`.
+    pub async fn metrics_text(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    }
 }
 
 impl Drop for Gateway {
