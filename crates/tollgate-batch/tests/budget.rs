@@ -8,7 +8,9 @@ mod common;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tollgate_batch::config::SharedStore;
 use tollgate_batch::{BatchConfig, BatchError, Outcome, StopReason};
+use tollgate_redis::RedisServer;
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use common::{Dir, counts, never, write_lines};
@@ -199,4 +201,63 @@ async fn a_budget_over_unpriced_items_is_refused() {
     c.prices = tollgate_batch::config::read_prices(&dir.path("prices.toml")).expect("prices");
     let report = tollgate_batch::run(c, never()).await.expect("run");
     assert_eq!(report.outcome, Outcome::Complete);
+}
+
+// proves: BUD-6, DQ-1 (with --redis a run's budget is spent in the shared
+// scope: a second run of the same scope and budget, with other items,
+// finds it spent and stops without going over; both runs together stay
+// within the one budget at the provider)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_the_budget_spans_runs() {
+    let Some(redis) = RedisServer::start_or_skip("with_redis_the_budget_spans_runs") else {
+        return;
+    };
+    let dir = Dir::new("cost-redis");
+    let server = sim(300).await;
+    let items = |prefix: &str| -> Vec<Value> {
+        (0..30)
+            .map(|i| line(&format!("{prefix}{i}"), "o1", 1_000))
+            .collect()
+    };
+    write_lines(&dir.path("in.jsonl"), &items("r"));
+    write_lines(&dir.path("in2.jsonl"), &items("s"));
+    let mut c = config(&dir, &server);
+    c.budget = Some(500_000);
+    c.scope = "acct".into();
+    c.limits = vec![tollgate::config::Limit {
+        dimension: tollgate::Dimension::Requests,
+        amount: 1_000,
+        window: Duration::from_secs(60),
+    }];
+    c.shared = Some(SharedStore {
+        url: redis.url(),
+        prefix: format!("cost-{}", std::process::id()),
+        timeout: Duration::from_secs(2),
+        on_unavailable: tollgate::quota::Unavailable::FailClosed,
+    });
+    let first = tollgate_batch::run(c.clone(), never()).await.expect("run");
+    assert!(
+        matches!(first.outcome, Outcome::Stopped(StopReason::Budget { .. })),
+        "{:?}",
+        first.outcome
+    );
+    let sent = server.stats().requests_total;
+    assert!(sent > 0);
+    c.input = dir.path("in2.jsonl");
+    c.output = Some(dir.path("out2.jsonl"));
+    let second = tollgate_batch::run(c, never()).await.expect("run");
+    assert!(
+        matches!(second.outcome, Outcome::Stopped(StopReason::Budget { .. })),
+        "{:?}",
+        second.outcome
+    );
+    let billed = server.stats().cost_charged_pico_usd;
+    assert!(
+        billed <= 500_000 * 1_000_000,
+        "billed {billed} p$ over a $0.5 budget in two runs"
+    );
+    // The first run spent most of it (its last settlements may reach
+    // Redis after it stopped: the second run may use what they gave back).
+    let second_sent = server.stats().requests_total - sent;
+    assert!(second_sent < sent, "{second_sent} after {sent}");
 }
