@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tollgate::Dimension;
 use tollgate::config::Limit;
+use tollgate::{Dimension, Flow, Priority};
 use tollgate_openai::prices::PriceTable;
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
@@ -237,6 +237,11 @@ pub struct BatchConfig {
     pub scope: String,
     /// Keep the quota in this shared store instead of in the process.
     pub shared: Option<SharedStore>,
+    /// The flow the run's calls wait in (SPEC FAIR-7): class `batch` by
+    /// default, so a run sharing a scope with a gateway (through Redis, or
+    /// embedded) yields to interactive and standard traffic except for its
+    /// `min_share`; tenant `batch`, weight 1 unless `--tenant`/`--weight`.
+    pub flow: Flow,
     /// Prices of the items' models (SPEC BUD-1): the built-in table, with
     /// the entries of `--prices FILE` added or replacing.
     pub prices: PriceTable,
@@ -276,11 +281,22 @@ pub fn parse_budget(s: &str) -> Result<u64, String> {
     }
 }
 
-/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-5).
+/// The flow of a run: tenant `name`, `priority`, `weight`.
+pub fn run_flow(name: &str, priority: Priority, weight: u32) -> Flow {
+    Flow::new(Flow::tenant_number(name), priority).with_weight(weight)
+}
+
+/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-7).
 #[derive(Debug, Clone)]
 pub struct SharedStore {
-    /// `redis://host:port[/db]`.
+    /// `redis://host:port[/db]` (`rediss://` for TLS); a cluster's seed
+    /// URLs, comma-separated.
     pub url: String,
+    /// The URL names seeds of a Redis Cluster.
+    pub cluster: bool,
+    /// The PEM file of the certificate authorities of a `rediss://`
+    /// server (default: the system's roots).
+    pub ca_file: Option<std::path::PathBuf>,
     /// Key prefix (the gateways' `[quota_store] prefix`).
     pub prefix: String,
     /// Per-operation timeout.
@@ -336,6 +352,7 @@ impl BatchConfig {
             shared: None,
             prices: PriceTable::builtin().clone(),
             budget: None,
+            flow: run_flow("batch", Priority::Batch, 1),
         }
     }
 }

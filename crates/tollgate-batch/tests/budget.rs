@@ -234,6 +234,8 @@ async fn with_redis_the_budget_spans_runs() {
         prefix: format!("cost-{}", std::process::id()),
         timeout: Duration::from_secs(2),
         on_unavailable: tollgate::quota::Unavailable::FailClosed,
+        cluster: false,
+        ca_file: None,
     });
     let first = tollgate_batch::run(c.clone(), never()).await.expect("run");
     assert!(

@@ -446,7 +446,7 @@ fn budget_refusals_and_headers() {
         assert_eq!(b.status(), 200);
         assert!(header(&b, "x-ratelimit-limit-usd").is_none());
         // The spend is in the metrics, per tenant and model.
-        let metrics = gw.metrics_text().await;
+        let metrics = metrics_text(&gw).await;
         assert!(
             metrics.lines().any(|l| l.starts_with("tollgate_spend_micro_usd_total")
                 && l.contains("tenant=\"a\"")

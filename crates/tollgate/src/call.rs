@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::flow::Flow;
 use crate::price::{Price, ReservePrice};
 use crate::quota::Demand;
 
@@ -87,7 +88,7 @@ impl TokenEstimate {
 }
 
 /// One attempt to admit: its scope, its optional id, token estimate and
-/// price.
+/// price, its pool and its flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Call {
     /// Conflict-checked identity, if the caller has one.
@@ -104,6 +105,9 @@ pub struct Call {
     /// scope has a cost limit. (Its usage is priced at settlement by
     /// whoever knows the model, see [`Usage::priced`](crate::Usage::priced).)
     pub price: Option<ReservePrice>,
+    /// The tenant, class and weight it is scheduled by among the scope's
+    /// waiting calls (SPEC FAIR-1); [`Flow::DEFAULT`] unless set.
+    pub flow: Flow,
 }
 
 impl Call {
@@ -115,6 +119,7 @@ impl Call {
             estimate: None,
             pool: None,
             price: None,
+            flow: Flow::DEFAULT,
         }
     }
 
@@ -148,6 +153,12 @@ impl Call {
     /// Sets the concurrency pool.
     pub const fn with_pool(mut self, pool: PoolId) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Sets the flow (SPEC FAIR-1).
+    pub const fn with_flow(mut self, flow: Flow) -> Self {
+        self.flow = flow;
         self
     }
 

@@ -12,43 +12,82 @@ use super::raw::RawConfig;
 use super::types::{GatewayConfig, ProviderConfig};
 use crate::auth::Secret;
 
+/// The gateway-only tables a library configuration may not hold.
+const LIBRARY_REFUSED: [&str; 4] = ["server", "models", "tenants", "anonymous"];
+
+/// Reads `path` as UTF-8 text; returns it with the origin errors name.
+fn read_text(path: &Path) -> Result<(String, String), ConfigError> {
+    let origin = path.display().to_string();
+    let fail = |kind, reason: String| ConfigError {
+        kind,
+        file: origin.clone(),
+        field: None,
+        reason,
+        line: None,
+        column: None,
+    };
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => fail(
+            ConfigErrorKind::NotFound,
+            "no such file (check the path given to --config)".to_owned(),
+        ),
+        _ => fail(
+            ConfigErrorKind::Unreadable,
+            format!("cannot read the file: {e}"),
+        ),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        fail(
+            ConfigErrorKind::Unreadable,
+            format!("is not UTF-8 text (invalid byte at offset {at})"),
+        )
+    })?;
+    Ok((text, origin))
+}
+
 impl GatewayConfig {
     /// Reads, parses and validates the TOML file at `path`. Errors name the
     /// file as given, the setting and the reason; a missing file, an
     /// unreadable one and bad TOML have their own [`ConfigErrorKind`].
     pub fn load(path: &Path) -> Result<GatewayConfig, ConfigError> {
-        let origin = path.display().to_string();
-        let fail = |kind, reason: String| ConfigError {
-            kind,
-            file: origin.clone(),
-            field: None,
-            reason,
-            line: None,
-            column: None,
-        };
-        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => fail(
-                ConfigErrorKind::NotFound,
-                "no such file (check the path given to --config)".to_owned(),
-            ),
-            _ => fail(
-                ConfigErrorKind::Unreadable,
-                format!("cannot read the file: {e}"),
-            ),
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let at = e.utf8_error().valid_up_to();
-            fail(
-                ConfigErrorKind::Unreadable,
-                format!("is not UTF-8 text (invalid byte at offset {at})"),
-            )
-        })?;
+        let (text, origin) = read_text(path)?;
         Self::from_toml(&text, &origin)
+    }
+
+    /// Reads and validates the library's part of a configuration file at
+    /// `path`: see [`library_from_toml`](Self::library_from_toml).
+    pub fn load_library(path: &Path) -> Result<GatewayConfig, ConfigError> {
+        let (text, origin) = read_text(path)?;
+        Self::library_from_toml(&text, &origin)
+    }
+
+    /// Parses TOML `text` as the gateway does, with the same syntax and
+    /// located errors, for a program that embeds the engine (the Python
+    /// package): `[scopes.*]`, `[admission]`, `[retry]`, `[cooldown]`,
+    /// `[providers.*]` and `[quota_store]` are checked by the gateway's
+    /// rules, but no provider, model or tenant is required, and the
+    /// gateway-only tables (`[server]`, `[models.*]`, `[tenants.*]`,
+    /// `[anonymous]`) are refused, so a gateway file is not mistaken for
+    /// one whose routes would apply.
+    pub fn library_from_toml(text: &str, origin: &str) -> Result<GatewayConfig, ConfigError> {
+        Self::parse(text, origin, &LIBRARY_REFUSED, GatewayConfig::check_library)
     }
 
     /// Parses and validates TOML `text`; `origin` stands for the file in
     /// errors (e.g. `<stdin>`).
     pub fn from_toml(text: &str, origin: &str) -> Result<GatewayConfig, ConfigError> {
+        Self::parse(text, origin, &[], GatewayConfig::check)
+    }
+
+    /// Parses `text`, refuses the top-level tables in `refused`, converts
+    /// and runs `check`; every error located in the text.
+    fn parse(
+        text: &str,
+        origin: &str,
+        refused: &[&str],
+        check: fn(&GatewayConfig) -> super::validate::Check,
+    ) -> Result<GatewayConfig, ConfigError> {
         // The untyped parse catches grammar errors (with their position) and
         // keeps every key's and value's span for locating later errors.
         let document = DeTable::parse(text).map_err(|e| {
@@ -63,6 +102,13 @@ impl GatewayConfig {
             )
         })?;
         let root = document.get_ref();
+        if let Some(table) = refused.iter().find(|t| root.contains_key(**t)) {
+            let problem = Problem::invalid(
+                &FieldPath::top(table),
+                "belongs to the gateway's configuration and does not apply here",
+            );
+            return Err(locate_problem(origin, text, root, problem));
+        }
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let path = e.span().and_then(|s| path_at(root, s.start));
             let reason = plain_types(e.message().trim());
@@ -77,7 +123,7 @@ impl GatewayConfig {
         })?;
         let locate = |p: Problem| locate_problem(origin, text, root, p);
         let config = raw.into_config(origin).map_err(locate)?;
-        config.check().map_err(locate)?;
+        check(&config).map_err(locate)?;
         Ok(config)
     }
 

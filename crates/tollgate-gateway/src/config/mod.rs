@@ -28,6 +28,8 @@ mod validate;
 #[cfg(test)]
 mod flavor_tests;
 #[cfg(test)]
+mod library_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod prices_tests;
@@ -41,8 +43,8 @@ pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
 pub use prices::{MAX_BUDGET_USD, PriceOverride};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
-    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MODEL_PREFIX,
-    ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX, TenantConfig,
-    TenantModelLimits,
+    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MAX_WEIGHT,
+    MODEL_PREFIX, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX,
+    TenantConfig, TenantModelLimits,
 };
 pub use validate::MAX_POOLS;

@@ -25,7 +25,7 @@ pub const MAX_POOLS: usize = 1024;
 /// file descriptors); one per core is what they are for.
 pub const MAX_CONNECTION_THREADS: usize = 256;
 
-type Check = Result<(), Problem>;
+pub(super) type Check = Result<(), Problem>;
 
 /// A limit-like count: unset = unlimited, zero is an error (CFG-1).
 fn positive(path: &FieldPath, value: Option<u64>) -> Check {
@@ -243,6 +243,23 @@ impl GatewayConfig {
             ));
         }
         self.check_pool_count()
+    }
+
+    /// The checks of a library configuration
+    /// ([`GatewayConfig::library_from_toml`]): the gateway's rules for
+    /// admission, retry, cooldown, providers and scopes, without requiring
+    /// any provider, model or tenant.
+    pub(crate) fn check_library(&self) -> Check {
+        self.check_admission()?;
+        self.check_retry()?;
+        self.check_cooldown()?;
+        for provider in &self.providers {
+            check_provider(provider)?;
+        }
+        for scope in &self.scopes {
+            check_scope(scope)?;
+        }
+        Ok(())
     }
 
     fn check_server(&self) -> Check {

@@ -326,18 +326,6 @@ impl Gateway {
     pub async fn wait_idle(&self) {
         eventually("gateway returns to idle", || self.is_idle()).await;
     }
-
-    /// The text of `GET /metrics`.
-    pub async fn metrics_text(&self) -> String {
-        client()
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body")
-    }
 }
 
 impl Drop for Gateway {
@@ -407,6 +395,18 @@ pub fn client() -> reqwest::Client {
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client")
+}
+
+/// The gateway's `/metrics` text.
+pub async fn metrics_text(gw: &Gateway) -> String {
+    client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body")
 }
 
 /// A chat request body for `model`.

@@ -30,6 +30,31 @@ pub use request::{Endpoint, UpstreamRequest};
 pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};
 pub use transport::{BodyChunks, BodyError, ClientError, HttpClient, SendError};
 
+/// The engine's error for a non-2xx answer received by another HTTP client
+/// (the Python package's transport): the RT-2 class of `status`, the
+/// server's retry floor and budget reports from `headers` (RT-3, Q-14) and
+/// the provider's message from `body`, exactly as [`HttpProvider`] reads
+/// its own answers.
+pub fn answer_error(
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+    body: Option<&[u8]>,
+) -> tollgate::lifecycle::ProviderError {
+    classify::status_error(status, headers, body, None)
+}
+
+/// The usage of a 2xx one-shot `body` of `endpoint` received by another
+/// HTTP client (SPEC Q-6), as [`HttpProvider`] reads its own: a body that
+/// is not a JSON object is a protocol error, one that declares an `error`
+/// a declared failure.
+pub fn answer_usage(
+    body: &[u8],
+    status: u16,
+    endpoint: Endpoint,
+) -> Result<tollgate::Usage, tollgate::lifecycle::ProviderError> {
+    client::one_shot_usage(body, status, None, endpoint)
+}
+
 #[cfg(test)]
 mod dialect_tests;
 #[cfg(test)]

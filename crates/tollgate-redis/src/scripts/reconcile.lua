@@ -7,6 +7,8 @@
 -- and cost (an unknown split or cost is passed as the estimate), then the
 -- epoch tag.
 -- Returns 1.
+local again = replayed()
+if again then return again end
 local stamp = tonumber(arg(1))
 if not current(tonumber(arg(6))) then return 1 end
 local actuals = {
@@ -26,4 +28,4 @@ for i = 1, N do
   end
 end
 if back then publish() end
-return 1
+return done(1)
