@@ -13,8 +13,8 @@ use tollgate_sim::SimConfig;
 
 use crate::BatchError;
 use crate::config::{
-    BatchConfig, ErrorClass, ProgressMode, SharedStore, Target, parse_duration, parse_limit,
-    parse_profile, parse_unavailable,
+    BatchConfig, ErrorClass, ProgressMode, SharedStore, Target, parse_budget, parse_duration,
+    parse_limit, parse_profile, parse_unavailable, read_prices,
 };
 
 /// The OpenAI API.
@@ -112,10 +112,21 @@ pub struct BatchArgs {
     /// recorded (otherwise such a change stops the run before it starts).
     #[arg(long)]
     pub rerun_changed: bool,
-    /// Validate, estimate, print the totals and the lower bound on wall
-    /// time; send nothing.
+    /// Validate, estimate, print the totals, the worst-case cost and the
+    /// lower bound on wall time; send nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// The most this run may spend, in dollars (e.g. 25 or 2.5): each item
+    /// reserves its worst case at its model's price; when the next one no
+    /// longer fits, the run stops (exit 3) with the items sent so far
+    /// recorded, and a re-run resumes (give it the budget left).
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<u64>,
+    /// Prices to add to or replace in the built-in table (a TOML file in
+    /// the format of data/prices.toml: [models."name"] input = 2.5,
+    /// output = 10, dollars per million tokens).
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
     /// Progress display: auto (a bar on a terminal, lines otherwise),
     /// plain, off.
     #[arg(long, default_value = "auto", value_parser = parse_progress)]
@@ -282,6 +293,11 @@ impl BatchArgs {
         c.progress = self.progress;
         c.progress_interval = self.progress_interval;
         c.summary_json = self.summary_json.clone();
+        c.budget = self.budget;
+        if let Some(path) = &self.prices {
+            c.prices =
+                read_prices(path).map_err(|e| BatchError::Config(format!("--prices {e}")))?;
+        }
         c.plot = self.plot.clone();
         if self.scope.trim().is_empty() {
             return Err(BatchError::Config("--scope must not be empty".into()));

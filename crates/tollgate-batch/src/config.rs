@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tollgate::config::Limit;
 use tollgate::{Dimension, Flow, Priority};
+use tollgate_openai::prices::PriceTable;
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
 use tollgate_sim::SimConfig;
@@ -241,6 +242,43 @@ pub struct BatchConfig {
     /// embedded) yields to interactive and standard traffic except for its
     /// `min_share`; tenant `batch`, weight 1 unless `--tenant`/`--weight`.
     pub flow: Flow,
+    /// Prices of the items' models (SPEC BUD-1): the built-in table, with
+    /// the entries of `--prices FILE` added or replacing.
+    pub prices: PriceTable,
+    /// `--budget`: the most this run may spend, in micro-dollars (SPEC
+    /// BUD-6). Every item then needs a price; the run stops (resumable)
+    /// when the next item's worst case no longer fits.
+    pub budget: Option<u64>,
+}
+
+/// The window of a run's `--budget`: longer than any run.
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+
+/// Reads `--prices FILE` (the format of `data/prices.toml`) over the
+/// built-in table.
+///
+/// # Errors
+/// A message naming the file and the offending entry.
+pub fn read_prices(path: &std::path::Path) -> Result<PriceTable, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let extra = PriceTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut table = PriceTable::builtin().clone();
+    for entry in extra.entries() {
+        table.set(&entry.model, entry.price);
+    }
+    Ok(table)
+}
+
+/// Parses `--budget`: dollars, at most six decimals, more than zero.
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_budget(s: &str) -> Result<u64, String> {
+    match tollgate::price::parse_usd(s, 1_000_000_000 * 1_000_000) {
+        Ok(0) => Err(format!("`{s}`: a budget must be more than zero")),
+        Ok(m) => Ok(m),
+        Err(e) => Err(format!("`{s}`: {e}")),
+    }
 }
 
 /// The flow of a run: tenant `name`, `priority`, `weight`.
@@ -312,6 +350,8 @@ impl BatchConfig {
             plot: None,
             scope: "batch".into(),
             shared: None,
+            prices: PriceTable::builtin().clone(),
+            budget: None,
             flow: run_flow("batch", Priority::Batch, 1),
         }
     }

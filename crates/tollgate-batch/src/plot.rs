@@ -91,6 +91,7 @@ fn trailing(
     let amount = |&(_, tokens): &(Duration, u64)| match dimension {
         Dimension::Requests => 1.0,
         Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => tokens as f64,
+        Dimension::Cost => 0.0,
     };
     let mut out = Vec::new();
     let (mut lo, mut hi, mut sum) = (0usize, 0usize, 0.0_f64);

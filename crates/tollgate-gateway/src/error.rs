@@ -8,6 +8,7 @@
 //! | estimate larger than a whole token limit | 400 | `estimate_exceeds_limit` |
 //! | circuit open | 503 | `circuit_open` |
 //! | deadline passed upstream (hook, retry delay, transport, stream) | 504 | `deadline_exceeded` |
+//! | a spend budget cannot take the call's worst case in time (or ever) | 429 | `budget_exceeded` |
 //! | upstream 429 after the retries | 429 | `upstream_rate_limited` |
 //! | upstream 4xx (the request itself) | same status | `upstream_rejected` |
 //! | upstream 5xx, connection, protocol, auth | 502 | `upstream_error` |
@@ -95,6 +96,15 @@ impl ApiError {
         )
     }
 
+    /// 429 `budget_exceeded` (SPEC BUD-4): a spend budget refused the
+    /// call before any upstream byte; `budget` names it (`param`).
+    pub fn budget_exceeded(message: impl Into<String>, budget: &str) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorResponse::rate_limited("budget_exceeded", message).with_param(budget),
+        )
+    }
+
     /// 503 while shutting down.
     pub fn shutting_down() -> Self {
         Self::new(
@@ -148,6 +158,19 @@ impl ApiError {
                 "Quota would be available only after the longest accepted wait.".into(),
             )
             .retry_at(Some(*ready_at), now),
+            AdmissionError::BudgetExceeded { retry_at, .. } => Self::budget_exceeded(
+                "A spend budget has no room left for this request's worst-case cost.",
+                "budget",
+            )
+            .retry_at(*retry_at, now),
+            AdmissionError::EstimateExceedsLimit(x) if x.dimension.is_cost() => {
+                let mut e = Self::budget_exceeded(
+                    "This request's worst-case cost is more than a whole spend budget.",
+                    "budget",
+                );
+                e.retry_after = Some(x.window);
+                e
+            }
             AdmissionError::EstimateExceedsLimit(x) => Self::new(
                 StatusCode::BAD_REQUEST,
                 ErrorResponse::invalid_request(format!(

@@ -20,6 +20,7 @@ pub mod routes;
 mod run;
 pub mod send_timeout;
 pub mod server;
+pub mod spend;
 pub mod sse;
 pub mod state;
 pub mod tenants;

@@ -157,6 +157,7 @@ pub(crate) fn dimension_code(dimension: Dimension) -> &'static str {
         Dimension::Tokens => "t",
         Dimension::InputTokens => "i",
         Dimension::OutputTokens => "o",
+        Dimension::Cost => "c",
     }
 }
 

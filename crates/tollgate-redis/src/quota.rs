@@ -318,12 +318,15 @@ impl RemoteQuota for RedisQuota {
         Box::pin(async move {
             let demand = reservation.demand;
             // Each limit's amount is its estimate; the script settles each
-            // token limit from its own dimension's figure (SPEC Q-12).
-            let settled = |d: Dimension| actual.amount(d, &demand).unwrap_or(0);
+            // token limit from its own dimension's figure (SPEC Q-12) and
+            // each cost limit from the priced usage, an unknown cost
+            // keeping the worst case (SPEC BUD-2).
+            let settled = |d: Dimension| actual.amount(d, &demand).unwrap_or(demand.amount(d));
             let dims = [
                 Dimension::Tokens,
                 Dimension::InputTokens,
                 Dimension::OutputTokens,
+                Dimension::Cost,
             ];
             if dims.iter().all(|&d| settled(d) == demand.amount(d)) {
                 return Ok(());
@@ -333,6 +336,7 @@ impl RemoteQuota for RedisQuota {
                 num(settled(Dimension::Tokens)),
                 num(settled(Dimension::InputTokens)),
                 num(settled(Dimension::OutputTokens)),
+                num(settled(Dimension::Cost)),
                 reservation.seq.to_string(),
             ];
             self.run::<i64>(
@@ -356,13 +360,18 @@ impl RemoteQuota for RedisQuota {
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            if !requests && !tokens {
+            let demand = reservation.demand;
+            if !requests && !tokens && demand.cost == 0 {
                 return Ok(());
             }
-            let demand = reservation.demand;
             let amount = |d: Dimension| {
-                // `tokens` stands for every token dimension (SPEC Q-16).
-                let chosen = if d.is_tokens() { tokens } else { requests };
+                // `tokens` stands for every token dimension (SPEC Q-16);
+                // the cost always goes back (SPEC BUD-5).
+                let chosen = match d {
+                    Dimension::Requests => requests,
+                    Dimension::Cost => true,
+                    _ => tokens,
+                };
                 if chosen { demand.amount(d) } else { 0 }
             };
             let extra = [num(reservation.tick), reservation.seq.to_string()];

@@ -21,6 +21,7 @@ pub mod estimate;
 mod flow;
 mod in_flight;
 pub mod lifecycle;
+pub mod price;
 pub mod quota;
 mod sync;
 #[cfg(feature = "tower")]
@@ -37,5 +38,6 @@ pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
 pub use flow::{Flow, Priority, UnknownPriority};
+pub use price::{Parts, Price, ReservePrice};
 pub use quota::{BudgetReport, Dimension, LimitSnapshot, LimitedBy, Observed, RefusalCost};
-pub use usage::{AlreadySettled, Counter, Settlement, Usage};
+pub use usage::{AlreadySettled, CostSettlement, Counter, Settlement, Usage};

@@ -19,6 +19,7 @@ mod error;
 mod flavor;
 mod load;
 mod locate;
+mod prices;
 mod quota_store;
 mod raw;
 mod types;
@@ -31,12 +32,15 @@ mod library_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
+mod prices_tests;
+#[cfg(test)]
 mod tests;
 
 pub use deployment::DeploymentConfig;
 pub use embedded::EMBEDDED_ORIGIN;
 pub use error::{ConfigError, ConfigErrorKind};
 pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
+pub use prices::{MAX_BUDGET_USD, PriceOverride};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MAX_WEIGHT,

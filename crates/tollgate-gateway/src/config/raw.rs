@@ -51,6 +51,10 @@ pub(super) struct RawConfig {
     anonymous: RawAnonymous,
     #[serde(default)]
     quota_store: RawQuotaStore,
+    /// `[prices.<model>]`: parsed by hand (located errors, decimals read
+    /// exactly).
+    #[serde(default)]
+    prices: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +191,9 @@ struct RawLimit {
     tokens: Option<u64>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    /// A budget in dollars (SPEC BUD-2): a number or a decimal string,
+    /// read exactly into micro-dollars.
+    usd: Option<toml::Value>,
     per: String,
 }
 
@@ -331,6 +338,11 @@ impl RawConfig {
                 .collect::<Result<_, _>>()?,
             anonymous: self.anonymous.convert()?,
             quota_store: self.quota_store.convert()?,
+            prices: self
+                .prices
+                .into_iter()
+                .map(|(model, value)| super::prices::override_entry(model, &value))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -670,11 +682,17 @@ impl RawScope {
 
 impl RawLimit {
     fn convert(&self, at: &FieldPath) -> Result<Limit, Problem> {
+        let usd = self
+            .usd
+            .as_ref()
+            .map(|v| super::prices::budget(&at.key("usd"), v))
+            .transpose()?;
         let set: Vec<(Dimension, u64)> = [
             (Dimension::Requests, self.requests),
             (Dimension::Tokens, self.tokens),
             (Dimension::InputTokens, self.input_tokens),
             (Dimension::OutputTokens, self.output_tokens),
+            (Dimension::Cost, usd),
         ]
         .into_iter()
         .filter_map(|(d, n)| n.map(|n| (d, n)))
@@ -684,8 +702,8 @@ impl RawLimit {
             [] => {
                 return Err(Problem::invalid(
                     at,
-                    "needs requests, tokens, input_tokens or output_tokens, \
-                     e.g. { tokens = 5000000, per = \"1d\" }",
+                    "needs requests, tokens, input_tokens, output_tokens or usd, \
+                     e.g. { tokens = 5000000, per = \"1d\" } or { usd = 50, per = \"1d\" }",
                 ));
             }
             [(a, _), (b, _), ..] => {
@@ -694,8 +712,8 @@ impl RawLimit {
                     format!(
                         "sets both {} and {}; write one limit per entry, \
                          e.g. {{ requests = 10000, per = \"1d\" }}",
-                        a.as_str(),
-                        b.as_str()
+                        super::prices::limit_key(a),
+                        super::prices::limit_key(b)
                     ),
                 ));
             }

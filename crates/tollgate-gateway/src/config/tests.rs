@@ -738,7 +738,7 @@ fn malformed_limit_entries_are_errors() {
     fail_at(
         &scope("limits = [{ per = \"1m\" }]"),
         "scopes.s.limits[0]",
-        "needs requests, tokens, input_tokens or output_tokens",
+        "needs requests, tokens, input_tokens, output_tokens or usd",
     );
     fail_at(
         &scope("rpm = 10\nlimits = [{ requests = 20, per = \"60s\" }]"),

@@ -58,6 +58,9 @@ pub struct GatewayConfig {
     pub anonymous: AnonymousConfig,
     /// `[quota_store]`: where upstream scopes keep their quota.
     pub quota_store: QuotaStoreConfig,
+    /// `[prices.<model>]`: prices replacing or adding to the built-in
+    /// table, by upstream model name (SPEC BUD-1), sorted by name.
+    pub prices: Vec<super::prices::PriceOverride>,
 }
 
 /// Log output format.

@@ -233,6 +233,7 @@ impl GatewayConfig {
         }
         self.check_fallback_cycles()?;
         self.check_tenants()?;
+        self.check_budgets()?;
         check_anonymous(&self.anonymous)?;
         if self.tenants.is_empty() && !self.anonymous.enabled {
             return Err(Problem::invalid(
@@ -712,14 +713,17 @@ fn check_limits(
     ) in limits.iter().enumerate()
     {
         let entry = at.key("limits").index(i);
-        positive(&entry.key(dimension.as_str()), Some(*amount))?;
+        positive(
+            &entry.key(super::prices::limit_key(*dimension)),
+            Some(*amount),
+        )?;
         non_zero(&entry.key("per"), *window)?;
         if let Some((_, _, first)) = seen.iter().find(|(d, w, _)| d == dimension && w == window) {
             return Err(Problem::invalid(
                 &entry,
                 format!(
                     "repeats the {} limit per {} already set at {first}; keep one",
-                    dimension.as_str(),
+                    super::prices::limit_key(*dimension),
                     humantime::format_duration(*window),
                 ),
             ));

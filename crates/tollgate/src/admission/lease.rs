@@ -136,6 +136,12 @@ impl Lease {
     /// where the estimate was counted, and a call waiting for room is
     /// admitted at once if it now fits.
     ///
+    /// The cost is settled the same way (SPEC BUD-2) from the usage's
+    /// [`cost`](Usage::cost): price it first with
+    /// [`Usage::priced`] at the model that answered (the supervisor does
+    /// it for its provider's price). A usage without a cost keeps the
+    /// reserved worst case.
+    ///
     /// Each attempt settles once: a second call changes nothing and returns
     /// [`AlreadySettled`]. Settling does not release the lease.
     pub fn reconcile(&mut self, usage: Usage) -> Result<Settlement, AlreadySettled> {
@@ -227,17 +233,21 @@ impl Lease {
     /// Settles an attempt the provider refused with a 429, charging the
     /// window exactly what the provider charged for it (SPEC Q-16): `Full`
     /// keeps the request unit and the estimate, `Request` gives the tokens
-    /// back, `Free` gives both back. Counts as the attempt's settlement: a
-    /// second settlement returns [`AlreadySettled`].
+    /// back, `Free` gives both back. The reserved cost always goes back:
+    /// no provider bills a refused request (SPEC BUD-5). Counts as the
+    /// attempt's settlement: a second settlement returns [`AlreadySettled`].
     pub fn refused(&mut self, cost: RefusalCost) -> Result<(), AlreadySettled> {
         if std::mem::replace(&mut self.reconciled, true) {
             return Err(AlreadySettled);
         }
         let (requests, tokens) = match cost {
-            RefusalCost::Full => return Ok(()),
+            RefusalCost::Full => (false, false),
             RefusalCost::Request => (false, true),
             RefusalCost::Free => (true, true),
         };
+        if !requests && !tokens && self.reservation.demand.cost == 0 {
+            return Ok(());
+        }
         if let Some(remote) = &mut self.remote {
             let (inner, reservation) = (&self.inner, &self.reservation);
             let charge = (self.charged && tokens).then_some(self.flow);

@@ -184,7 +184,10 @@ fn reconfigure_scope(
     scope.capacity.store(capacity, Ordering::Relaxed);
     scope
         .needs_estimate
-        .store(config.has_token_limit(), Ordering::Relaxed);
+        .store(config.needs_estimate(), Ordering::Relaxed);
+    scope
+        .needs_price
+        .store(config.has_cost_limit(), Ordering::Relaxed);
     // A scope that learns finds out at the next answer whether it still
     // waits for its first one (a cheap check when it does not).
     scope

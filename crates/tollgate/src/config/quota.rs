@@ -128,6 +128,19 @@ impl ScopeConfig {
         })
     }
 
+    /// Adds a cost limit (a budget, SPEC BUD-2) of `micros` micro-dollars
+    /// per `window`: it takes each attempt's worst-case cost at its price
+    /// and is settled from the priced usage. Every call of the scope then
+    /// needs a price ([`Call::with_price`](crate::Call::with_price)) and a
+    /// token estimate.
+    pub fn cost(self, micros: u64, window: Duration) -> Self {
+        self.limit(Limit {
+            dimension: Dimension::Cost,
+            amount: micros,
+            window,
+        })
+    }
+
     /// Adds a limit.
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
@@ -199,6 +212,17 @@ impl ScopeConfig {
     /// Whether any limit counts tokens (or may, once learned).
     pub fn has_token_limit(&self) -> bool {
         self.learn.is_some() || self.limits.iter().any(|l| l.dimension.is_tokens())
+    }
+
+    /// Whether any limit counts money (SPEC BUD-2).
+    pub fn has_cost_limit(&self) -> bool {
+        self.limits.iter().any(|l| l.dimension.is_cost())
+    }
+
+    /// Whether every call needs a token estimate: a token limit, or a cost
+    /// limit (a call's worst case is priced from its estimate).
+    pub fn needs_estimate(&self) -> bool {
+        self.has_token_limit() || self.has_cost_limit()
     }
 
     /// Checks every field (SPEC CFG-1, CFG-2).

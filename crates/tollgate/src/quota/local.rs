@@ -324,13 +324,13 @@ impl QuotaStore for LocalQuota {
         }
     }
 
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
         for l in &mut self.limits {
             // `tokens` stands for every token dimension (SPEC ).
-            let give = if l.dimension().is_tokens() {
-                tokens
-            } else {
-                requests
+            let give = match l.dimension() {
+                Dimension::Requests => requests,
+                Dimension::Cost => cost,
+                _ => tokens,
             };
             if give {
                 l.release(reservation.tick, reservation.demand.amount(l.dimension()));
@@ -346,6 +346,10 @@ impl QuotaStore for LocalQuota {
         at: Instant,
         now: Instant,
     ) -> Observed {
+        // No provider reports money (SPEC BUD-2): nothing to learn.
+        if report.dimension.is_cost() {
+            return Observed::default();
+        }
         let now = self.tick(now);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         for l in &mut self.limits {

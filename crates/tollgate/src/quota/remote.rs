@@ -287,6 +287,8 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
 
     /// Gives back what a refused attempt took from the chosen dimensions
     /// (SPEC Q-16), once per `op`; `tokens` covers every token dimension.
+    /// The reserved cost always goes back (no provider bills a refusal,
+    /// SPEC BUD-5).
     fn release(
         &self,
         reservation: Reservation,

@@ -88,10 +88,11 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Gives back what a leased attempt took from the chosen dimensions:
     /// the provider refused it and charged nothing for them (SPEC Q-16).
-    /// `tokens` covers every token dimension (tokens, input and output).
+    /// `tokens` covers every token dimension (tokens, input and output);
+    /// `cost` the cost limits (SPEC BUD-5: a refusal is not billed).
     /// Called at most once per reservation, before any reconciliation.
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
-        let _ = (reservation, requests, tokens);
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
+        let _ = (reservation, requests, tokens, cost);
     }
 
     /// Takes in what a provider's response at `at` said about its budget

@@ -619,7 +619,7 @@ impl RemoteQuota for TestRemote {
                 }
                 rec.tokens_released |= tokens;
             }
-            s.quota.release(&quota, requests, tokens);
+            s.quota.release(&quota, requests, tokens, true);
         }))
     }
 

@@ -73,8 +73,8 @@ impl QuotaStore for FallbackQuota {
         self.share.recount(reservation, at, now);
     }
 
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
-        self.share.release(reservation, requests, tokens);
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
+        self.share.release(reservation, requests, tokens, cost);
     }
 
     /// The share of the new configuration, keeping what the share

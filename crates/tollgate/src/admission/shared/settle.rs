@@ -234,13 +234,13 @@ impl Inner {
         charged: Option<Flow>,
         remote: &mut RemoteLease,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens(), usage);
+        let settlement = Settlement::new(&reservation.demand, usage);
         let (Some(s), Some(shared)) = (self.scopes.get(scope.index()), self.shared_scope(scope))
         else {
             return settlement;
         };
         s.state.lock().counters.settle(&settlement);
-        let Some(actual) = Actual::from_usage(&usage) else {
+        let Some(actual) = Actual::settling(&usage, &reservation.demand) else {
             return settlement;
         };
         if let Some(flow) = charged {
@@ -284,7 +284,10 @@ impl Inner {
         else {
             return;
         };
-        s.state.lock().counters.refusals_released += 1;
+        s.state
+            .lock()
+            .counters
+            .refused(&reservation.demand, requests || tokens);
         remote.then(shared, *reservation, move |shared, quota, r| async move {
             let (op, timeout) = (OpId::new(), shared.timeout);
             let done = retried(&shared, &*quota, |remote| {
