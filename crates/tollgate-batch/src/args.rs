@@ -190,29 +190,17 @@ impl BatchArgs {
         };
         let mut limits = Vec::new();
         if let Some(amount) = rpm {
-            limits.push(Limit {
-                dimension: Dimension::Requests,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Requests, amount, self.window));
         }
         if let Some(amount) = tpm {
-            limits.push(Limit {
-                dimension: Dimension::Tokens,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Tokens, amount, self.window));
         }
         for (dimension, amount) in [
             (Dimension::InputTokens, self.itpm),
             (Dimension::OutputTokens, self.otpm),
         ] {
             if let Some(amount) = amount {
-                limits.push(Limit {
-                    dimension,
-                    amount,
-                    window: self.window,
-                });
+                limits.push(Limit::new(dimension, amount, self.window));
             }
         }
         limits.extend(self.limits.iter().copied());

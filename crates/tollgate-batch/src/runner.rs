@@ -127,7 +127,7 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
                         item.estimate.output,
                         limit.amount,
                         limit.dimension.as_str(),
-                        humantime::format_duration(limit.window)
+                        limit.window_label()
                     ),
                 );
                 break;
@@ -787,6 +787,6 @@ pub(crate) fn describe(limit: &Limit) -> String {
         "{} {}/{}",
         limit.dimension.as_str(),
         limit.amount,
-        humantime::format_duration(limit.window)
+        limit.window_label()
     )
 }

@@ -44,11 +44,7 @@ fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>) -> BatchConfig {
         },
     );
     if let Some(amount) = rpm {
-        c.limits = vec![Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window: W,
-        }];
+        c.limits = vec![Limit::new(Dimension::Requests, amount, W)];
     }
     c.item_timeout = Some(Duration::from_secs(30));
     c

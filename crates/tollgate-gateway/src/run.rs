@@ -212,7 +212,7 @@ fn demo_limits(config: &GatewayConfig) -> Vec<String> {
                     "{} {} per {}",
                     l.amount,
                     l.dimension.as_str().replace('_', " "),
-                    humantime::format_duration(l.window)
+                    l.window_label()
                 )
             })
             .collect();

@@ -348,6 +348,7 @@ impl RemoteQuota for RedisQuota {
                 .map(|(l, available)| LimitSnapshot {
                     dimension: l.dimension,
                     window: l.config_window,
+                    calendar: None,
                     limit: l.limit,
                     capacity: l.capacity,
                     available,

@@ -25,6 +25,8 @@ mod types;
 mod validate;
 
 #[cfg(test)]
+mod calendar_tests;
+#[cfg(test)]
 mod flavor_tests;
 #[cfg(test)]
 mod library_tests;

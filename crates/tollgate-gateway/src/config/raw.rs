@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tollgate::config::{Algorithm, CooldownConfig, Limit, Overflow};
+use tollgate::config::{Algorithm, Calendar, CooldownConfig, Limit, Overflow, Period, Zone};
 use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
@@ -187,6 +187,7 @@ struct RawLimit {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     per: String,
+    timezone: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -697,12 +698,46 @@ impl RawLimit {
                 ));
             }
         };
-        Ok(Limit {
+        let per = self.per.trim();
+        let Some(period) = Period::parse(per) else {
+            if self.timezone.is_some() {
+                return Err(Problem::invalid(
+                    &at.key("timezone"),
+                    format!(
+                        "applies only to calendar windows (per = \"hour\", \"day\", \"week\" \
+                         or \"month\"), not to the rolling window per = {per:?}; remove it"
+                    ),
+                ));
+            }
+            return Ok(Limit::new(
+                dimension,
+                amount,
+                per_duration(&at.key("per"), per)?,
+            ));
+        };
+        let zone = match &self.timezone {
+            None => Zone::UTC,
+            Some(name) => Zone::named(name.trim())
+                .map_err(|e| Problem::invalid(&at.key("timezone"), e.to_string()))?,
+        };
+        Ok(Limit::per(
             dimension,
             amount,
-            window: duration(&at.key("per"), &self.per)?,
-        })
+            Calendar::new(period).zone(zone),
+        ))
     }
+}
+
+/// A rolling window's `per`: a duration such as `"1m"` or `"1d"`.
+fn per_duration(path: &FieldPath, text: &str) -> Result<Duration, Problem> {
+    humantime::parse_duration(text).map_err(|_| {
+        Problem::invalid(
+            path,
+            format!(
+                "{text:?} is not a duration such as \"1m\", \"1h\" or \"1d\" (a rolling \
+                 window), nor a calendar period: \"hour\", \"day\", \"week\" or \"month\""),
+        )
+    })
 }
 
 impl RawModel {

@@ -320,11 +320,7 @@ pub(super) fn minute_limits(amounts: [Option<u64>; 4]) -> impl Iterator<Item = L
         .into_iter()
         .zip(amounts)
         .filter_map(|((_, dimension), amount)| {
-            amount.map(|amount| Limit {
-                dimension,
-                amount,
-                window: MINUTE,
-            })
+            amount.map(|amount| Limit::new(dimension, amount, MINUTE))
         })
 }
 

@@ -693,40 +693,40 @@ fn check_limits(
     shortcuts: [Option<u64>; 4],
     limits: &[Limit],
 ) -> Result<Vec<(Dimension, Duration, FieldPath)>, Problem> {
-    // (dimension, window) → where it was first set, to catch repeats.
-    let mut seen: Vec<(Dimension, Duration, FieldPath)> = Vec::new();
+    // (dimension, window) → where it was first set, to catch repeats; a
+    // calendar window differs from a rolling one of its nominal length.
+    let mut seen: Vec<(Limit, FieldPath)> = Vec::new();
     let minute = Duration::from_secs(60);
     for ((key, dimension), amount) in SHORTCUTS.into_iter().zip(shortcuts) {
         positive(&at.key(key), amount)?;
-        if amount.is_some() {
-            seen.push((dimension, minute, at.key(key)));
+        if let Some(amount) = amount {
+            seen.push((Limit::new(dimension, amount, minute), at.key(key)));
         }
     }
-    for (
-        i,
-        Limit {
-            dimension,
-            amount,
-            window,
-        },
-    ) in limits.iter().enumerate()
-    {
+    for (i, limit) in limits.iter().enumerate() {
         let entry = at.key("limits").index(i);
-        positive(&entry.key(dimension.as_str()), Some(*amount))?;
-        non_zero(&entry.key("per"), *window)?;
-        if let Some((_, _, first)) = seen.iter().find(|(d, w, _)| d == dimension && w == window) {
+        positive(&entry.key(limit.dimension.as_str()), Some(limit.amount))?;
+        non_zero(&entry.key("per"), limit.window)?;
+        if let Some((_, first)) = seen.iter().find(|(l, _)| {
+            l.dimension == limit.dimension
+                && l.window == limit.window
+                && l.calendar == limit.calendar
+        }) {
             return Err(Problem::invalid(
                 &entry,
                 format!(
                     "repeats the {} limit per {} already set at {first}; keep one",
-                    dimension.as_str(),
-                    humantime::format_duration(*window),
+                    limit.dimension.as_str(),
+                    limit.window_label(),
                 ),
             ));
         }
-        seen.push((*dimension, *window, entry));
+        seen.push((*limit, entry));
     }
-    Ok(seen)
+    Ok(seen
+        .into_iter()
+        .map(|(l, path)| (l.dimension, l.window, path))
+        .collect())
 }
 
 fn check_tenant(at: &FieldPath, t: &TenantConfig) -> Check {

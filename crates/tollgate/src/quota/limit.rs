@@ -5,10 +5,11 @@ use std::time::Duration;
 use super::Nanos;
 use super::bucket::TokenBucket;
 use super::demand::{Dimension, Hold};
-use super::fixed::FixedWindow;
+use super::fixed::{FixedWindow, Periods};
 use super::others::Others;
 use super::sent::Compared;
 use super::sliding::SlidingWindow;
+use crate::clock::UtcNanos;
 use crate::config::{Algorithm, Limit};
 
 #[derive(Debug, Clone)]
@@ -59,17 +60,29 @@ pub(crate) struct LimitState {
 }
 
 impl LimitState {
-    pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos) -> Self {
+    /// The state of `config` at `now`, in a scope counted by `algorithm`
+    /// whose epoch is `epoch` in UTC. A calendar window is a fixed window
+    /// whatever the algorithm (SPEC BUD-3).
+    pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos, epoch: UtcNanos) -> Self {
         let window = nanos(config.window);
-        let algo = match algorithm {
-            Algorithm::SlidingWindow => Algo::Sliding(SlidingWindow::new(config.amount, window)),
-            Algorithm::TokenBucket { burst } => Algo::Bucket(TokenBucket::new(
+        let algo = match (config.calendar, algorithm) {
+            (Some(calendar), _) => Algo::Fixed(FixedWindow::new(
+                config.amount,
+                Periods::Calendar { calendar, epoch },
+                now,
+            )),
+            (None, Algorithm::SlidingWindow) => {
+                Algo::Sliding(SlidingWindow::new(config.amount, window))
+            }
+            (None, Algorithm::TokenBucket { burst }) => Algo::Bucket(TokenBucket::new(
                 config.amount,
                 window,
                 burst.map_or(window, nanos),
                 now,
             )),
-            Algorithm::FixedWindow => Algo::Fixed(FixedWindow::new(config.amount, window)),
+            (None, Algorithm::FixedWindow) => {
+                Algo::Fixed(FixedWindow::new(config.amount, Periods::Every(window), now))
+            }
         };
         LimitState {
             config,
@@ -296,15 +309,21 @@ impl LimitState {
         }
     }
 
-    /// Whether `algorithm` counts this limit with the same arithmetic as
-    /// now: then a reconfiguration carries the state as it is.
-    pub(crate) fn same_arithmetic(&self, algorithm: Algorithm) -> bool {
-        matches!(
-            (&self.algo, algorithm),
-            (Algo::Sliding(_), Algorithm::SlidingWindow)
-                | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
-                | (Algo::Fixed(_), Algorithm::FixedWindow)
-        )
+    /// Whether `limit`, in a scope counted by `algorithm`, is this limit's
+    /// window counted with the same arithmetic: then a reconfiguration
+    /// carries the state as it is. A calendar window is the same only as
+    /// the same period in the same time zone.
+    pub(crate) fn same_window(&self, limit: &Limit, algorithm: Algorithm) -> bool {
+        if self.config.calendar.is_some() || limit.calendar.is_some() {
+            return self.config.calendar == limit.calendar;
+        }
+        self.config.window == limit.window
+            && matches!(
+                (&self.algo, algorithm),
+                (Algo::Sliding(_), Algorithm::SlidingWindow)
+                    | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
+                    | (Algo::Fixed(_), Algorithm::FixedWindow)
+            )
     }
 
     /// Takes a new amount per window, and a bucket's new burst (a

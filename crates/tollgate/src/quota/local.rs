@@ -9,7 +9,7 @@ use super::demand::{
 use super::limit::{Answer, LimitState, distinct, nanos};
 use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
-use crate::clock::Instant;
+use crate::clock::{Instant, UtcNanos, WallClock};
 use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
@@ -34,6 +34,9 @@ enum Adopted {
 pub struct LocalQuota {
     algorithm: Algorithm,
     epoch: Instant,
+    /// `epoch` in UTC: where calendar periods begin (SPEC BUD-3) and what
+    /// saved state is measured against (SPEC DQ-8).
+    epoch_utc: UtcNanos,
     /// The latest instant seen (nanoseconds since `epoch`): the store's
     /// time never goes backwards (SPEC Q-13).
     latest: Nanos,
@@ -48,12 +51,20 @@ pub struct LocalQuota {
 }
 
 impl LocalQuota {
-    /// The state of a freshly configured scope at `now`.
+    /// The state of a freshly configured scope at `now`, calendar windows
+    /// read on the system's wall clock.
     pub fn new(config: &ScopeConfig, now: Instant) -> Self {
+        Self::with_wall(config, now, WallClock::system_at(now))
+    }
+
+    /// The state of a freshly configured scope at `now`, whose instants
+    /// are in UTC what `wall` says (calendar windows, SPEC BUD-3).
+    pub fn with_wall(config: &ScopeConfig, now: Instant, wall: WallClock) -> Self {
+        let epoch_utc = wall.nanos(now);
         let mut limits: Vec<LimitState> = config
             .limits
             .iter()
-            .map(|l| LimitState::new(*l, config.algorithm, 0))
+            .map(|l| LimitState::new(*l, config.algorithm, 0, epoch_utc))
             .collect();
         if let Some(window) = config.learn
             && !limits.iter().any(|l| l.dimension() == Dimension::Requests)
@@ -61,13 +72,10 @@ impl LocalQuota {
             // One request per window until the provider says more: nothing
             // is sent blind (SPEC Q-14).
             let mut provisional = LimitState::new(
-                Limit {
-                    dimension: Dimension::Requests,
-                    amount: 1,
-                    window,
-                },
+                Limit::new(Dimension::Requests, 1, window),
                 config.algorithm,
                 0,
+                epoch_utc,
             );
             provisional.learned = true;
             provisional.provisional = true;
@@ -85,6 +93,7 @@ impl LocalQuota {
         LocalQuota {
             algorithm: config.algorithm,
             epoch: now,
+            epoch_utc,
             latest: 0,
             limits,
             learn: config.learn,
@@ -136,13 +145,10 @@ impl LocalQuota {
             return Adopted::Changed(amount);
         }
         let mut learned = LimitState::new(
-            Limit {
-                dimension,
-                amount,
-                window,
-            },
+            Limit::new(dimension, amount, window),
             self.algorithm,
             now,
+            self.epoch_utc,
         );
         learned.learned = true;
         learned.advertised_by = answer;
@@ -411,6 +417,7 @@ impl QuotaStore for LocalQuota {
         Some(Box::new(LocalQuota {
             algorithm: self.algorithm,
             epoch: self.epoch,
+            epoch_utc: self.epoch_utc,
             latest: self.latest,
             limits: self.limits.iter().map(LimitState::projected).collect(),
             learn: self.learn,
@@ -429,6 +436,7 @@ impl QuotaStore for LocalQuota {
                 .map(|l| LimitSnapshot {
                     dimension: l.dimension(),
                     window: l.window(),
+                    calendar: l.config.calendar,
                     limit: l.config.amount,
                     capacity: l.capacity(),
                     available: saturate(l.available()),

@@ -6,6 +6,7 @@
 //! counts input plus output, or only input, or only output (SPEC Q-12).
 
 mod bucket;
+mod calendar;
 mod demand;
 mod fixed;
 mod limit;

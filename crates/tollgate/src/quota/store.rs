@@ -18,8 +18,8 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation,
 };
 use super::local::LocalQuota;
-use crate::clock::Instant;
-use crate::config::{Algorithm, ScopeConfig};
+use crate::clock::{Instant, WallClock};
+use crate::config::{Algorithm, Calendar, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 /// Quota arithmetic of one scope.
@@ -144,8 +144,9 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
 /// Opens the store of each scope.
 pub trait QuotaBackend: fmt::Debug + Send + Sync + 'static {
-    /// The store for `scope`, created at `now`.
-    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore>;
+    /// The store for `scope`, created at `now`, which is in UTC what
+    /// `wall` says (calendar windows, SPEC BUD-3).
+    fn open(&self, scope: &ScopeConfig, now: Instant, wall: WallClock) -> Box<dyn QuotaStore>;
 
     /// The backend's name, for the snapshot.
     fn name(&self) -> &'static str;
@@ -156,8 +157,8 @@ pub trait QuotaBackend: fmt::Debug + Send + Sync + 'static {
 pub struct LocalBackend;
 
 impl QuotaBackend for LocalBackend {
-    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore> {
-        Box::new(LocalQuota::new(scope, now))
+    fn open(&self, scope: &ScopeConfig, now: Instant, wall: WallClock) -> Box<dyn QuotaStore> {
+        Box::new(LocalQuota::with_wall(scope, now, wall))
     }
 
     fn name(&self) -> &'static str {
@@ -173,8 +174,10 @@ pub type SharedBackend = Arc<dyn QuotaBackend>;
 pub struct LimitSnapshot {
     /// Requests, tokens, input tokens or output tokens.
     pub dimension: Dimension,
-    /// The window.
+    /// The window (a calendar window's nominal length).
     pub window: Duration,
+    /// The calendar period of a calendar window (SPEC BUD-3).
+    pub calendar: Option<Calendar>,
     /// The configured amount per window.
     pub limit: u64,
     /// The most it can hold (the burst capacity for a token bucket).
