@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 pub use tokio::time::Instant;
-pub(crate) use wall::UtcNanos;
 pub use wall::{AnchoredClock, WallClock};
+pub(crate) use wall::{UtcNanos, from_nanos, utc_nanos};
 
 mod wall;
 

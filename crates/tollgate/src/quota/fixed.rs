@@ -186,6 +186,21 @@ impl FixedWindow {
         self.pending = self.pending.saturating_add(pending);
     }
 
+    /// The current window and what it counts, pending amounts aside (SPEC
+    /// DQ-8): `(start, end, used)`.
+    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64) {
+        (self.start, self.end, self.used)
+    }
+
+    /// Counts `used`, saved before a restart from a window that has not
+    /// ended, in the window of `now` (which ends no earlier for a calendar
+    /// window, and later for a rolling-length one: its windows restart at
+    /// the new epoch).
+    pub(crate) fn restore(&mut self, used: u64, now: Nanos) {
+        self.roll(now);
+        self.used = self.used.saturating_add(used);
+    }
+
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
         if self.same_window(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);

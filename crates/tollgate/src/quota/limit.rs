@@ -7,9 +7,10 @@ use super::bucket::TokenBucket;
 use super::demand::{Dimension, Hold};
 use super::fixed::{FixedWindow, Periods};
 use super::others::Others;
+use super::saved::Counted;
 use super::sent::Compared;
 use super::sliding::SlidingWindow;
-use crate::clock::UtcNanos;
+use crate::clock::{UtcNanos, from_nanos, utc_nanos};
 use crate::config::{Algorithm, Limit};
 
 #[derive(Debug, Clone)]
@@ -365,6 +366,59 @@ impl LimitState {
             }
             Algo::Fixed(w) => w.seed(counted, pending, now),
         }
+    }
+
+    /// What it counts, in UTC (SPEC DQ-8): `epoch` is the scope's epoch in
+    /// UTC. Brought up to date by the caller.
+    pub(crate) fn save(&self, epoch: UtcNanos) -> Counted {
+        let utc = |t: Nanos| from_nanos(epoch + i128::from(t));
+        match &self.algo {
+            Algo::Sliding(w) => {
+                Counted::Until(w.saved().into_iter().map(|(t, a)| (utc(t), a)).collect())
+            }
+            Algo::Fixed(w) => {
+                let (start, end, used) = w.saved();
+                Counted::Window {
+                    start: utc(start),
+                    end: utc(end),
+                    used,
+                }
+            }
+            Algo::Bucket(b) => {
+                let (at, taken) = b.saved();
+                Counted::Taken { at: utc(at), taken }
+            }
+        }
+    }
+
+    /// Counts what a limit of the same window and arithmetic saved before
+    /// a restart, at `now` (see `saved.rs`). Returns `false`, counting
+    /// nothing, when `counted` is of another arithmetic.
+    pub(crate) fn restore(&mut self, counted: &Counted, now: Nanos, epoch: UtcNanos) -> bool {
+        // A UTC time in ticks; before the epoch, negative.
+        let tick = |t: std::time::SystemTime| utc_nanos(t) - epoch;
+        let now_at = i128::from(now);
+        match (&mut self.algo, counted) {
+            (Algo::Sliding(w), Counted::Until(entries)) => {
+                let entries: Vec<(Nanos, u64)> = entries
+                    .iter()
+                    .filter(|(until, _)| tick(*until) > now_at)
+                    .map(|&(until, a)| (u64::try_from(tick(until)).unwrap_or(Nanos::MAX), a))
+                    .collect();
+                w.restore(&entries, now);
+            }
+            (Algo::Fixed(w), Counted::Window { end, used, .. }) => {
+                if tick(*end) > now_at {
+                    w.restore(*used, now);
+                }
+            }
+            (Algo::Bucket(b), Counted::Taken { at, taken }) => {
+                let elapsed = u64::try_from(now_at - tick(*at)).unwrap_or(0);
+                b.restore(*taken, elapsed);
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// Whether it is transitional.

@@ -7,6 +7,7 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
 use super::limit::{Answer, LimitState, distinct, nanos};
+use super::saved::SavedScope;
 use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
 use crate::clock::{Instant, UtcNanos, WallClock};
@@ -14,6 +15,7 @@ use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 mod reconfigure;
+mod saved;
 
 /// What an advertised limit changed (SPEC Q-14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub struct LocalQuota {
     /// Some limit is transitional (a reconfiguration replaced it): drained
     /// ones are dropped as time advances.
     draining: bool,
+    /// Changes whenever what is counted may have changed (SPEC DQ-8: a
+    /// saver skips a scope whose version it has already written).
+    version: u64,
 }
 
 impl LocalQuota {
@@ -99,6 +104,7 @@ impl LocalQuota {
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
             draining: false,
+            version: 0,
         }
     }
 
@@ -230,6 +236,7 @@ impl QuotaStore for LocalQuota {
         if !fits {
             return None;
         }
+        self.version = self.version.wrapping_add(1);
         for l in &mut self.limits {
             l.add(demand.amount(l.dimension()), t, hold);
         }
@@ -263,6 +270,7 @@ impl QuotaStore for LocalQuota {
         if reservation.hold == Hold::Leased {
             return;
         }
+        self.version = self.version.wrapping_add(1);
         let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
@@ -274,6 +282,7 @@ impl QuotaStore for LocalQuota {
     }
 
     fn refund(&mut self, reservation: &Reservation, now: Instant) {
+        self.version = self.version.wrapping_add(1);
         let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
@@ -287,6 +296,7 @@ impl QuotaStore for LocalQuota {
 
     #[inline]
     fn reconcile(&mut self, reservation: &Reservation, actual: &Actual) {
+        self.version = self.version.wrapping_add(1);
         let (stamp, demand) = (reservation.tick, &reservation.demand);
         for l in &mut self.limits {
             // Each token limit from its own figure (SPEC Q-12).
@@ -305,6 +315,7 @@ impl QuotaStore for LocalQuota {
         if reservation.hold != Hold::Leased {
             return;
         }
+        self.version = self.version.wrapping_add(1);
         let now = self.tick(now);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         if reservation.seq == 0 {
@@ -331,6 +342,7 @@ impl QuotaStore for LocalQuota {
     }
 
     fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
+        self.version = self.version.wrapping_add(1);
         for l in &mut self.limits {
             // `tokens` stands for every token dimension (SPEC ).
             let give = if l.dimension().is_tokens() {
@@ -353,6 +365,7 @@ impl QuotaStore for LocalQuota {
         now: Instant,
     ) -> Observed {
         let now = self.tick(now);
+        self.version = self.version.wrapping_add(1);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         for l in &mut self.limits {
             l.advance(now);
@@ -403,10 +416,27 @@ impl QuotaStore for LocalQuota {
     fn answered(&mut self) -> bool {
         let before = self.limits.len();
         self.limits.retain(|l| !l.provisional);
-        self.limits.len() != before
+        let changed = self.limits.len() != before;
+        if changed {
+            self.version = self.version.wrapping_add(1);
+        }
+        changed
+    }
+
+    fn version(&self) -> Option<u64> {
+        Some(self.version)
+    }
+
+    fn save(&mut self, now: Instant, keep: fn(&Limit) -> bool) -> Option<SavedScope> {
+        Some(LocalQuota::save(self, now, keep))
+    }
+
+    fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
+        LocalQuota::restore(self, saved, now)
     }
 
     fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
+        self.version = self.version.wrapping_add(1);
         LocalQuota::reconfigure(self, config, now);
         true
     }
@@ -423,6 +453,7 @@ impl QuotaStore for LocalQuota {
             learn: self.learn,
             sent: SentLog::new(0),
             draining: self.draining,
+            version: self.version,
         }))
     }
 

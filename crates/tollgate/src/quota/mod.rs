@@ -13,6 +13,7 @@ mod limit;
 mod local;
 mod others;
 mod remote;
+mod saved;
 mod sent;
 mod sliding;
 mod store;
@@ -29,4 +30,5 @@ pub use remote::{
     HoldId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
     Unavailable,
 };
+pub use saved::{Counted, SavedLimit, SavedScope};
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -18,8 +18,9 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation,
 };
 use super::local::LocalQuota;
+use super::saved::SavedScope;
 use crate::clock::{Instant, WallClock};
-use crate::config::{Algorithm, Calendar, ScopeConfig};
+use crate::config::{Algorithm, Calendar, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 /// Quota arithmetic of one scope.
@@ -130,6 +131,30 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     /// then opens a new store for the scope, which starts afresh.
     fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
         let _ = (config, now);
+        false
+    }
+
+    /// A number that changes whenever what the store counts may have
+    /// changed; `None` for a store that keeps no state to save (a shared
+    /// store keeps its own, SPEC DQ-8).
+    fn version(&self) -> Option<u64> {
+        None
+    }
+
+    /// What the limits `keep` selects count at `now`, in UTC, for a
+    /// restart to restore (SPEC DQ-8; see
+    /// [`SavedScope`](super::SavedScope)). `None` (the default): the store
+    /// keeps its state elsewhere.
+    fn save(&mut self, now: Instant, keep: fn(&Limit) -> bool) -> Option<SavedScope> {
+        let _ = (now, keep);
+        None
+    }
+
+    /// Counts what a save before a restart still counts, at `now`;
+    /// returns whether anything was counted (`false`, the default, for a
+    /// store that keeps its state elsewhere).
+    fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
+        let _ = (saved, now);
         false
     }
 
