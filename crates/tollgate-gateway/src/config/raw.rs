@@ -68,6 +68,16 @@ struct RawServer {
     access_log: Option<bool>,
     metrics_listen: Option<String>,
     connection_threads: Option<usize>,
+    state_dir: Option<String>,
+    on_unreadable_state: Option<RawOnUnreadable>,
+    state_save_interval: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawOnUnreadable {
+    Refuse,
+    StartEmpty,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -391,6 +401,16 @@ impl RawServer {
             access_log: self.access_log.unwrap_or(d.access_log),
             metrics_listen,
             connection_threads: self.connection_threads,
+            state_dir: self.state_dir.map(std::path::PathBuf::from),
+            on_unreadable_state: match self.on_unreadable_state {
+                None | Some(RawOnUnreadable::Refuse) => tollgate_state::OnUnreadable::Refuse,
+                Some(RawOnUnreadable::StartEmpty) => tollgate_state::OnUnreadable::StartEmpty,
+            },
+            state_save_interval: duration_or(
+                &at.key("state_save_interval"),
+                self.state_save_interval.as_ref(),
+                d.state_save_interval,
+            )?,
         })
     }
 }
@@ -735,7 +755,8 @@ fn per_duration(path: &FieldPath, text: &str) -> Result<Duration, Problem> {
             path,
             format!(
                 "{text:?} is not a duration such as \"1m\", \"1h\" or \"1d\" (a rolling \
-                 window), nor a calendar period: \"hour\", \"day\", \"week\" or \"month\""),
+                 window), nor a calendar period: \"hour\", \"day\", \"week\" or \"month\""
+            ),
         )
     })
 }

@@ -211,7 +211,10 @@ fn annotated_example_loads_and_validates() {
     let team_a = &c.tenants[0];
     assert!(team_a.allows("gpt-4o") && !team_a.allows("local-llama"));
     assert_eq!(team_a.all_limits().len(), 4);
-    assert!(team_a.limits[1].calendar.is_some(), "a calendar month (BUD-3)");
+    assert!(
+        team_a.limits[1].calendar.is_some(),
+        "a calendar month (BUD-3)"
+    );
     assert!(c.server.access_log);
     assert_eq!(c.server.metrics_listen, None);
     assert_eq!(c.retry.validate(), Ok(()));

@@ -269,6 +269,16 @@ impl GatewayConfig {
         non_zero(&at.key("header_read_timeout"), s.header_read_timeout)?;
         non_zero(&at.key("body_read_timeout"), s.body_read_timeout)?;
         non_zero(&at.key("idle_timeout"), s.idle_timeout)?;
+        non_zero(&at.key("state_save_interval"), s.state_save_interval)?;
+        if s.state_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return Err(Problem::invalid(
+                &at.key("state_dir"),
+                "is empty; give a directory, or leave it unset to keep no state",
+            ));
+        }
         positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
         positive(
             &at.key("connection_threads"),
