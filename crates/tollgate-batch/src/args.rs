@@ -150,6 +150,15 @@ pub struct BatchArgs {
     /// processes sharing the budget).
     #[arg(long, default_value = "fail_closed", value_parser = parse_unavailable)]
     pub redis_unavailable: Unavailable,
+    /// Keep the counts of long windows (`--limit` of one hour or longer, or
+    /// per calendar period) in this directory, so a re-run (a resume, a
+    /// crash) does not start a fresh day (SPEC DQ-8).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// With `--state-dir`: move an unreadable state file aside and start
+    /// with nothing counted, instead of refusing to run.
+    #[arg(long, requires = "state_dir")]
+    pub state_start_empty: bool,
 }
 
 fn parse_progress(s: &str) -> Result<ProgressMode, String> {
@@ -250,6 +259,12 @@ impl BatchArgs {
             return Err(BatchError::Config("--scope must not be empty".into()));
         }
         c.scope = self.scope.clone();
+        c.state_dir = self.state_dir.clone();
+        c.on_unreadable_state = if self.state_start_empty {
+            tollgate_state::OnUnreadable::StartEmpty
+        } else {
+            tollgate_state::OnUnreadable::Refuse
+        };
         c.shared = self.redis.as_ref().map(|url| SharedStore {
             url: url.clone(),
             prefix: self.redis_prefix.clone(),

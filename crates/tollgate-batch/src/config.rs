@@ -252,6 +252,12 @@ pub struct BatchConfig {
     pub scope: String,
     /// Keep the quota in this shared store instead of in the process.
     pub shared: Option<SharedStore>,
+    /// Keep the counts of long windows (one hour or longer, calendar
+    /// windows) in this directory across runs (SPEC DQ-8); with a shared
+    /// store nothing is written (the store holds them).
+    pub state_dir: Option<PathBuf>,
+    /// What to do with a state file that cannot be read.
+    pub on_unreadable_state: tollgate_state::OnUnreadable,
 }
 
 /// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-5).
@@ -312,6 +318,8 @@ impl BatchConfig {
             plot: None,
             scope: "batch".into(),
             shared: None,
+            state_dir: None,
+            on_unreadable_state: tollgate_state::OnUnreadable::Refuse,
         }
     }
 }
