@@ -4,6 +4,9 @@
 //! driven by explicit instants; the controller runs on tokio's paused
 //! clock with a chosen wall time.
 
+mod common;
+
+use common::admitted_now;
 use std::time::{Duration, SystemTime};
 
 use jiff::tz::TimeZone;
@@ -359,23 +362,6 @@ async fn a_spent_month_in_a_time_zone_is_too_long_a_wait() {
         }
         other => panic!("{other:?}"),
     }
-}
-
-/// How many one-request calls `controller` admits now, up to `most`.
-async fn admitted_now(controller: &AdmissionController, most: u64) -> u64 {
-    let call = Call::new(ScopeId::FIRST);
-    let mut n = 0;
-    while n < most {
-        match controller
-            .acquire(&call, deadline(Duration::from_millis(1)))
-            .await
-        {
-            Ok(lease) => drop(lease),
-            Err(_) => break,
-        }
-        n += 1;
-    }
-    n
 }
 
 fn day_config(limit: u64, calendar: Calendar) -> ControllerConfig {

@@ -2,6 +2,9 @@
 //! monotonic clock starts over, the saved times are wall-clock times, and
 //! a restored window never counts shorter than the one that was saved.
 
+mod common;
+
+use common::admitted_now;
 use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
@@ -260,22 +263,6 @@ fn day_process(limit: u64, utc: SystemTime) -> tollgate::AdmissionController {
         )))
         .build()
         .unwrap()
-}
-
-/// How many one-request calls `controller` admits now, up to `most`.
-async fn admitted_now(controller: &tollgate::AdmissionController, most: u64) -> u64 {
-    let call = tollgate::Call::new(tollgate::ScopeId::FIRST);
-    let mut n = 0;
-    while n < most {
-        let deadline =
-            tollgate::Deadline::from_timeout(Some(Duration::from_millis(1)), Instant::now());
-        match controller.acquire(&call, deadline).await {
-            Ok(lease) => drop(lease),
-            Err(_) => break,
-        }
-        n += 1;
-    }
-    n
 }
 
 // proves: DQ-8 (a controller hands out what its long windows count and a
