@@ -91,7 +91,7 @@ async fn with_redis_the_upstream_scopes_are_not_written() {
     let sim = fast_sim().await;
     let dir = state_dir("redis");
     let store = format!(
-        "[quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"state\"",
+        "[quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"state\"\ntimeout = \"2s\"",
         redis.url()
     );
     let (gw, _) =
