@@ -33,6 +33,8 @@ mod library_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
+mod state_tests;
+#[cfg(test)]
 mod tests;
 
 pub use deployment::DeploymentConfig;
