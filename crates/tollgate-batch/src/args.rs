@@ -131,10 +131,18 @@ pub struct BatchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Share the quota through Redis with gateways and other runs
-    /// (`redis://127.0.0.1:6379`): the limits then hold for all of them
-    /// together.
+    /// (`redis://127.0.0.1:6379`, `rediss://` for TLS): the limits then
+    /// hold for all of them together. With `--redis-cluster`, one or more
+    /// seed nodes of a Redis Cluster, comma-separated.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// `--redis` names seed nodes of a Redis Cluster.
+    #[arg(long)]
+    pub redis_cluster: bool,
+    /// The PEM file of the certificate authorities a `rediss://` server's
+    /// certificate is checked against (default: the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub redis_ca: Option<PathBuf>,
     /// The quota scope's name; a gateway scope (or another run) of the same
     /// name, on the same Redis and prefix, spends the same budget.
     #[arg(long, default_value = "batch")]
@@ -159,6 +167,23 @@ pub struct BatchArgs {
     /// with nothing counted, instead of refusing to run.
     #[arg(long, requires = "state_dir")]
     pub state_start_empty: bool,
+    /// The class the run's calls wait in: interactive, standard or batch
+    /// (SPEC FAIR-7). Other work on the same scope (a gateway sharing it
+    /// through Redis, in its own process) is not affected; within this
+    /// process it orders the run's calls.
+    #[arg(long, default_value = "batch", value_parser = parse_priority)]
+    pub priority: tollgate::Priority,
+    /// The tenant the run's calls belong to (its flow, SPEC FAIR-1).
+    #[arg(long, default_value = "batch")]
+    pub tenant: String,
+    /// The tenant's weight against other tenants of its class (1 to 1000).
+    #[arg(long, default_value_t = 1)]
+    pub weight: u64,
+}
+
+fn parse_priority(s: &str) -> Result<tollgate::Priority, String> {
+    s.parse()
+        .map_err(|e: tollgate::UnknownPriority| e.to_string())
 }
 
 fn parse_progress(s: &str) -> Result<ProgressMode, String> {
@@ -258,6 +283,18 @@ impl BatchArgs {
         if self.scope.trim().is_empty() {
             return Err(BatchError::Config("--scope must not be empty".into()));
         }
+        if self.tenant.trim().is_empty() {
+            return Err(BatchError::Config("--tenant must not be empty".into()));
+        }
+        let weight = match self.weight {
+            w @ 1..=1_000 => w as u32,
+            _ => {
+                return Err(BatchError::Config(
+                    "--weight must be between 1 and 1000".into(),
+                ));
+            }
+        };
+        c.flow = crate::config::run_flow(self.tenant.trim(), self.priority, weight);
         c.scope = self.scope.clone();
         c.state_dir = self.state_dir.clone();
         c.on_unreadable_state = if self.state_start_empty {
@@ -265,8 +302,15 @@ impl BatchArgs {
         } else {
             tollgate_state::OnUnreadable::Refuse
         };
+        if self.redis.is_none() && (self.redis_cluster || self.redis_ca.is_some()) {
+            return Err(BatchError::Config(
+                "--redis-cluster and --redis-ca need --redis".into(),
+            ));
+        }
         c.shared = self.redis.as_ref().map(|url| SharedStore {
             url: url.clone(),
+            cluster: self.redis_cluster,
+            ca_file: self.redis_ca.clone(),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout,
             on_unavailable: self.redis_unavailable,
@@ -306,6 +350,45 @@ mod tests {
             .to_config()
     }
 
+    // proves: FAIR-7 (the run's calls are class batch by default; the
+    // flags set the class, tenant and weight, and refuse a bad weight or
+    // an unknown class)
+    #[test]
+    fn the_runs_flow_is_batch_unless_told() {
+        use tollgate::{Flow, Priority};
+        let c = config(&["--sim"]).expect("config");
+        assert_eq!(
+            c.flow,
+            Flow::new(Flow::tenant_number("batch"), Priority::Batch)
+        );
+        let c = config(&[
+            "--sim",
+            "--priority",
+            "standard",
+            "--tenant",
+            "nightly",
+            "--weight",
+            "4",
+        ])
+        .expect("config");
+        assert_eq!(
+            c.flow,
+            Flow::new(Flow::tenant_number("nightly"), Priority::Standard).with_weight(4)
+        );
+        let e = config(&["--sim", "--weight", "0"]).expect_err("weight 0");
+        assert!(e.to_string().contains("--weight"), "{e}");
+        let mut all = vec![
+            "tollgate-batch",
+            "in.jsonl",
+            "-o",
+            "out.jsonl",
+            "--priority",
+            "urgent",
+        ];
+        all.push("--sim");
+        assert!(Cli::try_parse_from(all).is_err());
+    }
+
     // proves: DQ-1, Q-14 (a shared store needs the account's limits stated:
     // limits learned from one process's answers cannot bind the others;
     // with them, the run shares the named scope)
@@ -338,6 +421,35 @@ mod tests {
         );
         let e = config(&[&local[..], &["--scope", " "]].concat()).expect_err("empty scope");
         assert!(e.to_string().contains("--scope"), "{e}");
+    }
+
+    // proves: DQ-7 (--redis takes a cluster's seeds with --redis-cluster
+    // and a CA file with --redis-ca; either without --redis is an error)
+    #[test]
+    fn redis_cluster_and_ca_flags() {
+        let local = ["--base-url", "http://127.0.0.1:9/v1", "--rpm", "500"];
+        let c = config(
+            &[
+                &local[..],
+                &[
+                    "--redis",
+                    "rediss://a:6379,rediss://b:6379",
+                    "--redis-cluster",
+                    "--redis-ca",
+                    "/etc/ca.pem",
+                ],
+            ]
+            .concat(),
+        )
+        .expect("valid");
+        let shared = c.shared.expect("shared");
+        assert!(shared.cluster);
+        assert_eq!(shared.url, "rediss://a:6379,rediss://b:6379");
+        assert_eq!(shared.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        for flag in [&["--redis-cluster"][..], &["--redis-ca", "/etc/ca.pem"]] {
+            let e = config(&[&local[..], flag].concat()).expect_err("needs --redis");
+            assert!(e.to_string().contains("need --redis"), "{e}");
+        }
     }
 
     // proves: Q-12 (--itpm and --otpm add input-token and output-token

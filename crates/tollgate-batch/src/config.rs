@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tollgate::Dimension;
 use tollgate::config::{Calendar, Limit, Period, Zone};
+use tollgate::{Dimension, Flow, Priority};
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
 use tollgate_sim::SimConfig;
@@ -258,13 +258,29 @@ pub struct BatchConfig {
     pub state_dir: Option<PathBuf>,
     /// What to do with a state file that cannot be read.
     pub on_unreadable_state: tollgate_state::OnUnreadable,
+    /// The flow the run's calls wait in (SPEC FAIR-7): class `batch` by
+    /// default, so a run sharing a scope with a gateway (through Redis, or
+    /// embedded) yields to interactive and standard traffic except for its
+    /// `min_share`; tenant `batch`, weight 1 unless `--tenant`/`--weight`.
+    pub flow: Flow,
 }
 
-/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-5).
+/// The flow of a run: tenant `name`, `priority`, `weight`.
+pub fn run_flow(name: &str, priority: Priority, weight: u32) -> Flow {
+    Flow::new(Flow::tenant_number(name), priority).with_weight(weight)
+}
+
+/// A quota store shared with gateways and other runs (SPEC DQ-1..DQ-7).
 #[derive(Debug, Clone)]
 pub struct SharedStore {
-    /// `redis://host:port[/db]`.
+    /// `redis://host:port[/db]` (`rediss://` for TLS); a cluster's seed
+    /// URLs, comma-separated.
     pub url: String,
+    /// The URL names seeds of a Redis Cluster.
+    pub cluster: bool,
+    /// The PEM file of the certificate authorities of a `rediss://`
+    /// server (default: the system's roots).
+    pub ca_file: Option<std::path::PathBuf>,
     /// Key prefix (the gateways' `[quota_store] prefix`).
     pub prefix: String,
     /// Per-operation timeout.
@@ -320,6 +336,7 @@ impl BatchConfig {
             shared: None,
             state_dir: None,
             on_unreadable_state: tollgate_state::OnUnreadable::Refuse,
+            flow: run_flow("batch", Priority::Batch, 1),
         }
     }
 }

@@ -300,10 +300,14 @@ pub async fn run(
         ..ControllerConfig::default()
     });
     if let Some(shared) = &config.shared {
-        let settings = RedisSettings::new(shared.url.clone())
+        let mut settings = RedisSettings::new(shared.url.clone())
+            .cluster(shared.cluster)
             .prefix(shared.prefix.clone())
             .timeout(shared.timeout)
             .on_unavailable(shared.on_unavailable);
+        if let Some(ca) = &shared.ca_file {
+            settings = settings.ca_file(ca);
+        }
         let backend =
             RedisBackend::new(settings).map_err(|e| BatchError::Config(format!("--redis: {e}")))?;
         builder = builder.shared_store(Arc::new(backend));
@@ -350,6 +354,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         source: InputSource::open(&config.input)?,
         supervisor: supervisor.clone(),
+        flow: config.flow,
         writer: Arc::clone(&writer),
         stats: Arc::clone(&stats),
         job_deadline,
@@ -552,6 +557,8 @@ impl InputSource {
 struct Shared {
     source: InputSource,
     supervisor: Supervisor<BatchProvider>,
+    /// The flow every call waits in (SPEC FAIR-7).
+    flow: tollgate::Flow,
     writer: Arc<OutputWriter>,
     stats: Arc<Stats>,
     job_deadline: Deadline,
@@ -599,7 +606,9 @@ impl Shared {
             deadline,
             idempotent: true,
         };
-        let call = self.supervisor.invoke(&request, options);
+        let call = self
+            .supervisor
+            .invoke_with_flow(&request, options, self.flow);
         tokio::pin!(call);
         let result = tokio::select! {
             r = &mut call => r,

@@ -88,6 +88,8 @@ fn config(
     c.scope = "account".into();
     c.shared = redis.map(|r| SharedStore {
         url: r.url(),
+        cluster: false,
+        ca_file: None,
         prefix: format!("batch-test-{}", std::process::id()),
         timeout: Duration::from_millis(200),
         on_unavailable: Unavailable::FailClosed,

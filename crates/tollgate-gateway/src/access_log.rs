@@ -64,6 +64,9 @@ pub struct Record {
     /// (`requests`, `input_tokens`, `tokens+output_tokens`, ...; `none`
     /// when it did not wait), once admitted (SPEC OBS-4, Q-12).
     pub limited_by: Option<&'static str>,
+    /// The priority class the call was admitted in (`interactive`,
+    /// `standard`, `batch`; SPEC FAIR-8), once known.
+    pub class: Option<&'static str>,
 }
 
 fn name<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
@@ -102,7 +105,7 @@ impl Record {
                     out,
                     "{time} access request_id={} route={} tenant={} model={} deployment={} \
                      status={} error={} attempts={} stream={} queue_ms={} upstream_ms={} \
-                     total_ms={} tokens_estimated={} tokens_reported={} limited_by={}",
+                     total_ms={} tokens_estimated={} tokens_reported={} limited_by={} class={}",
                     self.request_id,
                     self.route,
                     name(&self.tenant),
@@ -118,6 +121,7 @@ impl Record {
                     count(self.tokens_estimated),
                     count(self.tokens_reported),
                     self.limited_by.unwrap_or("-"),
+                    self.class.unwrap_or("-"),
                 );
                 out
             }

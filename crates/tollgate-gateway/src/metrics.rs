@@ -7,10 +7,16 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use parking_lot::Mutex;
 use tollgate::lifecycle::{CallReport, CircuitState};
 use tollgate::{Snapshot, StoreMode};
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The label sets of the per-flow queue gauges published last, so a flow
+/// whose queue emptied reads 0 instead of its last length.
+type FlowLabels = (&'static str, String, Arc<str>, &'static str);
+static FLOW_GAUGES: Mutex<Vec<FlowLabels>> = Mutex::new(Vec::new());
 
 /// Metric handles of one model, registered once so that a successful
 /// request records its figures without building label sets or allocating.
@@ -177,6 +183,17 @@ impl Metrics {
             .increment(1);
     }
 
+    /// A call of tenant `tenant` (its configured name) estimated at
+    /// `tokens` was admitted upstream in `class` (SPEC FAIR-8).
+    pub fn served(&self, tenant: &str, class: tollgate::Priority, tokens: u64) {
+        let labels = [
+            ("tenant", tenant.to_owned()),
+            ("class", class.as_str().to_owned()),
+        ];
+        counter!("tollgate_tenant_served_total", &labels).increment(1);
+        counter!("tollgate_tenant_served_tokens_total", &labels).increment(tokens);
+    }
+
     /// A request was refused before any upstream work (SPEC GW-4).
     pub fn rejected(&self, reason: &str) {
         counter!("tollgate_rejected_total", "reason" => reason.to_owned()).increment(1);
@@ -216,9 +233,33 @@ impl Metrics {
     /// names: configured scope names, `model:<model>[/<deployment>]`, and
     /// `tenant:<tenant>[/<model>]` from the configured tenant names (never
     /// keys or anything a client sent; SPEC Q-10).
-    pub fn snapshot(&self, side: &'static str, s: &Snapshot) {
+    ///
+    /// Per class, each scope's served cost; per tenant and class, each
+    /// scope's queue (SPEC FAIR-8), labelled with the tenant's configured
+    /// name (`names` maps a flow's tenant number to it; flows of tenants no
+    /// longer configured are left out).
+    pub fn snapshot(
+        &self,
+        side: &'static str,
+        s: &Snapshot,
+        names: &dyn Fn(u32) -> Option<Arc<str>>,
+    ) {
+        let mut flows: Vec<(FlowLabels, usize)> = Vec::new();
         for scope in &s.scopes {
             let name = scope.name.clone();
+            for class in tollgate::Priority::ALL {
+                counter!("tollgate_served_cost_total", "side" => side, "scope" => name.clone(), "class" => class.as_str())
+                    .absolute(scope.counters.served_cost[class.index()]);
+            }
+            for f in &scope.flows {
+                if let Some(tenant) = names(f.tenant) {
+                    let labels = (side, name.clone(), tenant, f.priority.as_str());
+                    match flows.iter_mut().find(|(l, _)| *l == labels) {
+                        Some((_, n)) => *n += f.queued,
+                        None => flows.push((labels, f.queued)),
+                    }
+                }
+            }
             gauge!("tollgate_queued", "side" => side, "scope" => name.clone())
                 .set(scope.queued as f64);
             let k = &scope.counters;
@@ -288,6 +329,26 @@ impl Metrics {
             gauge!("tollgate_pool_in_use", "side" => side, "pool" => name.clone())
                 .set(p.limit.saturating_sub(p.available) as f64);
             gauge!("tollgate_pool_waiting", "side" => side, "pool" => name).set(p.waiting as f64);
+        }
+        let flow_gauge = |l: &FlowLabels, n: usize| {
+            let labels = [
+                ("side", l.0.to_owned()),
+                ("scope", l.1.clone()),
+                ("tenant", l.2.to_string()),
+                ("class", l.3.to_owned()),
+            ];
+            gauge!("tollgate_flow_queued", &labels).set(n as f64);
+        };
+        let mut published = FLOW_GAUGES.lock();
+        for old in published.iter().filter(|l| l.0 == side) {
+            if !flows.iter().any(|(l, _)| l == old) {
+                flow_gauge(old, 0);
+            }
+        }
+        published.retain(|l| l.0 != side);
+        for (labels, n) in flows {
+            flow_gauge(&labels, n);
+            published.push(labels);
         }
     }
 

@@ -150,6 +150,15 @@ impl AppState {
         merge(self.upstream.iter().map(|s| s.controller.snapshot()))
     }
 
+    /// The configured name of the tenant numbered `flow_tenant` in
+    /// upstream flows (SPEC FAIR-8), if it is one of this configuration's.
+    pub fn tenant_of_flow(&self, flow_tenant: u32) -> Option<&Arc<str>> {
+        self.tenant_slots
+            .iter()
+            .find(|t| t.flow.tenant() == flow_tenant)
+            .map(|t| &t.name)
+    }
+
     /// The tenant side's state: every tenant's scopes and pool in one
     /// snapshot (scope and pool ids are per tenant; look them up by name).
     pub fn tenant_snapshot(&self) -> Snapshot {

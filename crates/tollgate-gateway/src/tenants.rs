@@ -12,10 +12,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate::config::{ConfigError as EngineConfigError, ControllerConfig, ScopeConfig};
 use tollgate::{
-    AdmissionController, Call, Deadline, Lease, PoolId, Reconfiguration, ScopeId, TokenEstimate,
+    AdmissionController, Call, Deadline, Flow, Lease, PoolId, Priority, Reconfiguration, ScopeId,
+    TokenEstimate,
 };
 
 use crate::auth::{ANONYMOUS_TENANT, TenantId};
@@ -38,6 +40,37 @@ pub struct TenantSlot {
     pub models: Option<HashSet<Arc<str>>>,
     /// The scopes of its per-model limits, by model.
     pub model_scopes: Vec<(Arc<str>, ScopeId)>,
+    /// The flow its calls wait in on upstream scopes (SPEC FAIR-1,
+    /// FAIR-7): a number derived from its name (the same across reloads and
+    /// replicas), its weight, and its highest class.
+    pub flow: Flow,
+    /// What was served to it, per class (SPEC FAIR-8); kept across reloads.
+    pub served: Arc<Served>,
+}
+
+/// Calls admitted upstream for one tenant and their estimated tokens, per
+/// class (indexed by [`Priority::index`]), since the gateway started.
+#[derive(Debug, Default)]
+pub struct Served {
+    calls: [AtomicU64; 3],
+    tokens: [AtomicU64; 3],
+}
+
+impl Served {
+    /// Counts a call of `class` estimated at `tokens`.
+    pub fn add(&self, class: Priority, tokens: u64) {
+        self.calls[class.index()].fetch_add(1, Ordering::Relaxed);
+        self.tokens[class.index()].fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// (calls, tokens) of `class`.
+    pub fn get(&self, class: Priority) -> (u64, u64) {
+        let i = class.index();
+        (
+            self.calls[i].load(Ordering::Relaxed),
+            self.tokens[i].load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// The leases of one call on its tenant's side: the tenant's own, then the
@@ -169,14 +202,16 @@ pub fn controller(
     Ok((controller, settings))
 }
 
-/// The slot of tenant `id` over `controller`, configured with `settings`
-/// (look-ups by name: call it once the controller's reconfiguration is
-/// applied).
+/// The slot of tenant `id` over `controller`, configured with `settings`,
+/// counting what is served to it in `served` (the running slot's, on a
+/// reload) (look-ups by name: call it once the controller's
+/// reconfiguration is applied).
 pub fn slot(
     config: &GatewayConfig,
     id: TenantId,
     controller: AdmissionController,
     settings: ControllerConfig,
+    served: Arc<Served>,
 ) -> TenantSlot {
     let name = config.tenant_name(id).unwrap_or(ANONYMOUS_TENANT);
     let tenant = config.tenant(id);
@@ -194,7 +229,16 @@ pub fn slot(
                 .collect()
         })
         .unwrap_or_default();
+    // The tenant's number follows its name: a reload that adds a tenant
+    // keeps every other tenant's line (SPEC GW-15).
+    let flow = Flow::new(
+        Flow::tenant_number(name),
+        tenant.map_or(Priority::Standard, |t| t.priority),
+    )
+    .with_weight(tenant.map_or(1, |t| t.weight));
     TenantSlot {
+        flow,
+        served,
         name: Arc::from(name),
         pool: controller.pool_id(&own_name(name)),
         models: tenant

@@ -180,8 +180,14 @@ async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
         .map(|s| s.2)
         .collect();
     // Connection 1's upstream connection stays in thread 0's share of the
-    // pool; connection 2 (thread 1) opened one of its own.
-    assert_eq!(upstream.len(), 2, "one upstream connection per thread");
+    // pool; connection 2 (thread 1) opened one of its own. Not an exact
+    // count: under load a third upstream connection was seen once in 17
+    // runs (a pool opens a new connection when its idle one is not back
+    // yet), which breaks no rule. The rule is the reactor check below.
+    assert!(
+        upstream.len() >= 2,
+        "one upstream connection per thread at least: {upstream:?}"
+    );
     let here = reactor_of(client_side).expect("connection 2 is registered");
     let reactors: Vec<_> = upstream.iter().filter_map(|s| reactor_of(*s)).collect();
     assert!(

@@ -281,8 +281,25 @@ async fn tokenizer_accounting_under_reserves_for_a_character_based_limiter() {
 // proves: Q-14 (a consumer the gateway cannot see spends 30 % of the
 // account's budget; the remaining-budget headers, compared with what the
 // provider certainly counted of the gateway's own traffic, take its share
-// out of the gateway's window: at most one provider 429 per window, only
-// in the first window, and the job finishes)
+// out of the gateway's window: without them the gateway would send 40 a
+// window where 28 fit, a dozen provider 429s a window; with them at most
+// one a window, and the job finishes)
+//
+// Not "none after the first window": the headers show what the other
+// consumer holds when an answer is counted, and its spending after the
+// latest answer is unseen until the next one (docs/tokens.md, "What
+// remains"). The simulator's consumer ticks every W / 12, each tick a
+// period after the previous one actually ran and skipped when the window
+// is full, so what it holds moves between 10 and 12: on a busy machine its
+// ticks run a millisecond or two late and leave a gap of 11 for ~15 ms of
+// every period, and a tick falls when the gateway has just filled the
+// window. An answer counted then measures less (the estimate follows a
+// lower exact measurement at once and rises only on certain evidence,
+// others.rs), and when the consumer is back at 12 the gateway's next fill
+// draws one 429. Measured: 6 of 50 runs under load drew one at the edge of
+// the second or third window. The refused attempt then stays counted in
+// tollgate's window (refusal cost `full`) where the simulator charged
+// nothing, which covers that unit until the window ends: one a window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hidden_consumer_is_learned_from_the_headers() {
     let sim = sim(SimConfig {
@@ -303,13 +320,9 @@ async fn hidden_consumer_is_learned_from_the_headers() {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 84);
     assert!(
-        rejected(&stats) <= 1,
-        "at most one provider 429 (in the first window): {stats:?}"
-    );
-    assert_eq!(
-        rejected(&stats),
-        job.rejected_in_first_window,
-        "no provider 429 after the first window: {stats:?}"
+        rejected(&stats) <= windows_used(job.elapsed),
+        "at most one provider 429 a window ({:?}): {stats:?}",
+        job.elapsed
     );
     assert!(stats.background_requests > 0, "{stats:?}");
     let snapshot = gw.upstream_scope("s");
@@ -398,11 +411,13 @@ async fn free_refusals_keep_utilisation() {
     assert_eq!(job.failed, Vec::<(u16, String)>::new(), "items lost");
     assert_eq!(job.ok, 158);
     assert!(rejected(&stats) > 0, "the cap forces 429s: {stats:?}");
-    assert_eq!(
-        rejected(&stats),
-        job.rejected_in_first_window,
-        "no 429 after the first window: {stats:?}"
-    );
+    // The gateway does not know the simulator's cap of 24 and the client
+    // sends 32 at once, so a window edge that admits more than 24 calls
+    // within one answer's time draws concurrency 429s again. Whether it
+    // does depends on how the retried calls spread over the first window
+    // (under load it did, once in 5 runs of the flake hunt): not part of
+    // the rule. What the rule promises is that those refusals park
+    // nothing, hence the utilisation below.
     // Utilisation of the physical bound: the budget the job needed (158 ×
     // 50 tokens = 3.95 windows) over the budget of the windows it touched,
     // ceil(elapsed / W) × 2,000, counted from the job's first send. It
@@ -472,14 +487,7 @@ async fn learned_limits_draw_no_provider_429() {
     gw.wait_idle().await;
 
     // OBS-2: what was learned is on /metrics, per scope.
-    let metrics = common::client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let metrics = common::metrics_text(&gw).await;
     for series in [
         "tollgate_limits_adopted_total{side=\"upstream\",scope=\"s\"}",
         "tollgate_budget_gap_total{side=\"upstream\",scope=\"s\",dimension=\"tokens\"}",

@@ -114,9 +114,12 @@ async fn full_quota_queue_rejects() {
         })
     };
     eventually("one call queued", || gw.upstream_scope("main").queued == 1).await;
+    // The same tenant again: its flow holds the whole queue (another
+    // tenant's first call would take the place instead, SPEC FAIR-10: see
+    // tests/fairness.rs).
     let resp = client
         .post(gw.url("/v1/chat/completions"))
-        .bearer_auth(KEY_B)
+        .bearer_auth(KEY_A)
         .header("x-request-timeout", "120")
         .json(&chat("chat", false))
         .send()

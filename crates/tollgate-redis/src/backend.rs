@@ -1,38 +1,34 @@
-//! [`RedisBackend`]: one multiplexed connection, reconnected in the
-//! background, shared by every scope.
+//! [`RedisBackend`]: one connection (to a single node or a cluster, see
+//! `connect.rs`), reconnected in the background, shared by every scope.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{RemoteBackend, RemoteQuota, StoreError, Unavailable};
 
 use crate::changes::{Notices, Subscriber};
+use crate::connect::{CONNECT_TIMEOUT, Conn, connect};
 use crate::error::{BuildError, bounded};
 use crate::quota::RedisQuota;
 use crate::scripts::Scripts;
 use crate::settings::RedisSettings;
 
-/// How long one connection attempt may take (in the background: an
-/// operation never waits longer than its own budget).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// What every store of a backend shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) settings: RedisSettings,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) scripts: Arc<Scripts>,
     notices: Arc<Notices>,
     _subscriber: Subscriber,
 }
 
 /// A quota store on Redis, shared by every process pointed at the same
-/// server and prefix (SPEC DQ-1).
+/// server (or cluster) and prefix (SPEC DQ-1, DQ-7).
 ///
-/// Built without a round trip: the connection is made on first use and
-/// remade in the background whenever it breaks, so a backend built while
+/// Built without a round trip: the connection is made in the background
+/// at once and remade whenever it breaks, so a backend built while
 /// Redis is down starts answering by itself once Redis is up. Meanwhile
 /// every operation fails with a [`StoreError`] within its budget.
 #[derive(Debug, Clone)]
@@ -51,19 +47,19 @@ impl RedisBackend {
         if prefix.is_empty() || prefix.contains([':', '{', '}']) {
             return Err(BuildError::Prefix(prefix.clone()));
         }
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| BuildError::Url(e.to_string()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| BuildError::Connection(e.to_string()))?;
+        let connections = connect(&settings)?;
+        // Connects now, in the background, rather than on the first call
+        // (whose budget is a few milliseconds).
+        let mut warm = connections.conn.clone();
+        tokio::spawn(async move {
+            let ping = redis::cmd("PING");
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, ping.query_async::<()>(&mut warm)).await;
+        });
         let notices = Arc::new(Notices::default());
         let scripts = Arc::new(Scripts::new());
         let subscriber = Subscriber::spawn(
-            client,
+            connections.clients,
+            connections.conn.clone(),
             &settings.prefix,
             notices.clone(),
             Arc::clone(&scripts),
@@ -71,7 +67,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             shared: Arc::new(Shared {
                 settings,
-                conn,
+                conn: connections.conn,
                 scripts,
                 notices,
                 _subscriber: subscriber,
@@ -86,8 +82,9 @@ impl RedisBackend {
         RedisQuota::new(self.shared.clone(), scope, notify)
     }
 
-    /// One PING within `budget`: whether Redis answers now (for readiness
-    /// checks while a scope is in its fallback mode).
+    /// One PING within `budget` (to every primary of a cluster): whether
+    /// Redis answers now (for readiness checks while a scope is in its
+    /// fallback mode).
     pub async fn ping(&self, budget: Duration) -> Result<(), StoreError> {
         let mut conn = self.shared.conn.clone();
         bounded(budget, redis::cmd("PING").query_async::<()>(&mut conn)).await

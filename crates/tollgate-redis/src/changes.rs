@@ -15,9 +15,12 @@
 //! own timer/deadline. After the subscriber (re)connects it wakes every
 //! scope once, as notices may have been lost meanwhile.
 //!
-//! The same task loads every script into the server whenever it
-//! (re)connects (a restarted Redis has forgotten them; see
-//! [`Scripts::load_all`]).
+//! The same task loads every script into the server (every node of a
+//! cluster) whenever it (re)connects (a restarted Redis has forgotten
+//! them; see [`Scripts::load_all`]).
+//!
+//! In a Redis Cluster every PUBLISH reaches the subscribers of every node,
+//! so the task listens on one node, the next seed when that one fails.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,10 +31,12 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::connect::Conn;
 use crate::keys::{channel_pattern, channel_prefix};
 use crate::scripts::Scripts;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long loading the scripts and subscribing may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -75,34 +80,56 @@ impl Drop for Subscriber {
 }
 
 impl Subscriber {
+    /// Listens through `clients` (one at a time, the next when one fails)
+    /// and loads the scripts through `conn` for a cluster.
     pub(crate) fn spawn(
-        client: redis::Client,
+        clients: Vec<redis::Client>,
+        conn: Conn,
         prefix: &str,
         notices: Arc<Notices>,
         scripts: Arc<Scripts>,
     ) -> Self {
         let pattern = channel_pattern(prefix);
         let head = channel_prefix(prefix);
-        Subscriber(tokio::spawn(run(client, pattern, head, notices, scripts)))
+        Subscriber(tokio::spawn(run(
+            clients, conn, pattern, head, notices, scripts,
+        )))
+    }
+}
+
+/// Loads every script into the server behind `client`, or every node of
+/// the cluster behind `conn`.
+async fn load_scripts(
+    client: &redis::Client,
+    conn: &Conn,
+    scripts: &Scripts,
+) -> redis::RedisResult<()> {
+    match conn {
+        Conn::Single(_) => {
+            let mut fresh = client.get_multiplexed_async_connection().await?;
+            scripts.load_all(&mut fresh).await
+        }
+        Conn::Cluster(_) => scripts.load_all(&mut conn.clone()).await,
     }
 }
 
 /// Loads the scripts, subscribes, dispatches notices until the connection
-/// ends, and reconnects with a capped backoff, forever.
+/// ends, and reconnects (to the next client) with a capped backoff,
+/// forever.
 async fn run(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
+    conn: Conn,
     pattern: String,
     head: String,
     notices: Arc<Notices>,
     scripts: Arc<Scripts>,
 ) {
     let mut backoff = MIN_BACKOFF;
-    loop {
+    for client in clients.iter().cycle() {
         let connect = async {
-            let mut conn = client.get_multiplexed_async_connection().await?;
             // Not fatal (a server whose ACL refuses SCRIPT LOAD still runs
             // EVALSHA, which loads a script itself while its caller waits).
-            if let Err(e) = scripts.load_all(&mut conn).await {
+            if let Err(e) = load_scripts(client, &conn, &scripts).await {
                 tracing::warn!(error = %e, "quota scripts not preloaded");
             }
             let mut pubsub = client.get_async_pubsub().await?;

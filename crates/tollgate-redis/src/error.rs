@@ -18,6 +18,13 @@ pub enum BuildError {
     /// The connection settings were refused.
     #[error("redis connection settings: {0}")]
     Connection(String),
+    /// Several URLs without `cluster`, or a cluster without any.
+    #[error("redis deployment: {0}")]
+    Deployment(String),
+    /// The TLS settings were refused (the CA file cannot be read or holds
+    /// no certificate).
+    #[error("redis TLS settings: {0}")]
+    Tls(String),
     /// The key prefix is empty or holds `:`, `{` or `}`: keys are
     /// `{prefix:scope}:…`, so a prefix with `:` could share keys with
     /// another prefix and scope (`a` + `b:c` and `a:b` + `c`).
@@ -37,10 +44,18 @@ pub(crate) fn malformed(what: &str) -> StoreError {
 
 /// Runs `fut` within `budget`: a Redis failure or the budget running out
 /// is a [`StoreError`], never a wait beyond it (SPEC DQ-5).
+///
+/// A zero budget fails at once without polling `fut`: `timeout` polls the
+/// operation before its timer, and an elapsed timer fires only at the
+/// timer driver's next tick, so the command was sent and could run in
+/// Redis, or even answer (measured: a zero-budget reservation granted).
 pub(crate) async fn bounded<T>(
     budget: Duration,
     fut: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, StoreError> {
+    if budget.is_zero() {
+        return Err(StoreError::Timeout(budget));
+    }
     match tokio::time::timeout(budget, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(unavailable(&e)),

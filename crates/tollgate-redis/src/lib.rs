@@ -1,4 +1,5 @@
-//! tollgate's shared quota store on Redis (SPEC §13, DQ-1..DQ-5).
+//! tollgate's shared quota store on Redis (SPEC §13, DQ-1..DQ-7): a
+//! single node or a Redis Cluster, over TCP or TLS.
 //!
 //! [`RedisBackend`] implements the engine's [`RemoteBackend`] seam: every
 //! scope opened on it is a [`RedisQuota`] whose operations (reserve,
@@ -27,6 +28,7 @@
 
 mod backend;
 mod changes;
+mod connect;
 mod error;
 mod keys;
 mod limits;
@@ -44,4 +46,4 @@ pub use quota::RedisQuota;
 pub use reply::RawReserve;
 pub use settings::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisSettings};
 #[cfg(feature = "testing")]
-pub use testing::{RedisServer, require_redis};
+pub use testing::{RedisCluster, RedisServer, require_redis};

@@ -1,7 +1,7 @@
 //! [`RedisQuota`]: one scope's quota arithmetic in Redis.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::FromRedisValue;
@@ -10,7 +10,7 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore,
+    Actual, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
     RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
 };
 
@@ -32,6 +32,15 @@ const REDIS_TIME: u64 = u64::MAX;
 /// in microseconds since the scope's epoch, its `seq` the epoch's tag (a
 /// reservation granted before the scope's keys were lost settles nothing);
 /// its `stamp` is the local instant at which the answer arrived.
+///
+/// Every operation that may reach Redis twice is named (SPEC DQ-6): a
+/// settlement (which the engine retries) by the [`OpId`] its caller gives,
+/// `forget` by one chosen per call, and on a cluster, whose client resends
+/// a command after a dropped connection, `reserve` and `lease` too (a
+/// single node's connection never resends, and the engine never retries
+/// them: no marker on the hot path there). Its script records its answer
+/// under that name (`{prefix:scope}:op:<id>`, kept a few minutes) and a
+/// repeat of it returns that answer without changing anything.
 #[derive(Debug)]
 pub struct RedisQuota {
     shared: Arc<Shared>,
@@ -45,6 +54,10 @@ pub struct RedisQuota {
     /// An explicit store time for every script (tests only), or
     /// [`REDIS_TIME`].
     time: AtomicU64,
+    /// How many times each script runs per operation (tests only: 1).
+    runs: AtomicU32,
+    /// Every operation is named, as on a cluster (tests only).
+    name_all: AtomicBool,
 }
 
 impl RedisQuota {
@@ -61,6 +74,8 @@ impl RedisQuota {
             local,
             notify,
             time: AtomicU64::new(REDIS_TIME),
+            runs: AtomicU32::new(1),
+            name_all: AtomicBool::new(false),
         }
     }
 
@@ -82,6 +97,24 @@ impl RedisQuota {
             .store(micros.unwrap_or(REDIS_TIME), Ordering::Relaxed);
     }
 
+    /// Runs every script `runs` times in a row per operation, under one
+    /// name (every operation named, as on a cluster), as a retry or a
+    /// resend would (SPEC DQ-6); an answer of a repeat that differs from
+    /// the first is an error. For tests of idempotence only.
+    #[doc(hidden)]
+    #[cfg(feature = "testing")]
+    pub fn set_runs(&self, runs: u32) {
+        self.runs.store(runs.max(1), Ordering::Relaxed);
+        self.name_all.store(true, Ordering::Relaxed);
+    }
+
+    /// The name of a `reserve` or `lease`: only where a repeat can happen
+    /// (see the type's notes).
+    fn admission_name(&self) -> Option<OpId> {
+        let repeated = self.shared.settings.cluster || self.name_all.load(Ordering::Relaxed);
+        repeated.then(OpId::new)
+    }
+
     /// The reserve script's answer in the store's units (tests compare it
     /// with the in-process store's).
     #[doc(hidden)]
@@ -98,18 +131,25 @@ impl RedisQuota {
             }
         };
         let reply: Vec<i64> = self
-            .run(Op::Reserve, |d| demand.amount(d), &extra, budget)
+            .run(
+                Op::Reserve,
+                |d| demand.amount(d),
+                &extra,
+                self.admission_name(),
+                budget,
+            )
             .await?;
         reply::reserve(&reply)
     }
 
-    /// Runs `op`'s script with each limit's amount from `amount` and the
-    /// operation's own arguments.
+    /// Runs `op`'s script with each limit's amount from `amount`, the
+    /// operation's own arguments, and its marker when it is named.
     async fn run<T: FromRedisValue>(
         &self,
         op: Op,
         amount: impl Fn(Dimension) -> u64,
         extra: &[String],
+        name: Option<OpId>,
         budget: Duration,
     ) -> Result<T, StoreError> {
         let mut args = Vec::with_capacity(4 + 7 * self.limits.len() + extra.len());
@@ -128,11 +168,21 @@ impl RedisQuota {
         for k in &self.keys.keys {
             invocation.key(k);
         }
+        if let Some(name) = name {
+            invocation.key(self.keys.marker(name));
+        }
         for a in &args {
             invocation.arg(a);
         }
         let mut conn = self.shared.conn.clone();
-        bounded(budget, invocation.invoke_async(&mut conn)).await
+        let first: redis::Value = bounded(budget, invocation.invoke_async(&mut conn)).await?;
+        for _ in 1..self.runs.load(Ordering::Relaxed) {
+            let again: redis::Value = bounded(budget, invocation.invoke_async(&mut conn)).await?;
+            if again != first {
+                return Err(crate::error::malformed("a repeat answered differently"));
+            }
+        }
+        T::from_redis_value(first).map_err(|e| crate::error::malformed(&e.to_string()))
     }
 
     fn now(&self) -> Instant {
@@ -197,7 +247,13 @@ impl RemoteQuota for RedisQuota {
             let demand = reservation.demand;
             // The amounts come from the hold itself.
             let answer: Vec<i64> = self
-                .run(Op::Lease, |_| 0, &[id.to_string()], budget)
+                .run(
+                    Op::Lease,
+                    |_| 0,
+                    &[id.to_string()],
+                    self.admission_name(),
+                    budget,
+                )
                 .await?;
             let Some((tick, tag)) = reply::lease(&answer)? else {
                 return Ok(None);
@@ -215,7 +271,13 @@ impl RemoteQuota for RedisQuota {
     fn forget(&self, id: HoldId, budget: Duration) -> StoreFuture<'_, Result<bool, StoreError>> {
         Box::pin(async move {
             let found: i64 = self
-                .run(Op::Forget, |_| 0, &[id.to_string()], budget)
+                .run(
+                    Op::Forget,
+                    |_| 0,
+                    &[id.to_string()],
+                    Some(OpId::new()),
+                    budget,
+                )
                 .await?;
             Ok(found == 1)
         })
@@ -224,6 +286,7 @@ impl RemoteQuota for RedisQuota {
     fn refund(
         &self,
         reservation: Reservation,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -237,6 +300,7 @@ impl RemoteQuota for RedisQuota {
                 Op::Refund,
                 |d| demand.amount(d),
                 &[num(reservation.tick), reservation.seq.to_string()],
+                Some(op),
                 budget,
             )
             .await
@@ -248,6 +312,7 @@ impl RemoteQuota for RedisQuota {
         &self,
         reservation: Reservation,
         actual: Actual,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -270,9 +335,15 @@ impl RemoteQuota for RedisQuota {
                 num(settled(Dimension::OutputTokens)),
                 reservation.seq.to_string(),
             ];
-            self.run::<i64>(Op::Reconcile, |d| demand.amount(d), &extra, budget)
-                .await
-                .map(drop)
+            self.run::<i64>(
+                Op::Reconcile,
+                |d| demand.amount(d),
+                &extra,
+                Some(op),
+                budget,
+            )
+            .await
+            .map(drop)
         })
     }
 
@@ -281,6 +352,7 @@ impl RemoteQuota for RedisQuota {
         reservation: Reservation,
         requests: bool,
         tokens: bool,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -294,7 +366,7 @@ impl RemoteQuota for RedisQuota {
                 if chosen { demand.amount(d) } else { 0 }
             };
             let extra = [num(reservation.tick), reservation.seq.to_string()];
-            self.run::<i64>(Op::Release, amount, &extra, budget)
+            self.run::<i64>(Op::Release, amount, &extra, Some(op), budget)
                 .await
                 .map(drop)
         })
@@ -304,6 +376,7 @@ impl RemoteQuota for RedisQuota {
         &self,
         reservation: Reservation,
         ago: Duration,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
         Box::pin(async move {
@@ -318,7 +391,7 @@ impl RemoteQuota for RedisQuota {
                 reservation.seq.to_string(),
             ];
             let moved: i64 = self
-                .run(Op::Recount, |d| demand.amount(d), &extra, budget)
+                .run(Op::Recount, |d| demand.amount(d), &extra, Some(op), budget)
                 .await?;
             let moved = reply::instant(moved)?;
             if moved <= reservation.tick {
@@ -337,7 +410,7 @@ impl RemoteQuota for RedisQuota {
         budget: Duration,
     ) -> StoreFuture<'_, Result<Vec<LimitSnapshot>, StoreError>> {
         Box::pin(async move {
-            let available: Vec<i64> = self.run(Op::Snapshot, |_| 0, &[], budget).await?;
+            let available: Vec<i64> = self.run(Op::Snapshot, |_| 0, &[], None, budget).await?;
             if available.len() != self.limits.len() {
                 return Err(crate::error::malformed("snapshot"));
             }

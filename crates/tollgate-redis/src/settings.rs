@@ -1,5 +1,6 @@
 //! What a [`RedisBackend`](crate::RedisBackend) is built from.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,14 @@ pub const DEFAULT_PREFIX: &str = "tollgate";
 /// The default per-operation timeout (SPEC DQ-5).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// Settings of a Redis quota store (SPEC DQ-1, DQ-3, DQ-5).
+/// Settings of a Redis quota store (SPEC DQ-1, DQ-3, DQ-5, DQ-7).
+///
+/// The deployment (SPEC DQ-7) follows from the URL and two settings: one
+/// `redis://` (or `rediss://`, TLS) URL is a single node; with
+/// [`cluster`](Self::cluster) the URL is one or more seed nodes of a Redis
+/// Cluster, comma-separated; [`ca_file`](Self::ca_file) names the PEM file
+/// of the certificate authority a `rediss://` server's certificate is
+/// checked against (else the system's roots).
 ///
 /// ```
 /// use std::time::Duration;
@@ -30,6 +38,8 @@ pub struct RedisSettings {
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
     pub(crate) clock: SharedClock,
+    pub(crate) cluster: bool,
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 impl RedisSettings {
@@ -42,6 +52,8 @@ impl RedisSettings {
             timeout: DEFAULT_TIMEOUT,
             on_unavailable: Unavailable::default(),
             clock: Arc::new(TokioClock),
+            cluster: false,
+            ca_file: None,
         }
     }
 
@@ -72,9 +84,40 @@ impl RedisSettings {
         self
     }
 
-    /// The server's URL.
+    /// Whether the URL names seed nodes of a Redis Cluster (SPEC DQ-7):
+    /// keys are then routed by slot, MOVED and ASK redirections followed,
+    /// and scripts loaded on every node. Default: a single node.
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The PEM file of the certificate authorities that a `rediss://`
+    /// server's certificate must chain to (default: the system's roots).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// The server's URL (a cluster's seed URLs, comma-separated).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Each URL of [`url`](Self::url): one for a single node, the seeds of
+    /// a cluster.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',').map(str::trim).filter(|u| !u.is_empty())
+    }
+
+    /// Whether the URL names a cluster's seeds.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The certificate authorities' PEM file, if set.
+    pub fn ca_file_path(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
     }
 
     /// The key prefix.

@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{RemoteBackend, RemoteQuota};
-use tollgate::{AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId};
+use tollgate::{
+    AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId, StoreMode, TokenEstimate,
+    Usage,
+};
 use tollgate_redis::{RedisBackend, RedisServer, RedisSettings};
 
 /// The window of most scopes here.
@@ -133,6 +136,27 @@ async fn left_behind(
         .expect("snapshot")[0]
         .available;
     (holds, available)
+}
+
+// proves: DQ-5 (an operation is bounded by the store's own timeout, not
+// by a shorter one of the Redis client's: an answer that comes after a
+// one-second stall, within a three-second timeout, is an answer, not a
+// store failure)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_within_the_timeout_is_not_a_failure() {
+    let Some(server) = common::server("an_answer_within_the_timeout_is_not_a_failure") else {
+        return;
+    };
+    let (backend, scope, c) = replica(&server, "slow", Duration::from_secs(3), (3, WINDOW)).await;
+    pause(&server, 1_000).await;
+    let lease = c
+        .acquire(&Call::new(ScopeId::FIRST), Deadline::NONE)
+        .await
+        .expect("admitted once Redis answers");
+    let counters = c.snapshot().scopes[0].counters;
+    assert_eq!(counters.store_errors, 0, "{counters:?}");
+    drop(lease);
+    closed_with_nothing_left(&c, &backend, &server, &scope).await;
 }
 
 // proves: Q-9, DQ-5 (a pending reservation whose round trip the call's
@@ -292,4 +316,62 @@ fn close_waits_for_a_pending_hold_in_flight() {
         }
     });
     drop(scope);
+}
+
+// proves: DQ-6, Q-5, DQ-3 (a reconciliation whose answer is lost, and
+// which the engine therefore retries, gives back exactly once: with Redis
+// stalled every attempt times out and then runs once Redis resumes, and
+// the scope counts the reported usage, no less; those late settlements do
+// not make the store unavailable)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_whose_answer_is_lost_gives_back_once() {
+    let Some(server) = common::server("a_reconcile_whose_answer_is_lost_gives_back_once") else {
+        return;
+    };
+    let backend = Arc::new(
+        RedisBackend::new(
+            RedisSettings::new(server.url())
+                .prefix(common::unique("reconciling"))
+                .timeout(Duration::from_millis(50)),
+        )
+        .expect("backend"),
+    );
+    // A long window: nothing ages out while the test looks.
+    let scope = ScopeConfig::new("reconciling").tokens(10_000, Duration::from_secs(60));
+    let c = AdmissionController::builder()
+        .scope(scope.clone())
+        .shared_store(Arc::clone(&backend) as Arc<dyn RemoteBackend>)
+        .build()
+        .expect("controller");
+    ready(&server).await;
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(4_000, 1_000));
+    let mut lease = c.acquire(&call, Deadline::NONE).await.expect("admitted");
+    // Input a little over its estimate, the total far under it: the
+    // engine retries (debt on a dimension the scope does not limit).
+    pause(&server, 400).await;
+    lease
+        .reconcile(Usage::from_io(4_100, 100))
+        .expect("first settlement");
+    drop(lease);
+    // Every attempt timed out; Redis then runs each of them.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Settlements that ran late are no outage (SPEC DQ-3): the store is
+    // still shared and the next call is admitted from it.
+    assert_eq!(c.snapshot().scopes[0].store, Some(StoreMode::Shared));
+    let next = c
+        .acquire(&call, Deadline::NONE)
+        .await
+        .expect("shared store");
+    drop(next);
+    c.close().await;
+    let limits = backend
+        .open_scope(&scope)
+        .snapshot(Duration::from_secs(5))
+        .await
+        .expect("snapshot");
+    assert_eq!(
+        limits[0].available,
+        10_000 - 4_200 - 5_000,
+        "the reported usage stays counted, given back once"
+    );
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Actual, Demand, Hold, HoldId, RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError,
+    Actual, Demand, Hold, HoldId, OpId, RemoteBackend, RemoteHold, RemoteQuota, Reservation,
+    StoreError,
 };
 use tollgate_redis::{RedisBackend, RedisQuota, RedisSettings};
 
@@ -44,12 +45,15 @@ async fn every_op(
     );
     time!("lease", store.lease(pending, HoldId::new(), budget));
     time!("forget", store.forget(HoldId::new(), budget));
-    time!("refund", store.refund(r, budget));
-    time!("reconcile", store.reconcile(r, Actual::total(0), budget));
-    time!("release", store.release(r, true, true, budget));
+    time!("refund", store.refund(r, OpId::new(), budget));
+    time!(
+        "reconcile",
+        store.reconcile(r, Actual::total(0), OpId::new(), budget)
+    );
+    time!("release", store.release(r, true, true, OpId::new(), budget));
     time!(
         "recount",
-        store.recount(r, Duration::from_millis(1), budget)
+        store.recount(r, Duration::from_millis(1), OpId::new(), budget)
     );
     time!("snapshot", store.snapshot(budget));
     out
@@ -121,21 +125,5 @@ async fn operations_fail_fast_while_redis_is_down_and_recover() {
     // wakes this one's waiters.
     let changes = store.changes().unwrap();
     let other = common::backend(&server, "outage").open_scope(&config);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let notified = changes.notified();
-        let r = other
-            .reserve(Demand::new(1, 0), RemoteHold::Leased, BUDGET)
-            .await
-            .unwrap()
-            .unwrap();
-        other.refund(r, BUDGET).await.unwrap();
-        if tokio::time::timeout(Duration::from_millis(200), notified)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no notice after the restart");
-    }
+    common::a_refund_notifies(&changes, &other).await;
 }

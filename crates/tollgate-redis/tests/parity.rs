@@ -14,11 +14,11 @@ mod common;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, Demand, Dimension, Hold, HoldId, LocalQuota, QuotaStore, RemoteHold, RemoteQuota,
+    Actual, Demand, Dimension, Hold, HoldId, LocalQuota, OpId, QuotaStore, RemoteHold, RemoteQuota,
     Reservation,
 };
 use tollgate_redis::{RawReserve, RedisBackend, RedisQuota};
@@ -206,10 +206,7 @@ impl Harness<'_> {
     }
 
     fn pick(&self, i: usize, want: impl Fn(&Entry) -> bool) -> Option<usize> {
-        let matching: Vec<usize> = (0..self.entries.len())
-            .filter(|&k| want(&self.entries[k]))
-            .collect();
-        (!matching.is_empty()).then(|| matching[i % matching.len()])
+        common::pick(&self.entries, i, want)
     }
 
     fn at(&self) {
@@ -238,7 +235,7 @@ impl Harness<'_> {
             .remote
             .reserve_raw(demand, remote_hold, BUDGET)
             .await
-            .map_err(fail)?;
+            .map_err(common::fail)?;
         match (local, raw) {
             (Some(Ok(_)) | None, RawReserve::Granted { tick, tag }) => {
                 prop_assert_eq!(tick, self.now, "store instant");
@@ -319,7 +316,7 @@ impl Harness<'_> {
                 }
                 let id = e.id.take().expect("a pending entry has a name");
                 let leased = self.remote.lease(e.remote, id, BUDGET).await;
-                e.remote = leased.map_err(fail)?.expect("the hold is there");
+                e.remote = leased.map_err(common::fail)?.expect("the hold is there");
                 prop_assert_eq!(e.remote.tick, self.now);
                 e.start = Some(self.now);
                 let c = e.counts;
@@ -335,10 +332,14 @@ impl Harness<'_> {
                 }
                 match e.id {
                     Some(id) => {
-                        let found = self.remote.forget(id, BUDGET).await.map_err(fail)?;
+                        let found = self.remote.forget(id, BUDGET).await.map_err(common::fail)?;
                         prop_assert!(found, "the hold is there");
                     }
-                    None => self.remote.refund(e.remote, BUDGET).await.map_err(fail)?,
+                    None => self
+                        .remote
+                        .refund(e.remote, OpId::new(), BUDGET)
+                        .await
+                        .map_err(common::fail)?,
                 }
                 if e.start.is_some() {
                     self.give(e.counts);
@@ -371,9 +372,9 @@ impl Harness<'_> {
                     l.reconcile(&e.local, &actual);
                 }
                 self.remote
-                    .reconcile(e.remote, actual, BUDGET)
+                    .reconcile(e.remote, actual, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 let before = e.counts;
                 for d in Dimension::ALL {
                     if let Some(used) = actual.amount(d, &estimate) {
@@ -397,9 +398,9 @@ impl Harness<'_> {
                     l.release(&e.local, requests, tokens);
                 }
                 self.remote
-                    .release(e.remote, requests, tokens, BUDGET)
+                    .release(e.remote, requests, tokens, OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 let given: Counts = std::array::from_fn(|i| {
                     let chosen = if Dimension::ALL[i].is_tokens() {
                         tokens
@@ -427,9 +428,9 @@ impl Harness<'_> {
                 }
                 e.remote = self
                     .remote
-                    .recount(e.remote, Duration::from_micros(ago), BUDGET)
+                    .recount(e.remote, Duration::from_micros(ago), OpId::new(), BUDGET)
                     .await
-                    .map_err(fail)?;
+                    .map_err(common::fail)?;
                 if exact {
                     prop_assert_eq!(e.local.tick, e.remote.tick * 1_000, "recounted stamp");
                 }
@@ -445,7 +446,7 @@ impl Harness<'_> {
     /// Both stores see the same availability in every limit.
     async fn same_availability(&mut self) -> Result<(), TestCaseError> {
         self.at();
-        let remote = self.remote.snapshot(BUDGET).await.map_err(fail)?;
+        let remote = self.remote.snapshot(BUDGET).await.map_err(common::fail)?;
         let now = self.instant();
         let Some(store) = &mut self.local else {
             return Ok(());
@@ -547,10 +548,6 @@ impl Harness<'_> {
     }
 }
 
-fn fail(e: tollgate::quota::StoreError) -> TestCaseError {
-    TestCaseError::fail(format!("store error: {e}"))
-}
-
 async fn run_case(backend: &RedisBackend, case: Case, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let config = scope(&common::unique("parity"), case);
     let remote = backend.open_scope(&config);
@@ -596,16 +593,7 @@ fn redis_store_matches_the_in_process_store() {
         .build()
         .expect("runtime");
     let backend = rt.block_on(async { common::backend(&server, "parity") });
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
-        source_file: Some(file!()),
-        ..Config::default()
-    });
+    let mut runner = common::runner(file!(), 256);
     let strategy = (case(), proptest::collection::vec(op(), 1..80));
     let result = runner.run(&strategy, |(case, ops)| {
         rt.block_on(run_case(&backend, case, ops))

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, RemoteHold, RemoteQuota, Reservation};
+use tollgate::quota::{Actual, Demand, OpId, RemoteHold, RemoteQuota, Reservation};
 use tollgate_redis::RedisQuota;
 
 use common::BUDGET;
@@ -74,11 +74,14 @@ async fn stale_settlement(algorithm: Algorithm, how: Settle, name: &str) {
     // never started, or refused by the provider).
     match how {
         Settle::Reconcile => store
-            .reconcile(old, Actual::total(0), BUDGET)
+            .reconcile(old, Actual::total(0), OpId::new(), BUDGET)
             .await
             .unwrap(),
-        Settle::Refund => store.refund(old, BUDGET).await.unwrap(),
-        Settle::Release => store.release(old, false, true, BUDGET).await.unwrap(),
+        Settle::Refund => store.refund(old, OpId::new(), BUDGET).await.unwrap(),
+        Settle::Release => store
+            .release(old, false, true, OpId::new(), BUDGET)
+            .await
+            .unwrap(),
     }
     // Nothing admitted after the restart was given back: still full.
     let extra = granted(&store, Demand::new(60, 0)).await;

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, HoldId, RemoteHold, RemoteQuota, Reservation};
+use tollgate::quota::{
+    Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota, Reservation, StoreError,
+};
 use tollgate_redis::{BuildError, RedisBackend, RedisSettings};
 
 use common::BUDGET;
@@ -68,9 +70,10 @@ async fn operations_survive_a_script_flush() {
     assert_eq!(snapshot[2].available, 990);
 }
 
-// proves: DQ-5 (every key written has a TTL longer than the longest
-// window, refreshed on write; all keys of a scope share one hash tag and
-// start with the prefix)
+// proves: DQ-5, DQ-6 (every key written has a TTL longer than the longest
+// window, refreshed on write, the whole scope's the same, and each
+// operation's marker one of a few minutes; all keys of a scope share one
+// hash tag and start with the prefix)
 #[tokio::test]
 async fn every_key_has_a_ttl() {
     let Some(server) = common::server("every_key_has_a_ttl") else {
@@ -84,8 +87,14 @@ async fn every_key_has_a_ttl() {
         // A second hold, still pending: its keys are written too.
         granted(&store, Demand::new(1, 0), pending(HoldId::new())).await;
         let r = store.lease(r, id, BUDGET).await.unwrap().unwrap();
-        store.reconcile(r, Actual::total(3), BUDGET).await.unwrap();
-        store.release(r, true, false, BUDGET).await.unwrap();
+        store
+            .reconcile(r, Actual::total(3), OpId::new(), BUDGET)
+            .await
+            .unwrap();
+        store
+            .release(r, true, false, OpId::new(), BUDGET)
+            .await
+            .unwrap();
         let tag = format!("{{ttl:{}}}", config.name());
         assert_eq!(
             store.keys().len(),
@@ -103,7 +112,21 @@ async fn every_key_has_a_ttl() {
             .query_async(&mut raw)
             .await
             .unwrap();
+        // Reconcile, release: one marker each (a single node names no
+        // reserve or lease: nothing repeats them).
+        let (markers, keys): (Vec<String>, Vec<String>) =
+            keys.into_iter().partition(|k| k.contains(":op:"));
         assert_eq!(keys.len(), written, "{keys:?}");
+        assert_eq!(markers.len(), 2, "{markers:?}");
+        for key in &markers {
+            assert!(key.starts_with(&format!("{tag}:op:")), "{key}");
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert!(ttl > 240_000 && ttl <= 300_000, "{key}: TTL {ttl} ms");
+        }
         for key in &keys {
             assert!(store.keys().contains(key), "unexpected key {key}");
             assert!(key.starts_with(&tag), "{key} outside the hash tag {tag}");
@@ -112,13 +135,10 @@ async fn every_key_has_a_ttl() {
                 .query_async(&mut raw)
                 .await
                 .unwrap();
-            // Longest window one hour: two of it plus an hour; a pending
-            // hold's keys a TTL beyond the hold's expiry (an hour here).
-            let most = if key.ends_with(":pend") || key.ends_with(":pendx") {
-                4 * 3_600_000
-            } else {
-                3 * 3_600_000
-            };
+            // Longest window one hour: two of it plus an hour; every key
+            // of the scope expires with it, a TTL beyond the latest
+            // pending hold's expiry (an hour here).
+            let most = 4 * 3_600_000;
             assert!(
                 ttl > 3 * 3_600_000 - 60_000 && ttl <= most,
                 "{key}: TTL {ttl} ms"
@@ -159,19 +179,25 @@ async fn giving_quota_back_notifies_other_replicas() {
     let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("refund"));
     tokio::task::yield_now().await;
-    giver.refund(r, BUDGET).await.unwrap();
+    giver.refund(r, OpId::new(), BUDGET).await.unwrap();
     wait.await.unwrap();
 
     let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("reconcile"));
     tokio::task::yield_now().await;
-    giver.reconcile(r, Actual::total(10), BUDGET).await.unwrap();
+    giver
+        .reconcile(r, Actual::total(10), OpId::new(), BUDGET)
+        .await
+        .unwrap();
     wait.await.unwrap();
 
     let r = granted(&giver, Demand::new(50, 0), RemoteHold::Leased).await;
     let wait = tokio::spawn(notified("release"));
     tokio::task::yield_now().await;
-    giver.release(r, true, true, BUDGET).await.unwrap();
+    giver
+        .release(r, true, true, OpId::new(), BUDGET)
+        .await
+        .unwrap();
     wait.await.unwrap();
 }
 
@@ -298,4 +324,29 @@ async fn pending_holds_expire_and_are_given_back_once() {
         );
         assert_eq!(available().await, 1, "{algorithm:?}: the lease counts");
     }
+}
+
+// proves: DQ-5 (a zero budget sends nothing: the operation fails with a
+// timeout at once, before a command could reach Redis and land unseen)
+#[tokio::test]
+async fn a_zero_budget_sends_nothing() {
+    let Some(server) = common::server("a_zero_budget_sends_nothing") else {
+        return;
+    };
+    let store = common::backend(&server, "zero").open_scope(&config("zero"));
+    // Connected, scripts loaded: an operation could complete at once.
+    granted(&store, Demand::new(1, 0), RemoteHold::Leased).await;
+    for _ in 0..20 {
+        let answer = store
+            .reserve(Demand::new(1, 0), RemoteHold::Leased, Duration::ZERO)
+            .await;
+        assert_eq!(answer, Err(StoreError::Timeout(Duration::ZERO)));
+    }
+    // Let anything sent land, then count.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let snapshot = store.snapshot(BUDGET).await.unwrap();
+    assert_eq!(
+        snapshot[0].available, 9,
+        "only the first reservation landed"
+    );
 }

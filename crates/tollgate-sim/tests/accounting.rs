@@ -351,7 +351,8 @@ async fn the_background_consumer_spends_from_the_same_windows() {
     server.shutdown().await.expect("shutdown");
 }
 
-// proves: SIM-2 (the background consumer never exceeds the windows: it skips a tick without room)
+// proves: SIM-2 (the background consumer never exceeds the windows: it
+// skips a tick without room, and spends again once there is room)
 #[tokio::test]
 async fn the_background_consumer_skips_when_the_window_is_full() {
     let server = start(SimConfig {
@@ -361,19 +362,30 @@ async fn the_background_consumer_skips_when_the_window_is_full() {
         ..SimConfig::default()
     })
     .await;
-    // The client fills the window before the first tick (at 250 ms).
-    for _ in 0..4 {
-        let r = post(&server, "/v1/chat/completions", &chat(TEXT, Some(1))).await;
-        assert_eq!(r.status(), StatusCode::OK);
-    }
-    tokio::time::sleep(ms(900)).await;
+    // The client fills the window at once. The consumer ticks every
+    // 250 ms: on a busy machine a tick may still come first and take a
+    // unit, and the client's last request is refused; the window is full
+    // either way. (The test used to assume that four requests in a row
+    // finish before the first tick, and that nothing leaves the window
+    // until a fixed 900 ms sleep is over: not so on two busy cores.)
+    let body = chat(TEXT, Some(1));
+    let answers = futures_util::future::join_all(
+        (0..4).map(|_| post(&server, "/v1/chat/completions", &body)),
+    )
+    .await;
+    let ok = answers
+        .iter()
+        .filter(|r| r.status() == StatusCode::OK)
+        .count() as u64;
+    // Ticks without room are skipped.
+    wait_for_stats(&server, |s| s.background_skipped >= 2).await;
     let stats = server.stats();
-    assert_eq!(stats.background_requests, 0, "{stats:?}");
-    assert!(stats.background_skipped >= 3, "{stats:?}");
-    assert_eq!(stats.max_requests_in_window, 4);
+    assert_eq!(stats.max_requests_in_window, 4, "{stats:?}");
+    assert_eq!(stats.requests_charged, ok, "{stats:?}");
     // Skipped ticks are not client refusals.
-    assert_eq!(stats.rejected_429.total(), 0);
+    assert_eq!(stats.rejected_429.total(), 4 - ok, "{stats:?}");
     // Once the client's requests have left, the consumer spends again.
-    wait_for_stats(&server, |s| s.background_requests >= 1).await;
+    let spent = stats.background_requests;
+    wait_for_stats(&server, |s| s.background_requests > spent).await;
     assert!(server.stats().max_requests_in_window <= 4);
 }

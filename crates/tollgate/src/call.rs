@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::flow::Flow;
+
 /// A caller-chosen identity for a call (SPEC ADM-6).
 ///
 /// Only calls that carry an id are checked for conflicts: an id already
@@ -83,7 +85,8 @@ impl TokenEstimate {
     }
 }
 
-/// One attempt to admit: its scope, its optional id and token estimate.
+/// One attempt to admit: its scope, its optional id and token estimate,
+/// its pool and its flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Call {
     /// Conflict-checked identity, if the caller has one.
@@ -95,6 +98,9 @@ pub struct Call {
     /// The concurrency pool each attempt takes a permit from; `None` uses
     /// the controller's default pool, if it has one.
     pub pool: Option<PoolId>,
+    /// The tenant, class and weight it is scheduled by among the scope's
+    /// waiting calls (SPEC FAIR-1); [`Flow::DEFAULT`] unless set.
+    pub flow: Flow,
 }
 
 impl Call {
@@ -105,6 +111,7 @@ impl Call {
             scope,
             estimate: None,
             pool: None,
+            flow: Flow::DEFAULT,
         }
     }
 
@@ -123,6 +130,12 @@ impl Call {
     /// Sets the concurrency pool.
     pub const fn with_pool(mut self, pool: PoolId) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Sets the flow (SPEC FAIR-1).
+    pub const fn with_flow(mut self, flow: Flow) -> Self {
+        self.flow = flow;
         self
     }
 

@@ -18,6 +18,7 @@ pub mod config;
 mod deadline;
 mod error;
 pub mod estimate;
+mod flow;
 mod in_flight;
 pub mod lifecycle;
 pub mod quota;
@@ -27,13 +28,14 @@ pub mod tower;
 mod usage;
 
 pub use admission::{
-    Acquire, Admission, AdmissionController, CallClaim, ControllerBuilder, CooldownOutcome, Lease,
-    Pool, PoolPermit, PoolSnapshot, Reconfiguration, SavedQuota, ScopeCounters, ScopeSnapshot,
-    Snapshot, StoreMode,
+    Acquire, Admission, AdmissionController, CallClaim, ControllerBuilder, CooldownOutcome,
+    FlowSnapshot, Lease, Pool, PoolPermit, PoolSnapshot, Reconfiguration, SavedQuota,
+    ScopeCounters, ScopeSnapshot, Snapshot, StoreMode,
 };
 pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
+pub use flow::{Flow, Priority, UnknownPriority};
 pub use quota::{BudgetReport, Dimension, LimitSnapshot, LimitedBy, Observed, RefusalCost};
 pub use usage::{AlreadySettled, Counter, Settlement, Usage};

@@ -93,6 +93,7 @@ use crate::call::{PoolId, ScopeId};
 use crate::config::ConfigError;
 use crate::deadline::Deadline;
 use crate::estimate::TokenEstimator;
+use crate::flow::Flow;
 use crate::lifecycle::{
     AttemptContext, AttemptPolicy, CallError, CallOptions, ErrorKind, Provider, ProviderError,
     Reply, RequestEstimator, StreamEvent, Supervisor,
@@ -101,6 +102,10 @@ use crate::usage::Usage;
 
 /// Classifies an inner service error into a provider error (SPEC RT-2).
 pub type Classify<E> = Arc<dyn Fn(&E) -> ProviderError + Send + Sync>;
+
+/// Tells which flow (tenant, class, weight) a request waits in when the
+/// scope is shared (SPEC FAIR-1, FAIR-7); see [`TollgateLayer::flow`].
+pub type FlowExtractor<Req> = Arc<dyn Fn(&Req) -> Flow + Send + Sync>;
 
 /// Reads the usage a provider reported from a response of type `Resp`
 /// (SPEC Q-5, Q-6), so the attempt's token reservation is settled with it.
@@ -138,6 +143,7 @@ pub struct TollgateLayer<Req, E, U = NoUsage> {
     controller: AdmissionController,
     classify: Classify<E>,
     estimator: Option<RequestEstimator<Req>>,
+    flow: Option<FlowExtractor<Req>>,
     usage: Arc<U>,
     policy: AttemptPolicy,
     scope: ScopeId,
@@ -153,6 +159,7 @@ impl<Req, E, U> Clone for TollgateLayer<Req, E, U> {
             controller: self.controller.clone(),
             classify: Arc::clone(&self.classify),
             estimator: self.estimator.clone(),
+            flow: self.flow.clone(),
             usage: Arc::clone(&self.usage),
             policy: self.policy,
             scope: self.scope,
@@ -172,6 +179,7 @@ impl<Req, E, U> fmt::Debug for TollgateLayer<Req, E, U> {
             .field("policy", &self.policy)
             .field("timeout", &self.timeout)
             .field("estimator", &self.estimator.is_some())
+            .field("flow", &self.flow.is_some())
             .field("usage", &std::any::type_name::<U>())
             .finish_non_exhaustive()
     }
@@ -188,6 +196,7 @@ impl<Req, E: 'static> TollgateLayer<Req, E> {
             controller,
             classify: Arc::new(classify),
             estimator: None,
+            flow: None,
             usage: Arc::new(NoUsage),
             policy: AttemptPolicy::default(),
             scope: ScopeId::FIRST,
@@ -210,6 +219,32 @@ impl<Req, E, U> TollgateLayer<Req, E, U> {
         self
     }
 
+    /// Tells each request's flow (tenant, class, weight): requests of
+    /// several tenants sharing the scope then wait fairly (SPEC FAIR-1,
+    /// FAIR-7). Without it every request is in [`Flow::DEFAULT`] (FIFO).
+    ///
+    /// ```
+    /// # use tollgate::lifecycle::{ErrorKind, ProviderError};
+    /// # use tollgate::tower::TollgateLayer;
+    /// # use tollgate::AdmissionController;
+    /// use tollgate::{Flow, Priority};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let controller = AdmissionController::builder().build()?;
+    /// // (tenant, prompt) requests; tenant 1 is a batch job.
+    /// let layer = TollgateLayer::<(u32, String), std::io::Error>::new(controller, |e| {
+    ///     ProviderError::new(ErrorKind::Connect, e.to_string())
+    /// })
+    /// .flow(|(tenant, _): &(u32, String)| {
+    ///     let class = if *tenant == 1 { Priority::Batch } else { Priority::Standard };
+    ///     Flow::new(*tenant, class)
+    /// });
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn flow(mut self, extractor: impl Fn(&Req) -> Flow + Send + Sync + 'static) -> Self {
+        self.flow = Some(Arc::new(extractor));
+        self
+    }
+
     /// Reads the provider's usage from each response, so its reservation
     /// is settled (SPEC Q-5): usage below the estimate refunds the
     /// difference, above it records debt. Without an extractor, usage is
@@ -219,6 +254,7 @@ impl<Req, E, U> TollgateLayer<Req, E, U> {
             controller: self.controller,
             classify: self.classify,
             estimator: self.estimator,
+            flow: self.flow,
             usage: Arc::new(extractor),
             policy: self.policy,
             scope: self.scope,
@@ -298,6 +334,7 @@ where
             // The settings were validated by the layer's setters.
             supervisor: b.build_validated(),
             timeout: self.timeout,
+            flow: self.flow.clone(),
         }
     }
 }
@@ -362,6 +399,7 @@ where
 {
     supervisor: Supervisor<ServiceProvider<S, Req, E, U>>,
     timeout: Option<Duration>,
+    flow: Option<FlowExtractor<Req>>,
 }
 
 impl<S, Req, E, U> Clone for TollgateService<S, Req, E, U>
@@ -377,6 +415,7 @@ where
         TollgateService {
             supervisor: self.supervisor.clone(),
             timeout: self.timeout,
+            flow: self.flow.clone(),
         }
     }
 }
@@ -404,9 +443,10 @@ where
         let supervisor = self.supervisor.clone();
         let now = supervisor.controller().clock().now();
         let deadline = Deadline::from_timeout(self.timeout, now);
+        let flow = self.flow.as_ref().map_or(Flow::DEFAULT, |f| f(&request));
         Box::pin(async move {
             supervisor
-                .invoke(&request, CallOptions::deadline(deadline))
+                .invoke_with_flow(&request, CallOptions::deadline(deadline), flow)
                 .await
                 .map(|c| c.response)
         })

@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::config::{MINUTE, ScopeConfig};
-use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+use tollgate::{AdmissionController, Call, Deadline, Flow, Priority, ScopeId, TokenEstimate};
 
 struct Counting;
 
@@ -59,7 +59,9 @@ fn call() -> Call {
 #[test]
 fn allocation_budgets() {
     uncontended_acquire_and_release_do_not_allocate();
-    queued_waiters_stay_within_the_memory_budget();
+    queued_waiters_stay_within_the_memory_budget(0);
+    queued_waiters_stay_within_the_memory_budget(10);
+    queued_waiters_stay_within_the_memory_budget(1_000);
 }
 
 // Not a SPEC rule: a performance budget of the uncontended fast path (an
@@ -90,8 +92,10 @@ fn uncontended_acquire_and_release_do_not_allocate() {
 // proves: ADM-5 (the queue is physically bounded; each queued waiter costs a
 // fixed, small amount of memory: budget 66 MiB per 100,000 waiters, about
 // 692 bytes; 677 measured since each waiter keeps its input and output
-// tokens apart for Q-12, 666 before)
-fn queued_waiters_stay_within_the_memory_budget() {
+// tokens apart for Q-12, 666 before) and FAIR-1 (grouping waiters into
+// flows keeps that budget: 687 bytes with one flow, 10 or 1,000 tenants,
+// as the flows share one store of nodes)
+fn queued_waiters_stay_within_the_memory_budget(flows: u32) {
     const WAITERS: usize = 100_000;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -112,17 +116,24 @@ fn queued_waiters_stay_within_the_memory_budget() {
         common::settle().await;
         let before = LIVE.load(Ordering::SeqCst);
         let mut tasks = Vec::with_capacity(WAITERS);
-        for _ in 0..WAITERS {
+        for i in 0..WAITERS {
             let c = c.clone();
+            let flow = match flows {
+                0 => Flow::DEFAULT,
+                n => Flow::new(i as u32 % n, Priority::Standard),
+            };
             tasks.push(tokio::spawn(async move {
-                let _ = c.acquire(&Call::new(ScopeId::FIRST), Deadline::NONE).await;
+                let call = Call::new(ScopeId::FIRST).with_flow(flow);
+                let _ = c.acquire(&call, Deadline::NONE).await;
             }));
         }
         while c.snapshot().scopes[0].queued < WAITERS {
             tokio::task::yield_now().await;
         }
         let per_waiter = (LIVE.load(Ordering::SeqCst) - before) / WAITERS;
-        println!("bytes per queued waiter (task, future, queue node, join handle): {per_waiter}");
+        println!(
+            "bytes per queued waiter (task, future, queue node, join handle), {flows} flows: {per_waiter}"
+        );
         assert!(
             per_waiter * WAITERS <= 66 << 20,
             "{per_waiter} bytes per waiter"

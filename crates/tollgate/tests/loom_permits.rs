@@ -201,6 +201,40 @@ fn close_during_hand_over_loses_nothing() {
     });
 }
 
+// proves: FAIR-6, Q-9 (permits held by named holders are counted under
+// the lock: a holder returning its permit while another holder's waiter
+// gives up, and a third takes the fast path, never loses or duplicates a
+// permit, and the counts come back to nothing)
+#[test]
+fn holders_hand_over_without_losing_a_permit() {
+    model(|| {
+        let p = Arc::new(Permits::bounded(1, 8));
+        assert_eq!(p.try_acquire_for(7), Ok(()));
+        let waiter = {
+            let p = p.clone();
+            thread::spawn(move || match p.register_for(9) {
+                Ok(Some(key)) => p.cancel(key),
+                Ok(None) => p.release_for(9),
+                Err(e) => panic!("refused: {e:?}"),
+            })
+        };
+        let barger = {
+            let p = p.clone();
+            thread::spawn(move || {
+                if p.try_acquire_for(3).is_ok() {
+                    p.release_for(3);
+                }
+            })
+        };
+        p.release_for(7);
+        waiter.join().unwrap();
+        barger.join().unwrap();
+        assert_eq!(p.available(), 1);
+        assert_eq!(p.waiting(), 0);
+        assert_eq!(p.try_acquire(), Ok(()), "the fast path is open again");
+    });
+}
+
 // proves: GW-15, POOL-1 (a pool lowered below the permits held while one
 // is being returned: a caller that comes after the change gets a permit
 // only once the holders are within the new size, and once all are back

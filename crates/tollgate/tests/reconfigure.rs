@@ -12,7 +12,9 @@ use tollgate::config::{
     Algorithm, ControllerConfig, CooldownConfig, MINUTE, PoolConfig, ScopeConfig,
 };
 use tollgate::quota::Dimension;
-use tollgate::{AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId};
+use tollgate::{
+    AdmissionController, AdmissionError, Call, Deadline, Flow, Lease, Priority, ScopeId,
+};
 
 fn config(scopes: Vec<ScopeConfig>) -> ControllerConfig {
     ControllerConfig {
@@ -215,6 +217,46 @@ async fn a_queued_demand_above_a_lowered_limit_fails_at_once() {
     );
     // 900 + 100 > 500: the small one waits for the 900 to age out.
     assert_eq!(admitted(small).await, vec![secs(60)]);
+    drop(first);
+}
+
+// proves: GW-15, Q-3, FAIR-1 (with several flows waiting, a lowered limit
+// fails the unfit calls of every flow's line, the head the scheduler had
+// chosen and calls behind other flows' heads alike, and the head it picks
+// next is armed for its exact instant under the new limit)
+#[tokio::test(start_paused = true)]
+async fn a_lowered_limit_fails_the_unfit_calls_of_every_flow() {
+    let scope = |tokens| {
+        ScopeConfig::new("main")
+            .requests(100, MINUTE)
+            .tokens(tokens, MINUTE)
+    };
+    let c = AdmissionController::new(config(vec![scope(1_000)])).unwrap();
+    let first = c.acquire(&tokens(900), Deadline::NONE).await.unwrap();
+    let on = |tenant, n| tokens(n).with_flow(Flow::new(tenant, Priority::Standard));
+    let spawn = |call: Call| {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire(&call, Deadline::NONE).await.map(drop) })
+    };
+    // The head (flow 1, too large for the new limit), then flow 2's line
+    // with an unfit call behind a fitting one, then flow 1's fitting one.
+    let head = spawn(on(1, 600));
+    settle().await;
+    let fits_2 = queue(&c, 1, on(2, 100)).await;
+    let unfit_2 = spawn(on(2, 700));
+    settle().await;
+    let fits_1 = queue(&c, 1, on(1, 200)).await;
+    c.reconfigure(config(vec![scope(500)])).unwrap();
+    for refused in [head.await.unwrap(), unfit_2.await.unwrap()] {
+        assert!(
+            matches!(refused, Err(AdmissionError::EstimateExceedsLimit(e)) if e.limit == 500),
+            "{refused:?}"
+        );
+    }
+    // 900 + 100 > 500: both fitting calls wait for the 900 to age out, and
+    // both fit then (100 + 200 <= 500).
+    assert_eq!(admitted(fits_2).await, vec![secs(60)]);
+    assert_eq!(admitted(fits_1).await, vec![secs(60)]);
     drop(first);
 }
 

@@ -79,10 +79,14 @@ fn shared_store(
     {
         return Ok((Some(kept), Some(url), true));
     }
-    let settings = RedisSettings::new(url.clone())
+    let mut settings = RedisSettings::new(url.clone())
+        .cluster(redis.cluster)
         .prefix(redis.prefix.clone())
         .timeout(redis.timeout)
         .on_unavailable(redis.on_unavailable);
+    if let Some(ca) = &redis.ca_file {
+        settings = settings.ca_file(ca);
+    }
     let backend = RedisBackend::new(settings).map_err(|e| BuildFailure::QuotaStore {
         origin: config.origin.clone(),
         reason: e.to_string(),
@@ -135,7 +139,9 @@ pub fn build_with(
         .map(|id| {
             let name = config.tenant_name(id).unwrap_or_default();
             let kept = previous.and_then(|p| p.tenant_slots.iter().find(|t| &*t.name == name));
-            crate::tenants::controller(config, id, kept, &mut plans).map(|c| (id, c))
+            // What was served to the tenant is kept across reloads (SPEC FAIR-8).
+            let served = kept.map(|k| Arc::clone(&k.served)).unwrap_or_default();
+            crate::tenants::controller(config, id, kept, &mut plans).map(|c| (id, c, served))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(engine)?;
@@ -201,7 +207,9 @@ pub fn build_with(
     }
     let tenant_slots = tenants
         .into_iter()
-        .map(|(id, (controller, settings))| crate::tenants::slot(config, id, controller, settings))
+        .map(|(id, (controller, settings), served)| {
+            crate::tenants::slot(config, id, controller, settings, served)
+        })
         .collect();
 
     let mut models = HashMap::new();

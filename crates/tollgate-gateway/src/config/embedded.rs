@@ -134,6 +134,8 @@ impl GatewayConfig {
             tenants: vec![TenantConfig {
                 name: "demo".to_owned(),
                 keys_sha256: vec![KeyHash::of(demo_key)],
+                weight: 1,
+                priority: tollgate::Priority::Standard,
                 // As many calls at once as a model's deployment takes; a
                 // burst of a few hundred (an SDK's `asyncio.gather`) waits
                 // for them within each call's deadline instead of being

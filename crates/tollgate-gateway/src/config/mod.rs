@@ -43,8 +43,8 @@ pub use error::{ConfigError, ConfigErrorKind};
 pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
-    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MODEL_PREFIX,
-    ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX, TenantConfig,
-    TenantModelLimits,
+    AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MAX_WEIGHT,
+    MODEL_PREFIX, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX,
+    TenantConfig, TenantModelLimits,
 };
 pub use validate::MAX_POOLS;

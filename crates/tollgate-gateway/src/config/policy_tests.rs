@@ -247,3 +247,37 @@ fn server_connection_threads() {
         "at most 256",
     );
 }
+
+const MODEL: &str = "[models.m]\nprovider = \"p\"\nscope = \"s\"\n";
+
+// proves: FAIR-7, CFG-3 (a tenant's weight and priority ceiling parse with
+// their defaults; an out-of-range weight or an unknown class is a located
+// error naming the field)
+#[test]
+fn tenant_weight_and_priority_parse_and_are_validated() {
+    let c = ok(&format!("{}{MODEL}{}", base(), tenant("")));
+    let t = &c.tenants[0];
+    assert_eq!((t.weight, t.priority), (1, tollgate::Priority::Standard));
+    let c = ok(&format!(
+        "{}{MODEL}{}",
+        base(),
+        tenant("weight = 3\npriority = \"interactive\"")
+    ));
+    let t = &c.tenants[0];
+    assert_eq!((t.weight, t.priority), (3, tollgate::Priority::Interactive));
+    fail_at(
+        &format!("{}{MODEL}{}", base(), tenant("weight = 0")),
+        "tenants.t.weight",
+        "between 1 and 1000",
+    );
+    fail_at(
+        &format!("{}{MODEL}{}", base(), tenant("weight = 1001")),
+        "tenants.t.weight",
+        "between 1 and 1000",
+    );
+    fail_at(
+        &format!("{}{MODEL}{}", base(), tenant("priority = \"urgent\"")),
+        "tenants.t.priority",
+        "interactive, standard or batch",
+    );
+}

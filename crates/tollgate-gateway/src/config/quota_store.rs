@@ -1,8 +1,11 @@
 //! `[quota_store]`: where the upstream scopes keep their quota (SPEC DQ-1..
-//! DQ-5). `local` (the default) keeps it in this process; `redis` keeps it
-//! in a Redis shared by every replica (and batch run) of the same account.
+//! DQ-7). `local` (the default) keeps it in this process; `redis` keeps it
+//! in a Redis shared by every replica (and batch run) of the same account:
+//! a single node, or a Redis Cluster (`cluster = true`, `url` its seeds,
+//! comma-separated), over TCP or TLS (`rediss://`, `ca_file`).
 
 use std::env::VarError;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -25,6 +28,8 @@ pub(super) struct RawQuotaStore {
     timeout: Option<String>,
     on_unavailable: Option<RawOnUnavailable>,
     replicas: Option<u32>,
+    cluster: Option<bool>,
+    ca_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -54,8 +59,9 @@ pub enum QuotaStoreConfig {
 /// `[quota_store] backend = "redis"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
-    /// `url`: `redis://host:port[/db]` (may carry a password: prefer
-    /// `url_env`).
+    /// `url`: `redis://host:port[/db]` or `rediss://` (TLS); with
+    /// `cluster`, one or more seed nodes, comma-separated (may carry a
+    /// password: prefer `url_env`).
     pub url: Option<String>,
     /// `url_env`: the environment variable holding the URL.
     pub url_env: Option<String>,
@@ -67,6 +73,13 @@ pub struct RedisStoreConfig {
     /// `on_unavailable` (+ `replicas`): `fail_closed` (default, 503 at
     /// once) or `fail_open_local` (each replica admits `limit / replicas`).
     pub on_unavailable: Unavailable,
+    /// `cluster`: the URL names seed nodes of a Redis Cluster (default
+    /// false: a single node).
+    pub cluster: bool,
+    /// `ca_file`: the PEM file of the certificate authorities a
+    /// `rediss://` server's certificate is checked against (default: the
+    /// system's roots); relative to the working directory.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl RawQuotaStore {
@@ -79,6 +92,8 @@ impl RawQuotaStore {
             ("timeout", self.timeout.is_some()),
             ("on_unavailable", self.on_unavailable.is_some()),
             ("replicas", self.replicas.is_some()),
+            ("cluster", self.cluster.is_some()),
+            ("ca_file", self.ca_file.is_some()),
         ];
         if matches!(self.backend, None | Some(RawBackend::Local)) {
             if let Some((field, _)) = redis_only.iter().find(|(_, set)| *set) {
@@ -104,17 +119,22 @@ impl RawQuotaStore {
             }
             (url, url_env) => (url, url_env),
         };
-        if let Some(url) = &url.0
-            && !(url.starts_with("redis://")
-                || url.starts_with("rediss://")
-                || url.starts_with("unix://")
-                || url.starts_with("redis+unix://"))
-        {
-            return Err(Problem::invalid(
-                &at.key("url"),
-                format!("{url:?} is not a Redis URL (redis://host:port[/db])"),
-            ));
+        let cluster = self.cluster.unwrap_or(false);
+        if let Some(urls) = &url.0 {
+            check_urls(urls, cluster).map_err(|why| Problem::invalid(&at.key("url"), why))?;
         }
+        let ca_file = match self.ca_file {
+            Some(f) if f.trim().is_empty() => {
+                return Err(Problem::invalid(&at.key("ca_file"), "must not be empty"));
+            }
+            Some(f) if url.0.as_ref().is_some_and(|u| !u.contains("rediss://")) => {
+                return Err(Problem::invalid(
+                    &at.key("ca_file"),
+                    format!("{f:?} applies to TLS only: the URL must be rediss://"),
+                ));
+            }
+            f => f.map(PathBuf::from),
+        };
         let prefix = self.prefix.unwrap_or_else(|| "tollgate".into());
         if prefix.trim().is_empty() || prefix.contains([':', '{', '}']) {
             return Err(Problem::invalid(
@@ -161,8 +181,41 @@ impl RawQuotaStore {
             prefix,
             timeout,
             on_unavailable,
+            cluster,
+            ca_file,
         }))
     }
+}
+
+/// Checks `url` (a cluster's seeds when `cluster`): every URL a Redis URL,
+/// all over TLS or none, several only for a cluster.
+fn check_urls(url: &str, cluster: bool) -> Result<(), String> {
+    let urls: Vec<&str> = url.split(',').map(str::trim).collect();
+    if urls.len() > 1 && !cluster {
+        return Err(format!(
+            "{url:?} lists several URLs: that is a cluster's seeds, set cluster = true"
+        ));
+    }
+    for u in &urls {
+        let scheme_ok = u.starts_with("redis://")
+            || u.starts_with("rediss://")
+            || (!cluster && (u.starts_with("unix://") || u.starts_with("redis+unix://")));
+        if !scheme_ok {
+            return Err(format!(
+                "{u:?} is not a Redis URL (redis://host:port[/db], rediss:// for TLS{})",
+                if cluster {
+                    "; a cluster is reached over TCP"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    let tls = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+    if tls != 0 && tls != urls.len() {
+        return Err(format!("{url:?} mixes rediss:// and redis://"));
+    }
+    Ok(())
 }
 
 impl GatewayConfig {
@@ -218,8 +271,9 @@ enabled = true
         GatewayConfig::from_toml(&format!("{BASE}{extra}"), "t.toml")
     }
 
-    // proves: DQ-3, CFG-2 (the shared store's settings are checked with
-    // errors naming the field; a bad one never silently means "local")
+    // proves: DQ-3, DQ-7, CFG-2 (the shared store's settings are checked
+    // with errors naming the field, a cluster's seeds and a CA file
+    // included; a bad one never silently means "local")
     #[test]
     fn quota_store_settings_are_located() {
         let ok = load(
@@ -255,11 +309,37 @@ enabled = true
                 "quota_store.prefix",
             ),
             ("[quota_store]\nbackend = \"etcd\"\n", "quota_store.backend"),
+            (
+                "[quota_store]\nbackend = \"redis\"\nurl = \"redis://a:1,redis://b:1\"\n",
+                "quota_store.url",
+            ),
+            (
+                "[quota_store]\nbackend = \"redis\"\nurl = \"rediss://a:1,redis://b:1\"\ncluster = true\n",
+                "quota_store.url",
+            ),
+            (
+                "[quota_store]\nbackend = \"redis\"\nurl = \"redis://a:1\"\nca_file = \"ca.pem\"\n",
+                "quota_store.ca_file",
+            ),
+            ("[quota_store]\ncluster = true\n", "quota_store.cluster"),
         ] {
             let e = load(extra).expect_err(extra);
             assert_eq!(e.field(), Some(field), "{extra}: {e}");
             assert_eq!(e.file(), "t.toml");
         }
+        let cluster = load(
+            "[quota_store]\nbackend = \"redis\"\nurl = \"rediss://a:1, rediss://b:1\"\n\
+             cluster = true\nca_file = \"/etc/redis-ca.pem\"\n",
+        )
+        .expect("a TLS cluster");
+        let crate::config::QuotaStoreConfig::Redis(redis) = &cluster.quota_store else {
+            panic!("redis");
+        };
+        assert!(redis.cluster);
+        assert_eq!(
+            redis.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/redis-ca.pem"))
+        );
         let missing = load("[quota_store]\nbackend = \"redis\"\nurl_env = \"TG_NO_SUCH_VAR\"\n")
             .expect("valid")
             .quota_store_url_with(|_| Err(std::env::VarError::NotPresent))

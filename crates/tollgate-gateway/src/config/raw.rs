@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate::Priority;
 use tollgate::config::{Algorithm, Calendar, CooldownConfig, Limit, Overflow, Period, Zone};
 use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
@@ -22,8 +23,8 @@ use super::flavor::{ApiRoute, Flavor, ProviderWire, route_names};
 use super::quota_store::RawQuotaStore;
 use super::types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_ARRIVAL_FLOOR, DEFAULT_MAX_TOKENS, GatewayConfig,
-    LogFormat, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TenantConfig,
-    TenantModelLimits, default_retry,
+    LogFormat, MAX_WEIGHT, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig,
+    TenantConfig, TenantModelLimits, default_retry,
 };
 use crate::auth::KeyHash;
 
@@ -257,6 +258,8 @@ enum RawKind {
 #[serde(deny_unknown_fields)]
 struct RawTenant {
     keys_sha256: Vec<String>,
+    weight: Option<u64>,
+    priority: Option<String>,
     concurrency: Option<u64>,
     max_waiting: Option<usize>,
     max_wait: Option<String>,
@@ -924,7 +927,27 @@ impl RawTenant {
                 })
             })
             .collect::<Result<_, Problem>>()?;
+        let weight = match self.weight {
+            None => 1,
+            Some(w @ 1..=MAX_WEIGHT) => w as u32,
+            Some(_) => {
+                return Err(Problem::invalid(
+                    &at.key("weight"),
+                    format!(
+                        "must be between 1 and {MAX_WEIGHT} (the tenant's share of a scope its calls wait in, relative to other tenants)"
+                    ),
+                ));
+            }
+        };
+        let priority = match &self.priority {
+            None => Priority::Standard,
+            Some(p) => p
+                .parse()
+                .map_err(|e| Problem::invalid(&at.key("priority"), e))?,
+        };
         Ok(TenantConfig {
+            weight,
+            priority,
             limits: limits(&at, &self.limits)?,
             models: self.models,
             per_model,

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tollgate::Priority;
 use tollgate::config::{
     Algorithm, ControllerConfig, CooldownConfig, Limit, MINUTE, Overflow, PoolConfig, ScopeConfig,
 };
@@ -21,6 +22,9 @@ use crate::auth::{ANONYMOUS_TENANT, KeyHash, TenantId};
 pub const MODEL_PREFIX: &str = "model:";
 /// Prefix of a tenant's own quota scope and pool.
 pub const TENANT_PREFIX: &str = "tenant:";
+
+/// The largest tenant `weight` (SPEC FAIR-7).
+pub const MAX_WEIGHT: u64 = 1_000;
 
 /// The whole gateway configuration, validated (SPEC GW-9).
 ///
@@ -411,6 +415,13 @@ pub struct TenantConfig {
     pub name: String,
     /// Hashes of the tenant's API keys (at least one). Redacted in `Debug`.
     pub keys_sha256: Vec<KeyHash>,
+    /// The tenant's share of an upstream scope its calls wait in, relative
+    /// to other tenants of the same class (SPEC FAIR-3, FAIR-7; 1 to
+    /// [`MAX_WEIGHT`], default 1).
+    pub weight: u32,
+    /// The highest class its calls may use (SPEC FAIR-2, FAIR-7; default
+    /// `standard`); a request may ask for a lower one.
+    pub priority: Priority,
     /// Tenant pool permits; `None` = unlimited.
     pub concurrency: Option<u64>,
     /// Calls that may wait for a tenant permit; `Some(0)` = never wait.

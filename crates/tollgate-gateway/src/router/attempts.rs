@@ -4,10 +4,10 @@
 
 use std::future::Future;
 
-use tollgate::TokenEstimate;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, CircuitState, Decision, GiveUp};
 use tollgate::{Deadline, Phase};
+use tollgate::{Flow, TokenEstimate};
 
 use super::in_flight::InFlightGuard;
 use super::pick::{Candidate, pick};
@@ -49,6 +49,7 @@ struct Seen {
 fn candidates(
     model: &Model,
     estimate: &(dyn Fn(&Deployment) -> TokenEstimate + Sync),
+    flow: Flow,
     seen: &[Seen],
 ) -> Vec<Candidate> {
     let forecasts: Vec<_> = model
@@ -57,7 +58,7 @@ fn candidates(
         .map(|d| {
             d.supervisor
                 .controller()
-                .forecast(d.scope, Some(estimate(d)))
+                .forecast_for(d.scope, Some(estimate(d)), flow)
         })
         .collect();
     // Read after every forecast: a deployment that can start at once has a
@@ -83,7 +84,8 @@ fn candidates(
 
 /// Runs `attempt` on the deployments of `model` until one succeeds or the
 /// call gives up (SPEC GW-11). `estimate` gives a deployment's token
-/// estimate of the request (for the projection).
+/// estimate of the request and `flow` the call's flow (for the projection:
+/// what certainly goes before a call of that flow, SPEC FAIR-4).
 ///
 /// With one deployment, `attempt` runs once: that deployment's supervisor
 /// retries as configured. With several, each supervisor makes one attempt
@@ -100,6 +102,7 @@ pub async fn route<T, F, Fut>(
     model: &Model,
     estimate: &(dyn Fn(&Deployment) -> TokenEstimate + Sync),
     options: CallOptions,
+    flow: Flow,
     mut attempt: F,
 ) -> Result<Routed<T>, Unrouted>
 where
@@ -124,7 +127,7 @@ where
     let mut attempts = 0u32;
     let mut last: Option<Unrouted> = None;
     loop {
-        let Some(i) = pick(&candidates(model, estimate, &seen)) else {
+        let Some(i) = pick(&candidates(model, estimate, flow, &seen)) else {
             return Err(last.unwrap_or_else(|| Unrouted {
                 error: every_circuit_open(),
                 deployment: None,
@@ -185,7 +188,7 @@ where
             Decision::GiveUp(g @ (GiveUp::WaitTooLong | GiveUp::Deadline)) => Err(g),
             Decision::Retry(delay) => Ok(delay),
         };
-        let fresh = candidates(model, estimate, &seen)
+        let fresh = candidates(model, estimate, flow, &seen)
             .iter()
             .any(|c| !c.open && !c.cooling && !c.failed);
         if !fresh {

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
-use tollgate::Snapshot;
+use tollgate::{Priority, Snapshot};
 use tollgate_openai::ErrorResponse;
 
 use crate::error::ApiError;
@@ -67,16 +67,38 @@ pub async fn snapshot(
         .iter()
         .map(|(n, b)| json!({ "provider": &**n, "state": b.state().as_str() }))
         .collect();
+    let names = |n: u32| app.tenant_of_flow(n).cloned();
+    // What each tenant was served upstream, per class (SPEC FAIR-8).
+    let served: serde_json::Map<String, Value> = app
+        .tenant_slots
+        .iter()
+        .map(|t| {
+            let classes: serde_json::Map<String, Value> = Priority::ALL
+                .into_iter()
+                .map(|c| {
+                    let (calls, tokens) = t.served.get(c);
+                    (
+                        c.as_str().to_owned(),
+                        json!({ "calls": calls, "tokens": tokens }),
+                    )
+                })
+                .collect();
+            (t.name.to_string(), Value::Object(classes))
+        })
+        .collect();
     Ok(Json(json!({
         "shutting_down": app.is_shutting_down(),
-        "upstream": snapshot_json(&app.upstream_snapshot()),
-        "tenants": snapshot_json(&app.tenant_snapshot()),
+        "upstream": snapshot_json(&app.upstream_snapshot(), &names),
+        "tenants": snapshot_json(&app.tenant_snapshot(), &names),
+        "served": served,
         "circuits": circuits,
     })))
 }
 
-/// A snapshot as JSON: counts, availability and configured names only.
-pub fn snapshot_json(s: &Snapshot) -> Value {
+/// A snapshot as JSON: counts, availability and configured names only;
+/// `names` maps a flow's tenant number to the tenant's configured name
+/// (flows of other numbers are left out).
+pub fn snapshot_json(s: &Snapshot, names: &dyn Fn(u32) -> Option<Arc<str>>) -> Value {
     let scopes: Vec<Value> = s
         .scopes
         .iter()
@@ -97,6 +119,22 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
                 })
                 .collect();
             let k = &sc.counters;
+            let flows: Vec<Value> = sc
+                .flows
+                .iter()
+                .filter_map(|f| {
+                    Some(json!({
+                        "tenant": &*names(f.tenant)?,
+                        "class": f.priority.as_str(),
+                        "weight": f.weight,
+                        "queued": f.queued,
+                    }))
+                })
+                .collect();
+            let served_cost: serde_json::Map<String, Value> = Priority::ALL
+                .into_iter()
+                .map(|c| (c.as_str().to_owned(), json!(k.served_cost[c.index()])))
+                .collect();
             json!({
                 "name": sc.name,
                 "queued": sc.queued,
@@ -116,6 +154,8 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
                 "unknown_usage": k.unknown_usage,
                 "known_zero": k.known_zero,
                 "cooldowns": k.cooldowns,
+                "flows": flows,
+                "served_cost": served_cost,
             })
         })
         .collect();

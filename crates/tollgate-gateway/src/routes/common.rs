@@ -10,7 +10,7 @@ use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
-use tollgate::{Deadline, TokenEstimate, Usage};
+use tollgate::{Deadline, Flow, Priority, TokenEstimate, Usage};
 
 use crate::config::ApiRoute;
 use crate::error::{ApiError, Dialect};
@@ -51,6 +51,35 @@ pub fn tenant(app: &AppState, headers: &HeaderMap, dialect: Dialect) -> Result<u
     tenant
         .map(|t| t.index())
         .map_err(|_| ApiError::unauthorized())
+}
+
+/// The request header asking for a lower priority class (SPEC FAIR-7);
+/// the response carries the class used under the same name.
+pub const PRIORITY_HEADER: &str = "x-tollgate-priority";
+
+/// The flow of a call of `tenant` (SPEC FAIR-7): the tenant's own, in the
+/// class `x-tollgate-priority` asks for when it is not above the tenant's
+/// (a higher one is lowered to the tenant's). A value that is not a class
+/// name is a client error (400).
+pub fn flow(app: &AppState, tenant: usize, headers: &HeaderMap) -> Result<Flow, ApiError> {
+    let own = app
+        .tenant_slots
+        .get(tenant)
+        .map_or(Flow::DEFAULT, |t| t.flow);
+    let Some(asked) = headers.get(PRIORITY_HEADER) else {
+        return Ok(own);
+    };
+    let asked: Priority = asked
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_priority",
+                format!("The {PRIORITY_HEADER} header must be interactive, standard or batch."),
+            )
+        })?;
+    Ok(own.with_priority(asked.at_most(own.priority())))
 }
 
 /// Reads the request body (SPEC GW-7, GW-17): at most

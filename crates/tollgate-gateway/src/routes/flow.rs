@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
-use tollgate::{Admission, TokenEstimate, Usage};
+use tollgate::{Admission, Flow, Priority, TokenEstimate, Usage};
 use tollgate_openai::UpstreamRequest;
 use tollgate_openai::tokens::TokenEstimator;
 
@@ -89,6 +89,8 @@ struct Exchange {
     record: Record,
     /// The tenant's ordinal, once authenticated.
     tenant: Option<usize>,
+    /// The class the call waits in upstream, once known (SPEC FAIR-7).
+    class: Option<Priority>,
     /// The requested model, once known and allowed.
     model: Option<Arc<str>>,
     /// The model and deployment of the last attempt, once one was routed.
@@ -159,6 +161,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
             ..Record::default()
         },
         tenant: None,
+        class: None,
         model: None,
         served: None,
         tokens: TokenEstimate::new(0, 0),
@@ -181,6 +184,12 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         ratelimit::add(slot, x.model.as_deref(), account, x.tokens, headers);
     }
     headers.insert(request_id::HEADER, id);
+    if let Some(class) = x.class {
+        headers.insert(
+            common::PRIORITY_HEADER,
+            HeaderValue::from_static(class.as_str()),
+        );
+    }
     x.write(response.status().as_u16());
     response
 }
@@ -202,6 +211,9 @@ async fn serve<R: Route>(
     let tenant = common::tenant(app, headers, R::DIALECT)?;
     x.tenant = Some(tenant);
     x.record.tenant = app.tenant_slots.get(tenant).map(|t| Arc::clone(&t.name));
+    let flow = common::flow(app, tenant, headers)?;
+    x.class = Some(flow.priority());
+    x.record.class = Some(flow.priority().as_str());
     let raw = common::read_body(app, headers, body, arrived, deadline).await?;
     let request: R::Request = common::parse(&raw)?;
     let first = common::model(app, tenant, R::model(&request), R::ROUTE)?;
@@ -246,10 +258,14 @@ async fn serve<R: Route>(
         };
         let started = Instant::now();
         let result = if R::is_stream(&request) {
-            let routed = router::route(model, &estimate, options, |d| {
+            let routed = router::route(model, &estimate, options, flow, |d| {
                 let call = make(d);
                 let supervisor = d.supervisor.clone();
-                async move { supervisor.stream(&call.map_err(|e| *e)?, options).await }
+                async move {
+                    supervisor
+                        .stream_with_flow(&call.map_err(|e| *e)?, options, flow)
+                        .await
+                }
             })
             .await;
             match routed {
@@ -275,6 +291,7 @@ async fn serve<R: Route>(
                         .map(|(a, at)| a.connection.close_at(at.checked_add(LINGER).unwrap_or(at)));
                     let mut record = x.record.clone();
                     served(&mut record, model, deployment, &reached, &a, elapsed);
+                    count_served(app, tenant, flow, estimates.get_for(model, deployment));
                     x.served = Some((Arc::clone(model), deployment));
                     record.stream = true;
                     record.status = 200;
@@ -305,10 +322,14 @@ async fn serve<R: Route>(
                 Err(e) => e,
             }
         } else {
-            let routed = router::route(model, &estimate, options, |d| {
+            let routed = router::route(model, &estimate, options, flow, |d| {
                 let call = make(d);
                 let supervisor = d.supervisor.clone();
-                async move { supervisor.invoke(&call.map_err(|e| *e)?, options).await }
+                async move {
+                    supervisor
+                        .invoke_with_flow(&call.map_err(|e| *e)?, options, flow)
+                        .await
+                }
             })
             .await;
             match routed {
@@ -323,6 +344,7 @@ async fn serve<R: Route>(
                         .metrics
                         .success(false, elapsed, a.quota_wait, a.concurrency_wait);
                     served(&mut x.record, model, deployment, &reached, &a, elapsed);
+                    count_served(app, tenant, flow, estimates.get_for(model, deployment));
                     x.served = Some((Arc::clone(model), deployment));
                     let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
                     x.record.tokens_reported = usage.total();
@@ -352,6 +374,17 @@ async fn serve<R: Route>(
         app.metrics.rejected(err.reason());
     }
     Err(err)
+}
+
+/// Counts a call of `tenant` admitted upstream in `flow`'s class, with its
+/// token estimate (SPEC FAIR-8).
+fn count_served(app: &AppState, tenant: usize, flow: Flow, estimate: TokenEstimate) {
+    let Some(slot) = app.tenant_slots.get(tenant) else {
+        return;
+    };
+    let tokens = estimate.total();
+    slot.served.add(flow.priority(), tokens);
+    app.metrics.served(&slot.name, flow.priority(), tokens);
 }
 
 /// Notes in `record` where and how a call was served.
@@ -420,5 +453,13 @@ impl<R: Route> Estimates<R> {
             .iter()
             .find(|(e, _)| *e == d.estimator)
             .map_or(TokenEstimate::new(0, 0), |(_, t)| *t)
+    }
+
+    /// The estimate on deployment number `deployment` of `model`.
+    fn get_for(&self, model: &Model, deployment: usize) -> TokenEstimate {
+        model
+            .deployments
+            .get(deployment)
+            .map_or(TokenEstimate::new(0, 0), |d| self.get(d))
     }
 }

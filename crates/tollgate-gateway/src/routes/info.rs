@@ -78,8 +78,11 @@ pub async fn readyz(State(live): State<Arc<Live>>) -> Response {
 /// scrape time.
 pub async fn metrics(State(live): State<Arc<Live>>) -> Response {
     let app = live.current();
-    app.metrics.snapshot("upstream", &app.upstream_snapshot());
-    app.metrics.snapshot("tenant", &app.tenant_snapshot());
+    let names = |n: u32| app.tenant_of_flow(n).cloned();
+    app.metrics
+        .snapshot("upstream", &app.upstream_snapshot(), &names);
+    app.metrics
+        .snapshot("tenant", &app.tenant_snapshot(), &names);
     for (name, breaker) in &app.breakers {
         app.metrics.circuit(name, breaker.state());
     }

@@ -397,6 +397,18 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The gateway's `/metrics` text.
+pub async fn metrics_text(gw: &Gateway) -> String {
+    client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body")
+}
+
 /// A chat request body for `model`.
 pub fn chat(model: &str, stream: bool) -> Value {
     json!({

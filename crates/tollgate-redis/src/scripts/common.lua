@@ -3,14 +3,15 @@
 -- (sliding.rs, bucket.rs, fixed.rs), transcribed line by line, and the
 -- pending holds.
 --
--- KEYS[1]      the scope's meta key: {epoch, latest} (cmsgpack)
+-- KEYS[1]      the scope's meta key: {epoch, latest, until} (cmsgpack)
 -- KEYS[4i-2]   the state of limit i (cmsgpack)
 -- KEYS[4i-1]   the slot log of limit i (a list; sliding window only)
 -- KEYS[4i]     limit i's pending holds: a hash, id -> cmsgpack(tick, amount)
 -- KEYS[4i+1]   the same holds' expiry instants: a sorted set, id -> instant
 -- ARGV[1]      "" (use Redis TIME) or an explicit store time in microseconds
 --              (tests only)
--- ARGV[2]      TTL of every key, in milliseconds
+-- ARGV[2]      how long this caller needs the scope's keys to live, in
+--              milliseconds (never shortens a longer life, see Lifetimes)
 -- ARGV[3]      the scope's channel (notices that quota came back)
 -- ARGV[4]      n, the number of limits
 -- ARGV[5..]    7 values per limit: kind ("s" sliding, "b" bucket, "f"
@@ -20,6 +21,8 @@
 --              "t" tokens, "i" input tokens, "o" output tokens), the
 --              operation's amount
 -- ARGV[5+7n..] the operation's own arguments
+-- KEYS[4n+2]   the operation's marker, when it is named (SPEC DQ-6):
+--              {prefix:scope}:op:<id>, its first answer
 --
 -- Every quantity is an integer below 2^53, so Lua's doubles hold it
 -- exactly (the Rust side chooses units that keep it so).
@@ -28,6 +31,11 @@ local TTL = tonumber(ARGV[2])
 local CHANNEL = ARGV[3]
 local N = tonumber(ARGV[4])
 local OP = 5 + 7 * N
+local MARKER = KEYS[4 * N + 2]
+-- How long a marker lives, in milliseconds: far longer than any retry or
+-- resend of its operation takes to arrive (the engine retries within a
+-- few timeouts, a client library within its own retry budget).
+local MARKER_TTL = 300000
 
 -- Whether writing a limit's state also refreshes its pending holds' TTL:
 -- only scripts that give back no expired holds (they read no clock) set
@@ -63,6 +71,89 @@ end
 local function max(a, b) if a > b then return a end return b end
 local function min(a, b) if a < b then return a end return b end
 
+-- Lifetimes (SPEC DQ-5). Every key of a scope expires at one instant of
+-- Redis's wall clock, UNTIL (ms), kept in the meta key: the latest
+-- `now + TTL` any caller has asked for so far (for a pending hold's keys,
+-- its expiry + TTL). Each key written is set to expire then (PXAT,
+-- PEXPIREAT), and UNTIL never moves earlier, so no caller shortens a key's
+-- life: a key lives as long as the longest window any user of the scope
+-- keeps in it. The meta key is rewritten whenever UNTIL moves, so it
+-- expires last: when it lapses (a new epoch starts) nothing of the old
+-- epoch is left.
+
+-- Redis's wall clock in milliseconds, read once.
+local WALL = nil
+local function wall_ms()
+  if not WALL then
+    local t = redis.call("TIME")
+    WALL = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return WALL
+end
+
+-- The meta key, read once: {epoch, latest instant, until}, or false.
+local META = nil
+local function meta()
+  if META == nil then
+    local raw = redis.call("GET", KEYS[1])
+    if raw then
+      META = cmsgpack.unpack(raw)
+      -- Written by an earlier version, which kept no `until`: its TTL.
+      if META[3] == nil then META[3] = wall_ms() + max(0, redis.call("PTTL", KEYS[1])) end
+    else
+      META = false
+    end
+  end
+  return META
+end
+
+-- When every key written now expires (ms on Redis's wall clock).
+local UNTIL = nil
+local function expiry()
+  if not UNTIL then
+    local m = meta()
+    if m then UNTIL = m[3] else UNTIL = wall_ms() + TTL end
+  end
+  return UNTIL
+end
+
+-- Makes every key written from now on live at least `ttl` ms more, and
+-- the meta key as long (it must exist: after clock()).
+local function live(ttl)
+  local wanted = wall_ms() + ttl
+  if wanted <= expiry() then return end
+  UNTIL = wanted
+  META[3] = UNTIL
+  redis.call("SET", KEYS[1], cmsgpack.pack(META), "PXAT", UNTIL)
+end
+
+-- Writes `value` at `key`, expiring with the scope.
+local function write(key, value)
+  redis.call("SET", key, value, "PXAT", expiry())
+end
+
+-- Makes `key`, if it exists, expire with the scope.
+local function refresh(key)
+  redis.call("PEXPIREAT", key, expiry())
+end
+
+-- The first answer of this named operation, if it already ran: a repeat
+-- (a retry after a lost answer, a resend after a dropped connection)
+-- returns it and changes nothing (SPEC DQ-6). Every script that changes
+-- the scope checks it first.
+local function replayed()
+  if not MARKER then return nil end
+  local raw = redis.call("GET", MARKER)
+  if raw then return cmsgpack.unpack(raw) end
+  return nil
+end
+
+-- Records `answer` as this named operation's first answer; returns it.
+local function done(answer)
+  if MARKER then redis.call("SET", MARKER, cmsgpack.pack(answer), "PX", MARKER_TTL) end
+  return answer
+end
+
 -- The current epoch's start (Redis TIME, microseconds), once read.
 local EPOCH = nil
 
@@ -77,22 +168,21 @@ local function clock()
   else
     local t = redis.call("TIME")
     abs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    WALL = math.floor(abs / 1000)
   end
-  local raw = redis.call("GET", KEYS[1])
-  local epoch, latest
-  if raw then
-    local m = cmsgpack.unpack(raw)
-    epoch, latest = m[1], m[2]
-  else
-    epoch, latest = abs, 0
+  local m = meta()
+  if not m then
+    m = { abs, 0, 0 }
     for i = 1, N do
       local l = limits[i]
       redis.call("DEL", l.key, l.log, l.pend, l.pendx)
     end
   end
-  EPOCH = epoch
-  local t = max(abs - epoch, latest)
-  redis.call("SET", KEYS[1], cmsgpack.pack({ epoch, t }), "PX", TTL)
+  EPOCH = m[1]
+  local t = max(abs - m[1], m[2])
+  UNTIL = max(m[3], wall_ms() + TTL)
+  META = { m[1], t, UNTIL }
+  redis.call("SET", KEYS[1], cmsgpack.pack(META), "PXAT", UNTIL)
   return t
 end
 
@@ -116,9 +206,9 @@ local function current(tag_arg)
   if tag_arg == 0 then return true end
   local epoch = EPOCH
   if epoch == nil then
-    local raw = redis.call("GET", KEYS[1])
-    if not raw then return false end
-    epoch = cmsgpack.unpack(raw)[1]
+    local m = meta()
+    if not m then return false end
+    epoch = m[1]
   end
   return tag_of(epoch) == tag_arg
 end
@@ -148,7 +238,7 @@ function S.save(s)
 end
 
 function S.touch(l, s)
-  if s.n > 0 then redis.call("PEXPIRE", s.log, TTL) end
+  if s.n > 0 then refresh(s.log) end
 end
 
 -- Slot i (1 = oldest), read once per script.
@@ -519,25 +609,19 @@ local function advance(now)
   end
 end
 
--- Makes `key` live at least `ttl` ms more, never less than it already
--- does (PTTL is -1 for a key without one, -2 for a missing key).
-local function extend(key, ttl)
-  local left = redis.call("PTTL", key)
-  if left ~= -2 and left < ttl then redis.call("PEXPIRE", key, ttl) end
-end
-
--- Writes limit i's state back, with the scope's TTL (see REFRESH_HOLDS).
+-- Writes limit i's state back, expiring with the scope (see
+-- REFRESH_HOLDS).
 local function save_one(i)
   local l = limits[i]
-  redis.call("SET", l.key, l.algo.save(l.state), "PX", TTL)
+  write(l.key, l.algo.save(l.state))
   if l.algo.touch then l.algo.touch(l, l.state) end
   if REFRESH_HOLDS then
-    extend(l.pend, TTL)
-    extend(l.pendx, TTL)
+    refresh(l.pend)
+    refresh(l.pendx)
   end
 end
 
--- Writes every limit's state back, with the scope's TTL.
+-- Writes every limit's state back, expiring with the scope.
 local function save()
   for i = 1, N do save_one(i) end
 end
@@ -583,16 +667,15 @@ local function expire_holds(now)
 end
 
 -- Records pending hold `id` on every limit, expiring at `expires`; the
--- holds' keys live a TTL beyond it (see REFRESH_HOLDS).
+-- scope's keys live a TTL beyond it (see REFRESH_HOLDS).
 local function keep_hold(id, now, expires)
-  local ttl = TTL + math.ceil((expires - now) / 1000)
+  live(TTL + math.ceil((expires - now) / 1000))
   for i = 1, N do
     local l = limits[i]
     redis.call("HSET", l.pend, id, cmsgpack.pack(now, l.amount))
     redis.call("ZADD", l.pendx, expires, id)
-    -- Never shortened: an earlier hold may live longer.
-    extend(l.pend, ttl)
-    extend(l.pendx, ttl)
+    refresh(l.pend)
+    refresh(l.pendx)
   end
 end
 

@@ -2,6 +2,8 @@
 -- answer went (SPEC Q-9). Only the first call finds it: the caller may
 -- repeat it when an answer is lost. Arguments: the hold's id. Returns 1
 -- if the hold was there, 0 if not.
+local again = replayed()
+if again then return again end
 local id = arg(1)
 local now = clock()
 load()
@@ -13,5 +15,5 @@ for i = 1, N do
 end
 save()
 if gave or found then publish() end
-if found then return 1 end
-return 0
+if found then return done(1) end
+return done(0)

@@ -3,6 +3,8 @@
 -- epoch's tag}, or {-1} when the hold is no longer there (it expired or was given back):
 -- then nothing is leased, and what any limit still held of it is given
 -- back.
+local again = replayed()
+if again then return again end
 local id = arg(1)
 local now = clock()
 load()
@@ -15,7 +17,7 @@ if not found then
   end
   save()
   if gave then publish() end
-  return { -1 }
+  return done({ -1 })
 end
 forget_hold(id)
 for i = 1, N do
@@ -24,4 +26,4 @@ for i = 1, N do
 end
 save()
 if gave then publish() end
-return { now, tag() }
+return done({ now, tag() })

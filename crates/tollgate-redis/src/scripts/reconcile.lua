@@ -5,6 +5,8 @@
 -- Arguments: stamp, then the actual tokens, input tokens and output tokens
 -- (an unknown split is passed as the estimate), then the epoch tag.
 -- Returns 1.
+local again = replayed()
+if again then return again end
 local stamp = tonumber(arg(1))
 if not current(tonumber(arg(5))) then return 1 end
 local actuals = { t = tonumber(arg(2)), i = tonumber(arg(3)), o = tonumber(arg(4)) }
@@ -22,4 +24,4 @@ for i = 1, N do
   end
 end
 if back then publish() end
-return 1
+return done(1)

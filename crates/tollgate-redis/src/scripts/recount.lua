@@ -3,11 +3,14 @@
 -- one window after that instant. Arguments: stamp, ago, epoch tag.
 -- Returns the stamp that now locates it (unchanged for a reservation of an
 -- earlier epoch).
+local again = replayed()
+if again then return again end
 local stamp, ago = tonumber(arg(1)), tonumber(arg(2))
 local now = clock()
 if not current(tonumber(arg(3))) then return stamp end
 local at = max(0, now - ago)
-if at <= stamp then return stamp end
+-- Recorded: a repeat reads a later now, and must not move it then.
+if at <= stamp then return done(stamp) end
 load()
 advance(now)
 if expire_holds(now) then publish() end
@@ -17,4 +20,4 @@ for i = 1, N do
   moved = max(moved, l.algo.recount(l, l.state, stamp, l.amount, at, now))
 end
 save()
-return moved
+return done(moved)

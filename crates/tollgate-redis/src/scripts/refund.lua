@@ -1,6 +1,8 @@
 -- refund: restores a leased reservation whose attempt never started, in
 -- full (SPEC Q-9); pending holds are given back by `forget`. Arguments:
 -- stamp, epoch tag. Returns 1.
+local again = replayed()
+if again then return again end
 local stamp = tonumber(arg(1))
 local now = clock()
 if not current(tonumber(arg(2))) then return 1 end
@@ -13,4 +15,4 @@ for i = 1, N do
 end
 save()
 publish()
-return 1
+return done(1)

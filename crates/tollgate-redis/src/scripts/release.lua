@@ -1,6 +1,8 @@
 -- release: gives back what a refused attempt took from the chosen
 -- dimensions (SPEC Q-16); a limit's amount is 0 when its dimension is not
 -- chosen. Needs no clock. Arguments: stamp, epoch tag. Returns 1.
+local again = replayed()
+if again then return again end
 local stamp = tonumber(arg(1))
 if not current(tonumber(arg(2))) then return 1 end
 -- Gives back no expired hold: keeps the holds' keys as long as the state.
@@ -16,4 +18,4 @@ for i = 1, N do
   end
 end
 if given then publish() end
-return 1
+return done(1)

@@ -6,6 +6,8 @@
 -- output tokens} when not: wait in microseconds from now (-1: only a
 -- pending reservation's lease, refund or expiry can make room), and which
 -- dimensions were short (0/1).
+local again = replayed()
+if again then return again end
 local pending = arg(1) == "p"
 local now = clock()
 load()
@@ -23,7 +25,7 @@ if fits then
   end
   if pending then keep_hold(arg(2), now, now + tonumber(arg(3))) end
   save()
-  return { 1, now, tag() }
+  return done({ 1, now, tag() })
 end
 -- The advanced state is kept, as the in-process store keeps it: a later
 -- reconciliation lands on the bucket as of its last refill.

@@ -19,6 +19,7 @@ use crate::call::{Call, CallId};
 use crate::clock::Instant;
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
+use crate::flow::Flow;
 
 enum Stage {
     /// Linked in the scope's queue under `key`.
@@ -43,41 +44,44 @@ pub(crate) struct Admitted {
 
 /// The future returned by [`AdmissionController::acquire`].
 ///
-/// Its first poll validates the call and takes the fast path when the
-/// scope's queue is empty and quota and a permit are free; otherwise it
-/// waits in the queue and for a permit. See
+/// Its first poll validates the call and takes the fast path when nobody
+/// waits on the scope and quota and a permit are free; otherwise it waits
+/// in the scope's queue and for a permit. See
 /// [`AdmissionController::acquire`] for cancel safety.
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a> {
     controller: &'a AdmissionController,
-    call: Call,
-    deadline: Deadline,
-    started: bool,
-    slow: Option<SlowAcquire<'a>>,
+    state: State<'a>,
+}
+
+/// Where an admission is: the call is only needed until the first poll,
+/// so it shares its room with the waiting part (a queued call's memory).
+pub(crate) enum State<'a> {
+    /// Not polled yet.
+    Start { call: Call, deadline: Deadline },
+    /// Waiting on an in-process scope.
+    Slow(SlowAcquire<'a>),
     /// The waiting part on a scope kept in a shared store.
-    shared: Option<Box<SharedAcquire<'a>>>,
+    Shared(Box<SharedAcquire<'a>>),
+    /// Finished.
+    Done,
 }
 
 impl<'a> Acquire<'a> {
     pub(crate) fn new(controller: &'a AdmissionController, call: Call, deadline: Deadline) -> Self {
         Acquire {
             controller,
-            call,
-            deadline,
-            started: false,
-            slow: None,
-            shared: None,
+            state: State::Start { call, deadline },
         }
     }
 }
 
 impl std::fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let waiting = self.slow.is_some() || self.shared.is_some();
-        let state = match (self.started, waiting) {
-            (false, _) => "start",
-            (true, true) => "waiting",
-            (true, false) => "done",
+        let state = match self.state {
+            State::Start { .. } => "start",
+            State::Slow(_) | State::Shared(_) => "waiting",
+            State::Done => "done",
         };
         f.debug_struct("Acquire").field("state", &state).finish()
     }
@@ -88,30 +92,26 @@ impl Future for Acquire<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.started {
-            this.started = true;
-            if let Some(done) =
-                this.controller
-                    .start(&this.call, this.deadline, &mut this.slow, &mut this.shared)
-            {
+        if let State::Start { call, deadline } = this.state {
+            this.state = State::Done;
+            if let Some(done) = this.controller.start(&call, deadline, &mut this.state) {
                 return Poll::Ready(done);
             }
         }
-        if let Some(shared) = this.shared.as_mut() {
-            let done = std::task::ready!(shared.poll(cx));
-            this.shared = None;
-            return Poll::Ready(done);
+        match &mut this.state {
+            State::Shared(shared) => {
+                let done = std::task::ready!(shared.poll(cx));
+                this.state = State::Done;
+                Poll::Ready(done)
+            }
+            State::Slow(slow) => {
+                let admitted = std::task::ready!(slow.poll(cx));
+                let result = admitted.map(|a| this.controller.admit(slow, a));
+                this.state = State::Done;
+                Poll::Ready(result)
+            }
+            State::Start { .. } | State::Done => Poll::Ready(Err(AdmissionError::Closed)),
         }
-        let Some(slow) = this.slow.as_mut() else {
-            return Poll::Ready(Err(AdmissionError::Closed));
-        };
-        let admitted = match slow.poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(r) => r,
-        };
-        let result = admitted.map(|a| this.controller.admit(slow, a));
-        this.slow = None;
-        Poll::Ready(result)
     }
 }
 
@@ -127,6 +127,7 @@ pub(crate) struct SlowAcquire<'a> {
     inner: &'a Inner,
     scope: &'a Scope,
     pool: Option<u32>,
+    flow: Flow,
     deadline: Deadline,
     arrived: Instant,
     stage: Stage,
@@ -146,11 +147,16 @@ impl<'a> SlowAcquire<'a> {
         self.pool
     }
 
+    pub(crate) fn flow(&self) -> Flow {
+        self.flow
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         inner: &'a Inner,
         scope: &'a Scope,
         pool: Option<u32>,
+        flow: Flow,
         deadline: Deadline,
         arrived: Instant,
         entered: Entered,
@@ -161,6 +167,7 @@ impl<'a> SlowAcquire<'a> {
             inner,
             scope,
             pool,
+            flow,
             deadline,
             arrived,
             stage: Stage::Done,
@@ -255,6 +262,9 @@ impl<'a> SlowAcquire<'a> {
                         Outcome::PoolFull => AdmissionError::PoolFull {
                             pool: crate::call::PoolId(self.pool.unwrap_or(0)),
                         },
+                        Outcome::Displaced => AdmissionError::QueueFull {
+                            scope: self.scope.id,
+                        },
                         Outcome::Unfit(e) => AdmissionError::EstimateExceedsLimit(e),
                         _ => AdmissionError::Closed,
                     }));
@@ -262,7 +272,7 @@ impl<'a> SlowAcquire<'a> {
                 self.stage = self.stage_for(Entered::Granted(grant, permit), now);
                 return Poll::Ready(Ok(None));
             }
-            let is_head = st.queue.front() == Some(key);
+            let is_head = st.queue.is_head(key);
             let mut phase = Phase::Queue;
             let mut wake_at = self.deadline.instant();
             if is_head {
@@ -377,6 +387,7 @@ impl<'a> SlowAcquire<'a> {
                     self.scope,
                     &demand,
                     self.pool,
+                    self.flow,
                     self.deadline,
                     now,
                     ticket,
@@ -419,7 +430,7 @@ impl<'a> SlowAcquire<'a> {
             Stage::Permit { grant, permit, .. } => {
                 let now = self.inner.clock.now();
                 let mut st = self.scope.state.lock();
-                st.return_permit(self.pool, permit);
+                st.return_permit(self.pool, permit, grant.flow);
                 st.refund_pending(&grant, now);
             }
             Stage::Done => {}

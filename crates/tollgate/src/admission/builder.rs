@@ -194,6 +194,7 @@ impl Parts<'_> {
         };
         let fallback: Box<dyn QuotaStore> = Box::new(FallbackQuota::new(s, replicas, now));
         let shared = SharedScope::new(
+            s,
             remote.open(s),
             remote.timeout(),
             remote.on_unavailable(),

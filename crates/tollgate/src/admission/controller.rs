@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::acquire::{Acquire, Admitted, SlowAcquire};
+use super::acquire::{Acquire, Admitted, SlowAcquire, State};
 use super::builder::ControllerBuilder;
 use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
@@ -20,6 +20,7 @@ use crate::clock::{Instant, SharedClock, WallClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow};
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
+use crate::flow::Flow;
 use crate::quota::{Demand, Hold, Reservation, SharedBackend, SharedRemote};
 
 /// Admits calls: bounded FIFO per quota scope, atomic request and token
@@ -153,17 +154,16 @@ impl AdmissionController {
     }
 
     /// The first step of an admission: validation and the fast path. When
-    /// the call must wait, its waiting state is written to `slow` (in place:
-    /// the fast path moves nothing large) and `None` is returned.
+    /// the call must wait, its waiting state is written to `state` (in
+    /// place: the fast path moves nothing large) and `None` is returned.
     #[inline]
     pub(crate) fn start<'a>(
         &'a self,
         call: &Call,
         deadline: Deadline,
-        slow: &mut Option<SlowAcquire<'a>>,
-        shared: &mut Option<Box<SharedAcquire<'a>>>,
+        state: &mut State<'a>,
     ) -> Option<Result<Lease, AdmissionError>> {
-        match self.try_start(call, deadline, slow, shared) {
+        match self.try_start(call, deadline, state) {
             Ok(lease) => lease.map(Ok),
             Err(e) => Some(Err(e)),
         }
@@ -174,8 +174,7 @@ impl AdmissionController {
         &'a self,
         call: &Call,
         deadline: Deadline,
-        slow: &mut Option<SlowAcquire<'a>>,
-        shared: &mut Option<Box<SharedAcquire<'a>>>,
+        state: &mut State<'a>,
     ) -> Result<Option<Lease>, AdmissionError> {
         let inner = &*self.inner;
         let scope = inner
@@ -199,14 +198,22 @@ impl AdmissionController {
             // Quota kept in a shared store: a stage of its own (DQ-1).
             remote.remote().check(&demand)?;
             let id = IdGuard::register(inner, call.id)?.disarm();
-            *shared = Some(Box::new(SharedAcquire::new(
-                self, scope, remote, demand, pool, deadline, arrived, id,
+            *state = State::Shared(Box::new(SharedAcquire::new(
+                self, scope, remote, demand, pool, call.flow, deadline, arrived, id,
             )));
             return Ok(None);
         }
         let mut id = IdGuard::register(inner, call.id)?;
         let mut ticket = 0;
-        let entered = inner.enter(scope, &demand, pool, deadline, arrived, &mut ticket)?;
+        let entered = inner.enter(
+            scope,
+            &demand,
+            pool,
+            call.flow,
+            deadline,
+            arrived,
+            &mut ticket,
+        )?;
         if let Entered::Leased(grant) = entered {
             // The fast path: no queue, no wait, no timer.
             let admission = Admission {
@@ -218,6 +225,7 @@ impl AdmissionController {
                 scope,
                 grant,
                 pool,
+                call.flow,
                 admission,
                 id.disarm(),
             )));
@@ -226,10 +234,11 @@ impl AdmissionController {
             ticket,
             ..Admission::default()
         };
-        *slow = Some(SlowAcquire::new(
+        *state = State::Slow(SlowAcquire::new(
             inner,
             scope,
             pool,
+            call.flow,
             deadline,
             arrived,
             entered,
@@ -258,6 +267,7 @@ impl AdmissionController {
             slow.scope(),
             admitted.grant,
             slow.pool(),
+            slow.flow(),
             admitted.admission,
             admitted.id,
         )
@@ -296,13 +306,15 @@ impl Inner {
         Ok(())
     }
 
-    /// Validates the demand and either reserves at once (empty queue) or
-    /// links the call at the tail of its scope's queue.
+    /// Validates the demand and either reserves at once (nobody waits) or
+    /// links the call at the tail of its flow's line (SPEC FAIR-1).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn enter(
         &self,
         scope: &Scope,
         demand: &Demand,
         pool: Option<u32>,
+        flow: Flow,
         deadline: Deadline,
         now: Instant,
         ticket: &mut u64,
@@ -318,8 +330,9 @@ impl Inner {
         *ticket = st.tickets;
         st.tickets += 1;
         let cooling = st.cooldown.active(now);
+        let key = flow.key();
         if st.queue.is_empty() && cooling.is_none() {
-            let permit = self.pools.try_acquire(pool)?;
+            let permit = self.pools.try_acquire(pool, key.holder())?;
             let hold = if permit { Hold::Leased } else { Hold::Pending };
             let reserved = st.store.try_reserve(demand, now, hold);
             match reserved {
@@ -335,8 +348,11 @@ impl Inner {
                         reservation,
                         generation: st.cooldown.generation,
                         order: st.grants,
+                        flow: key,
+                        charged: false,
                     };
                     st.grants += 1;
+                    st.record_fast(flow, demand, now);
                     if permit {
                         st.counters.admitted += 1;
                         st.counters.tokens_reserved =
@@ -345,10 +361,10 @@ impl Inner {
                     }
                     // Take a place in the permit queue under the scope lock,
                     // so permits follow the order of reservations (ADM-4).
-                    match self.pools.register(pool) {
-                        Ok(Some(key)) => {
+                    match self.pools.register(pool, key.holder()) {
+                        Ok(Some(slot)) => {
                             st.pending += 1;
-                            return Ok(Entered::Granted(grant, PermitSlot::queued(key)));
+                            return Ok(Entered::Granted(grant, PermitSlot::queued(slot)));
                         }
                         Err(e) => {
                             st.store.refund(&grant.reservation, now);
@@ -366,44 +382,60 @@ impl Inner {
                 }
                 None => {
                     if permit {
-                        self.pools.release(pool);
+                        self.pools.release(pool, key.holder());
                     }
                     let not_until = st.store.not_until(demand, now);
                     if let Some(at) = not_until.at {
                         self.verdict(at, now, deadline, None)?;
                     }
-                    let mut waiter = Waiter::new(*demand, pool);
+                    let mut waiter = Waiter::new(*demand, pool, key);
                     waiter.limited_by = not_until.limited_by;
-                    let key = st
+                    let slot = st
                         .queue
-                        .push_back(waiter)
+                        .push(flow, waiter)
                         .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
+                    // Alone: the head of the line.
+                    st.queue.head(now);
                     st.ready_at = not_until.at;
-                    return Ok(Entered::Queued(key));
+                    return Ok(Entered::Queued(slot));
                 }
             }
         }
+        let mut displace = None;
         if self.settings.overflow() == Overflow::Reject && st.queue.len() >= scope.capacity() {
-            return Err(AdmissionError::QueueFull { scope: scope.id });
+            // A flow under its share of the full queue still gets in, and
+            // the flow holding the most gives up its last call (FAIR-10).
+            displace = Some(
+                st.room_for(key, scope.capacity())
+                    .ok_or(AdmissionError::QueueFull { scope: scope.id })?,
+            );
         }
         if (deadline.instant().is_some() || self.settings.max_wait().is_some())
-            && let Some(at) = st.project(demand, now)
+            && let Some(at) = st.project(demand, key, now)
             && let Err(e) = self.verdict(at, now, deadline, cooling)
         {
             // The projection committed this demand; it is not queued.
             st.invalidate_projection();
             return Err(e);
         }
-        let mut waiter = Waiter::new(*demand, pool);
+        let mut waiter = Waiter::new(*demand, pool, key);
         waiter.waited_for_cooldown = cooling.is_some();
-        let key = st
+        let had_head = st.queue.current_head().is_some();
+        let slot = st
             .queue
-            .push_back(waiter)
+            .push(flow, waiter)
             .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
-        if st.queue.front() == Some(key) {
+        if let Some(victim) = displace {
+            st.displace(victim, now);
+        }
+        if st.queue.current_head().is_none() {
+            // The first call, or one of a higher class than the head's.
+            if had_head {
+                st.head_armed = None;
+            }
             st.drain(now);
         }
-        Ok(Entered::Queued(key))
+        Ok(Entered::Queued(slot))
     }
 
     /// The final start check (SPEC CD-3) and the lease of the reservation.
@@ -420,14 +452,14 @@ impl Inner {
         if st.closed {
             st.refund_pending(&grant, now);
             drop(guard);
-            self.pools.release(pool);
+            self.pools.release(pool, grant.flow.holder());
             return Err(AdmissionError::Closed);
         }
         if st.cooldown.generation != grant.generation && st.cooldown.active(now).is_some() {
             st.refund_pending(&grant, now);
             st.counters.preempted += 1;
             drop(guard);
-            self.pools.release(pool);
+            self.pools.release(pool, grant.flow.holder());
             return Ok(None);
         }
         st.store.lease(&mut grant.reservation, now);
@@ -444,12 +476,14 @@ impl Inner {
         Ok(Some(grant))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn lease(
         &self,
         controller: &AdmissionController,
         scope: &Scope,
         grant: Grant,
         pool: Option<u32>,
+        flow: Flow,
         admission: Admission,
         id: Option<CallId>,
     ) -> Lease {
@@ -466,6 +500,8 @@ impl Inner {
             admission,
             id,
             pool,
+            flow,
+            charged: grant.charged,
             released: false,
             reconciled: false,
             remote: None,
@@ -474,12 +510,12 @@ impl Inner {
 
     /// Returns a lease's permit (called once per lease).
     #[inline]
-    pub(crate) fn release(&self, pool: Option<u32>, id: Option<CallId>) {
+    pub(crate) fn release(&self, pool: Option<u32>, id: Option<CallId>, flow: Flow) {
         if let Some(id) = id {
             self.forget_id(id);
         }
         match pool {
-            Some(_) => self.pools.release(pool),
+            Some(_) => self.pools.release(pool, flow.key().holder()),
             None => self.pools.release_unpooled(),
         }
     }

@@ -14,6 +14,7 @@ use super::controller::AdmissionController;
 use super::scope::{REBUILD_LIMIT, schedule};
 use crate::call::{ScopeId, TokenEstimate};
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::Demand;
 
 /// When a demand could start on a scope, as the controller sees it now.
@@ -34,8 +35,23 @@ impl AdmissionController {
     /// When a demand of one request and `estimate`'s tokens could start on
     /// `scope` (SPEC Q-11): `None` for an unknown or closed scope, or a
     /// demand larger than a whole limit (it never fits). Nothing is
-    /// reserved or queued; the scope's state is not changed.
+    /// reserved or queued; the scope's state is not changed. The demand is
+    /// taken to be of the default flow: see
+    /// [`forecast_for`](Self::forecast_for).
     pub fn forecast(&self, scope: ScopeId, estimate: Option<TokenEstimate>) -> Option<Forecast> {
+        self.forecast_for(scope, estimate, Flow::DEFAULT)
+    }
+
+    /// [`forecast`](Self::forecast) for a call of `flow`: the calls that
+    /// certainly go before it are replayed ahead of it (the head unless of
+    /// a lower class, the call chosen in its class, its own flow's line;
+    /// SPEC FAIR-4), as the early verdict does.
+    pub fn forecast_for(
+        &self,
+        scope: ScopeId,
+        estimate: Option<TokenEstimate>,
+        flow: Flow,
+    ) -> Option<Forecast> {
         let scope = self.inner.scopes.get(scope.index())?;
         let demand = estimate.map_or(Demand::new(0, 0), |e| Demand::new(e.input, e.output));
         let now = self.inner.clock.now();
@@ -59,9 +75,9 @@ impl AdmissionController {
         let start = cooling_until.unwrap_or(now);
         let ready_at = st.store.project().and_then(|mut shadow| {
             let mut from = start;
-            if st.queue.len() <= REBUILD_LIMIT {
-                for (_, waiter) in st.queue.iter() {
-                    from = schedule(shadow.as_mut(), &waiter.demand(), from)?;
+            if let Some(ahead) = st.queue.ahead_of(flow.key(), REBUILD_LIMIT) {
+                for key in ahead {
+                    from = schedule(shadow.as_mut(), &st.queue.get(key)?.demand(), from)?;
                 }
             }
             schedule(shadow.as_mut(), &demand, from)

@@ -8,6 +8,7 @@ use super::cooldown::CooldownOutcome;
 use super::shared::RemoteLease;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::{LimitedBy, RefusalCost, Reservation};
 use crate::usage::{AlreadySettled, Settlement, Usage};
 
@@ -58,6 +59,11 @@ pub struct Lease {
     pub(crate) admission: Admission,
     pub(crate) id: Option<CallId>,
     pub(crate) pool: Option<u32>,
+    /// The call's flow (its permit's holder, SPEC FAIR-6).
+    pub(crate) flow: Flow,
+    /// Whether the grant was charged to the flow's counter, so settlement
+    /// corrects it (FAIR-3).
+    pub(crate) charged: bool,
     pub(crate) released: bool,
     pub(crate) reconciled: bool,
     /// Settlements of a reservation kept in a shared store (`None`: it is
@@ -98,6 +104,11 @@ impl Lease {
         self.id
     }
 
+    /// The flow the call was admitted in (SPEC FAIR-1).
+    pub fn flow(&self) -> Flow {
+        self.flow
+    }
+
     /// The quota taken (stamped with the lease instant).
     pub fn reservation(&self) -> &Reservation {
         &self.reservation
@@ -133,9 +144,19 @@ impl Lease {
         }
         if let Some(remote) = &mut self.remote {
             let inner = &self.inner;
-            return Ok(inner.reconcile_shared(self.scope, &self.reservation, usage, remote));
+            let charge = self.charged.then_some(self.flow);
+            return Ok(inner.reconcile_shared(
+                self.scope,
+                &self.reservation,
+                usage,
+                charge,
+                remote,
+            ));
         }
-        Ok(self.inner.reconcile(self.scope, &self.reservation, usage))
+        let charge = self.charged.then_some(self.flow);
+        Ok(self
+            .inner
+            .reconcile(self.scope, &self.reservation, usage, charge))
     }
 
     /// Reports a provider 429 answered to this attempt, with the server's
@@ -188,11 +209,21 @@ impl Lease {
         };
         if let Some(remote) = &mut self.remote {
             let (inner, reservation) = (&self.inner, &self.reservation);
+            let charge = (self.charged && tokens).then_some(self.flow);
             inner.release_refused_shared(self.scope, reservation, requests, tokens, remote);
+            if let Some(flow) = charge {
+                inner.refused_charge_shared(self.scope, flow, reservation);
+            }
             return Ok(());
         }
         self.inner
             .release_refused(self.scope, &self.reservation, requests, tokens);
+        if self.charged && tokens {
+            // The tokens cost nothing: the flow is charged its request only.
+            let zero = crate::quota::Actual::total(0);
+            self.inner
+                .correct_flow(self.scope, self.flow, &self.reservation, &zero);
+        }
         Ok(())
     }
 
@@ -206,7 +237,7 @@ impl Lease {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
-        self.inner.release(self.pool, self.id);
+        self.inner.release(self.pool, self.id, self.flow);
     }
 
     /// Resolves when the controller is closing, so the holder can stop its

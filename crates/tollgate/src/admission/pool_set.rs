@@ -4,10 +4,11 @@
 //! semaphore with an optional waiting bound and maximum wait. Every
 //! attempt takes one permit from its call's pool (or the controller's
 //! default pool, when a controller-wide concurrency limit is configured),
-//! after its quota reservation and in the order reservations were granted.
-//! A reconfiguration resizes pools in place, appends new ones and retires
-//! removed ones (`reconfigure.rs`): an ordinal stays valid for the
-//! controller's life.
+//! after its quota reservation and in the order reservations were granted;
+//! between flows, a freed permit goes to the waiting flow holding the
+//! fewest (SPEC FAIR-6, `permits.rs`). A reconfiguration resizes pools in
+//! place, appends new ones and retires removed ones (`reconfigure.rs`): an
+//! ordinal stays valid for the controller's life.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -126,12 +127,17 @@ impl PoolSet {
         }
     }
 
-    /// Takes a permit without waiting (`true` when the call has no pool).
+    /// Takes a permit for `holder` without waiting (`true` when the call
+    /// has no pool).
     #[inline]
-    pub(crate) fn try_acquire(&self, pool: Option<u32>) -> Result<bool, AdmissionError> {
+    pub(crate) fn try_acquire(
+        &self,
+        pool: Option<u32>,
+        holder: u64,
+    ) -> Result<bool, AdmissionError> {
         match self.get(pool) {
             None => Ok(true),
-            Some(p) => match p.permits.try_acquire() {
+            Some(p) => match p.permits.try_acquire_for(holder) {
                 Ok(()) => Ok(true),
                 Err(TryAcquire::NoPermits) => Ok(false),
                 Err(TryAcquire::Closed) => Err(AdmissionError::Closed),
@@ -139,21 +145,28 @@ impl PoolSet {
         }
     }
 
-    /// Returns a held permit.
+    /// Returns a permit `holder` held.
     #[inline]
-    pub(crate) fn release(&self, pool: Option<u32>) {
+    pub(crate) fn release(&self, pool: Option<u32>, holder: u64) {
         if let Some(p) = self.get(pool) {
-            p.permits.release();
+            p.permits.release_for(holder);
             self.idle.released(|| self.active());
         }
     }
 
-    /// Joins the pool's queue (see `Permits::register`). `Ok(None)`: a
-    /// permit is held now (or the call has no pool).
-    pub(crate) fn register(&self, pool: Option<u32>) -> Result<Option<usize>, AdmissionError> {
+    /// Joins the pool's queue for `holder` (see `Permits::register`).
+    /// `Ok(None)`: a permit is held now (or the call has no pool).
+    pub(crate) fn register(
+        &self,
+        pool: Option<u32>,
+        holder: u64,
+    ) -> Result<Option<usize>, AdmissionError> {
         match self.get(pool) {
             None => Ok(None),
-            Some(p) => p.permits.register().map_err(|why| refused(why, pool)),
+            Some(p) => p
+                .permits
+                .register_for(holder)
+                .map_err(|why| refused(why, pool)),
         }
     }
 

@@ -192,12 +192,13 @@ fn reconfigure_scope(
         .learning
         .store(config.learns().is_some(), Ordering::Release);
     if let (Some(shared), Some(remote)) = (&scope.shared, &inner.remote) {
-        shared.reconfigure(remote.open(config), capacity, controller.overflow);
+        shared.reconfigure(config, remote.open(config), capacity, controller.overflow);
     }
     let mut st = scope.state.lock();
     if !st.store.reconfigure(config, now) {
         st.store = inner.quota_backend.open(config, now, inner.wall);
     }
+    st.reconfigure_flows(config);
     st.reconfigured(now);
 }
 
@@ -205,8 +206,10 @@ impl ScopeState {
     /// After its store took new limits: the queued calls whose demand can
     /// never fit fail now (SPEC Q-3; a call already granted keeps its
     /// grant) and the head, armed for an instant of the old limits, is
-    /// judged again. The one place a reconfiguration touches the queue:
-    /// every waiter keeps its place.
+    /// judged again, and the head the fair scheduler picks (SPEC FAIR-1;
+    /// maybe of another flow) is armed for its instant under the new
+    /// limits. The one place a reconfiguration touches the queue: every
+    /// waiter keeps its place in its flow's line.
     fn reconfigured(&mut self, now: Instant) {
         self.invalidate_projection();
         self.head_armed = None;

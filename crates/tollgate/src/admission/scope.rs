@@ -1,26 +1,31 @@
-//! One quota scope inside the controller: its store, FIFO queue and cooldown.
+//! One quota scope inside the controller: its store, its waiting calls and
+//! cooldown.
 //!
 //! # Implementation notes
 //!
 //! Everything below is guarded by the scope's one mutex; no field is touched
 //! without it.
 //!
-//! * The queue is strictly FIFO (SPEC ADM-4). Its first `capacity` nodes are
-//!   the queued calls; with the `wait` overflow policy further producers are
-//!   linked behind them and count as waiting for a slot (ADM-5). An arrival
-//!   takes the fast path (reserve at once) only when the list is empty, so a
-//!   later call never overtakes an earlier one, whatever their sizes.
+//! * The waiting calls are grouped by flow (SPEC FAIR-1, `fair/`): FIFO
+//!   within a flow, and the fair scheduler chooses which call is the
+//!   *head* (ADM-4). A scope used by one flow is plain FIFO. With the
+//!   `reject` overflow policy at most `capacity` calls wait, shared between
+//!   flows (FAIR-10); with `wait`, calls beyond `capacity` count as waiting
+//!   for a slot (ADM-5). An arrival takes the fast path (reserve at once)
+//!   only when nobody waits, so no call overtakes a waiting one of its own
+//!   or a higher class, whatever their sizes.
 //! * Whoever changes the scope's state *drains* it under the lock: grants go
 //!   to the head while its demand fits, each granted waiter is woken, and
-//!   the first waiter that does not fit becomes the head with an exact
-//!   `ready_at` (SPEC Q-4). Only the head arms a timer for it; every other
-//!   waiter sleeps until woken or until its own deadline, so a refill never
-//!   wakes more than the calls it admits (no thundering herd).
+//!   the first head that does not fit holds the line with an exact
+//!   `ready_at` (SPEC Q-4) until it is granted, leaves, or a call of a
+//!   higher class arrives. Only the head arms a timer; every other waiter
+//!   sleeps until woken or until its own deadline, so a refill never wakes
+//!   more than the calls it admits (no thundering herd).
 //! * A waiter whose demand can never fit (a limit went down under it: SPEC
 //!   ) is unlinked and woken with `Outcome::Unfit`, by the drain
-//!   when it reaches the head with no instant, and by `fail_unfit` for the
-//!   whole queue when a learned limit is confirmed lower: no head waits
-//!   with no timer until its deadline.
+//!   when it becomes the head with no instant, and by `fail_unfit` for
+//!   every flow's line when a learned limit is confirmed lower: no head
+//!   waits with no timer until its deadline.
 //! * A granted reservation is *pending* until its call has its concurrency
 //!   permit and is leased; the waiter keeps its node (unlinked) until it
 //!   collects the grant, so a cancelled waiter can always give it back.
@@ -29,14 +34,15 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
 
+use super::fair::{Costs, FairQueue, room_for};
 use super::pool_set::PoolSet;
-use super::queue::WaitList;
 use super::shared::SharedScope;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
 use crate::error::ExceedsLimit;
-use crate::quota::{Demand, Hold, LimitedBy, QuotaStore, Reservation};
+use crate::flow::{Flow, FlowKey};
+use crate::quota::{Actual, Demand, Hold, LimitedBy, QuotaStore, Reservation};
 
 /// Queue lengths up to which a stale projection is rebuilt for an early
 /// verdict (SPEC Q-11); longer queues fall back to judging the demand alone,
@@ -80,6 +86,9 @@ pub(crate) enum Outcome {
     /// Granted, but the pool's waiting line was full (SPEC POOL-3): the
     /// reservation was refunded.
     PoolFull,
+    /// Refused to make room for a call of a flow holding less than its
+    /// share of a full queue (SPEC FAIR-10, overflow policy `reject`).
+    Displaced,
     /// A limit went down while it waited and its demand can never fit now
     /// (SPEC ); it held no quota.
     Unfit(ExceedsLimit),
@@ -92,6 +101,12 @@ pub(crate) struct Grant {
     pub(crate) generation: u64,
     /// Its place in the scope's grant order.
     pub(crate) order: u64,
+    /// The flow it was granted to.
+    pub(crate) flow: FlowKey,
+    /// Whether the grant was charged to the flow's counter (FAIR-3): every
+    /// grant to a waiting call is; a fast-path grant, made while nobody
+    /// waits, is not.
+    pub(crate) charged: bool,
 }
 
 #[derive(Debug)]
@@ -102,6 +117,8 @@ pub(crate) struct Waiter {
     pub(crate) output: u64,
     /// The pool it takes a permit from once granted.
     pub(crate) pool: Option<u32>,
+    /// Its flow (its line is found by it even after the grant unlinked it).
+    pub(crate) flow: FlowKey,
     pub(crate) waker: Option<Waker>,
     pub(crate) outcome: Outcome,
     pub(crate) limited_by: LimitedBy,
@@ -109,11 +126,12 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new(demand: Demand, pool: Option<u32>) -> Self {
+    pub(crate) fn new(demand: Demand, pool: Option<u32>, flow: FlowKey) -> Self {
         Waiter {
             input: demand.input,
             output: demand.output,
             pool,
+            flow,
             waker: None,
             outcome: Outcome::Waiting,
             limited_by: LimitedBy::default(),
@@ -141,6 +159,8 @@ impl Waiter {
                     },
                     generation,
                     order,
+                    flow: self.flow,
+                    charged: true,
                 },
                 permit,
             )),
@@ -178,7 +198,10 @@ impl Cooldown {
 /// Projection of when queued demands will fit (SPEC Q-11).
 #[derive(Debug, Default)]
 struct Projection {
-    /// The store with every queued demand committed at its projected instant.
+    /// The flow it was made for.
+    flow: Option<FlowKey>,
+    /// The store with every demand that certainly goes before the next call
+    /// of `flow` committed at its projected instant.
     shadow: Option<Box<dyn QuotaStore>>,
     /// The projected admission of the last queued demand.
     tail: Option<Instant>,
@@ -219,6 +242,11 @@ pub struct ScopeCounters {
     pub gap_tokens: u64,
     /// Limits adopted or changed from the provider's advertisement.
     pub limits_adopted: u64,
+    /// Cost admitted per priority class since the start (SPEC FAIR-8;
+    /// indexed by [`Priority::index`](crate::Priority::index)): each grant's
+    /// token estimate (at least 1), or 1 per request in a scope without
+    /// token limits.
+    pub served_cost: [u64; 3],
     /// Operations on the scope's shared store that failed or timed out
     /// (SPEC DQ-3, DQ-5; always 0 for an in-process scope).
     pub store_errors: u64,
@@ -255,7 +283,9 @@ impl ScopeCounters {
 #[derive(Debug)]
 pub(crate) struct ScopeState {
     pub(crate) store: Box<dyn QuotaStore>,
-    pub(crate) queue: WaitList<Waiter>,
+    pub(crate) queue: FairQueue<Waiter>,
+    /// What a grant costs its flow.
+    costs: Costs,
     pub(crate) cooldown: Cooldown,
     /// When the head's demand may fit (`None`: when a pending reservation is
     /// leased or refunded).
@@ -317,7 +347,10 @@ impl Scope {
             retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(ScopeState {
                 store,
-                queue: WaitList::new(),
+                queue: FairQueue::new(config.min_shares(), config.shortest_window()),
+                costs: Costs {
+                    tokens: config.has_token_limit(),
+                },
                 cooldown: Cooldown::default(),
                 ready_at: None,
                 head_armed: None,
@@ -363,10 +396,49 @@ impl ScopeState {
         self.queue.len().min(capacity)
     }
 
+    /// What a grant of `demand` costs its flow (SPEC FAIR-3): its token
+    /// estimate (at least 1), or 1 in a scope without token limits.
+    #[inline]
+    pub(crate) fn cost(&self, tokens: u64) -> u64 {
+        self.costs.of(tokens)
+    }
+
+    /// Counts a fast-path grant (nobody waits, so no flow is charged) in
+    /// its class's admitted cost (FAIR-2).
+    #[inline]
+    pub(crate) fn record_fast(&mut self, flow: Flow, demand: &Demand, now: Instant) {
+        let cost = self.cost(demand.tokens());
+        self.queue.share.add(flow.priority(), cost, now);
+    }
+
+    /// Corrects the counter of `flow`, charged for `demand`, by what the
+    /// grant really cost (FAIR-3): `actual` usage, `None` for a reservation
+    /// given back whole.
+    pub(crate) fn correct(&mut self, flow: FlowKey, demand: &Demand, actual: Option<&Actual>) {
+        // Nobody waits: no flow is kept, nothing to correct.
+        if self.queue.is_empty() {
+            return;
+        }
+        if let Some((estimated, actual)) = self.costs.correction(demand, actual) {
+            self.queue.correct(flow, estimated, actual);
+        }
+    }
+
+    /// Takes the scheduler settings of a scope's new configuration (SPEC
+    /// GW-15, FAIR-2, FAIR-3): `min_share` per class, its window and what a
+    /// grant costs. Lines and flow counters stay.
+    pub(crate) fn reconfigure_flows(&mut self, config: &ScopeConfig) {
+        self.queue
+            .reconfigure(config.min_shares(), config.shortest_window());
+        self.costs = Costs {
+            tokens: config.has_token_limit(),
+        };
+    }
+
     /// Grants the head for as long as its demand fits; arms the next head.
     pub(crate) fn drain(&mut self, now: Instant) {
         loop {
-            let Some(key) = self.queue.front() else {
+            let Some(key) = self.queue.head(now) else {
                 self.ready_at = None;
                 self.projection = Projection::default();
                 return;
@@ -375,16 +447,20 @@ impl ScopeState {
                 self.arm_head(key, Some(until), LimitedBy::default(), true);
                 return;
             }
-            let Some((demand, pool)) = self.queue.get(key).map(|w| (w.demand(), w.pool)) else {
+            let Some((demand, pool, flow)) =
+                self.queue.get(key).map(|w| (w.demand(), w.pool, w.flow))
+            else {
                 return;
             };
             match self.store.reserve(&demand, now, Hold::Pending) {
                 Ok(reservation) => {
-                    self.queue.unlink(key);
+                    let cost = self.cost(demand.tokens());
+                    self.queue.granted(key, cost);
+                    self.queue.share.add(flow.priority, cost, now);
                     self.head_armed = None;
                     // Join the permit queue now, under the scope lock, so
                     // permits follow the grant order (SPEC ADM-4).
-                    let permit = match self.pools.register(pool) {
+                    let permit = match self.pools.register(pool, flow.holder()) {
                         Ok(None) => Ok(PermitSlot::Held),
                         Ok(Some(k)) => Ok(PermitSlot::queued(k)),
                         Err(e) => Err(e),
@@ -403,6 +479,7 @@ impl ScopeState {
                         }
                         Err(e) => {
                             self.store.refund(&reservation, now);
+                            self.queue.correct(flow, cost, 0);
                             match e {
                                 crate::error::AdmissionError::PoolFull { .. } => Outcome::PoolFull,
                                 _ => Outcome::Closed,
@@ -449,8 +526,9 @@ impl ScopeState {
         }
     }
 
-    /// Fails every queued call whose demand can no longer fit, whatever the
-    /// wait (a limit went down: SPEC ), then drains, so the next
+    /// Fails every queued call, of every flow, whose demand can no longer
+    /// fit, whatever the wait (a limit went down: SPEC ), then
+    /// drains, so the next
     /// waiter becomes the head with an exact wake-up. Waiters hold
     /// no quota, so nothing is refunded; each failed one is unlinked and
     /// woken, and collects its error (and frees its node) when it is
@@ -471,7 +549,7 @@ impl ScopeState {
     /// Takes a waiter whose demand can never fit out of the queue and wakes
     /// it with the error.
     fn fail_waiter(&mut self, key: usize, e: ExceedsLimit) {
-        if self.queue.front() == Some(key) {
+        if self.queue.is_head(key) {
             self.head_armed = None;
         }
         self.queue.unlink(key);
@@ -486,6 +564,9 @@ impl ScopeState {
     /// the queue use the room.
     pub(crate) fn refund_pending(&mut self, grant: &Grant, now: Instant) {
         self.store.refund(&grant.reservation, now);
+        if grant.charged {
+            self.correct(grant.flow, &grant.reservation.demand, None);
+        }
         self.pending = self.pending.saturating_sub(1);
         self.counters.refunded_reservations += 1;
         self.invalidate_projection();
@@ -493,9 +574,9 @@ impl ScopeState {
     }
 
     /// Gives back a granted call's permit or its place in the permit queue.
-    pub(crate) fn return_permit(&self, pool: Option<u32>, permit: PermitSlot) {
+    pub(crate) fn return_permit(&self, pool: Option<u32>, permit: PermitSlot, flow: FlowKey) {
         match permit {
-            PermitSlot::Held => self.pools.release(pool),
+            PermitSlot::Held => self.pools.release(pool, flow.holder()),
             PermitSlot::Queued(key) => self.pools.cancel(pool, key as usize),
         }
     }
@@ -520,14 +601,14 @@ impl ScopeState {
     /// Removes a waiter that gives up (deadline, cancellation), returning
     /// any grant it had not collected.
     pub(crate) fn abandon(&mut self, key: usize, now: Instant) {
-        let was_head = self.queue.front() == Some(key);
+        let was_head = self.queue.is_head(key);
         let grant = self
             .queue
             .get(key)
             .and_then(|w| w.grant().map(|g| (g, w.pool)));
         self.queue.remove(key);
         if let Some(((grant, permit), pool)) = grant {
-            self.return_permit(pool, permit);
+            self.return_permit(pool, permit, grant.flow);
             self.refund_pending(&grant, now);
             return;
         }
@@ -538,23 +619,54 @@ impl ScopeState {
         }
     }
 
-    /// The earliest instant at which `demand` could be admitted behind the
-    /// queue as it stands (SPEC Q-11), or `None` when it cannot be told.
-    /// Call before linking the demand.
-    pub(crate) fn project(&mut self, demand: &Demand, now: Instant) -> Option<Instant> {
+    /// The waiting call to refuse so that a call of `flow` may wait in a
+    /// full queue (SPEC FAIR-10), or `None` when the arrival is refused.
+    pub(crate) fn room_for(&self, flow: FlowKey, capacity: usize) -> Option<usize> {
+        room_for(&self.queue, flow, capacity)
+    }
+
+    /// Refuses a waiting call to make room (FAIR-10).
+    pub(crate) fn displace(&mut self, key: usize, now: Instant) {
+        let was_head = self.queue.is_head(key);
+        self.queue.unlink(key);
+        if let Some(w) = self.queue.get_mut(key) {
+            w.outcome = Outcome::Displaced;
+            w.wake();
+        }
+        self.invalidate_projection();
+        if was_head {
+            self.head_armed = None;
+            self.drain(now);
+        }
+    }
+
+    /// The earliest instant at which `demand` of `flow` could be admitted
+    /// behind the calls that certainly go before it (SPEC Q-11: the head if
+    /// not of a lower class, the call chosen in its class and its own
+    /// flow's line; with one flow, the whole queue), or `None` when it
+    /// cannot be told. Call before linking the demand.
+    pub(crate) fn project(
+        &mut self,
+        demand: &Demand,
+        flow: FlowKey,
+        now: Instant,
+    ) -> Option<Instant> {
         let start = self.cooldown.active(now).unwrap_or(now);
-        if self.projection.shadow.is_none() {
+        if self.projection.shadow.is_none() || self.projection.flow != Some(flow) {
             let mut shadow = self.store.project()?;
             let mut tail = start;
-            if self.queue.len() <= REBUILD_LIMIT {
-                for (_, w) in self.queue.iter() {
-                    tail = schedule(shadow.as_mut(), &w.demand(), tail)?;
+            match self.queue.ahead_of(flow, REBUILD_LIMIT) {
+                Some(ahead) => {
+                    for key in ahead {
+                        let w = self.queue.get(key)?;
+                        tail = schedule(shadow.as_mut(), &w.demand(), tail)?;
+                    }
                 }
-            } else {
                 // Judge the demand alone: a valid but looser lower bound.
-                return schedule(shadow.as_mut(), demand, start);
+                None => return schedule(shadow.as_mut(), demand, start),
             }
             self.projection = Projection {
+                flow: Some(flow),
                 shadow: Some(shadow),
                 tail: Some(tail),
             };

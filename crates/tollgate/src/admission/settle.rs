@@ -7,6 +7,7 @@ use super::controller::{AdmissionController, Inner};
 use super::lease::Lease;
 use crate::call::ScopeId;
 use crate::clock::Instant;
+use crate::flow::Flow;
 use crate::quota::{Actual, BudgetReport, Dimension, Observed, Reservation};
 use crate::usage::{Settlement, Usage};
 
@@ -92,6 +93,40 @@ impl Inner {
         }
     }
 
+    /// Corrects the counter of `flow` charged for `reservation` to what it
+    /// really cost (SPEC FAIR-3), outside a settlement (a refusal).
+    pub(crate) fn correct_flow(
+        &self,
+        scope: ScopeId,
+        flow: Flow,
+        reservation: &Reservation,
+        actual: &Actual,
+    ) {
+        if let Some(scope) = self.scopes.get(scope.index()) {
+            let mut st = scope.state.lock();
+            st.correct(flow.key(), &reservation.demand, Some(actual));
+        }
+    }
+
+    /// [`correct_flow`](Self::correct_flow) on a shared scope's turn.
+    pub(crate) fn refused_charge_shared(
+        &self,
+        scope: ScopeId,
+        flow: Flow,
+        reservation: &Reservation,
+    ) {
+        if let Some(shared) = self
+            .scopes
+            .get(scope.index())
+            .and_then(|s| s.shared.as_ref())
+        {
+            let zero = Actual::total(0);
+            shared
+                .turn
+                .correct(flow.key(), &reservation.demand, Some(&zero));
+        }
+    }
+
     /// See [`AdmissionController::observe`]: every report of one answer
     /// under one lock. Returns the gaps taken, summed, and the last limit
     /// adopted.
@@ -151,6 +186,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
+        charged: Option<Flow>,
     ) -> Settlement {
         let settlement = Settlement::new(reservation.demand.tokens(), usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
@@ -163,6 +199,9 @@ impl Inner {
             return settlement;
         };
         st.store.reconcile(reservation, &actual);
+        if let Some(flow) = charged {
+            st.correct(flow.key(), &reservation.demand, Some(&actual));
+        }
         // Room given back may admit the head right now; debt only moves the
         // head's instant later, which its timer finds out by itself.
         if actual.refunds(&reservation.demand) {

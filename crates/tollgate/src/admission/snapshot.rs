@@ -5,10 +5,12 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 
 use super::controller::AdmissionController;
+use super::fair::FlowView;
 use super::scope::ScopeCounters;
 use super::shared::StoreMode;
 use crate::call::{PoolId, ScopeId};
 use crate::config::Overflow;
+use crate::flow::Priority;
 use crate::quota::{Dimension, LimitSnapshot, StoreError};
 
 /// The state of a controller at one instant. Never contains payloads,
@@ -80,6 +82,34 @@ pub struct ScopeSnapshot {
     /// amounts are read with
     /// [`AdmissionController::shared_limits`].
     pub store: Option<StoreMode>,
+    /// Every flow with waiting calls (SPEC FAIR-8), in no particular
+    /// order. The tenant is the caller's own number; a shell maps it to a
+    /// configured name before showing it.
+    pub flows: Vec<FlowSnapshot>,
+}
+
+/// The waiting calls of one flow of a scope (SPEC FAIR-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSnapshot {
+    /// The tenant's number.
+    pub tenant: u32,
+    /// The class.
+    pub priority: Priority,
+    /// The weight of its latest call.
+    pub weight: u32,
+    /// Calls waiting (queued or waiting for a slot).
+    pub queued: usize,
+}
+
+impl From<FlowView> for FlowSnapshot {
+    fn from(v: FlowView) -> Self {
+        FlowSnapshot {
+            tenant: v.key.tenant,
+            priority: v.key.priority,
+            weight: v.weight,
+            queued: v.queued,
+        }
+    }
 }
 
 impl Snapshot {
@@ -193,12 +223,18 @@ impl AdmissionController {
                 let mut limits = Vec::new();
                 let mut counters = st.counters;
                 let mut waiting = st.queue.len();
+                counters.served_cost = st.queue.share.total;
+                let mut flows: Vec<FlowSnapshot> =
+                    st.queue.flows().into_iter().map(Into::into).collect();
                 let store = scope.shared.as_ref().map(|shared| {
                     // Reading the state is when an idle scope finds out that
                     // its store answers again.
                     shared.usable(now);
                     shared.count(&mut counters);
                     waiting = shared.queued();
+                    let (turn_flows, served) = shared.turn.flows();
+                    flows = turn_flows.into_iter().map(Into::into).collect();
+                    counters.served_cost = served;
                     shared.mode()
                 });
                 if matches!(store, None | Some(StoreMode::LocalFallback)) {
@@ -216,6 +252,7 @@ impl AdmissionController {
                     cooldown_remaining: st.cooldown.active(now).map(|u| u - now),
                     counters,
                     store,
+                    flows,
                 }
             })
             .collect();

@@ -135,7 +135,12 @@ pub struct ScopeConfig {
     pub(crate) algorithm: Algorithm,
     pub(crate) queue_capacity: Option<usize>,
     pub(crate) learn: Option<Duration>,
+    /// Percent of the admitted cost each class is owed (SPEC FAIR-2).
+    pub(crate) min_share: [u8; 3],
 }
+
+/// `min_share` of each class below the top by default (SPEC FAIR-2).
+pub const DEFAULT_MIN_SHARE: u8 = 5;
 
 impl ScopeConfig {
     /// A scope without limits.
@@ -146,6 +151,7 @@ impl ScopeConfig {
             algorithm: Algorithm::default(),
             queue_capacity: None,
             learn: None,
+            min_share: [0, DEFAULT_MIN_SHARE, DEFAULT_MIN_SHARE],
         }
     }
 
@@ -205,6 +211,27 @@ impl ScopeConfig {
         self
     }
 
+    /// Sets the share of the scope's admitted cost over its shortest window
+    /// that a waiting class below `interactive` is served first until it
+    /// has it (SPEC FAIR-2; default 5 % each), in percent. The top class
+    /// needs none. The shares of `standard` and `batch` must add up to
+    /// less than 100.
+    pub fn min_share(mut self, class: crate::flow::Priority, percent: u8) -> Self {
+        self.min_share[class.index()] = percent;
+        self
+    }
+
+    /// The `min_share` of each class, in percent, highest class first.
+    pub fn min_shares(&self) -> [u8; 3] {
+        self.min_share
+    }
+
+    /// The shortest window of any limit (the window `min_share` is
+    /// measured over).
+    pub fn shortest_window(&self) -> Option<Duration> {
+        self.limits.iter().map(|l| l.window).chain(self.learn).min()
+    }
+
     /// The window over which missing limits are learned, if any.
     pub fn learns(&self) -> Option<Duration> {
         self.learn
@@ -240,6 +267,13 @@ impl ScopeConfig {
         }
         if let Algorithm::TokenBucket { burst: Some(b) } = self.algorithm {
             non_zero(&at("burst".into()), b)?;
+        }
+        let shares: u32 = self.min_share[1..].iter().map(|&p| u32::from(p)).sum();
+        if shares >= 100 {
+            return Err(ConfigError::new(
+                at("min_share".into()),
+                "the min_share of standard and batch must add up to less than 100 %",
+            ));
         }
         if self.queue_capacity == Some(0) {
             return Err(ConfigError::new(

@@ -28,6 +28,7 @@ use crate::clock::Instant;
 use crate::config::ConfigError;
 use crate::deadline::{Deadline, Phase};
 use crate::estimate::{TokenEstimator, validate};
+use crate::flow::Flow;
 use crate::usage::Usage;
 
 /// Estimates one attempt's tokens from its request (SPEC ): any
@@ -352,12 +353,29 @@ impl<P: Provider> Supervisor<P> {
         request: &P::Request,
         options: CallOptions,
     ) -> Result<Completed<P::Response>, CallError> {
+        self.invoke_with_flow(request, options, Flow::DEFAULT).await
+    }
+
+    /// [`invoke`](Self::invoke) with every attempt admitted in `flow`
+    /// (SPEC FAIR-1, FAIR-7: the tenant, class and weight it waits as).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`invoke`](Self::invoke).
+    pub async fn invoke_with_flow(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+        flow: Flow,
+    ) -> Result<Completed<P::Response>, CallError> {
         let mut guard =
             CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
         let span = call_span("invoke", options, self.inner.controller.clock().now());
-        let result =
-            tracing::Instrument::instrument(self.invoke_owned(request, options, &mut guard), span)
-                .await;
+        let result = tracing::Instrument::instrument(
+            self.invoke_owned(request, options, flow, &mut guard),
+            span,
+        )
+        .await;
         guard.finish(result.as_ref().map(|_| ()));
         result
     }
@@ -366,6 +384,7 @@ impl<P: Provider> Supervisor<P> {
         &self,
         request: &P::Request,
         options: CallOptions,
+        flow: Flow,
         guard: &mut CallGuard,
     ) -> Result<Completed<P::Response>, CallError> {
         self.claim_id(options, guard)?;
@@ -375,6 +394,7 @@ impl<P: Provider> Supervisor<P> {
             .attempts(
                 request,
                 options,
+                flow,
                 guard,
                 |ctx| provider.call(request, ctx),
                 Answer::OneShot(&|reply: &Reply<P::Response>| reply.budget),
@@ -431,6 +451,17 @@ impl<P: Provider> Supervisor<P> {
         request: &P::Request,
         options: CallOptions,
     ) -> Result<CallStream<P>, CallError> {
+        self.stream_with_flow(request, options, Flow::DEFAULT).await
+    }
+
+    /// [`stream`](Self::stream) with every attempt admitted in `flow`
+    /// (SPEC FAIR-1, FAIR-7).
+    pub async fn stream_with_flow(
+        &self,
+        request: &P::Request,
+        options: CallOptions,
+        flow: Flow,
+    ) -> Result<CallStream<P>, CallError> {
         let mut guard =
             CallGuard::begin(&self.inner.calls, self.inner.observer.clone(), options.id);
         let probe = match self
@@ -449,6 +480,7 @@ impl<P: Provider> Supervisor<P> {
             self.attempts(
                 request,
                 options,
+                flow,
                 &mut guard,
                 |ctx| super::stream::open(provider, request, ctx),
                 Answer::Stream(&|opened: &super::stream::Opened<P>| {
@@ -496,9 +528,9 @@ impl<P: Provider> Supervisor<P> {
         }
     }
 
-    fn attempt_call(&self, request: &P::Request) -> Result<Call, CallError> {
+    fn attempt_call(&self, request: &P::Request, flow: Flow) -> Result<Call, CallError> {
         // The id is claimed for the whole call (see `claim_id`).
-        let mut call = Call::new(self.inner.scope);
+        let mut call = Call::new(self.inner.scope).with_flow(flow);
         call.pool = self.inner.pool;
         if let Some(estimator) = &self.inner.estimator {
             let estimate = estimator
@@ -521,6 +553,7 @@ impl<P: Provider> Supervisor<P> {
         &self,
         request: &P::Request,
         options: CallOptions,
+        flow: Flow,
         guard: &mut CallGuard,
         mut attempt: impl FnMut(AttemptContext) -> Fut,
         answer: Answer<'_, T>,
@@ -535,7 +568,7 @@ impl<P: Provider> Supervisor<P> {
             guard.attempts += 1;
             let n = guard.attempts;
             // A fresh estimate and a fresh reservation per attempt.
-            let call = self.attempt_call(request)?;
+            let call = self.attempt_call(request, flow)?;
             let lease = self
                 .closable(inner.controller.acquire(&call, deadline))
                 .await??;

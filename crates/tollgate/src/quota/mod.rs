@@ -27,7 +27,7 @@ pub use demand::{
 };
 pub use local::LocalQuota;
 pub use remote::{
-    HoldId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
+    HoldId, OpId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
     Unavailable,
 };
 pub use saved::{Counted, SavedLimit, SavedScope};

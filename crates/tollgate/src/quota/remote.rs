@@ -78,11 +78,7 @@ pub struct HoldId(u128);
 impl HoldId {
     /// A new id, never returned before by this process.
     pub fn new() -> Self {
-        static PROCESS: OnceLock<u64> = OnceLock::new();
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let process = *PROCESS.get_or_init(|| fastrand::u64(..));
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        HoldId((u128::from(process) << 64) | u128::from(n))
+        HoldId(unique())
     }
 
     /// The id as a number (stores other than Redis may key on it).
@@ -98,6 +94,50 @@ impl Default for HoldId {
 }
 
 impl fmt::Display for HoldId {
+    /// 32 hexadecimal digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A number never returned before by this process: a random 64-bit number
+/// per process and a counter (unique across processes in practice).
+fn unique() -> u128 {
+    static PROCESS: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let process = *PROCESS.get_or_init(|| fastrand::u64(..));
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (u128::from(process) << 64) | u128::from(n)
+}
+
+/// The name of one settlement sent to a shared store (SPEC DQ-6).
+///
+/// Chosen by the caller once per settlement and sent again with each of
+/// its retries: a store applies a named operation once, and answers a
+/// repeat of it (a retry after a lost answer, a client library resending
+/// after a dropped connection) with the first answer, changing nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OpId(u128);
+
+impl OpId {
+    /// A new name, never returned before by this process.
+    pub fn new() -> Self {
+        OpId(unique())
+    }
+
+    /// The name as a number.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl Default for OpId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for OpId {
     /// 32 hexadecimal digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:032x}", self.0)
@@ -147,8 +187,19 @@ impl RemoteHold {
 /// [`StoreError::Timeout`] rather than wait longer. An operation that
 /// failed may or may not have taken effect; callers treat a failed
 /// `reserve` as not granted (the store's TTLs and the window age out any
-/// amount it took), and a failed settlement as not applied (amounts stay
-/// counted: never over a quota).
+/// amount it took), and retry a failed settlement under its name.
+///
+/// # Idempotence (SPEC DQ-6)
+///
+/// Every operation that changes the store may reach it twice: the caller
+/// retries a settlement whose answer was lost, and a client library may
+/// resend a command after a dropped connection. So each is applied at most
+/// once: a settlement (`refund`, `reconcile`, `release`, `recount`) by the
+/// [`OpId`] its caller gives it, the same on every retry, which must
+/// answer a repeat with the first answer and change nothing; `reserve`,
+/// `lease` and `forget` by a name the store chooses per call (a repeat of
+/// the same call), or by the hold's id. No settlement gives back more than
+/// its reservation held.
 ///
 /// # How the controller uses it
 ///
@@ -168,8 +219,10 @@ impl RemoteHold {
 ///   and the leased amount ages out with its windows (counted, never over a
 ///   quota). A hold nobody forgets expires after its `ttl`.
 /// * A `Hold::Leased` reservation that never started is given back with
-///   `refund`, at most once: a leased `reserve` whose answer was lost is
-///   not refunded (it ages out with its windows).
+///   `refund`: a leased `reserve` whose answer was lost is not refunded
+///   (it ages out with its windows).
+/// * A settlement that fails is retried a few times under one [`OpId`]
+///   (applied once, however many of the attempts reach the store).
 /// * `snapshot` is also the health probe of an unavailable store (at most
 ///   one in flight per scope, at most every 200 ms).
 /// * The controller notifies the [`changes`](RemoteQuota::changes) notice
@@ -209,41 +262,47 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     fn forget(&self, id: HoldId, budget: Duration) -> StoreFuture<'_, Result<bool, StoreError>>;
 
     /// Restores a leased reservation whose attempt never started, in full
-    /// (SPEC Q-9). Pending holds are given back with
+    /// (SPEC Q-9), once per `op`. Pending holds are given back with
     /// [`forget`](Self::forget).
     fn refund(
         &self,
         reservation: Reservation,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// Replaces a started attempt's token estimate by what the provider
     /// reported (SPEC Q-5), each token limit from its own figure (SPEC
-    /// Q-12, see [`QuotaStore::reconcile`](super::QuotaStore::reconcile)).
+    /// Q-12, see [`QuotaStore::reconcile`](super::QuotaStore::reconcile)),
+    /// once per `op`.
     fn reconcile(
         &self,
         reservation: Reservation,
         actual: Actual,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// Gives back what a refused attempt took from the chosen dimensions
-    /// (SPEC Q-16); `tokens` covers every token dimension.
+    /// (SPEC Q-16), once per `op`; `tokens` covers every token dimension.
     fn release(
         &self,
         reservation: Reservation,
         requests: bool,
         tokens: bool,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
     /// The provider counted a leased reservation no later than `ago` before
     /// the store's now (SPEC Q-15): it stays counted until one window after
-    /// that instant. Returns the restamped reservation.
+    /// that instant. Returns the restamped reservation; a repeat of `op`
+    /// returns the same one and moves nothing.
     fn recount(
         &self,
         reservation: Reservation,
         ago: Duration,
+        op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
 

@@ -14,6 +14,16 @@ pub async fn settle() {
     }
 }
 
+/// A current-thread runtime on tokio's paused clock (for property tests,
+/// which cannot be `#[tokio::test]`s).
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// A call on the first scope estimating `tokens` tokens.
 pub fn tokens(n: u64) -> Call {
     Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(n, 0))

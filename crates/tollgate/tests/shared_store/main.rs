@@ -6,7 +6,7 @@
 mod test_store;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -18,7 +18,7 @@ use tollgate::{
     RefusalCost, ScopeId, StoreMode, TokenEstimate, Usage,
 };
 
-use test_store::{Calls, Outage, TestBackend, TestStore, assert_windows};
+use test_store::{Calls, Outage, TestBackend, TestStore, assert_windows, window_maxima};
 
 const SCOPE: &str = "acct";
 const SECOND: Duration = Duration::from_secs(1);
@@ -85,6 +85,17 @@ fn mode(c: &AdmissionController) -> Option<StoreMode> {
     c.snapshot().scopes[0].store
 }
 
+/// A sum over the first scope's counters of every replica, as of now.
+fn counter_sum(
+    replicas: &[AdmissionController],
+) -> impl Fn(fn(&tollgate::ScopeCounters) -> u64) -> u64 {
+    let counters: Vec<_> = replicas
+        .iter()
+        .map(|c| c.snapshot().scopes[0].counters)
+        .collect();
+    move |f| counters.iter().map(f).sum()
+}
+
 // proves: DQ-2, Q-7, Q-13, Q-9 (several replicas, real threads and clock:
 // no rolling window over the limit, every unit and permit back at the end)
 #[test]
@@ -112,15 +123,16 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
             })
             .collect();
         let admitted = Arc::new(AtomicU64::new(0));
-        let stop = Instant::now() + Duration::from_millis(1_600);
+        let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for (r, controller) in replicas.iter().enumerate() {
             for w in 0..12u64 {
                 let controller = controller.clone();
                 let admitted = Arc::clone(&admitted);
+                let stop = Arc::clone(&stop);
                 tasks.push(tokio::spawn(async move {
                     let mut rng = fastrand::Rng::with_seed(r as u64 * 100 + w);
-                    while Instant::now() < stop {
+                    while !stop.load(Ordering::Relaxed) {
                         let estimate = rng.u64(20..200);
                         let deadline = within(Duration::from_millis(rng.u64(1..300)));
                         // Cancel at a random moment: any await of the
@@ -157,17 +169,42 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
                 }));
             }
         }
+        // The run lasts 1.6 s, and longer while a path the assertions
+        // below count on (a refunded or preempted grant, a debt, a full
+        // window) has not been taken yet, which on a busy machine takes
+        // longer: what a run covers depends on scheduling, what it asserts
+        // must not (SPEC Q-13: invariants, never timings).
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let elapsed = started.elapsed();
+            let covered = || {
+                let sum = counter_sum(&replicas);
+                let (requests, _) = window_maxima(&store.records(SCOPE), WINDOW);
+                sum(|c| c.refunded_reservations) > 0
+                    && sum(|c| c.preempted) > 0
+                    && sum(|c| c.tokens_debt) > 0
+                    && admitted.load(Ordering::Relaxed) > 2 * REQUESTS
+                    && requests >= REQUESTS
+            };
+            if elapsed >= Duration::from_secs(30)
+                || (elapsed >= Duration::from_millis(1_600) && covered())
+            {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
         for t in tasks {
             t.await.expect("worker");
         }
-        // Detached settlements and refunds land within their timeout.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Detached settlements and refunds: `idle` waits for them.
+        for c in &replicas {
+            c.idle().await;
+            assert!(c.snapshot().is_idle(), "{:?}", c.snapshot());
+            assert_eq!(c.snapshot().active, 0);
+        }
         let records = store.records(SCOPE);
-        let counters: Vec<_> = replicas
-            .iter()
-            .map(|c| c.snapshot().scopes[0].counters)
-            .collect();
-        let sum = |f: fn(&tollgate::ScopeCounters) -> u64| counters.iter().map(f).sum::<u64>();
+        let sum = counter_sum(&replicas);
         // Each lease is in the store exactly once; every refunded grant is not.
         assert_eq!(records.len() as u64, admitted.load(Ordering::Relaxed));
         assert_eq!(sum(|c| c.admitted), admitted.load(Ordering::Relaxed));
@@ -186,6 +223,9 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
             "deadlines are not store failures"
         );
         assert_eq!(sum(|c| c.settlements_failed), 0);
+        // The recorder's instants are the quota's own (see test_store.rs):
+        // a window over the limit here is one in the quota's own view.
+        assert_eq!(store.clock_mismatches(SCOPE), 0);
         let (max_requests, max_tokens) = assert_windows(&records, WINDOW, REQUESTS, TOKENS);
         assert!(
             admitted.load(Ordering::Relaxed) > 2 * REQUESTS,
@@ -197,11 +237,6 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
         );
         assert!(max_tokens <= TOKENS);
         assert_eq!(store.pending(SCOPE), 0, "no pending reservation leaked");
-        for c in &replicas {
-            c.idle().await;
-            assert!(c.snapshot().is_idle(), "{:?}", c.snapshot());
-            assert_eq!(c.snapshot().active, 0);
-        }
         // Every unit comes back once the window has passed.
         tokio::time::sleep(WINDOW + Duration::from_millis(50)).await;
         assert_eq!(available(&store, Dimension::Requests), REQUESTS as i64);
@@ -209,9 +244,34 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
     });
 }
 
+// proves: Q-13 for the test store itself (two reservations counted at one
+// instant are told apart: settling each changes its own record, so the
+// recorder the stress test trusts agrees with the quota)
+#[tokio::test(start_paused = true)]
+async fn the_recorder_tells_apart_two_reservations_of_one_instant() {
+    let store = TestStore::new(Duration::from_secs(29));
+    let scope = ScopeConfig::new(SCOPE).requests(10, SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    // The clock is paused: both reach the store at the same instant.
+    let mut first = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let mut second = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let _ = first.refused(RefusalCost::Free);
+    let _ = second.refused(RefusalCost::Free);
+    drop((first, second));
+    settle().await;
+    assert_eq!(
+        available(&store, Dimension::Requests),
+        10,
+        "both given back"
+    );
+    let counted: u64 = store.records(SCOPE).iter().map(|r| r.requests).sum();
+    assert_eq!(counted, 0, "{:?}", store.records(SCOPE));
+}
+
 // proves: DQ-3, DQ-5 under load (outages that refuse or hang, on real
-// threads: no admission outlives its deadline by more than one timeout,
-// every permit comes back, and the replicas return to the shared store)
+// threads: every round trip an admission waits for is clipped by its
+// deadline, no admission hangs, every permit comes back, and the replicas
+// return to the shared store)
 #[test]
 fn outages_under_load_never_hang_and_leave_nothing_held() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -220,6 +280,9 @@ fn outages_under_load_never_hang_and_leave_nothing_held() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
+        /// The store's timeout, longer than any deadline below.
+        const STORE_TIMEOUT: Duration = Duration::from_millis(200);
+        const LONGEST_DEADLINE: Duration = Duration::from_millis(99);
         let store = TestStore::new(Duration::from_secs(600));
         store.set_latency(Duration::from_micros(200));
         let scope = ScopeConfig::new(SCOPE)
@@ -229,25 +292,26 @@ fn outages_under_load_never_hang_and_leave_nothing_held() {
             Unavailable::FailOpenLocal { replicas: 2 },
             Unavailable::FailClosed,
         ];
-        let replicas: Vec<_> = policies
+        let (replicas, backends): (Vec<_>, Vec<_>) = policies
             .into_iter()
             .map(|p| {
-                let backend = store.backend(Duration::from_millis(200), p);
-                AdmissionController::builder()
+                let backend = store.backend(STORE_TIMEOUT, p);
+                let controller = AdmissionController::builder()
                     .scope(scope.clone())
                     .concurrency(4)
-                    .shared_store(Arc::new(backend))
+                    .shared_store(Arc::new(backend.clone()))
                     .build()
-                    .expect("valid configuration")
+                    .expect("valid configuration");
+                (controller, backend)
             })
-            .collect();
-        let stop = Instant::now() + Duration::from_millis(1_200);
+            .unzip();
+        let stop = Arc::new(AtomicBool::new(false));
         let faults = {
-            let store = Arc::clone(&store);
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
             tokio::spawn(async move {
                 let cycle = [Outage::Refuse, Outage::Up, Outage::Hang, Outage::Up];
                 for outage in cycle.iter().cycle() {
-                    if Instant::now() >= stop {
+                    if stop.load(Ordering::Relaxed) {
                         break;
                     }
                     store.set_outage(*outage);
@@ -260,45 +324,71 @@ fn outages_under_load_never_hang_and_leave_nothing_held() {
         for (r, controller) in replicas.iter().enumerate() {
             for w in 0..8u64 {
                 let controller = controller.clone();
+                let stop = Arc::clone(&stop);
                 tasks.push(tokio::spawn(async move {
                     let mut rng = fastrand::Rng::with_seed(7 + r as u64 * 10 + w);
-                    let mut worst = Duration::ZERO;
-                    while Instant::now() < stop {
-                        let budget = Duration::from_millis(rng.u64(1..100));
-                        let started = Instant::now();
+                    while !stop.load(Ordering::Relaxed) {
+                        let budget =
+                            Duration::from_millis(rng.u64(1..=LONGEST_DEADLINE.as_millis() as u64));
                         let estimate = rng.u64(10..100);
-                        let admitted = controller.acquire(&call(estimate), within(budget)).await;
-                        worst = worst.max(started.elapsed().saturating_sub(budget));
+                        let acquire = controller.acquire(&call(estimate), within(budget));
+                        // Never a hang (DQ-3). The bound is not a timing
+                        // claim: what the design guarantees is that nothing
+                        // the call waits for outlives its deadline (checked
+                        // exactly below); the 10 s beyond it only tell a
+                        // call that never returns from a busy machine's
+                        // scheduling delays (up to 0.2 s measured on two
+                        // shared cores, in every phase alike).
+                        let admitted = tokio::time::timeout(budget + 10 * SECOND, acquire)
+                            .await
+                            .expect("an admission returns (DQ-3: never a hang)");
                         if let Ok(mut lease) = admitted {
                             tokio::time::sleep(Duration::from_micros(rng.u64(0..1_000))).await;
                             let _ = lease.reconcile(Usage::known(rng.u64(0..=2 * estimate)));
                         }
                     }
-                    worst
                 }));
             }
         }
-        let mut worst = Duration::ZERO;
+        // 1.2 s (ten fault phases), and longer while neither policy has
+        // been seen at work yet (a busy machine may leave an outage
+        // unvisited): coverage depends on scheduling, the assertions not.
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let sum = counter_sum(&replicas);
+            let covered = sum(|c| c.fallback_admissions) > 0 && sum(|c| c.store_unavailable) > 0;
+            let elapsed = started.elapsed();
+            if elapsed >= 30 * SECOND || (elapsed >= Duration::from_millis(1_200) && covered) {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
         for t in tasks {
-            worst = worst.max(t.await.expect("worker"));
+            t.await.expect("worker");
         }
         faults.await.expect("faults");
-        // Past the deadline by scheduling on a busy machine at most, never
-        // by a store timeout (a hang would overrun by 200 ms or more).
+        // DQ-5: every reservation and lease round trip had the call's
+        // deadline for its budget, never the store's timeout, so a store
+        // that hangs holds no admission past its deadline (before this
+        // check, the test bounded the overrun at 100 ms, and a busy machine
+        // overran that by scheduling alone).
+        for backend in &backends {
+            let longest = backend.calls.longest_admission_budget();
+            assert!(
+                longest <= LONGEST_DEADLINE && longest < STORE_TIMEOUT,
+                "an admission's round trip had {longest:?}"
+            );
+        }
+        let sum = counter_sum(&replicas);
         assert!(
-            worst < Duration::from_millis(100),
-            "overran a deadline by {worst:?}"
+            sum(|c| c.fallback_admissions) > 0,
+            "fail_open_local served during outages"
         );
-        let fallback: u64 = replicas
-            .iter()
-            .map(|c| c.snapshot().scopes[0].counters.fallback_admissions)
-            .sum();
-        let refused: u64 = replicas
-            .iter()
-            .map(|c| c.snapshot().scopes[0].counters.store_unavailable)
-            .sum();
-        assert!(fallback > 0, "fail_open_local served during outages");
-        assert!(refused > 0, "fail_closed refused during outages");
+        assert!(
+            sum(|c| c.store_unavailable) > 0,
+            "fail_closed refused during outages"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
         for c in &replicas {
             c.idle().await;
@@ -759,6 +849,102 @@ async fn the_line_is_bounded_by_the_queue_capacity() {
     assert!(c.snapshot().is_idle());
 }
 
+fn flow_call(tenant: u32, priority: tollgate::Priority, weight: u32) -> Call {
+    call(1).with_flow(tollgate::Flow::new(tenant, priority).with_weight(weight))
+}
+
+// proves: FAIR-9, FAIR-3, FAIR-2 on a shared scope (the replica hands its
+// turn out by the fair scheduler: 3:1 by weight within a class, a higher
+// class next)
+#[tokio::test(start_paused = true)]
+async fn the_turn_goes_by_weight_and_class() {
+    use tollgate::Priority;
+    let store = TestStore::new(Duration::from_secs(11));
+    let scope = ScopeConfig::new(SCOPE).requests(1, SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let spent = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let mut push = |call: Call, label: &'static str| {
+        let (c, order) = (c.clone(), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            drop(c.acquire(&call, Deadline::NONE).await.expect("admitted"));
+            order.lock().push(label);
+        }));
+    };
+    for _ in 0..6 {
+        push(flow_call(1, Priority::Standard, 3), "a");
+        push(flow_call(2, Priority::Standard, 1), "b");
+    }
+    settle().await;
+    drop(spent);
+    tokio::time::sleep(SECOND * 4 + SECOND / 2).await;
+    settle().await;
+    push(flow_call(3, Priority::Interactive, 1), "i");
+    settle().await;
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let order = order.lock().clone();
+    // The interactive call came at 4.5 s, while the call granted at 5 s
+    // held the turn: it is next, at 6 s.
+    let i = order.iter().position(|l| *l == "i").expect("served");
+    assert_eq!(i, 5, "{order:?}");
+    let standard: Vec<_> = order.iter().filter(|l| **l != "i").collect();
+    assert_eq!(
+        standard[..8].iter().filter(|l| ***l == "a").count(),
+        6,
+        "{order:?}"
+    );
+    assert!(c.snapshot().is_idle());
+}
+
+// proves: FAIR-10 on a shared scope (the turn's full line still takes a
+// tenant under its share; the tenant holding the most is refused instead)
+#[tokio::test(start_paused = true)]
+async fn the_turns_line_is_shared_between_flows() {
+    use tollgate::Priority;
+    let store = TestStore::new(Duration::from_secs(13));
+    let scope = ScopeConfig::new(SCOPE).requests(1, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| {
+        b.queue_capacity(4)
+            .overflow(tollgate::config::Overflow::Reject)
+    });
+    let spent = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let mut bulk = Vec::new();
+    // One holds the turn, three wait: the queue is full.
+    for _ in 0..4 {
+        bulk.push(spawn_acquire(&c, flow_call(1, Priority::Standard, 1)));
+        settle().await;
+    }
+    assert_eq!(c.snapshot().scopes[0].queued, 4);
+    let e = c
+        .acquire(&flow_call(1, Priority::Standard, 1), Deadline::NONE)
+        .await;
+    assert_eq!(
+        e.expect_err("full"),
+        AdmissionError::QueueFull {
+            scope: ScopeId::FIRST
+        }
+    );
+    let chat = spawn_acquire(&c, flow_call(2, Priority::Standard, 1));
+    settle().await;
+    let last = bulk.pop().expect("four").await.expect("task");
+    assert_eq!(
+        last.expect_err("displaced"),
+        AdmissionError::QueueFull {
+            scope: ScopeId::FIRST
+        }
+    );
+    assert_eq!(c.snapshot().scopes[0].queued, 4);
+    for t in bulk.into_iter().chain([chat]) {
+        t.abort();
+    }
+    drop(spent);
+    settle().await;
+    assert!(c.snapshot().is_idle());
+}
+
 // proves: LC-7 on a shared scope (closing wakes the call holding the turn
 // and the calls in line with `Closed`; nothing is left held)
 #[tokio::test(start_paused = true)]
@@ -931,4 +1117,32 @@ async fn an_expired_hold_is_reserved_again() {
     );
     drop(lease);
     c.close().await;
+}
+
+// proves: DQ-3 (one slow settlement, a detached reconciliation over the
+// store's timeout, does not make the store unavailable: under fail_closed
+// the next call is admitted from the shared store, not refused with 503)
+#[tokio::test(start_paused = true)]
+async fn a_slow_settlement_leaves_the_store_shared() {
+    let store = TestStore::new(Duration::from_secs(13));
+    let scope = ScopeConfig::new(SCOPE).tokens(1_000, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    store.set_latency(2 * TIMEOUT);
+    lease.reconcile(Usage::known(10)).expect("first");
+    drop(lease);
+    // Every attempt of the settlement runs out of time.
+    tokio::time::sleep(SECOND).await;
+    store.set_latency(Duration::ZERO);
+    let counters = c.snapshot().scopes[0].counters;
+    assert!(counters.store_errors >= 1);
+    assert_eq!(counters.settlements_failed, 1);
+    assert_eq!(mode(&c), Some(StoreMode::Shared));
+    let reserves = Calls::get(&backend.calls.reserve);
+    let lease = c
+        .acquire(&call(100), Deadline::NONE)
+        .await
+        .expect("admitted from the shared store");
+    assert_eq!(Calls::get(&backend.calls.reserve), reserves + 1);
+    drop(lease);
 }

@@ -10,13 +10,35 @@
 //!
 //! Every operation applies atomically at the end of its latency, and only
 //! if that is within its budget, so an operation that fails never took
-//! effect and one whose future is dropped before it answers did not either.
+//! effect and one whose future is dropped before it answers did not either
+//! (so a retried settlement never repeats one: its `OpId` is not needed).
 //!
 //! Beside the quota, an independent recorder keeps every attempt the store
 //! admitted (server instant of its lease, request units, tokens as
 //! settled), to check the rolling-window bound (SPEC Q-7, DQ-2) without
 //! trusting the arithmetic under test. It is not a product feature: the
 //! Redis store has tests of its own in `tollgate-redis`.
+//!
+//! # The server's clock (SPEC Q-13)
+//!
+//! Every operation reads the server's clock while it holds the scope's
+//! lock and never goes back from the latest instant it handed the quota
+//! (see [`ScopeServer::tick`]), so the recorder's instants are the quota's
+//! own, in the order the quota saw them; `clock_mismatches` counts any
+//! reservation the quota stamped elsewhere (none). Records are found by a
+//! number of their own, which the store hands out as the reservation's
+//! `seq` (the store's own number for it) and translates back to the
+//! quota's, never by instant: several reservations may share one.
+//!
+//! Before, the clock was read before the lock, as the engine's callers do:
+//! a thread that read it first and locked second handed the quota an
+//! instant older than one it had seen. The quota counted that admission at
+//! the newer instant (SPEC Q-13) while the recorder kept the older one, so
+//! its window could hold an admission the quota had counted outside it
+//! ("31 requests within 400ms ending at record 65 (limit 30)"). And
+//! records were found by the quota's stamp: two reservations stamped at
+//! one instant were confused, one record settled twice and the other kept
+//! a request the quota had given back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -29,8 +51,8 @@ use tokio::time::Instant;
 use tollgate::ExceedsLimit;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, QuotaStore, RemoteBackend,
-    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
+    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
+    RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
 };
 
 /// What the injected outage does.
@@ -49,7 +71,10 @@ pub enum Outage {
 pub struct Record {
     /// Server instant of its lease (`None` while pending).
     pub leased_at: Option<Instant>,
-    tick: u64,
+    /// The recorder's number for it (the `seq` the replicas see).
+    id: u32,
+    /// The quota's own `seq` for it.
+    seq: u32,
     /// Request units counted.
     pub requests: u64,
     /// The estimate reserved.
@@ -73,15 +98,87 @@ impl Record {
 
 #[derive(Debug)]
 struct ScopeServer {
+    /// The instant the quota counts from (its epoch).
+    epoch: Instant,
+    /// The latest instant handed to the quota.
+    latest: Instant,
+    /// Reservations the quota stamped at another instant than the one
+    /// it was handed (see [`TestStore::clock_mismatches`]).
+    mismatches: u64,
     quota: LocalQuota,
     records: Vec<Record>,
-    /// Pending holds by name, with their expiry (server clock).
+    /// The number of the next record.
+    next_id: u32,
+    /// Pending holds by name, with their expiry (server clock); their
+    /// reservation carries the record's number.
     holds: HashMap<HoldId, (Reservation, Instant)>,
 }
 
 impl ScopeServer {
-    fn record(&mut self, tick: u64) -> Option<&mut Record> {
-        self.records.iter_mut().find(|r| r.tick == tick)
+    fn new(scope: &ScopeConfig, now: Instant) -> Self {
+        ScopeServer {
+            epoch: now,
+            latest: now,
+            mismatches: 0,
+            quota: LocalQuota::new(scope, now),
+            records: Vec::new(),
+            next_id: 1,
+            holds: HashMap::new(),
+        }
+    }
+
+    /// The instant of an operation, from `clock` read under the scope's
+    /// lock: never before the latest one (the rule the quota applies
+    /// itself, SPEC Q-13, here applied where the recorder sees it).
+    fn tick(&mut self, clock: Instant) -> Instant {
+        self.latest = self.latest.max(clock);
+        self.latest
+    }
+
+    /// Checks that the quota stamped a reservation at `now` itself: its
+    /// `tick` is the nanoseconds since the epoch of the instant it was
+    /// handed (the in-process quota's encoding), so the recorder's instant
+    /// is the quota's.
+    fn stamped(&mut self, tick: u64, now: Instant) {
+        if u128::from(tick) != (now - self.epoch).as_nanos() {
+            self.mismatches += 1;
+        }
+    }
+
+    /// Records a reservation the quota granted at `now`; returns it as
+    /// the replica sees it (the record's number as its `seq`).
+    fn admit(&mut self, r: Reservation, now: Instant) -> Reservation {
+        self.stamped(r.tick, now);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.records.push(Record {
+            leased_at: (r.hold == Hold::Leased).then_some(now),
+            id,
+            seq: r.seq,
+            requests: r.demand.requests,
+            estimate: r.demand.tokens(),
+            actual: None,
+            tokens_released: false,
+        });
+        Reservation { seq: id, ..r }
+    }
+
+    /// The record of a reservation a replica sent back, and the
+    /// reservation as the quota knows it (its own `seq`).
+    fn find(&mut self, r: &Reservation) -> (Option<&mut Record>, Reservation) {
+        match self.records.iter_mut().find(|x| x.id == r.seq) {
+            Some(rec) => {
+                let seq = rec.seq;
+                (Some(rec), Reservation { seq, ..*r })
+            }
+            // Refunded already: the quota finds nothing of it either.
+            None => (None, Reservation { seq: 0, ..*r }),
+        }
+    }
+
+    /// Forgets the record of a reservation given back.
+    fn remove(&mut self, id: u32) {
+        self.records.retain(|x| x.id != id);
     }
 
     /// Gives back pending hold `id` if held; whether it was.
@@ -89,14 +186,9 @@ impl ScopeServer {
         let Some((r, _)) = self.holds.remove(&id) else {
             return false;
         };
-        self.quota.refund(&r, now);
-        if let Some(i) = self
-            .records
-            .iter()
-            .position(|x| x.tick == r.tick && x.leased_at.is_none())
-        {
-            self.records.remove(i);
-        }
+        let (_, quota) = self.find(&r);
+        self.quota.refund(&quota, now);
+        self.remove(r.seq);
         true
     }
 
@@ -189,12 +281,19 @@ impl TestStore {
 
     /// Every limit of `scope` as the server sees it now.
     pub fn limits(&self, scope: &str) -> Vec<LimitSnapshot> {
-        let now = self.now();
         let mut out = Vec::new();
         if let Some(s) = self.scopes.lock().get_mut(scope) {
+            let now = s.tick(self.now());
             s.quota.snapshot(now, &mut out);
         }
         out
+    }
+
+    /// Reservations and leases of `scope` that the quota stamped at another
+    /// instant than the recorder's (zero: the recorder's instants are the
+    /// quota's own).
+    pub fn clock_mismatches(&self, scope: &str) -> u64 {
+        self.scopes.lock().get(scope).map_or(0, |s| s.mismatches)
     }
 
     /// Reservations granted and neither leased nor refunded.
@@ -252,11 +351,12 @@ impl TestStore {
             return Err(StoreError::Timeout(budget));
         }
         tokio::time::sleep(latency).await;
-        let now = self.now();
         let mut scopes = self.scopes.lock();
         let Some(server) = scopes.get_mut(scope) else {
             return Err(StoreError::Unavailable("unknown scope".into()));
         };
+        // Under the lock (see the module documentation).
+        let now = server.tick(self.now());
         server.expire(now);
         Ok(op(server, now))
     }
@@ -272,6 +372,9 @@ pub struct Calls {
     pub release: AtomicU64,
     pub recount: AtomicU64,
     pub snapshot: AtomicU64,
+    /// The longest budget of a round trip an admission waits for
+    /// (reserve, lease), in nanoseconds.
+    pub admission_budget: AtomicU64,
 }
 
 impl Calls {
@@ -294,6 +397,17 @@ impl Calls {
         .map(|c| Calls::get(c))
         .sum()
     }
+
+    /// The longest budget of a round trip an admission waited for.
+    pub fn longest_admission_budget(&self) -> Duration {
+        Duration::from_nanos(Calls::get(&self.admission_budget))
+    }
+
+    fn admission(&self, counter: &AtomicU64, budget: Duration) {
+        bump(counter);
+        let nanos = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX);
+        self.admission_budget.fetch_max(nanos, Ordering::SeqCst);
+    }
 }
 
 fn bump(counter: &AtomicU64) {
@@ -312,22 +426,18 @@ pub struct TestBackend {
 
 impl RemoteBackend for TestBackend {
     fn open(&self, scope: &ScopeConfig) -> Arc<dyn RemoteQuota> {
-        let now = self.store.now();
         self.store
             .scopes
             .lock()
             .entry(scope.name().to_string())
-            .or_insert_with(|| ScopeServer {
-                quota: LocalQuota::new(scope, now),
-                records: Vec::new(),
-                holds: HashMap::new(),
-            });
+            .or_insert_with(|| ScopeServer::new(scope, self.store.now()));
         let notice = Arc::new(Notify::new());
         self.store.notices.lock().push(Arc::downgrade(&notice));
         Arc::new(TestRemote {
             store: Arc::clone(&self.store),
             scope: scope.name().to_string(),
-            checker: LocalQuota::new(scope, now),
+            // Only judges demands against the configuration: no instant.
+            checker: LocalQuota::new(scope, Instant::now()),
             calls: Arc::clone(&self.calls),
             notice,
         })
@@ -374,22 +484,15 @@ impl RemoteQuota for TestRemote {
         remote_hold: RemoteHold,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Result<Reservation, NotUntil>, StoreError>> {
-        bump(&self.calls.reserve);
+        self.calls.admission(&self.calls.reserve, budget);
         let hold = remote_hold.hold();
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
             match s.quota.reserve(&demand, now, hold) {
                 Ok(r) => {
+                    let r = s.admit(r, now);
                     if let RemoteHold::Pending { id, ttl } = remote_hold {
                         s.holds.insert(id, (r, now + ttl));
                     }
-                    s.records.push(Record {
-                        leased_at: (hold == Hold::Leased).then_some(now),
-                        tick: r.tick,
-                        requests: demand.requests,
-                        estimate: demand.tokens(),
-                        actual: None,
-                        tokens_released: false,
-                    });
                     Ok(Reservation {
                         stamp: Instant::now(),
                         ..r
@@ -409,21 +512,18 @@ impl RemoteQuota for TestRemote {
         id: HoldId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Option<Reservation>, StoreError>> {
-        bump(&self.calls.lease);
+        self.calls.admission(&self.calls.lease, budget);
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
-            let (mut r, _) = s.holds.remove(&id)?;
-            let before = r.tick;
+            let (held, _) = s.holds.remove(&id)?;
+            let (_, mut r) = s.find(&held);
             s.quota.lease(&mut r, now);
-            if let Some(rec) = s
-                .records
-                .iter_mut()
-                .find(|x| x.tick == before && x.leased_at.is_none())
-            {
+            s.stamped(r.tick, now);
+            if let (Some(rec), _) = s.find(&held) {
                 rec.leased_at = Some(now);
-                rec.tick = r.tick;
             }
             Some(Reservation {
                 stamp: Instant::now(),
+                seq: held.seq,
                 ..r
             })
         }))
@@ -446,19 +546,14 @@ impl RemoteQuota for TestRemote {
     fn refund(
         &self,
         reservation: Reservation,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.refund);
         Box::pin(self.store.give_back(&self.scope, budget, move |s, now| {
-            s.quota.refund(&reservation, now);
-            let leased = reservation.hold == Hold::Leased;
-            if let Some(i) = s
-                .records
-                .iter()
-                .position(|x| x.tick == reservation.tick && x.leased_at.is_some() == leased)
-            {
-                s.records.remove(i);
-            }
+            let (_, quota) = s.find(&reservation);
+            s.quota.refund(&quota, now);
+            s.remove(reservation.seq);
         }))
     }
 
@@ -466,14 +561,16 @@ impl RemoteQuota for TestRemote {
         &self,
         reservation: Reservation,
         actual: Actual,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.reconcile);
         Box::pin(self.store.give_back(&self.scope, budget, move |s, _| {
-            s.quota.reconcile(&reservation, &actual);
-            if let Some(rec) = s.record(reservation.tick) {
+            let (rec, quota) = s.find(&reservation);
+            if let Some(rec) = rec {
                 rec.actual = Some(actual.tokens);
             }
+            s.quota.reconcile(&quota, &actual);
         }))
     }
 
@@ -482,17 +579,19 @@ impl RemoteQuota for TestRemote {
         reservation: Reservation,
         requests: bool,
         tokens: bool,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         bump(&self.calls.release);
         Box::pin(self.store.give_back(&self.scope, budget, move |s, _| {
-            s.quota.release(&reservation, requests, tokens);
-            if let Some(rec) = s.record(reservation.tick) {
+            let (rec, quota) = s.find(&reservation);
+            if let Some(rec) = rec {
                 if requests {
                     rec.requests = 0;
                 }
                 rec.tokens_released |= tokens;
             }
+            s.quota.release(&quota, requests, tokens);
         }))
     }
 
@@ -500,19 +599,22 @@ impl RemoteQuota for TestRemote {
         &self,
         reservation: Reservation,
         ago: Duration,
+        _op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>> {
         bump(&self.calls.recount);
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
-            let mut r = reservation;
-            let before = r.tick;
+            let (_, mut r) = s.find(&reservation);
             let at = now.checked_sub(ago).unwrap_or(now);
             s.quota.recount(&mut r, at, now);
-            if let Some(rec) = s.record(before) {
-                rec.tick = r.tick;
+            // The quota may number it now (SPEC Q-14); the recorder keeps
+            // its lease instant, which the quota only ever moves later.
+            if let (Some(rec), _) = s.find(&reservation) {
+                rec.seq = r.seq;
             }
             Reservation {
                 stamp: Instant::now(),
+                seq: reservation.seq,
                 ..r
             }
         }))
@@ -535,6 +637,43 @@ impl RemoteQuota for TestRemote {
     }
 }
 
+/// The leased records by instant: (instant, request units, tokens).
+fn leased(records: &[Record]) -> Vec<(Instant, u64, u64)> {
+    let mut leased: Vec<_> = records
+        .iter()
+        .filter_map(|r| r.leased_at.map(|at| (at, r.requests, r.charged_tokens())))
+        .collect();
+    leased.sort_by_key(|r| r.0);
+    leased
+}
+
+/// For each leased record in order of instant, the request units and
+/// tokens (debt excluded, see [`Record::charged_tokens`]) of the records
+/// less than `window` before it, itself included.
+fn window_sums(records: &[Record], window: Duration) -> Vec<(u64, u64)> {
+    let leased = leased(records);
+    let (mut start, mut req, mut tok) = (0, 0, 0);
+    let mut sums = Vec::with_capacity(leased.len());
+    for end in 0..leased.len() {
+        req += leased[end].1;
+        tok += leased[end].2;
+        while leased[end].0 - leased[start].0 >= window {
+            req -= leased[start].1;
+            tok -= leased[start].2;
+            start += 1;
+        }
+        sums.push((req, tok));
+    }
+    sums
+}
+
+/// The largest request and token sums of any interval of length `window`.
+pub fn window_maxima(records: &[Record], window: Duration) -> (u64, u64) {
+    window_sums(records, window)
+        .into_iter()
+        .fold((0, 0), |(r, t), (req, tok)| (r.max(req), t.max(tok)))
+}
+
 /// Checks the rolling-window bound on what `store` admitted on `scope`:
 /// in every interval of length `window`, at most `requests` request units
 /// and `tokens` tokens (debt excluded, see [`Record::charged_tokens`]).
@@ -546,22 +685,7 @@ pub fn assert_windows(
     requests: u64,
     tokens: u64,
 ) -> (u64, u64) {
-    let mut leased: Vec<(Instant, u64, u64)> = records
-        .iter()
-        .filter_map(|r| r.leased_at.map(|at| (at, r.requests, r.charged_tokens())))
-        .collect();
-    leased.sort_by_key(|r| r.0);
-    let (mut start, mut req, mut tok, mut max_req, mut max_tok) = (0, 0, 0, 0, 0);
-    for end in 0..leased.len() {
-        req += leased[end].1;
-        tok += leased[end].2;
-        while leased[end].0 - leased[start].0 >= window {
-            req -= leased[start].1;
-            tok -= leased[start].2;
-            start += 1;
-        }
-        max_req = max_req.max(req);
-        max_tok = max_tok.max(tok);
+    for (end, (req, tok)) in window_sums(records, window).into_iter().enumerate() {
         assert!(
             req <= requests,
             "{req} requests within {window:?} ending at record {end} (limit {requests})"
@@ -571,5 +695,5 @@ pub fn assert_windows(
             "{tok} tokens within {window:?} ending at record {end} (limit {tokens})"
         );
     }
-    (max_req, max_tok)
+    window_maxima(records, window)
 }

@@ -50,6 +50,7 @@ use super::scope::{SharedScope, SharedStats};
 use super::settle::{self, LeaseOp, RemoteLease, ReserveOp};
 use crate::admission::acquire::poll_timer;
 use crate::admission::controller::{AdmissionController, Inner};
+use crate::admission::fair::TurnDone;
 use crate::admission::lease::{Admission, Lease};
 use crate::admission::permits::Refused;
 use crate::admission::pool_set::refused;
@@ -58,6 +59,7 @@ use crate::call::CallId;
 use crate::clock::Instant;
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
+use crate::flow::Flow;
 use crate::quota::{
     Demand, Hold, HoldId, NotUntil, RemoteHold, Reservation, StoreError, Unavailable,
 };
@@ -137,6 +139,7 @@ pub(crate) struct SharedAcquire<'a> {
     shared: &'a Arc<SharedScope>,
     demand: Demand,
     pool: Option<u32>,
+    flow: Flow,
     deadline: Deadline,
     arrived: Instant,
     id: Option<CallId>,
@@ -144,6 +147,8 @@ pub(crate) struct SharedAcquire<'a> {
     stage: Stage,
     /// Holds the scope's turn.
     turn: bool,
+    /// The turn came from the line: the flow was charged (FAIR-3).
+    charged: bool,
     timer: Option<Pin<Box<Sleep>>>,
     /// Armed before each reservation, so a refund announced while it is in
     /// flight is not missed.
@@ -164,6 +169,7 @@ impl<'a> SharedAcquire<'a> {
         shared: &'a Arc<SharedScope>,
         demand: Demand,
         pool: Option<u32>,
+        flow: Flow,
         deadline: Deadline,
         arrived: Instant,
         id: Option<CallId>,
@@ -179,6 +185,7 @@ impl<'a> SharedAcquire<'a> {
             shared,
             demand,
             pool,
+            flow,
             deadline,
             arrived,
             id,
@@ -188,6 +195,7 @@ impl<'a> SharedAcquire<'a> {
             },
             stage: Stage::Turn { key: None },
             turn: false,
+            charged: false,
             timer: None,
             notice: None,
             holding: false,
@@ -206,6 +214,11 @@ impl<'a> SharedAcquire<'a> {
 
     fn now(&self) -> Instant {
         self.inner().clock.now()
+    }
+
+    /// The call's permit holder (SPEC FAIR-6).
+    fn holder(&self) -> u64 {
+        self.flow.key().holder()
     }
 
     fn poll_timer(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
@@ -255,9 +268,15 @@ impl<'a> SharedAcquire<'a> {
         cx: &mut Context<'_>,
         mut key: Option<usize>,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
-        match self.shared.turn.poll_acquire(cx, &mut key) {
-            Poll::Ready(Ok(())) => {
+        let (flow, tokens, now) = (self.flow, self.demand.tokens(), self.now());
+        match self
+            .shared
+            .turn
+            .poll_acquire(cx, &mut key, flow, tokens, now)
+        {
+            Poll::Ready(Ok(charged)) => {
                 self.turn = true;
+                self.charged = charged;
                 self.stage = Stage::Start;
                 return Poll::Ready(Ok(None));
             }
@@ -309,7 +328,7 @@ impl<'a> SharedAcquire<'a> {
                 retry_at: None,
             }));
         };
-        let permit = inner.pools.try_acquire(self.pool)?;
+        let permit = inner.pools.try_acquire(self.pool, self.holder())?;
         if !self.shared.usable(now) {
             return self.unavailable(now, permit, generation);
         }
@@ -387,7 +406,7 @@ impl<'a> SharedAcquire<'a> {
             // nothing about the store.
             Err(StoreError::Timeout(_)) if clipped => {
                 if permit {
-                    self.inner().pools.release(self.pool);
+                    self.inner().pools.release(self.pool, self.holder());
                 }
                 Poll::Ready(Err(AdmissionError::DeadlineExceeded {
                     phase: Phase::Rate,
@@ -420,7 +439,7 @@ impl<'a> SharedAcquire<'a> {
         };
         let Some(reserved) = reserved else {
             if permit {
-                self.inner().pools.release(self.pool);
+                self.inner().pools.release(self.pool, self.holder());
             }
             SharedStats::count(&self.shared.stats.rejected_unavailable);
             return Poll::Ready(Err(AdmissionError::QuotaStoreUnavailable {
@@ -446,7 +465,7 @@ impl<'a> SharedAcquire<'a> {
             Err(not_until) => {
                 if permit {
                     // No permit is held while waiting for quota (ADM-2).
-                    self.inner().pools.release(self.pool);
+                    self.inner().pools.release(self.pool, self.holder());
                 }
                 return self.wait_for(not_until, now);
             }
@@ -459,21 +478,21 @@ impl<'a> SharedAcquire<'a> {
             id,
         };
         if permit {
-            self.give_turn();
+            self.give_turn(true);
             return self.finish(grant, now);
         }
         self.scope.state.lock().pending += 1;
         // Join the pool's line before the next call reserves, so permits
         // follow the order of reservations (ADM-4).
-        let key = match self.inner().pools.register(self.pool) {
+        let key = match self.inner().pools.register(self.pool, self.holder()) {
             Ok(key) => key,
             Err(e) => {
-                self.give_turn();
+                self.give_turn(false);
                 self.refund(grant);
                 return Poll::Ready(Err(e));
             }
         };
-        self.give_turn();
+        self.give_turn(true);
         self.stage = Stage::Permit {
             grant,
             key,
@@ -699,7 +718,7 @@ impl<'a> SharedAcquire<'a> {
                     st.pending = st.pending.saturating_sub(1);
                 }
                 SharedStats::count(&self.shared.stats.holds_expired);
-                self.inner().pools.release(self.pool);
+                self.inner().pools.release(self.pool, self.holder());
                 self.stage = Stage::Turn { key: None };
                 Poll::Ready(Ok(None))
             }
@@ -751,21 +770,38 @@ impl<'a> SharedAcquire<'a> {
             admission: self.admission,
             id: self.id.take(),
             pool: self.pool,
+            flow: self.flow,
+            charged: self.charged,
             released: false,
             reconciled: false,
             remote: (grant.origin == Origin::Remote).then(|| RemoteLease::new(self.quota())),
         }
     }
 
-    /// Gives the turn to the next call in line.
-    fn give_turn(&mut self) {
+    /// Gives the turn to the next call in line, saying whether this call
+    /// took a reservation with it.
+    fn give_turn(&mut self, reserved: bool) {
         if std::mem::replace(&mut self.turn, false) {
-            self.shared.turn.release();
+            let done = TurnDone {
+                flow: self.flow,
+                tokens: self.demand.tokens(),
+                charged: self.charged,
+                reserved,
+            };
+            // Without a reservation the charge is taken off here.
+            self.charged &= reserved;
+            self.shared.turn.release(done, self.now());
         }
     }
 
     /// Refunds a grant that will not be leased (SPEC Q-9), exactly once.
     fn refund(&mut self, grant: Granted) {
+        if std::mem::replace(&mut self.charged, false) {
+            let flow = self.flow.key();
+            self.shared
+                .turn
+                .correct(flow, &grant.reservation.demand, None);
+        }
         let now = self.now();
         let mut st = self.scope.state.lock();
         if grant.reservation.hold == Hold::Pending {
@@ -790,27 +826,27 @@ impl<'a> SharedAcquire<'a> {
     /// Refunds a grant whose permit is held, and returns the permit.
     fn return_grant(&mut self, grant: Granted) {
         self.refund(grant);
-        self.inner().pools.release(self.pool);
+        self.inner().pools.release(self.pool, self.holder());
     }
 
     /// Gives back whatever the current stage holds.
     fn release_all(&mut self) {
         let inner = self.inner();
         match std::mem::replace(&mut self.stage, Stage::Done) {
-            Stage::Turn { key: Some(key) } => self.shared.turn.cancel(key),
+            Stage::Turn { key: Some(key) } => self.shared.turn.cancel(key, self.now()),
             Stage::Reserve { op, permit, id, .. } => {
                 // Counted before the permit goes back, so `idle` cannot
                 // resolve in between.
                 settle::refund_reserved(self.shared, self.quota(), op, id);
                 if permit {
-                    inner.pools.release(self.pool);
+                    inner.pools.release(self.pool, self.holder());
                 }
             }
             Stage::Permit { grant, key, .. } => {
                 self.refund(grant);
                 match key {
                     Some(key) => inner.pools.cancel(self.pool, key),
-                    None => inner.pools.release(self.pool),
+                    None => inner.pools.release(self.pool, self.holder()),
                 }
             }
             Stage::Lease { grant, op, .. } => {
@@ -824,11 +860,11 @@ impl<'a> SharedAcquire<'a> {
                     // Not reached: only named holds are leased remotely.
                     None => settle::refund(self.shared, self.quota(), grant.reservation),
                 }
-                inner.pools.release(self.pool);
+                inner.pools.release(self.pool, self.holder());
             }
             Stage::Turn { key: None } | Stage::Start | Stage::Sleep { .. } | Stage::Done => {}
         }
-        self.give_turn();
+        self.give_turn(false);
         // After any refund above was counted as a detached round trip.
         self.let_go();
         if let Some(id) = self.id.take() {

@@ -3,19 +3,23 @@
 //!
 //! # Implementation notes
 //!
-//! * The *turn* is a fair semaphore of one permit (`Permits`): one
-//!   reservation of the scope is in flight at a time, in arrival order
-//!   (SPEC DQ-4, ADM-4). Its holder and its waiting line are the scope's
-//!   queue, bounded by the queue capacity under the `reject` overflow
-//!   policy (ADM-5); under `wait`, producers past the capacity line up
-//!   behind it.
+//! * The *turn* (`fair/turn.rs`): one reservation of the scope is in
+//!   flight at a time, handed out by the fair scheduler (SPEC FAIR-9; FIFO
+//!   for a single flow, DQ-4, ADM-4). Its holder and its waiting line are
+//!   the scope's queue, bounded by the queue capacity under the `reject`
+//!   overflow policy and shared between flows (ADM-5, FAIR-10); under
+//!   `wait`, producers past the capacity line up behind it.
 //! * *Health* is the store's state as this process last saw it
-//!   ([`StoreMode`]). A failed operation makes the scope unavailable at
-//!   once; while unavailable, reservations never touch the store (so no
-//!   call waits for a store that does not answer) and at most one *probe*
-//!   (a read of the store's limits) runs at a time, at most one per
-//!   [`PROBE_INTERVAL`]. Any answer of the store (a probe's or an
-//!   operation's) makes it shared again.
+//!   ([`StoreMode`]). It is judged by admissions: a failed reservation or
+//!   lease makes the scope unavailable at once; a detached round trip (a
+//!   settlement, a refund, a hold given back) that fails is counted but
+//!   changes nothing, so one slow settlement never turns a healthy store
+//!   into an outage (and, under `fail_closed`, into refusals). While
+//!   unavailable, reservations never touch the store (so no call waits for
+//!   a store that does not answer) and at most one *probe* (a read of the
+//!   store's limits) runs at a time, at most one per [`PROBE_INTERVAL`].
+//!   Any answer of the store (a probe's or an operation's) makes it shared
+//!   again.
 //! * `room` is notified whenever quota of the scope comes back: by the
 //!   store's own notices ([`RemoteQuota::changes`]), by this process's
 //!   refunds and settlements, and when admission stops. Only the turn's
@@ -30,10 +34,10 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::detached::Detached;
-use crate::admission::permits::Permits;
+use crate::admission::fair::FairTurn;
 use crate::admission::scope::ScopeCounters;
 use crate::clock::{Instant, SharedClock};
-use crate::config::Overflow;
+use crate::config::{Overflow, ScopeConfig};
 use crate::deadline::Deadline;
 use crate::in_flight::InFlight;
 use crate::quota::{RemoteQuota, Unavailable};
@@ -109,8 +113,8 @@ pub(crate) struct SharedScope {
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
-    /// One reservation in flight at a time, in arrival order.
-    pub(crate) turn: Permits,
+    /// One reservation in flight at a time, in fair order (FAIR-9).
+    pub(crate) turn: FairTurn,
     /// Notified when quota comes back or admission stops.
     pub(crate) room: Arc<Notify>,
     pub(crate) clock: SharedClock,
@@ -126,7 +130,9 @@ pub(crate) struct SharedScope {
 }
 
 impl SharedScope {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        config: &ScopeConfig,
         remote: Arc<dyn RemoteQuota>,
         timeout: Duration,
         on_unavailable: Unavailable,
@@ -140,7 +146,7 @@ impl SharedScope {
             remote: RwLock::new(remote),
             timeout,
             on_unavailable,
-            turn: Permits::bounded(1, waiting),
+            turn: FairTurn::new(config, waiting),
             room,
             clock,
             health: Mutex::new(Health {
@@ -165,12 +171,14 @@ impl SharedScope {
     /// takes the new queue bound; the calls in it keep their places.
     pub(crate) fn reconfigure(
         &self,
+        config: &ScopeConfig,
         remote: Arc<dyn RemoteQuota>,
         capacity: usize,
         overflow: Overflow,
     ) {
         *self.remote.write() = remote;
-        self.turn.resize(1, waiting_line(capacity, overflow));
+        self.turn
+            .reconfigure(config, waiting_line(capacity, overflow));
         // The new limits may have room now.
         self.wake();
     }
@@ -183,8 +191,8 @@ impl SharedScope {
 
     /// Calls queued: the turn's holder (the head) and those in its line.
     pub(crate) fn queued(&self) -> usize {
-        let holder = usize::from(self.turn.available() == 0);
-        self.turn.waiting() + holder
+        let (waiting, held) = self.turn.queued();
+        waiting + usize::from(held)
     }
 
     /// Where quota comes from now.
@@ -250,8 +258,16 @@ impl SharedScope {
         }
     }
 
-    /// An operation failed: the store is unavailable from now on, until it
-    /// answers again.
+    /// A detached round trip (a settlement, a refund, a hold given back)
+    /// failed: counted, and logged, but the store's mode stays as it is
+    /// (admissions judge it, see the module notes).
+    pub(crate) fn detached_failed(&self, error: &crate::quota::StoreError) {
+        SharedStats::count(&self.stats.store_errors);
+        tracing::debug!(%error, "quota store round trip failed after its call");
+    }
+
+    /// A reservation or a lease failed: the store is unavailable from now
+    /// on, until it answers again.
     pub(crate) fn failed(&self, now: Instant, error: &crate::quota::StoreError) {
         SharedStats::count(&self.stats.store_errors);
         let mode = match self.on_unavailable {

@@ -1,18 +1,20 @@
-//! Settling what a shared store holds (SPEC, DQ-5).
+//! Settling what a shared store holds (SPEC, DQ-5,
+//! DQ-6).
 //!
 //! Settlement methods of a [`Lease`](crate::Lease) are synchronous and the
 //! engine never blocks on the network, so every operation on a shared
 //! store that settles something runs as a detached task bounded by the
-//! store's timeout. What a failed operation would have changed stays as it
-//! was: amounts stay counted (never over a quota), and the failure is
-//! counted (`ScopeCounters::settlements_failed`). Three exceptions are
-//! written down where they happen: debt (usage above the estimate) is
-//! retried, because losing it would let the scope admit more than its
-//! limit; giving back a pending hold is retried, because it is idempotent
-//! (by the hold's id) and otherwise holds room until the hold expires; and
-//! a recount that fails leaves the amount counted from the lease instant
-//! instead of the provider's (SPEC Q-15 then holds only as well as the
-//! lease instant approximates the provider's count).
+//! store's timeout. Each is named once ([`OpId`]) and tried up to
+//! [`ATTEMPTS`] times under that name until the store answers: the store
+//! applies a named operation once, so a retry after an attempt that landed
+//! but whose answer was lost changes nothing (DQ-6). A pending hold is
+//! given back by its own id, which only the first attempt that lands finds.
+//! What an operation that never landed would have changed stays as it was:
+//! amounts stay counted (never over a quota), debt goes unrecorded (logged),
+//! and the failure is counted (`ScopeCounters::settlements_failed`); a
+//! recount that never lands leaves the amount counted from the lease
+//! instant instead of the provider's (SPEC Q-15 then holds only as well as
+//! the lease instant approximates the provider's count).
 //!
 //! Every task runs through the scope's [`Detached`](super::detached)
 //! count, so `close` and `idle` wait for them.
@@ -27,11 +29,13 @@ use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
 use crate::call::ScopeId;
 use crate::clock::Instant;
-use crate::quota::{Actual, HoldId, NotUntil, RemoteQuota, Reservation, StoreError, StoreFuture};
+use crate::flow::Flow;
+use crate::quota::{
+    Actual, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError, StoreFuture,
+};
 use crate::usage::{Settlement, Usage};
 
-/// Attempts to record debt (usage above the estimate), or to give back a
-/// pending hold, before giving up.
+/// Attempts of one settlement (under one name) before giving up.
 const ATTEMPTS: u32 = 3;
 /// Pause between two attempts.
 const BACKOFF: Duration = Duration::from_millis(5);
@@ -82,8 +86,9 @@ impl RemoteLease {
     }
 }
 
-/// Runs one store operation: counts a failure and marks the store
-/// unavailable; `None` when it failed.
+/// Runs one store operation; `None` when it failed. A failure is counted
+/// but does not make the store unavailable: one slow settlement is no
+/// outage, and reservations find out by themselves (SPEC DQ-3).
 async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreError>>) -> Option<T> {
     match op.await {
         Ok(value) => {
@@ -91,10 +96,29 @@ async fn attempt<T>(shared: &SharedScope, op: StoreFuture<'_, Result<T, StoreErr
             Some(value)
         }
         Err(e) => {
-            shared.failed(shared.clock.now(), &e);
+            shared.detached_failed(&e);
             None
         }
     }
+}
+
+/// Runs the operation `op` makes, up to [`ATTEMPTS`] times until the store
+/// answers; `None` when no attempt did. `op` must name the operation the
+/// same way on every attempt (SPEC DQ-6).
+async fn retried<'a, T>(
+    shared: &'a SharedScope,
+    quota: &'a dyn RemoteQuota,
+    op: impl Fn(&'a dyn RemoteQuota) -> StoreFuture<'a, Result<T, StoreError>>,
+) -> Option<T> {
+    for n in 0..ATTEMPTS {
+        if n > 0 {
+            tokio::time::sleep(BACKOFF).await;
+        }
+        if let Some(answer) = attempt(shared, op(quota)).await {
+            return Some(answer);
+        }
+    }
+    None
 }
 
 /// Counts a settlement that did not land, or wakes the turn's holder when
@@ -125,13 +149,16 @@ pub(crate) fn refund(shared: &Arc<SharedScope>, quota: Quota, reservation: Reser
 }
 
 async fn refund_now(shared: &SharedScope, quota: &Quota, reservation: Reservation) {
-    let op = quota.refund(reservation, shared.timeout);
-    let done = attempt(shared, op).await.is_some();
-    landed(shared, done);
+    let op = OpId::new();
+    let timeout = shared.timeout;
+    let done = retried(shared, &**quota, |remote| {
+        remote.refund(reservation, op, timeout)
+    })
+    .await;
+    landed(shared, done.is_some());
 }
 
-/// Gives back pending hold `id` (SPEC Q-9), detached; retried, since only
-/// the first attempt that lands finds it.
+/// Gives back pending hold `id` (SPEC Q-9), detached.
 pub(crate) fn forget(shared: &Arc<SharedScope>, quota: Quota, id: HoldId) {
     let owned = Arc::clone(shared);
     detach(shared, async move {
@@ -140,18 +167,10 @@ pub(crate) fn forget(shared: &Arc<SharedScope>, quota: Quota, id: HoldId) {
 }
 
 async fn forget_now(shared: &SharedScope, quota: &Quota, id: HoldId) {
-    for n in 0..ATTEMPTS {
-        if n > 0 {
-            tokio::time::sleep(BACKOFF).await;
-        }
-        let op = quota.forget(id, shared.timeout);
-        if attempt(shared, op).await.is_some() {
-            landed(shared, true);
-            return;
-        }
-    }
-    // The store lets the hold expire.
-    landed(shared, false);
+    let timeout = shared.timeout;
+    // Not landed: the store lets the hold expire.
+    let done = retried(shared, &**quota, |remote| remote.forget(id, timeout)).await;
+    landed(shared, done.is_some());
 }
 
 /// A call gave up while its reservation was in flight: whatever the store
@@ -210,6 +229,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
+        charged: Option<Flow>,
         remote: &mut RemoteLease,
     ) -> Settlement {
         let settlement = Settlement::new(reservation.demand.tokens(), usage);
@@ -221,28 +241,23 @@ impl Inner {
         let Some(actual) = Actual::from_usage(&usage) else {
             return settlement;
         };
+        if let Some(flow) = charged {
+            shared
+                .turn
+                .correct(flow.key(), &reservation.demand, Some(&actual));
+        }
         let debt = actual.debt(&reservation.demand);
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
         }
         remote.then(shared, *reservation, move |shared, quota, r| async move {
-            // Debt that does not land lets the scope admit more than its
-            // limit: retry it. A retry after an attempt that did land but
-            // whose answer was lost counts the debt twice, which only
-            // admits less.
-            let attempts = if debt { ATTEMPTS } else { 1 };
-            for n in 0..attempts {
-                if n > 0 {
-                    tokio::time::sleep(BACKOFF).await;
-                }
-                let op = quota.reconcile(r, actual, shared.timeout);
-                if attempt(&shared, op).await.is_some() {
-                    landed(&shared, true);
-                    return r;
-                }
-            }
-            landed(&shared, false);
-            if debt {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let done = retried(&shared, &*quota, |remote| {
+                remote.reconcile(r, actual, op, timeout)
+            })
+            .await;
+            landed(&shared, done.is_some());
+            if done.is_none() && debt {
                 tracing::warn!(
                     debt = actual.tokens.saturating_sub(r.demand.tokens()),
                     "token debt not recorded in the quota store"
@@ -269,9 +284,12 @@ impl Inner {
         };
         s.state.lock().counters.refusals_released += 1;
         remote.then(shared, *reservation, move |shared, quota, r| async move {
-            let op = quota.release(r, requests, tokens, shared.timeout);
-            let done = attempt(&shared, op).await.is_some();
-            landed(&shared, done);
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let done = retried(&shared, &*quota, |remote| {
+                remote.release(r, requests, tokens, op, timeout)
+            })
+            .await;
+            landed(&shared, done.is_some());
             r
         });
     }
@@ -290,9 +308,12 @@ impl Inner {
             return;
         };
         remote.then(shared, *reservation, move |shared, quota, r| async move {
-            let ago = shared.clock.now().saturating_duration_since(at);
-            let op = quota.recount(r, ago, shared.timeout);
-            match attempt(&shared, op).await {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            let moved = retried(&shared, &*quota, |remote| {
+                let ago = shared.clock.now().saturating_duration_since(at);
+                remote.recount(r, ago, op, timeout)
+            });
+            match moved.await {
                 Some(moved) => moved,
                 None => {
                     SharedStats::count(&shared.stats.settlements_failed);
