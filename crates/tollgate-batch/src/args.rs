@@ -169,6 +169,15 @@ pub struct BatchArgs {
     /// processes sharing the budget).
     #[arg(long, default_value = "fail_closed", value_parser = parse_unavailable)]
     pub redis_unavailable: Unavailable,
+    /// Keep the counts of long windows (`--limit` of one hour or longer, or
+    /// per calendar period) in this directory, so a re-run (a resume, a
+    /// crash) does not start a fresh day (SPEC DQ-8).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// With `--state-dir`: move an unreadable state file aside and start
+    /// with nothing counted, instead of refusing to run.
+    #[arg(long, requires = "state_dir")]
+    pub state_start_empty: bool,
     /// The class the run's calls wait in: interactive, standard or batch
     /// (SPEC FAIR-7). Other work on the same scope (a gateway sharing it
     /// through Redis, in its own process) is not affected; within this
@@ -226,29 +235,17 @@ impl BatchArgs {
         };
         let mut limits = Vec::new();
         if let Some(amount) = rpm {
-            limits.push(Limit {
-                dimension: Dimension::Requests,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Requests, amount, self.window));
         }
         if let Some(amount) = tpm {
-            limits.push(Limit {
-                dimension: Dimension::Tokens,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Tokens, amount, self.window));
         }
         for (dimension, amount) in [
             (Dimension::InputTokens, self.itpm),
             (Dimension::OutputTokens, self.otpm),
         ] {
             if let Some(amount) = amount {
-                limits.push(Limit {
-                    dimension,
-                    amount,
-                    window: self.window,
-                });
+                limits.push(Limit::new(dimension, amount, self.window));
             }
         }
         limits.extend(self.limits.iter().copied());
@@ -315,6 +312,12 @@ impl BatchArgs {
         };
         c.flow = crate::config::run_flow(self.tenant.trim(), self.priority, weight);
         c.scope = self.scope.clone();
+        c.state_dir = self.state_dir.clone();
+        c.on_unreadable_state = if self.state_start_empty {
+            tollgate_state::OnUnreadable::StartEmpty
+        } else {
+            tollgate_state::OnUnreadable::Refuse
+        };
         if self.redis.is_none() && (self.redis_cluster || self.redis_ca.is_some()) {
             return Err(BatchError::Config(
                 "--redis-cluster and --redis-ca need --redis".into(),

@@ -131,7 +131,7 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
                         item.estimate.output,
                         limit.amount,
                         limit.dimension.as_str(),
-                        humantime::format_duration(limit.window)
+                        limit.window_label()
                     ),
                 );
                 break;
@@ -329,6 +329,19 @@ pub async fn run(
         builder = builder.shared_store(Arc::new(backend));
     }
     let controller = builder.build().map_err(engine)?;
+    // Long windows kept across runs (SPEC DQ-8): restored before any call.
+    let state = match &config.state_dir {
+        Some(dir) => {
+            let file = tollgate_state::StateFile::open(dir, config.on_unreadable_state)
+                .map_err(|e| BatchError::Config(format!("--state-dir: {e}")))?;
+            file.restore(STATE_OWNER, &controller);
+            Some(Arc::new(file))
+        }
+        None => None,
+    };
+    let saver = state
+        .as_ref()
+        .map(|file| tokio::spawn(save_every(Arc::clone(file), controller.clone())));
     let policy = AttemptPolicy {
         max_attempts: config.max_attempts,
         ..AttemptPolicy::default()
@@ -492,6 +505,16 @@ pub async fn run(
         }
         None => None,
     };
+    if let (Some(saver), Some(file)) = (saver, state) {
+        saver.abort();
+        let _ = saver.await;
+        let c = controller.clone();
+        match tokio::task::spawn_blocking(move || file.save(&[(STATE_OWNER, &c)])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved"),
+            Err(e) => tracing::error!(error = %e, "quota state not saved"),
+        }
+    }
     let snapshot = controller.snapshot();
     let counters = snapshot
         .scopes
@@ -915,6 +938,29 @@ pub(crate) fn describe(limit: &Limit) -> String {
         "{} {}/{}",
         limit.dimension.as_str(),
         limit.amount,
-        humantime::format_duration(limit.window)
+        limit.window_label()
     )
+}
+
+/// The owner of the batch runner's scope in the state file.
+const STATE_OWNER: &str = "batch";
+
+/// How often changed counts are written (what a crash can lose; the
+/// gateway's `state_save_interval` default).
+const STATE_SAVE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Saves the scope's long windows every [`STATE_SAVE_INTERVAL`] until
+/// aborted (SPEC DQ-8); a failed save is logged and retried.
+async fn save_every(file: Arc<tollgate_state::StateFile>, controller: AdmissionController) {
+    let mut ticks = tokio::time::interval(STATE_SAVE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (f, c) = (Arc::clone(&file), controller.clone());
+        match tokio::task::spawn_blocking(move || f.save(&[(STATE_OWNER, &c)])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved; retrying"),
+            Err(e) => tracing::error!(error = %e, "quota state saver failed; retrying"),
+        }
+    }
 }

@@ -552,16 +552,8 @@ mod tests {
     fn lower_bound_is_the_last_window_start() {
         let m = Duration::from_secs(60);
         let limits = [
-            Limit {
-                dimension: Dimension::Requests,
-                amount: 100,
-                window: m,
-            },
-            Limit {
-                dimension: Dimension::Tokens,
-                amount: 1_000,
-                window: m,
-            },
+            Limit::new(Dimension::Requests, 100, m),
+            Limit::new(Dimension::Tokens, 1_000, m),
         ];
         let rt = |requests, tokens| Amounts {
             requests,
@@ -580,11 +572,7 @@ mod tests {
     #[test]
     fn lower_bound_counts_input_and_output_limits_by_their_own_amounts() {
         let m = Duration::from_secs(60);
-        let limit = |dimension, amount| Limit {
-            dimension,
-            amount,
-            window: m,
-        };
+        let limit = |dimension, amount| Limit::new(dimension, amount, m);
         let limits = [
             limit(Dimension::InputTokens, 1_000),
             limit(Dimension::OutputTokens, 100),

@@ -37,11 +37,7 @@ async fn sim(rpm: Option<u64>, ttft: Duration) -> SimServer {
 fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>) -> BatchConfig {
     let mut c = common::http_config(dir, server);
     if let Some(amount) = rpm {
-        c.limits = vec![Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window: W,
-        }];
+        c.limits = vec![Limit::new(Dimension::Requests, amount, W)];
     }
     c.item_timeout = Some(Duration::from_secs(30));
     c

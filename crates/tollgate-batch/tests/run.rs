@@ -29,18 +29,10 @@ fn read_output(path: &Path) -> Vec<Value> {
 fn limits(rpm: Option<u64>, tpm: Option<u64>) -> Vec<Limit> {
     let mut v = Vec::new();
     if let Some(amount) = rpm {
-        v.push(Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window: W,
-        });
+        v.push(Limit::new(Dimension::Requests, amount, W));
     }
     if let Some(amount) = tpm {
-        v.push(Limit {
-            dimension: Dimension::Tokens,
-            amount,
-            window: W,
-        });
+        v.push(Limit::new(Dimension::Tokens, amount, W));
     }
     v
 }

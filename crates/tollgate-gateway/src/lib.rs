@@ -12,6 +12,7 @@ pub mod deadline;
 pub mod error;
 pub mod live;
 pub mod metrics;
+pub mod persist;
 pub mod provider;
 pub mod ratelimit;
 pub mod request_id;

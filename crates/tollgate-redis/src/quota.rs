@@ -430,6 +430,7 @@ impl RemoteQuota for RedisQuota {
                 .map(|(l, available)| LimitSnapshot {
                     dimension: l.dimension,
                     window: l.config_window,
+                    calendar: None,
                     limit: l.limit,
                     capacity: l.capacity,
                     available,

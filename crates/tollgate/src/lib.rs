@@ -30,8 +30,8 @@ mod usage;
 
 pub use admission::{
     Acquire, Admission, AdmissionController, CallClaim, ControllerBuilder, CooldownOutcome,
-    FlowSnapshot, Lease, Pool, PoolPermit, PoolSnapshot, Reconfiguration, ScopeCounters,
-    ScopeSnapshot, Snapshot, StoreMode,
+    FlowSnapshot, Lease, Pool, PoolPermit, PoolSnapshot, Reconfiguration, SavedQuota,
+    ScopeCounters, ScopeSnapshot, Snapshot, StoreMode,
 };
 pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};

@@ -26,6 +26,8 @@ mod types;
 mod validate;
 
 #[cfg(test)]
+mod calendar_tests;
+#[cfg(test)]
 mod flavor_tests;
 #[cfg(test)]
 mod library_tests;
@@ -33,6 +35,8 @@ mod library_tests;
 mod policy_tests;
 #[cfg(test)]
 mod prices_tests;
+#[cfg(test)]
+mod state_tests;
 #[cfg(test)]
 mod tests;
 

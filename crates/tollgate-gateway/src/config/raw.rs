@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate::Priority;
-use tollgate::config::{Algorithm, CooldownConfig, Limit, Overflow};
+use tollgate::config::{Algorithm, Calendar, CooldownConfig, Limit, Overflow, Period, Zone};
 use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
@@ -73,6 +73,16 @@ struct RawServer {
     access_log: Option<bool>,
     metrics_listen: Option<String>,
     connection_threads: Option<usize>,
+    state_dir: Option<String>,
+    on_unreadable_state: Option<RawOnUnreadable>,
+    state_save_interval: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawOnUnreadable {
+    Refuse,
+    StartEmpty,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -195,6 +205,7 @@ struct RawLimit {
     /// read exactly into micro-dollars.
     usd: Option<toml::Value>,
     per: String,
+    timezone: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -405,6 +416,16 @@ impl RawServer {
             access_log: self.access_log.unwrap_or(d.access_log),
             metrics_listen,
             connection_threads: self.connection_threads,
+            state_dir: self.state_dir.map(std::path::PathBuf::from),
+            on_unreadable_state: match self.on_unreadable_state {
+                None | Some(RawOnUnreadable::Refuse) => tollgate_state::OnUnreadable::Refuse,
+                Some(RawOnUnreadable::StartEmpty) => tollgate_state::OnUnreadable::StartEmpty,
+            },
+            state_save_interval: duration_or(
+                &at.key("state_save_interval"),
+                self.state_save_interval.as_ref(),
+                d.state_save_interval,
+            )?,
         })
     }
 }
@@ -718,12 +739,47 @@ impl RawLimit {
                 ));
             }
         };
-        Ok(Limit {
+        let per = self.per.trim();
+        let Some(period) = Period::parse(per) else {
+            if self.timezone.is_some() {
+                return Err(Problem::invalid(
+                    &at.key("timezone"),
+                    format!(
+                        "applies only to calendar windows (per = \"hour\", \"day\", \"week\" \
+                         or \"month\"), not to the rolling window per = {per:?}; remove it"
+                    ),
+                ));
+            }
+            return Ok(Limit::new(
+                dimension,
+                amount,
+                per_duration(&at.key("per"), per)?,
+            ));
+        };
+        let zone = match &self.timezone {
+            None => Zone::UTC,
+            Some(name) => Zone::named(name.trim())
+                .map_err(|e| Problem::invalid(&at.key("timezone"), e.to_string()))?,
+        };
+        Ok(Limit::per(
             dimension,
             amount,
-            window: duration(&at.key("per"), &self.per)?,
-        })
+            Calendar::new(period).zone(zone),
+        ))
     }
+}
+
+/// A rolling window's `per`: a duration such as `"1m"` or `"1d"`.
+fn per_duration(path: &FieldPath, text: &str) -> Result<Duration, Problem> {
+    humantime::parse_duration(text).map_err(|_| {
+        Problem::invalid(
+            path,
+            format!(
+                "{text:?} is not a duration such as \"1m\", \"1h\" or \"1d\" (a rolling \
+                 window), nor a calendar period: \"hour\", \"day\", \"week\" or \"month\""
+            ),
+        )
+    })
 }
 
 impl RawModel {

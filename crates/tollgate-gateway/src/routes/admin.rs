@@ -176,6 +176,7 @@ pub fn snapshot_json(s: &Snapshot, names: &dyn Fn(u32) -> Option<Arc<str>>) -> V
                     json!({
                         "dimension": l.dimension.as_str(),
                         "window_seconds": l.window.as_secs_f64(),
+                        "calendar": l.calendar.map(|c| crate::metrics::calendar_label(Some(&c))),
                         "limit": l.limit,
                         "capacity": l.capacity,
                         "available": l.available,

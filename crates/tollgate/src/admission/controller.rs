@@ -16,7 +16,7 @@ use super::scope::{Grant, PermitSlot, Scope, Waiter};
 use super::settings::Settings;
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
-use crate::clock::{Instant, SharedClock};
+use crate::clock::{Instant, SharedClock, WallClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow};
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
@@ -55,6 +55,9 @@ pub struct AdmissionController {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
+    /// What the clock's instants are in UTC, read once at build (calendar
+    /// windows, SPEC BUD-3; saved quota state, DQ-8).
+    pub(crate) wall: WallClock,
     /// Every scope the controller ever had, by ordinal: a reconfiguration
     /// appends new ones and retires removed ones in place, so an ordinal
     /// and a reference to a scope stay valid for the controller's life.
@@ -107,6 +110,12 @@ impl AdmissionController {
     /// The controller's clock.
     pub fn clock(&self) -> &SharedClock {
         &self.inner.clock
+    }
+
+    /// What the controller's instants are in UTC (read from its clock once,
+    /// when it was built): e.g. to tell when a calendar window resets.
+    pub fn wall(&self) -> WallClock {
+        self.inner.wall
     }
 
     /// The ordinal of the pool called `name`.

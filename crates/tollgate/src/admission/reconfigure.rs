@@ -90,6 +90,7 @@ impl Reconfiguration {
         reconfigure_pools(inner, config);
         let parts = Parts {
             clock: &inner.clock,
+            wall: inner.wall,
             backend: &inner.quota_backend,
             remote: inner.remote.as_ref(),
             pools: &inner.pools,
@@ -198,7 +199,7 @@ fn reconfigure_scope(
     }
     let mut st = scope.state.lock();
     if !st.store.reconfigure(config, now) {
-        st.store = inner.quota_backend.open(config, now);
+        st.store = inner.quota_backend.open(config, now, inner.wall);
     }
     st.reconfigure_flows(config);
     st.reconfigured(now);
