@@ -224,11 +224,11 @@ async fn with_redis_the_budget_spans_runs() {
     let mut c = config(&dir, &server);
     c.budget = Some(500_000);
     c.scope = "acct".into();
-    c.limits = vec![tollgate::config::Limit {
-        dimension: tollgate::Dimension::Requests,
-        amount: 1_000,
-        window: Duration::from_secs(60),
-    }];
+    c.limits = vec![tollgate::config::Limit::new(
+        tollgate::Dimension::Requests,
+        1_000,
+        Duration::from_secs(60),
+    )];
     c.shared = Some(SharedStore {
         url: redis.url(),
         prefix: format!("cost-{}", std::process::id()),

@@ -221,7 +221,8 @@ proptest! {
         // nanosecond before once the period is spent.
         let (_, end) = model_period(period, &tz, now);
         let spend = match dimension {
-            Dimension::Requests => Demand { requests: LIMIT, input: 0, output: 0 },
+            Dimension::Requests => Demand { requests: LIMIT, input: 0, output: 0, cost: 0 },
+            Dimension::Cost => Demand { requests: 0, input: 0, output: 0, cost: LIMIT },
             Dimension::Tokens => Demand::new(LIMIT / 2, LIMIT - LIMIT / 2),
             Dimension::InputTokens => Demand::new(LIMIT, 0),
             Dimension::OutputTokens => Demand::new(0, LIMIT),
@@ -233,7 +234,7 @@ proptest! {
             prop_assert!(q.reserve(&spend, at(before), Hold::Leased).is_err());
         }
         prop_assert!(q.reserve(&spend, at(end), Hold::Leased).is_ok(), "full at {end}");
-        let one = Demand { requests: 1, input: 1, output: 1 };
+        let one = Demand { requests: 1, input: 1, output: 1, cost: 1 };
         prop_assert!(q.reserve(&one, at(end), Hold::Leased).is_err());
     }
 }

@@ -132,7 +132,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Admit(n) => {
-                    let demand = Demand { requests: n, input: 0, output: 0 };
+                    let demand = Demand { requests: n, input: 0, output: 0, cost: 0 };
                     if p.quota.reserve(&demand, p.at(utc), Hold::Leased).is_ok() {
                         admitted.push((utc, n));
                     }

@@ -185,11 +185,7 @@ impl ScopeConfig {
     /// needs a price ([`Call::with_price`](crate::Call::with_price)) and a
     /// token estimate.
     pub fn cost(self, micros: u64, window: Duration) -> Self {
-        self.limit(Limit {
-            dimension: Dimension::Cost,
-            amount: micros,
-            window,
-        })
+        self.limit(Limit::new(Dimension::Cost, micros, window))
     }
 
     /// Adds a limit.
