@@ -13,8 +13,8 @@ use tollgate_sim::SimConfig;
 
 use crate::BatchError;
 use crate::config::{
-    BatchConfig, ErrorClass, ProgressMode, SharedStore, Target, parse_duration, parse_limit,
-    parse_profile, parse_unavailable,
+    BatchConfig, ErrorClass, ProgressMode, SharedStore, Target, parse_budget, parse_duration,
+    parse_limit, parse_profile, parse_unavailable, read_prices,
 };
 
 /// The OpenAI API.
@@ -112,10 +112,21 @@ pub struct BatchArgs {
     /// recorded (otherwise such a change stops the run before it starts).
     #[arg(long)]
     pub rerun_changed: bool,
-    /// Validate, estimate, print the totals and the lower bound on wall
-    /// time; send nothing.
+    /// Validate, estimate, print the totals, the worst-case cost and the
+    /// lower bound on wall time; send nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// The most this run may spend, in dollars (e.g. 25 or 2.5): each item
+    /// reserves its worst case at its model's price; when the next one no
+    /// longer fits, the run stops (exit 3) with the items sent so far
+    /// recorded, and a re-run resumes (give it the budget left).
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<u64>,
+    /// Prices to add to or replace in the built-in table (a TOML file in
+    /// the format of data/prices.toml: [models."name"] input = 2.5,
+    /// output = 10, dollars per million tokens).
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
     /// Progress display: auto (a bar on a terminal, lines otherwise),
     /// plain, off.
     #[arg(long, default_value = "auto", value_parser = parse_progress)]
@@ -158,6 +169,15 @@ pub struct BatchArgs {
     /// processes sharing the budget).
     #[arg(long, default_value = "fail_closed", value_parser = parse_unavailable)]
     pub redis_unavailable: Unavailable,
+    /// Keep the counts of long windows (`--limit` of one hour or longer, or
+    /// per calendar period) in this directory, so a re-run (a resume, a
+    /// crash) does not start a fresh day (SPEC DQ-8).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// With `--state-dir`: move an unreadable state file aside and start
+    /// with nothing counted, instead of refusing to run.
+    #[arg(long, requires = "state_dir")]
+    pub state_start_empty: bool,
     /// The class the run's calls wait in: interactive, standard or batch
     /// (SPEC FAIR-7). Other work on the same scope (a gateway sharing it
     /// through Redis, in its own process) is not affected; within this
@@ -215,29 +235,17 @@ impl BatchArgs {
         };
         let mut limits = Vec::new();
         if let Some(amount) = rpm {
-            limits.push(Limit {
-                dimension: Dimension::Requests,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Requests, amount, self.window));
         }
         if let Some(amount) = tpm {
-            limits.push(Limit {
-                dimension: Dimension::Tokens,
-                amount,
-                window: self.window,
-            });
+            limits.push(Limit::new(Dimension::Tokens, amount, self.window));
         }
         for (dimension, amount) in [
             (Dimension::InputTokens, self.itpm),
             (Dimension::OutputTokens, self.otpm),
         ] {
             if let Some(amount) = amount {
-                limits.push(Limit {
-                    dimension,
-                    amount,
-                    window: self.window,
-                });
+                limits.push(Limit::new(dimension, amount, self.window));
             }
         }
         limits.extend(self.limits.iter().copied());
@@ -282,6 +290,11 @@ impl BatchArgs {
         c.progress = self.progress;
         c.progress_interval = self.progress_interval;
         c.summary_json = self.summary_json.clone();
+        c.budget = self.budget;
+        if let Some(path) = &self.prices {
+            c.prices =
+                read_prices(path).map_err(|e| BatchError::Config(format!("--prices {e}")))?;
+        }
         c.plot = self.plot.clone();
         if self.scope.trim().is_empty() {
             return Err(BatchError::Config("--scope must not be empty".into()));
@@ -299,6 +312,12 @@ impl BatchArgs {
         };
         c.flow = crate::config::run_flow(self.tenant.trim(), self.priority, weight);
         c.scope = self.scope.clone();
+        c.state_dir = self.state_dir.clone();
+        c.on_unreadable_state = if self.state_start_empty {
+            tollgate_state::OnUnreadable::StartEmpty
+        } else {
+            tollgate_state::OnUnreadable::Refuse
+        };
         if self.redis.is_none() && (self.redis_cluster || self.redis_ca.is_some()) {
             return Err(BatchError::Config(
                 "--redis-cluster and --redis-ca need --redis".into(),

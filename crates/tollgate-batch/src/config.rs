@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tollgate::config::Limit;
+use tollgate::config::{Calendar, Limit, Period, Zone};
 use tollgate::{Dimension, Flow, Priority};
+use tollgate_openai::prices::PriceTable;
 use tollgate_openai::provider::ApiKey;
 use tollgate_openai::tokens::Profile;
 use tollgate_sim::SimConfig;
@@ -105,7 +106,9 @@ impl FromStr for ErrorClass {
 /// Parses a limit such as `tokens=5000000/1d`, `requests=500/1m` or
 /// `input_tokens=400000/1m` (`rpm`/`tpm`/`itpm`/`otpm` are accepted for
 /// `requests`/`tokens`/`input_tokens`/`output_tokens`; the window is a
-/// duration such as `60s`, `1m`, `1h`, `1d`).
+/// duration such as `60s`, `1m`, `1h`, `1d`, or a calendar period, `hour`,
+/// `day`, `week` or `month`, in UTC or in a time zone after `@`:
+/// `tokens=2000000/day@Europe/Paris`, SPEC BUD-3).
 ///
 /// # Errors
 /// A message naming what is wrong.
@@ -136,12 +139,26 @@ pub fn parse_limit(s: &str) -> Result<Limit, String> {
     if amount == 0 {
         return Err(format!("`{s}`: the amount must be at least 1"));
     }
-    let window = parse_duration(window)?;
-    Ok(Limit {
+    let (period, zone) = match window.split_once('@') {
+        Some((period, zone)) => (period.trim(), Some(zone.trim())),
+        None => (window.trim(), None),
+    };
+    let Some(period) = Period::parse(period) else {
+        if zone.is_some() {
+            return Err(format!(
+                "`{s}`: a time zone applies only to a calendar window (hour, day, week or month)"
+            ));
+        }
+        return Ok(Limit::new(dimension, amount, parse_duration(window)?));
+    };
+    let zone = zone
+        .map_or(Ok(Zone::UTC), Zone::named)
+        .map_err(|e| format!("`{s}`: {e}"))?;
+    Ok(Limit::per(
         dimension,
         amount,
-        window,
-    })
+        Calendar::new(period).zone(zone),
+    ))
 }
 
 /// Parses a positive duration (`500ms`, `2s`, `1m`, `1d`).
@@ -236,11 +253,54 @@ pub struct BatchConfig {
     pub scope: String,
     /// Keep the quota in this shared store instead of in the process.
     pub shared: Option<SharedStore>,
+    /// Keep the counts of long windows (one hour or longer, calendar
+    /// windows) in this directory across runs (SPEC DQ-8); with a shared
+    /// store nothing is written (the store holds them).
+    pub state_dir: Option<PathBuf>,
+    /// What to do with a state file that cannot be read.
+    pub on_unreadable_state: tollgate_state::OnUnreadable,
     /// The flow the run's calls wait in (SPEC FAIR-7): class `batch` by
     /// default, so a run sharing a scope with a gateway (through Redis, or
     /// embedded) yields to interactive and standard traffic except for its
     /// `min_share`; tenant `batch`, weight 1 unless `--tenant`/`--weight`.
     pub flow: Flow,
+    /// Prices of the items' models (SPEC BUD-1): the built-in table, with
+    /// the entries of `--prices FILE` added or replacing.
+    pub prices: PriceTable,
+    /// `--budget`: the most this run may spend, in micro-dollars (SPEC
+    /// BUD-6). Every item then needs a price; the run stops (resumable)
+    /// when the next item's worst case no longer fits.
+    pub budget: Option<u64>,
+}
+
+/// The window of a run's `--budget`: longer than any run.
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+
+/// Reads `--prices FILE` (the format of `data/prices.toml`) over the
+/// built-in table.
+///
+/// # Errors
+/// A message naming the file and the offending entry.
+pub fn read_prices(path: &std::path::Path) -> Result<PriceTable, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let extra = PriceTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut table = PriceTable::builtin().clone();
+    for entry in extra.entries() {
+        table.set(&entry.model, entry.price);
+    }
+    Ok(table)
+}
+
+/// Parses `--budget`: dollars, at most six decimals, more than zero.
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_budget(s: &str) -> Result<u64, String> {
+    match tollgate::price::parse_usd(s, 1_000_000_000 * 1_000_000) {
+        Ok(0) => Err(format!("`{s}`: a budget must be more than zero")),
+        Ok(m) => Ok(m),
+        Err(e) => Err(format!("`{s}`: {e}")),
+    }
 }
 
 /// The flow of a run: tenant `name`, `priority`, `weight`.
@@ -312,6 +372,10 @@ impl BatchConfig {
             plot: None,
             scope: "batch".into(),
             shared: None,
+            prices: PriceTable::builtin().clone(),
+            budget: None,
+            state_dir: None,
+            on_unreadable_state: tollgate_state::OnUnreadable::Refuse,
             flow: run_flow("batch", Priority::Batch, 1),
         }
     }
@@ -320,6 +384,20 @@ impl BatchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // proves: BUD-3 (`--limit` takes calendar windows, in UTC or a time
+    // zone; an unknown zone is refused with its name)
+    #[test]
+    fn calendar_limits_parse() {
+        let l = parse_limit("tokens=2000000/day").expect("limit");
+        assert_eq!(l.calendar, Some(Calendar::new(Period::Day)));
+        let l = parse_limit("requests=10/month@Europe/Paris").expect("limit");
+        let paris = Zone::named("Europe/Paris").expect("zone");
+        assert_eq!(l.calendar, Some(Calendar::new(Period::Month).zone(paris)));
+        let e = parse_limit("requests=10/month@Mars/Base").expect_err("zone");
+        assert!(e.contains("Mars/Base"), "{e}");
+        assert!(parse_limit("requests=10/1d@UTC").is_err());
+    }
 
     #[test]
     fn limits_parse() {

@@ -163,6 +163,8 @@ pub struct Item {
     /// The tokens reserved for each attempt (the accounting profile's
     /// count of input plus the output cap).
     pub estimate: tollgate::TokenEstimate,
+    /// The model the body names (its price, SPEC BUD-6).
+    pub model: String,
     /// `sha256:` and the hex digest of `POST`, the URL and the body, to
     /// recognise a changed request under the same `custom_id` on resume.
     pub hash: String,
@@ -450,6 +452,11 @@ fn parse_line(line: usize, raw: &[u8], estimator: &TokenEstimator) -> Result<Ite
         }
     };
     let invalid = |what: String| (InputErrorCode::InvalidBody, what, id());
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let estimate = match endpoint {
         Endpoint::ChatCompletions => {
             let req: ChatCompletionRequest = serde_json::from_value(body.clone())
@@ -508,6 +515,7 @@ fn parse_line(line: usize, raw: &[u8], estimator: &TokenEstimator) -> Result<Ite
         custom_id,
         endpoint,
         estimate: tollgate::TokenEstimate::new(estimate.input, estimate.output),
+        model,
         hash,
     })
 }

@@ -128,6 +128,14 @@ pub enum StopReason {
         /// The engine's account: the demand, the limit and its window.
         message: String,
     },
+    /// `--budget` is spent (SPEC BUD-6): the next item's worst case does
+    /// not fit what is left, and no item in flight can give any back.
+    Budget {
+        /// The budget, in micro-dollars.
+        budget: u64,
+        /// The item that did not fit.
+        custom_id: String,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -151,6 +159,14 @@ impl fmt::Display for StopReason {
             StopReason::InputChanged(e) => f.write_str(e),
             StopReason::QuotaStoreUnavailable => f.write_str(
                 "the shared quota store (--redis) is unavailable; re-run to resume, or use --redis-unavailable fail_open_local:N",
+            ),
+            StopReason::Budget { budget, custom_id } => write!(
+                f,
+                "the --budget of ${} is spent: the worst-case cost of item `{}` does not fit what \
+                 is left; the items sent so far are recorded, re-run with the budget you give the \
+                 rest to resume",
+                tollgate::price::format_usd(*budget),
+                input::printable(custom_id)
             ),
             StopReason::ExceedsLearnedLimit { custom_id, message } => write!(
                 f,

@@ -45,7 +45,7 @@ pub fn write(
         let caption = match limit {
             Some(l) => format!(
                 "{what} started in the trailing {} (limit {})",
-                humantime::format_duration(l.window),
+                l.window_label(),
                 l.amount
             ),
             None => format!("{what} started per second (no limit)"),
@@ -91,6 +91,7 @@ fn trailing(
     let amount = |&(_, tokens): &(Duration, u64)| match dimension {
         Dimension::Requests => 1.0,
         Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => tokens as f64,
+        Dimension::Cost => 0.0,
     };
     let mut out = Vec::new();
     let (mut lo, mut hi, mut sum) = (0usize, 0usize, 0.0_f64);
@@ -128,11 +129,7 @@ mod tests {
         assert_eq!(at(0.5), Some(20.0));
         assert_eq!(at(1.2), Some(5.0));
         let path = std::env::temp_dir().join(format!("tollgate-plot-{}.svg", std::process::id()));
-        let limits = [Limit {
-            dimension: Dimension::Tokens,
-            amount: 20,
-            window: Duration::from_secs(1),
-        }];
+        let limits = [Limit::new(Dimension::Tokens, 20, Duration::from_secs(1))];
         write(&path, &starts, &limits, Duration::from_secs(2)).expect("svg");
         let svg = std::fs::read_to_string(&path).expect("svg");
         assert!(svg.starts_with("<svg"));

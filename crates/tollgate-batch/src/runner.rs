@@ -19,7 +19,9 @@ use tollgate::lifecycle::{
     AttemptContext, AttemptPolicy, CallError, CallOptions, ErrorKind, Provider, ProviderError,
     Reply, Supervisor,
 };
-use tollgate::{AdmissionController, AdmissionError, Deadline, Dimension, Phase, TokenEstimate};
+use tollgate::{
+    AdmissionController, AdmissionError, Deadline, Dimension, Phase, Price, TokenEstimate,
+};
 use tollgate_openai::provider::ChunkStream;
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::{HttpProvider, UpstreamRequest};
@@ -42,6 +44,8 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(60);
 struct BatchRequest {
     upstream: UpstreamRequest,
     estimate: TokenEstimate,
+    /// The price of its model (SPEC BUD-6), if known.
+    price: Option<Price>,
     started: Arc<AtomicBool>,
 }
 
@@ -127,7 +131,7 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
                         item.estimate.output,
                         limit.amount,
                         limit.dimension.as_str(),
-                        humantime::format_duration(limit.window)
+                        limit.window_label()
                     ),
                 );
                 break;
@@ -241,7 +245,15 @@ pub async fn run(
         _ => None,
     };
     let resumed = resume(&config, items, !config.dry_run)?;
-    let plan = Plan::of(&resumed.pending, &config.limits);
+    let plan = Plan::of(&resumed.pending, &config.limits, &config.prices);
+    if config.budget.is_some() && !plan.unpriced_models.is_empty() {
+        // A budget never counts an item as free (SPEC BUD-1).
+        return Err(BatchError::Config(format!(
+            "--budget needs a price for every item, and these models have none: {}; add them \
+             with --prices FILE",
+            plan.unpriced_models.join(", ")
+        )));
+    }
 
     if config.dry_run {
         let summary = Summary::dry_run(&config, items_total, resumed.already_done, plan);
@@ -292,6 +304,10 @@ pub async fn run(
     if let Some(w) = config.learn_limits {
         scope = scope.learn_limits(w);
     }
+    if let Some(budget) = config.budget {
+        // The run's budget (SPEC BUD-6): each item reserves its worst case.
+        scope = scope.cost(budget, crate::config::BUDGET_WINDOW);
+    }
     let engine = |e: tollgate::config::ConfigError| BatchError::Config(e.to_string());
     let mut builder = AdmissionController::builder().config(ControllerConfig {
         scopes: vec![scope],
@@ -313,6 +329,19 @@ pub async fn run(
         builder = builder.shared_store(Arc::new(backend));
     }
     let controller = builder.build().map_err(engine)?;
+    // Long windows kept across runs (SPEC DQ-8): restored before any call.
+    let state = match &config.state_dir {
+        Some(dir) => {
+            let file = tollgate_state::StateFile::open(dir, config.on_unreadable_state)
+                .map_err(|e| BatchError::Config(format!("--state-dir: {e}")))?;
+            file.restore(STATE_OWNER, &controller);
+            Some(Arc::new(file))
+        }
+        None => None,
+    };
+    let saver = state
+        .as_ref()
+        .map(|file| tokio::spawn(save_every(Arc::clone(file), controller.clone())));
     let policy = AttemptPolicy {
         max_attempts: config.max_attempts,
         ..AttemptPolicy::default()
@@ -326,7 +355,8 @@ pub async fn run(
         },
     )
     .policy(policy)
-    .estimator(|r: &BatchRequest| Ok::<TokenEstimate, tollgate::EstimateError>(r.estimate));
+    .estimator(|r: &BatchRequest| Ok::<TokenEstimate, tollgate::EstimateError>(r.estimate))
+    .pricer(|r: &BatchRequest| r.price);
     if let Some(t) = config.attempt_timeout {
         sb = sb.transport_timeout(t);
     }
@@ -349,6 +379,11 @@ pub async fn run(
         abort_on: config.abort_on.clone(),
         stop: CancellationToken::new(),
         reason: AsyncMutex::new(None),
+        prices: config.prices.clone(),
+        budget: config.budget,
+        calling: std::sync::atomic::AtomicU64::new(0),
+        settled: tokio::sync::Notify::new(),
+        settles: std::sync::atomic::AtomicU64::new(0),
     });
     let progress = Progress::start(
         config.progress,
@@ -470,6 +505,16 @@ pub async fn run(
         }
         None => None,
     };
+    if let (Some(saver), Some(file)) = (saver, state) {
+        saver.abort();
+        let _ = saver.await;
+        let c = controller.clone();
+        match tokio::task::spawn_blocking(move || file.save(&[(STATE_OWNER, &c)])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved"),
+            Err(e) => tracing::error!(error = %e, "quota state not saved"),
+        }
+    }
     let snapshot = controller.snapshot();
     let counters = snapshot
         .scopes
@@ -543,6 +588,63 @@ struct Shared {
     abort_on: Vec<ErrorClass>,
     stop: CancellationToken,
     reason: AsyncMutex<Option<StopReason>>,
+    /// The items' prices.
+    prices: tollgate_openai::prices::PriceTable,
+    /// `--budget`, in micro-dollars.
+    budget: Option<u64>,
+    /// Items whose call is under way (they may hold part of the budget).
+    calling: std::sync::atomic::AtomicU64,
+    /// Notified whenever an admitted item's call ends (its budget settled).
+    settled: tokio::sync::Notify,
+    /// How many admitted calls have ended (to tell whether one ended
+    /// while another was being refused).
+    settles: std::sync::atomic::AtomicU64,
+}
+
+/// An item's call under way, counted in `calling` until it ends; the end
+/// of a call that may have held part of the budget wakes the items
+/// waiting for room (dropped without [`Calling::end`], as when the run
+/// stops, it counts as such an end).
+struct Calling<'a> {
+    shared: &'a Shared,
+    gave_back: bool,
+}
+
+impl<'a> Calling<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.calling.fetch_add(1, Ordering::AcqRel);
+        Calling {
+            shared,
+            gave_back: true,
+        }
+    }
+
+    /// Ends the call; `gave_back`: it was admitted, so its settlement may
+    /// have freed part of the budget.
+    fn end(mut self, gave_back: bool) {
+        self.gave_back = gave_back;
+    }
+}
+
+impl Drop for Calling<'_> {
+    fn drop(&mut self) {
+        self.shared.calling.fetch_sub(1, Ordering::AcqRel);
+        if self.gave_back {
+            self.shared.settles.fetch_add(1, Ordering::AcqRel);
+            self.shared.settled.notify_waiters();
+        }
+    }
+}
+
+/// Whether `error` is the run's budget refusing an item (SPEC BUD-6).
+fn over_budget(error: &CallError) -> bool {
+    match error {
+        CallError::Admission(AdmissionError::BudgetExceeded { .. }) => true,
+        CallError::Admission(AdmissionError::EstimateExceedsLimit(e)) => {
+            e.dimension == Dimension::Cost
+        }
+        _ => false,
+    }
 }
 
 impl Shared {
@@ -576,6 +678,7 @@ impl Shared {
         let request = BatchRequest {
             upstream,
             estimate: item.estimate,
+            price: self.prices.price(&item.model),
             started: Arc::new(AtomicBool::new(false)),
         };
         let options = CallOptions {
@@ -583,18 +686,57 @@ impl Shared {
             deadline,
             idempotent: true,
         };
-        let call = self
-            .supervisor
-            .invoke_with_flow(&request, options, self.flow);
-        tokio::pin!(call);
-        let result = tokio::select! {
-            r = &mut call => r,
-            () = self.stop.cancelled() => {
-                if !request.started.load(Ordering::Acquire) {
-                    // Not sent: dropped unrecorded, it runs on resume.
-                    return;
+        let result = loop {
+            // Registered before the call, so that an item that settles
+            // while this one is being refused is not missed.
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let generation = self.settles.load(Ordering::Acquire);
+            let calling = Calling::new(self);
+            let call = self
+                .supervisor
+                .invoke_with_flow(&request, options, self.flow);
+            tokio::pin!(call);
+            let result = tokio::select! {
+                r = &mut call => r,
+                () = self.stop.cancelled() => {
+                    if !request.started.load(Ordering::Acquire) {
+                        // Not sent: dropped unrecorded, it runs on resume.
+                        return;
+                    }
+                    call.await
                 }
-                call.await
+            };
+            let Err(error) = &result else {
+                calling.end(true);
+                break result;
+            };
+            if !over_budget(error) {
+                calling.end(true);
+                break result;
+            }
+            // Refused by the budget: it held nothing, so it wakes no one.
+            calling.end(false);
+            // The budget cannot take this item's worst case now. Items in
+            // flight hold theirs until they settle, usually for less: wait
+            // for one to end and try again; when none settled since this
+            // call began and none is in flight, the budget is spent (SPEC
+            // BUD-6).
+            if self.settles.load(Ordering::Acquire) != generation {
+                continue;
+            }
+            if self.calling.load(Ordering::Acquire) == 0 {
+                self.stop_with(StopReason::Budget {
+                    budget: self.budget.unwrap_or(0),
+                    custom_id: item.custom_id.clone(),
+                })
+                .await;
+                return;
+            }
+            tokio::select! {
+                () = &mut settled => {}
+                () = self.stop.cancelled() => return,
             }
         };
         let (line, recorded) = match result {
@@ -796,6 +938,29 @@ pub(crate) fn describe(limit: &Limit) -> String {
         "{} {}/{}",
         limit.dimension.as_str(),
         limit.amount,
-        humantime::format_duration(limit.window)
+        limit.window_label()
     )
+}
+
+/// The owner of the batch runner's scope in the state file.
+const STATE_OWNER: &str = "batch";
+
+/// How often changed counts are written (what a crash can lose; the
+/// gateway's `state_save_interval` default).
+const STATE_SAVE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Saves the scope's long windows every [`STATE_SAVE_INTERVAL`] until
+/// aborted (SPEC DQ-8); a failed save is logged and retried.
+async fn save_every(file: Arc<tollgate_state::StateFile>, controller: AdmissionController) {
+    let mut ticks = tokio::time::interval(STATE_SAVE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (f, c) = (Arc::clone(&file), controller.clone());
+        match tokio::task::spawn_blocking(move || f.save(&[(STATE_OWNER, &c)])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved; retrying"),
+            Err(e) => tracing::error!(error = %e, "quota state saver failed; retrying"),
+        }
+    }
 }

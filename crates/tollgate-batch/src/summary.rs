@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tollgate::config::Limit;
+use tollgate::price::format_usd;
 use tollgate::{Dimension, ScopeCounters};
+use tollgate_openai::prices::PriceTable;
 
 use crate::config::BatchConfig;
 use crate::input::Item;
@@ -44,6 +46,8 @@ pub struct Amounts {
     pub input: u64,
     /// Output tokens (0 when unknown).
     pub output: u64,
+    /// Micro-dollars (0 when unknown).
+    pub cost: u64,
 }
 
 /// The lower bound on wall time for a demand of `amounts` under `limits`
@@ -57,6 +61,7 @@ pub fn lower_bound(limits: &[Limit], amounts: Amounts) -> Duration {
                 Dimension::Tokens => amounts.tokens,
                 Dimension::InputTokens => amounts.input,
                 Dimension::OutputTokens => amounts.output,
+                Dimension::Cost => amounts.cost,
             };
             let windows = demand.div_ceil(l.amount).saturating_sub(1);
             l.window
@@ -67,7 +72,7 @@ pub fn lower_bound(limits: &[Limit], amounts: Amounts) -> Duration {
 }
 
 /// What the items to run will ask for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Plan {
     /// Items to run.
     pub requests: u64,
@@ -79,11 +84,25 @@ pub struct Plan {
     pub tokens: u64,
     /// The lower bound on wall time of the estimates, in seconds.
     pub lower_bound_s: f64,
+    /// The most the priced items can cost (SPEC BUD-6): each item's input
+    /// estimate and output allowance at its model's dearest input and
+    /// output prices, in micro-dollars (written in dollars).
+    #[serde(rename = "worst_case_cost_usd", serialize_with = "usd")]
+    pub worst_case_cost: u64,
+    /// Items whose model has a price.
+    pub priced: u64,
+    /// The models without a price (their items are not in the cost).
+    pub unpriced_models: Vec<String>,
+}
+
+/// Micro-dollars as a decimal string of dollars.
+fn usd<S: serde::Serializer>(micros: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&tollgate::price::format_usd(*micros))
 }
 
 impl Plan {
-    /// The plan of `items` under `limits`.
-    pub fn of(items: &[Item], limits: &[Limit]) -> Plan {
+    /// The plan of `items` under `limits`, priced with `prices`.
+    pub fn of(items: &[Item], limits: &[Limit], prices: &PriceTable) -> Plan {
         let mut p = Plan {
             requests: items.len() as u64,
             ..Plan::default()
@@ -91,6 +110,17 @@ impl Plan {
         for i in items {
             p.input_tokens = p.input_tokens.saturating_add(i.estimate.input);
             p.output_tokens = p.output_tokens.saturating_add(i.estimate.output);
+            match prices.price(&i.model) {
+                Some(price) => {
+                    let worst = price.worst_case(i.estimate.input, i.estimate.output);
+                    p.worst_case_cost = p.worst_case_cost.saturating_add(worst);
+                    p.priced += 1;
+                }
+                None if !p.unpriced_models.contains(&i.model) => {
+                    p.unpriced_models.push(i.model.clone());
+                }
+                None => {}
+            }
         }
         p.tokens = p.input_tokens.saturating_add(p.output_tokens);
         let amounts = Amounts {
@@ -98,6 +128,7 @@ impl Plan {
             tokens: p.tokens,
             input: p.input_tokens,
             output: p.output_tokens,
+            cost: p.worst_case_cost,
         };
         p.lower_bound_s = lower_bound(limits, amounts).as_secs_f64();
         p
@@ -167,6 +198,30 @@ pub struct Tokens {
     pub unknown_usage: u64,
 }
 
+/// Money as the engine counted it (SPEC BUD-6), in micro-dollars
+/// (written in dollars).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Cost {
+    /// What the run cost: each attempt's priced usage, or its worst case
+    /// when the usage is unknown (reserved, less what came back, plus
+    /// debt).
+    #[serde(rename = "charged_usd", serialize_with = "usd")]
+    pub charged: u64,
+    /// The worst cases reserved by leased attempts.
+    #[serde(rename = "reserved_usd", serialize_with = "usd")]
+    pub reserved: u64,
+    /// `--budget`, if any.
+    #[serde(rename = "budget_usd", serialize_with = "usd_opt")]
+    pub budget: Option<u64>,
+}
+
+fn usd_opt<S: serde::Serializer>(micros: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match micros {
+        Some(m) => s.serialize_str(&format_usd(*m)),
+        None => s.serialize_none(),
+    }
+}
+
 /// The summary of a run (printed, and written by `--summary-json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -204,6 +259,8 @@ pub struct Summary {
     pub cooldowns: u64,
     /// Tokens as the engine counted them.
     pub tokens: Tokens,
+    /// Money as the engine counted it (SPEC BUD-6).
+    pub cost: Cost,
     /// Wall time of the run, in seconds.
     pub wall_time_s: f64,
     /// The lower bound on wall time from what the provider charged, in
@@ -222,6 +279,7 @@ impl Summary {
         already_done: u64,
         plan: Plan,
     ) -> Summary {
+        let (not_run, lower_bound_s) = (plan.requests, plan.lower_bound_s);
         Summary {
             outcome: "dry_run".into(),
             stop_reason: None,
@@ -232,7 +290,7 @@ impl Summary {
             plan,
             succeeded: 0,
             failed: 0,
-            not_run: plan.requests,
+            not_run,
             failures_by_class: BTreeMap::new(),
             max_in_flight: 0,
             attempts: 0,
@@ -240,8 +298,12 @@ impl Summary {
             attempt_failures: BTreeMap::new(),
             cooldowns: 0,
             tokens: Tokens::default(),
+            cost: Cost {
+                budget: config.budget,
+                ..Cost::default()
+            },
             wall_time_s: 0.0,
-            lower_bound_s: plan.lower_bound_s,
+            lower_bound_s,
             quota_wait_ms: Percentiles::default(),
             sim: None,
         }
@@ -271,6 +333,7 @@ impl Summary {
             .saturating_sub(counters.tokens_refunded)
             .saturating_add(counters.tokens_debt);
         let finished = succeeded + failed;
+        let not_run = plan.requests.saturating_sub(finished);
         Summary {
             outcome: outcome.as_str().into(),
             stop_reason: match outcome {
@@ -284,7 +347,7 @@ impl Summary {
             plan,
             succeeded,
             failed,
-            not_run: plan.requests.saturating_sub(finished),
+            not_run,
             failures_by_class: stats
                 .failures()
                 .into_iter()
@@ -305,6 +368,14 @@ impl Summary {
                 refunded: counters.tokens_refunded,
                 debt: counters.tokens_debt,
                 unknown_usage: counters.unknown_usage,
+            },
+            cost: Cost {
+                charged: counters
+                    .cost_reserved
+                    .saturating_sub(counters.cost_refunded)
+                    .saturating_add(counters.cost_debt),
+                reserved: counters.cost_reserved,
+                budget: config.budget,
             },
             wall_time_s: wall.as_secs_f64(),
             // The counters keep the total only: input and output limits
@@ -360,6 +431,22 @@ impl fmt::Display for Summary {
                 f,
                 "estimated tokens: {} ({} input + {} output allowance)",
                 p.tokens, p.input_tokens, p.output_tokens
+            )?;
+            writeln!(
+                f,
+                "worst-case cost: ${} ({} items at their model's list price, each input estimate \
+                 and output allowance at the dearest input and output rates){}",
+                format_usd(p.worst_case_cost),
+                p.priced,
+                if p.unpriced_models.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; not priced: {} items of {}",
+                        p.requests - p.priced,
+                        p.unpriced_models.join(", ")
+                    )
+                }
             )?;
             writeln!(f, "limits: {limits}")?;
             return write!(
@@ -434,6 +521,17 @@ impl fmt::Display for Summary {
             "tokens: reserved {}, reported {}, refunded {}, debt {}, unknown usage {}",
             t.reserved, t.reported, t.refunded, t.debt, t.unknown_usage
         )?;
+        if self.cost.reserved > 0 || self.cost.budget.is_some() {
+            write!(
+                f,
+                "\ncost: ${} (priced usage; the worst case where usage is unknown){}",
+                format_usd(self.cost.charged),
+                self.cost
+                    .budget
+                    .map(|b| format!(" of a ${} budget", format_usd(b)))
+                    .unwrap_or_default()
+            )?;
+        }
         if let Some(s) = &self.sim {
             write!(
                 f,
@@ -454,16 +552,8 @@ mod tests {
     fn lower_bound_is_the_last_window_start() {
         let m = Duration::from_secs(60);
         let limits = [
-            Limit {
-                dimension: Dimension::Requests,
-                amount: 100,
-                window: m,
-            },
-            Limit {
-                dimension: Dimension::Tokens,
-                amount: 1_000,
-                window: m,
-            },
+            Limit::new(Dimension::Requests, 100, m),
+            Limit::new(Dimension::Tokens, 1_000, m),
         ];
         let rt = |requests, tokens| Amounts {
             requests,
@@ -482,11 +572,7 @@ mod tests {
     #[test]
     fn lower_bound_counts_input_and_output_limits_by_their_own_amounts() {
         let m = Duration::from_secs(60);
-        let limit = |dimension, amount| Limit {
-            dimension,
-            amount,
-            window: m,
-        };
+        let limit = |dimension, amount| Limit::new(dimension, amount, m);
         let limits = [
             limit(Dimension::InputTokens, 1_000),
             limit(Dimension::OutputTokens, 100),
@@ -496,6 +582,7 @@ mod tests {
             tokens: 1_300,
             input: 1_000,
             output: 300,
+            cost: 0,
         };
         // Output binds: 300 output tokens need three windows of 100.
         assert_eq!(lower_bound(&limits, a), 2 * m);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tollgate::Dimension;
 use tollgate::config::Limit;
-use tollgate_batch::{BatchConfig, Outcome, StopReason, Target};
+use tollgate_batch::{BatchConfig, Outcome, StopReason};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use common::{Dir, chat_line, counts, never, write_lines};
@@ -35,20 +35,9 @@ async fn sim(rpm: Option<u64>, ttft: Duration) -> SimServer {
 }
 
 fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>) -> BatchConfig {
-    let mut c = BatchConfig::new(
-        dir.path("in.jsonl"),
-        Some(dir.path("out.jsonl")),
-        Target::Http {
-            base_url: server.openai_base_url(),
-            api_key: None,
-        },
-    );
+    let mut c = common::http_config(dir, server);
     if let Some(amount) = rpm {
-        c.limits = vec![Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window: W,
-        }];
+        c.limits = vec![Limit::new(Dimension::Requests, amount, W)];
     }
     c.item_timeout = Some(Duration::from_secs(30));
     c

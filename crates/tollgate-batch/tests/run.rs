@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tollgate::Dimension;
 use tollgate::config::Limit;
 use tollgate_batch::input::InputErrorCode;
-use tollgate_batch::{BatchConfig, BatchError, ErrorClass, Outcome, StopReason, Target};
+use tollgate_batch::{BatchConfig, BatchError, ErrorClass, Outcome, StopReason};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use common::{Dir, chat_line, never, write_lines};
@@ -29,18 +29,10 @@ fn read_output(path: &Path) -> Vec<Value> {
 fn limits(rpm: Option<u64>, tpm: Option<u64>) -> Vec<Limit> {
     let mut v = Vec::new();
     if let Some(amount) = rpm {
-        v.push(Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window: W,
-        });
+        v.push(Limit::new(Dimension::Requests, amount, W));
     }
     if let Some(amount) = tpm {
-        v.push(Limit {
-            dimension: Dimension::Tokens,
-            amount,
-            window: W,
-        });
+        v.push(Limit::new(Dimension::Tokens, amount, W));
     }
     v
 }
@@ -60,14 +52,7 @@ async fn sim(rpm: Option<u64>, tpm: Option<u64>) -> SimServer {
 }
 
 fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>, tpm: Option<u64>) -> BatchConfig {
-    let mut c = BatchConfig::new(
-        dir.path("in.jsonl"),
-        Some(dir.path("out.jsonl")),
-        Target::Http {
-            base_url: server.openai_base_url(),
-            api_key: None,
-        },
-    );
+    let mut c = common::http_config(dir, server);
     c.limits = limits(rpm, tpm);
     c.item_timeout = Some(Duration::from_secs(30));
     c

@@ -80,16 +80,8 @@ fn config(
         },
     );
     c.limits = vec![
-        Limit {
-            dimension: Dimension::Requests,
-            amount: RPM,
-            window: W,
-        },
-        Limit {
-            dimension: Dimension::Tokens,
-            amount: TPM,
-            window: W,
-        },
+        Limit::new(Dimension::Requests, RPM, W),
+        Limit::new(Dimension::Tokens, TPM, W),
     ];
     c.concurrency = 16;
     c.item_timeout = Some(Duration::from_secs(30));

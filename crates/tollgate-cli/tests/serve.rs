@@ -3,67 +3,11 @@
 
 mod common;
 
+use common::{Served, client, serve_fails, stderr, write_config};
+
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
-
-/// How long the binary may take to start, answer or stop.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Writes `text` to a fresh file called `name` under the target's
-/// scratch directory and returns its path.
-fn write_config(name: &str, text: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "serve-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// Waits (bounded) for `child` to exit; kills it and fails otherwise.
-fn wait_exit(child: &mut Child) -> ExitStatus {
-    let until = Instant::now() + PATIENCE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("tollgate did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs `tollgate serve --config <path>` and expects it to refuse to start.
-fn serve_fails(path: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config", path])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child);
-    let output = child.wait_with_output().unwrap();
-    assert!(!status.success(), "serve must fail on {path}");
-    assert_ne!(status.code(), Some(0));
-    output
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// Minimal valid content around a model table.
 fn with_model(model: &str) -> String {
@@ -116,69 +60,6 @@ fn unknown_provider_reference() {
         err.contains("\"p\""),
         "the known providers are listed: {err}"
     );
-}
-
-/// A running `tollgate serve`, stopped (SIGKILL) on drop if still alive.
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    /// Starts `tollgate serve` with `args` and `env`, and waits for its
-    /// banner line to learn the address.
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Served {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let rx = common::announced_urls(stdout);
-        let base = match rx.recv_timeout(PATIENCE) {
-            Ok(base) => base,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("no banner from tollgate serve");
-            }
-        };
-        Served { child, base }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Sends SIGTERM and waits for the exit.
-    fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        wait_exit(&mut self.child)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
 }
 
 // proves: GW-9 (without a config the gateway serves the built-in default in front of an in-process simulator, at once, on every route), WIRE-1, WIRE-3, GW-8 (SIGTERM ends it cleanly)

@@ -3,8 +3,8 @@
 //!
 //! A line holds only what the gateway decided or measured: the time, the
 //! request id, the route, the tenant's and the model's configured names,
-//! the deployment, status and error code, attempts, waits and times, and
-//! token counts. Never a key, a prompt, a completion, a header value or a
+//! the deployment, status and error code, attempts, waits and times, token
+//! counts, and the call's cost (SPEC BUD-6). Never a key, a prompt, a completion, a header value or a
 //! name the client made up (an unknown model is logged as `-`).
 
 use std::fmt::Write as _;
@@ -60,6 +60,16 @@ pub struct Record {
     pub tokens_estimated: Option<u64>,
     /// Tokens the upstream reported.
     pub tokens_reported: Option<u64>,
+    /// The call's worst-case cost reserved for its tenant, in micro-dollars
+    /// (written in dollars as `cost_reserved_usd`), when the call is
+    /// priced (SPEC BUD-2).
+    #[serde(rename = "cost_reserved_usd", serialize_with = "usd")]
+    pub cost_reserved: Option<u64>,
+    /// What the call cost its tenant, in micro-dollars (written in dollars
+    /// as `cost_usd`): the usage priced at the model that answered, or the
+    /// reserved worst case when the usage is unknown (SPEC BUD-5, BUD-6).
+    #[serde(rename = "cost_usd", serialize_with = "usd")]
+    pub cost: Option<u64>,
     /// The upstream limits that kept the call waiting for its quota
     /// (`requests`, `input_tokens`, `tokens+output_tokens`, ...; `none`
     /// when it did not wait), once admitted (SPEC OBS-4, Q-12).
@@ -72,6 +82,14 @@ pub struct Record {
 fn name<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
     match v {
         Some(n) => s.serialize_str(n),
+        None => s.serialize_none(),
+    }
+}
+
+/// Micro-dollars as a decimal string of dollars (exact), or null.
+fn usd<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(m) => s.serialize_str(&tollgate::price::format_usd(*m)),
         None => s.serialize_none(),
     }
 }
@@ -99,13 +117,16 @@ impl Record {
             LogFormat::Text => {
                 let name = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("-").to_owned();
                 let count = |v: Option<u64>| v.map_or("-".to_owned(), |n| n.to_string());
+                let dollars =
+                    |v: Option<u64>| v.map_or("-".to_owned(), tollgate::price::format_usd);
                 let ms = |d: Duration| format!("{:.3}", d.as_secs_f64() * 1e3);
                 let mut out = String::with_capacity(256);
                 let _ = write!(
                     out,
                     "{time} access request_id={} route={} tenant={} model={} deployment={} \
                      status={} error={} attempts={} stream={} queue_ms={} upstream_ms={} \
-                     total_ms={} tokens_estimated={} tokens_reported={} limited_by={} class={}",
+                     total_ms={} tokens_estimated={} tokens_reported={} limited_by={} \
+                     cost_reserved_usd={} cost_usd={} class={}",
                     self.request_id,
                     self.route,
                     name(&self.tenant),
@@ -121,6 +142,8 @@ impl Record {
                     count(self.tokens_estimated),
                     count(self.tokens_reported),
                     self.limited_by.unwrap_or("-"),
+                    dollars(self.cost_reserved),
+                    dollars(self.cost),
                     self.class.unwrap_or("-"),
                 );
                 out

@@ -8,6 +8,7 @@
 //! | estimate larger than a whole token limit | 400 | `estimate_exceeds_limit` |
 //! | circuit open | 503 | `circuit_open` |
 //! | deadline passed upstream (hook, retry delay, transport, stream) | 504 | `deadline_exceeded` |
+//! | a spend budget cannot take the call's worst case in time (or ever) | 429 | `budget_exceeded` |
 //! | upstream 429 after the retries | 429 | `upstream_rate_limited` |
 //! | upstream 4xx (the request itself) | same status | `upstream_rejected` |
 //! | upstream 5xx, connection, protocol, auth | 502 | `upstream_error` |
@@ -28,7 +29,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
-use tollgate::clock::Instant;
+use tollgate::clock::{Instant, WallClock};
 use tollgate::lifecycle::{CallError, ErrorKind};
 use tollgate::{AdmissionError, Phase};
 use tollgate_openai::ErrorResponse;
@@ -95,6 +96,15 @@ impl ApiError {
         )
     }
 
+    /// 429 `budget_exceeded` (SPEC BUD-4): a spend budget refused the
+    /// call before any upstream byte; `budget` names it (`param`).
+    pub fn budget_exceeded(message: impl Into<String>, budget: &str) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorResponse::rate_limited("budget_exceeded", message).with_param(budget),
+        )
+    }
+
     /// 503 while shutting down.
     pub fn shutting_down() -> Self {
         Self::new(
@@ -141,13 +151,28 @@ impl ApiError {
                 rejected("Too many requests are waiting for capacity.".into())
             }
             AdmissionError::DeadlineExceeded { phase, retry_at } => wait_deadline(format!(
-                "The request's deadline ran out while waiting for admission ({phase})."
+                "The request's deadline ran out while waiting for admission ({phase}).{}",
+                available_again(*retry_at, WallClock::system_at(now))
             ))
             .retry_at(*retry_at, now),
-            AdmissionError::QuotaWaitTooLong { ready_at, .. } => wait_deadline(
-                "Quota would be available only after the longest accepted wait.".into(),
-            )
+            AdmissionError::QuotaWaitTooLong { ready_at, .. } => wait_deadline(format!(
+                "Quota would be available only after the longest accepted wait.{}",
+                available_again(Some(*ready_at), WallClock::system_at(now))
+            ))
             .retry_at(Some(*ready_at), now),
+            AdmissionError::BudgetExceeded { retry_at, .. } => Self::budget_exceeded(
+                "A spend budget has no room left for this request's worst-case cost.",
+                "budget",
+            )
+            .retry_at(*retry_at, now),
+            AdmissionError::EstimateExceedsLimit(x) if x.dimension.is_cost() => {
+                let mut e = Self::budget_exceeded(
+                    "This request's worst-case cost is more than a whole spend budget.",
+                    "budget",
+                );
+                e.retry_after = Some(x.window);
+                e
+            }
             AdmissionError::EstimateExceedsLimit(x) => Self::new(
                 StatusCode::BAD_REQUEST,
                 ErrorResponse::invalid_request(format!(
@@ -358,6 +383,27 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// " It is available again at 2027-01-01T00:00:00Z." for a known instant
+/// (in UTC on the system's clock, to the second, rounded up): a spent day
+/// or month window says when it resets (SPEC BUD-3, Q-11).
+fn available_again(at: Option<Instant>, wall: WallClock) -> String {
+    let Some(at) = at else {
+        return String::new();
+    };
+    let utc = wall.utc(at);
+    let Ok(since) = utc.duration_since(std::time::SystemTime::UNIX_EPOCH) else {
+        return String::new();
+    };
+    let secs = since.as_secs() + u64::from(since.subsec_nanos() > 0);
+    match i64::try_from(secs)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+    {
+        Some(ts) => format!(" It is available again at {ts}."),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,5 +492,20 @@ mod tests {
         assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(full.headers()["retry-after-ms"], "1000");
         assert_eq!(full.headers()[http::header::RETRY_AFTER], "1");
+    }
+
+    // proves: BUD-3, Q-11 (a refusal that knows when quota returns says
+    // when in UTC, to the second, rounded up)
+    #[test]
+    fn a_known_reset_is_told_in_utc() {
+        let now = Instant::now();
+        let noon = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_798_804_800);
+        let wall = WallClock::new(now, noon); // 2027-01-01T12:00:00Z
+        let at = now + Duration::from_millis(43_199_001);
+        assert_eq!(
+            available_again(Some(at), wall),
+            " It is available again at 2027-01-02T00:00:00Z."
+        );
+        assert_eq!(available_again(None, wall), "");
     }
 }

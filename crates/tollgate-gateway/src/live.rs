@@ -183,6 +183,15 @@ fn listener_changes(old: &GatewayConfig, new: &GatewayConfig) -> Vec<&'static st
             "server.connection_threads",
             o.connection_threads != n.connection_threads,
         ),
+        ("server.state_dir", o.state_dir != n.state_dir),
+        (
+            "server.on_unreadable_state",
+            o.on_unreadable_state != n.on_unreadable_state,
+        ),
+        (
+            "server.state_save_interval",
+            o.state_save_interval != n.state_save_interval,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

@@ -318,7 +318,8 @@ impl Metrics {
                     "side" => side,
                     "scope" => name.clone(),
                     "dimension" => l.dimension.as_str(),
-                    "window_seconds" => l.window.as_secs().to_string()
+                    "window_seconds" => l.window.as_secs().to_string(),
+                    "calendar" => calendar_label(l.calendar.as_ref())
                 )
                 .set(l.available as f64);
             }
@@ -355,5 +356,15 @@ impl Metrics {
     pub fn circuit(&self, provider: &str, state: CircuitState) {
         gauge!("tollgate_circuit_state", "provider" => provider.to_owned())
             .set(circuit_value(state));
+    }
+}
+
+/// The `calendar` label of a limit: empty for a rolling window, else the
+/// period, with its time zone unless UTC (`day`, `month@Europe/Paris`).
+pub fn calendar_label(calendar: Option<&tollgate::config::Calendar>) -> String {
+    match calendar {
+        None => String::new(),
+        Some(c) if c.zone == tollgate::config::Zone::UTC => c.period.as_str().to_owned(),
+        Some(c) => format!("{}@{}", c.period.as_str(), c.zone.name()),
     }
 }

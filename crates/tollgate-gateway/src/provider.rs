@@ -30,16 +30,26 @@ pub struct GatewayRequest {
 /// A request that failed with a count of zero used no upstream tokens, so
 /// its tenant's token reservation is refunded in full (SPEC ).
 #[derive(Debug, Clone, Default)]
-pub struct Started(Arc<AtomicU32>);
+pub struct Started(Arc<[AtomicU32; 2]>);
 
 impl Started {
     /// Attempts started so far.
     pub fn count(&self) -> u32 {
-        self.0.load(Ordering::Acquire)
+        self.0[0].load(Ordering::Acquire)
+    }
+
+    /// Attempts the upstream refused with 429 (billed nothing, SPEC
+    /// BUD-5).
+    pub fn refused(&self) -> u32 {
+        self.0[1].load(Ordering::Acquire)
     }
 
     fn bump(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.0[0].fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn bump_refused(&self) {
+        self.0[1].fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -57,8 +67,11 @@ impl GatewayProvider {
         GatewayProvider { http, metrics }
     }
 
-    fn count<T>(&self, result: &Result<T, ProviderError>) {
+    fn count<T>(&self, result: &Result<T, ProviderError>, started: &Started) {
         let limited = matches!(result, Err(e) if e.kind == ErrorKind::RateLimited);
+        if limited {
+            started.bump_refused();
+        }
         self.metrics.attempt(limited);
     }
 }
@@ -76,9 +89,10 @@ impl Provider for GatewayProvider {
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
         request.started.bump();
         let call = Provider::call(&self.http, &request.upstream, attempt);
+        let started = request.started.clone();
         async move {
             let result = call.await;
-            self.count(&result);
+            self.count(&result, &started);
             result
         }
     }
@@ -90,9 +104,10 @@ impl Provider for GatewayProvider {
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
         request.started.bump();
         let stream = Provider::stream(&self.http, &request.upstream, attempt);
+        let started = request.started.clone();
         async move {
             let result = stream.await;
-            self.count(&result);
+            self.count(&result, &started);
             result
         }
     }

@@ -17,6 +17,14 @@
 //! no limits without a round trip, so it gives no headers; a dimension
 //! neither limits gets none.
 //!
+//! Budgets (SPEC BUD-4) get `x-ratelimit-limit-usd`,
+//! `x-ratelimit-remaining-usd` and `x-ratelimit-reset-usd`: the tenant's
+//! tightest cost limit (the least left, among its own and its limits on
+//! the model), in dollars with up to six decimals (`50`, `12.5`,
+//! `0.000150`; `0` while in debt), the reset being when a call of this
+//! request's worst case could start. An account's budget is not shown to
+//! tenants.
+//!
 //! The `-tokens` headers describe `tokens` (input plus output) limits only,
 //! as OpenAI's do. Input-token and output-token limits (SPEC Q-12, `itpm` /
 //! `otpm`) get headers of their own in the same pattern,
@@ -30,8 +38,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate::clock::Instant;
+use tollgate::price::{ReservePrice, format_usd};
 use tollgate::quota::Dimension;
-use tollgate::{AdmissionController, LimitSnapshot, ScopeId, TokenEstimate};
+use tollgate::{AdmissionController, Call, LimitSnapshot, ScopeId, TokenEstimate};
 
 use crate::tenants::TenantSlot;
 
@@ -57,6 +66,11 @@ fn names(dimension: Dimension) -> [HeaderName; 3] {
             HeaderName::from_static("x-ratelimit-limit-output-tokens"),
             HeaderName::from_static("x-ratelimit-remaining-output-tokens"),
             HeaderName::from_static("x-ratelimit-reset-output-tokens"),
+        ],
+        Dimension::Cost => [
+            HeaderName::from_static("x-ratelimit-limit-usd"),
+            HeaderName::from_static("x-ratelimit-remaining-usd"),
+            HeaderName::from_static("x-ratelimit-reset-usd"),
         ],
     }
 }
@@ -92,14 +106,17 @@ impl<'a> Budget<'a> {
 }
 
 /// Adds the rate-limit headers to `headers`: the tenant's, and for a
-/// dimension it does not limit, the account's. `model` is the requested
-/// model (when known), `account` the upstream controller and quota scope
-/// the call spent (or would have), and `estimate` the request's estimate.
+/// dimension it does not limit, the account's (never for money: an
+/// account's budget is the operator's). `model` is the requested model
+/// (when known), `account` the upstream controller and quota scope the
+/// call spent (or would have), `estimate` the request's estimate and
+/// `price` the prices the tenant reserved it at.
 pub fn add(
     slot: &TenantSlot,
     model: Option<&str>,
     account: Option<(&AdmissionController, ScopeId)>,
     estimate: TokenEstimate,
+    price: Option<ReservePrice>,
     headers: &mut HeaderMap,
 ) {
     let own: Vec<ScopeId> = std::iter::once(slot.scope)
@@ -110,6 +127,7 @@ pub fn add(
     for dimension in Dimension::ALL {
         let (budget, (scope, limit)) = match tenant.tightest(dimension) {
             Some(t) => (&tenant, t),
+            None if dimension.is_cost() => continue,
             None => {
                 let Some((controller, scope)) = account else {
                     continue;
@@ -121,47 +139,50 @@ pub fn add(
                 }
             }
         };
-        insert(
-            budget.controller,
-            *scope,
-            limit,
-            dimension,
-            estimate,
-            headers,
-        );
+        let mut call = Call::new(*scope);
+        call.estimate = Some(estimate);
+        call.price = price;
+        insert(budget.controller, &call, limit, dimension, headers);
     }
 }
 
-/// The three headers of `dimension` from `limit` of `scope`.
+/// The three headers of `dimension` from `limit` of `call`'s scope.
 fn insert(
     controller: &AdmissionController,
-    scope: ScopeId,
+    call: &Call,
     limit: &LimitSnapshot,
     dimension: Dimension,
-    estimate: TokenEstimate,
     headers: &mut HeaderMap,
 ) {
     let remaining = u64::try_from(limit.available).unwrap_or(0);
     // A request's size on this dimension, and the demand whose start
     // the reset forecasts: one request unit, or the whole request.
-    let (need, estimate) = match dimension {
-        Dimension::Requests => (1, TokenEstimate::new(0, 0)),
-        Dimension::Tokens => (estimate.total().max(1), estimate),
-        Dimension::InputTokens => (estimate.input.max(1), estimate),
-        Dimension::OutputTokens => (estimate.output.max(1), estimate),
+    let need = call.demand().amount(dimension).max(1);
+    let forecast = if dimension == Dimension::Requests {
+        Call::new(call.scope)
+    } else {
+        *call
     };
     let reset = if remaining >= need {
         Duration::ZERO
     } else {
         let now = Instant::now();
         controller
-            .forecast(scope, Some(estimate))
+            .forecast_call(&forecast)
             .and_then(|f| f.ready_at)
             .map_or(limit.window, |at| at.saturating_duration_since(now))
     };
     let [l, r, t] = names(dimension);
-    headers.insert(l, HeaderValue::from(limit.limit));
-    headers.insert(r, HeaderValue::from(remaining));
+    if dimension.is_cost() {
+        let usd = |micros: u64| HeaderValue::from_str(&format_usd(micros));
+        if let (Ok(l_value), Ok(r_value)) = (usd(limit.limit), usd(remaining)) {
+            headers.insert(l, l_value);
+            headers.insert(r, r_value);
+        }
+    } else {
+        headers.insert(l, HeaderValue::from(limit.limit));
+        headers.insert(r, HeaderValue::from(remaining));
+    }
     let reset = if reset.is_zero() {
         Ok(HeaderValue::from_static("0s"))
     } else {

@@ -13,6 +13,7 @@ use crate::build::{BuildFailure, build};
 use crate::config::{ConfigError, GatewayConfig};
 use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::persist;
 use crate::server::{ServeOptions, bind, serve_live};
 
 /// The API key of the built-in default's `demo` tenant.
@@ -41,6 +42,9 @@ pub enum RunError {
     /// Serving failed.
     #[error("serving failed: {0}")]
     Serve(std::io::Error),
+    /// The quota state file (`server.state_dir`) cannot be used (SPEC DQ-8).
+    #[error("server.state_dir: {0}")]
+    State(#[from] tollgate_state::StateError),
 }
 
 /// The simulated provider behind the built-in default: the same budget the
@@ -83,6 +87,16 @@ pub async fn run(
     }
     let metrics = Metrics::install();
     let app = build(&config, metrics.clone())?;
+    // Before any request: a bad state file refuses the start (SPEC DQ-8).
+    let state = persist::open(&config)?;
+    if let Some(file) = &state {
+        let restored = persist::restore(file, &app);
+        tracing::info!(
+            file = %file.path().display(),
+            scopes = restored,
+            "quota state restored"
+        );
+    }
     let addr = config.server.listen;
     let listener = bind(addr)
         .await
@@ -101,9 +115,33 @@ pub async fn run(
     // SIGHUP is handled before the banner says the gateway is up: until
     // then the signal's default action would end the process.
     let hangup = tokio::spawn(reload_on_hangup(Arc::clone(&live), hangups()));
+    let saver = state.as_ref().map(|file| {
+        tokio::spawn(persist::save_every(
+            Arc::clone(file),
+            Arc::clone(&live),
+            config.server.state_save_interval,
+        ))
+    });
     print_banner(local, sim.as_ref(), &config);
-    let served = serve_live(listener, metrics_listener, live, options, shutdown).await;
+    let served = serve_live(
+        listener,
+        metrics_listener,
+        Arc::clone(&live),
+        options,
+        shutdown,
+    )
+    .await;
     hangup.abort();
+    if let (Some(saver), Some(file)) = (saver, &state) {
+        saver.abort();
+        let _ = saver.await;
+        let (file, app) = (Arc::clone(file), live.current());
+        match tokio::task::spawn_blocking(move || persist::save(&file, &app)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved at shutdown"),
+            Err(e) => tracing::error!(error = %e, "quota state not saved at shutdown"),
+        }
+    }
     served.map_err(RunError::Serve)?;
     if let Some(sim) = sim {
         sim.shutdown().await?;
@@ -212,7 +250,7 @@ fn demo_limits(config: &GatewayConfig) -> Vec<String> {
                     "{} {} per {}",
                     l.amount,
                     l.dimension.as_str().replace('_', " "),
-                    humantime::format_duration(l.window)
+                    l.window_label()
                 )
             })
             .collect();

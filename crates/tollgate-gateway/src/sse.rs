@@ -66,7 +66,8 @@ pub struct SseBody {
 }
 
 /// A stream's access-log line (SPEC GW-14), completed when the body ends:
-/// the usage the upstream reported, the total time, a failure's code.
+/// the usage the upstream reported, what the call cost, the total time, a
+/// failure's code.
 pub struct StreamLog {
     /// What the request did up to the first chunk.
     pub record: Record,
@@ -74,6 +75,8 @@ pub struct StreamLog {
     pub log: AccessLog,
     /// When the request's head was read.
     pub arrived: Instant,
+    /// Where the call's cost is counted (SPEC BUD-6).
+    pub spend: crate::spend::Spend,
 }
 
 impl SseBody {
@@ -242,7 +245,17 @@ impl Batch {
 impl Drop for SseBody {
     fn drop(&mut self) {
         if let Some(mut log) = self.log.take() {
-            log.record.tokens_reported = self.stream.usage().and_then(|u| u.total());
+            let usage = self.stream.usage();
+            log.record.tokens_reported = usage.and_then(|u| u.total());
+            // What the tenant is charged when the stream's leases settle
+            // (SPEC BUD-5): the priced usage the provider reported, else
+            // the worst case reserved.
+            if let Some(cost) = usage.and_then(|u| u.cost()).or(log.record.cost_reserved) {
+                log.record.cost = Some(cost);
+                if let (Some(tenant), Some(model)) = (&log.record.tenant, &log.record.model) {
+                    log.spend.record(tenant, model, cost);
+                }
+            }
             log.record.total = log.arrived.elapsed();
             if log.record.error.is_none() && !matches!(self.state, State::Done) {
                 // The client went away before the end (SPEC GW-6).

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tollgate::lifecycle::{AttemptPolicy, CircuitBreaker, SharedJitter, Supervisor};
-use tollgate::{AdmissionController, ScopeId, Snapshot};
+use tollgate::{AdmissionController, Price, ReservePrice, ScopeId, Snapshot};
 use tollgate_openai::tokens::TokenEstimator;
 
 use crate::access_log::AccessLog;
@@ -46,6 +46,26 @@ impl Model {
     }
 }
 
+/// The prices a call over `chain` (a model and its fallbacks) is reserved
+/// at: the dearest input and output price of any of their deployments,
+/// so that the worst case covers whichever serves it (SPEC BUD-2, GW-10).
+/// `None` when one of them has no price (no budget covers it: the
+/// configuration checks that).
+pub fn reserve_price(chain: &[Arc<Model>]) -> Option<ReservePrice> {
+    let mut out: Option<ReservePrice> = None;
+    for d in chain.iter().flat_map(|m| &m.deployments) {
+        let p = d.price?.reserve_price();
+        out = Some(match out {
+            None => p,
+            Some(o) => ReservePrice {
+                input: o.input.max(p.input),
+                output: o.output.max(p.output),
+            },
+        });
+    }
+    out
+}
+
 /// One deployment of a model: its supervisor (provider, scope, pool,
 /// breaker) and what the router reads (SPEC GW-11).
 #[derive(Debug)]
@@ -65,6 +85,8 @@ pub struct Deployment {
     pub estimator: TokenEstimator,
     /// Routing weight (at least 1).
     pub weight: u32,
+    /// The price of its upstream model, if known (SPEC BUD-1).
+    pub price: Option<Price>,
     /// Attempts in flight.
     pub in_flight: InFlight,
     /// Its metric handles.
@@ -112,6 +134,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The access log (SPEC GW-14).
     pub access_log: AccessLog,
+    /// Money charged per tenant and model since start, kept across reloads
+    /// (SPEC BUD-6).
+    pub spend: crate::spend::Spend,
     /// The configuration this state was built from.
     pub config: GatewayConfig,
     /// Set once a graceful shutdown began.

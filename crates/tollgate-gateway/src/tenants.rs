@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate::config::{ConfigError as EngineConfigError, ControllerConfig, ScopeConfig};
 use tollgate::{
-    AdmissionController, Call, Deadline, Flow, Lease, PoolId, Priority, Reconfiguration, ScopeId,
-    TokenEstimate,
+    AdmissionController, Call, Deadline, Flow, Lease, PoolId, Priority, Reconfiguration,
+    ReservePrice, ScopeId, TokenEstimate,
 };
 
 use crate::auth::{ANONYMOUS_TENANT, TenantId};
@@ -84,6 +84,28 @@ impl TenantLeases {
     pub fn wait(&self) -> std::time::Duration {
         self.0.iter().map(|l| l.admission().total_wait()).sum()
     }
+
+    /// The worst-case cost reserved for the call, in micro-dollars (zero
+    /// when it is not priced).
+    pub fn reserved_cost(&self) -> u64 {
+        self.0.first().map_or(0, |l| l.reservation().demand.cost)
+    }
+
+    /// Settles every lease with `used` (SPEC Q-5, BUD-2) and returns what
+    /// the call is charged: its cost (the priced usage, or the reserved
+    /// worst case when unknown), `None` when the call is not priced.
+    pub fn settle(&mut self, used: tollgate::Usage) -> Option<u64> {
+        let mut charged = None;
+        for lease in &mut self.0 {
+            let priced = lease.reservation().demand.cost > 0 || used.cost().is_some();
+            if let Ok(s) = lease.reconcile(used)
+                && priced
+            {
+                charged.get_or_insert(s.cost.charged());
+            }
+        }
+        charged
+    }
 }
 
 impl TenantSlot {
@@ -108,29 +130,53 @@ impl TenantSlot {
     ///
     /// Dropping the future returns whatever was admitted (the engine's
     /// `Acquire` and `Lease` guarantees).
+    /// `price` is what the call is reserved at (SPEC BUD-2): a budget of
+    /// the tenant takes the call's worst case. A refusal names the scope
+    /// that refused it.
     pub async fn admit(
         &self,
         model: &str,
         estimate: TokenEstimate,
+        price: Option<ReservePrice>,
         deadline: Deadline,
-    ) -> Result<TenantLeases, tollgate::AdmissionError> {
+    ) -> Result<TenantLeases, (tollgate::AdmissionError, ScopeId)> {
         // The per-model limit first, holding no permit while it waits
         // (ADM-2); then the tenant's own limits and its permit. A refusal
         // or a cancellation of the second gives the first back in full:
         // nothing was sent (GW-4, GW-12).
+        let call = |scope: ScopeId| {
+            let mut call = Call::new(scope).with_estimate(estimate);
+            call.price = price;
+            call
+        };
         let mut first = None;
         if let Some(scope) = self.model_scope(model) {
-            let call = Call::new(scope).with_estimate(estimate);
-            first = Some(Unsent(Some(
-                self.controller.acquire(&call, deadline).await?,
-            )));
+            let lease = self
+                .controller
+                .acquire(&call(scope), deadline)
+                .await
+                .map_err(|e| (e, scope))?;
+            first = Some(Unsent(Some(lease)));
         }
-        let mut call = Call::new(self.scope).with_estimate(estimate);
-        call.pool = self.pool;
-        let own = self.controller.acquire(&call, deadline).await?;
+        let mut own = call(self.scope);
+        own.pool = self.pool;
+        let own = self
+            .controller
+            .acquire(&own, deadline)
+            .await
+            .map_err(|e| (e, self.scope))?;
         let mut leases = vec![own];
         leases.extend(first.and_then(|mut f| f.0.take()));
         Ok(TenantLeases(leases))
+    }
+
+    /// How a budget of `scope` is named to the tenant: `tenant <name>` or
+    /// `tenant <name> on model <model>`.
+    pub fn budget_name(&self, scope: ScopeId) -> String {
+        match self.model_scopes.iter().find(|(_, s)| *s == scope) {
+            Some((model, _)) => format!("tenant {} on model {model}", self.name),
+            None => format!("tenant {}", self.name),
+        }
     }
 }
 

@@ -18,6 +18,10 @@
 //!   `tollgate::lifecycle::Provider` over an OpenAI-compatible HTTP API
 //!   (one-shot and SSE streams, RT-2 error classes, LC-3..5 stream ends).
 //!
+//! * [`prices`]: the price table of common models (the repository's
+//!   `data/prices.toml`, SPEC BUD-1), with overrides, for the engine's
+//!   integer [`tollgate::Price`].
+//!
 //! Nothing in this crate panics on input: malformed headers are ignored,
 //! malformed SSE yields typed errors, and malformed JSON fails to
 //! deserialize.
@@ -25,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod prices;
 pub mod provider;
 pub mod rate_limit;
 pub mod sse;

@@ -30,6 +30,7 @@ mod backend;
 mod changes;
 mod connect;
 mod error;
+mod feedback;
 mod keys;
 mod limits;
 mod quota;

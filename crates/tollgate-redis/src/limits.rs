@@ -132,15 +132,7 @@ impl LimitParams {
         out.push(self.res.to_string());
         out.push(self.limit.to_string());
         out.push(self.capacity.to_string());
-        out.push(
-            match self.dimension {
-                Dimension::Requests => "r",
-                Dimension::Tokens => "t",
-                Dimension::InputTokens => "i",
-                Dimension::OutputTokens => "o",
-            }
-            .to_owned(),
-        );
+        out.push(dimension_code(self.dimension).to_owned());
         out.push(amount.min(MAX_EXACT).to_string());
     }
 }
@@ -158,6 +150,17 @@ fn bucket_tick(window_us: u64, big: u64) -> u64 {
 }
 
 /// A duration in whole microseconds, rounded up (counted longer).
+/// A dimension's code in the scripts' arguments.
+pub(crate) fn dimension_code(dimension: Dimension) -> &'static str {
+    match dimension {
+        Dimension::Requests => "r",
+        Dimension::Tokens => "t",
+        Dimension::InputTokens => "i",
+        Dimension::OutputTokens => "o",
+        Dimension::Cost => "c",
+    }
+}
+
 pub(crate) fn micros_up(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
 }

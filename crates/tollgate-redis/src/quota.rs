@@ -10,8 +10,8 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
-    RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
+    Actual, BudgetReport, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil,
+    Observed, OpId, QuotaStore, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
 };
 
 use crate::backend::Shared;
@@ -144,7 +144,7 @@ impl RedisQuota {
 
     /// Runs `op`'s script with each limit's amount from `amount`, the
     /// operation's own arguments, and its marker when it is named.
-    async fn run<T: FromRedisValue>(
+    pub(crate) async fn run<T: FromRedisValue>(
         &self,
         op: Op,
         amount: impl Fn(Dimension) -> u64,
@@ -192,13 +192,13 @@ impl RedisQuota {
 
 /// `micros` after `at` (a wait or a move the store computed); an instant
 /// beyond the clock's range is a malformed reply, not a panic.
-fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
+pub(crate) fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
     at.checked_add(Duration::from_micros(micros))
         .ok_or_else(|| crate::error::malformed("instant out of range"))
 }
 
 /// A store amount as a script argument.
-fn num(v: u64) -> String {
+pub(crate) fn num(v: u64) -> String {
     v.min(MAX_EXACT).to_string()
 }
 
@@ -318,12 +318,15 @@ impl RemoteQuota for RedisQuota {
         Box::pin(async move {
             let demand = reservation.demand;
             // Each limit's amount is its estimate; the script settles each
-            // token limit from its own dimension's figure (SPEC Q-12).
-            let settled = |d: Dimension| actual.amount(d, &demand).unwrap_or(0);
+            // token limit from its own dimension's figure (SPEC Q-12) and
+            // each cost limit from the priced usage, an unknown cost
+            // keeping the worst case (SPEC BUD-2).
+            let settled = |d: Dimension| actual.amount(d, &demand).unwrap_or(demand.amount(d));
             let dims = [
                 Dimension::Tokens,
                 Dimension::InputTokens,
                 Dimension::OutputTokens,
+                Dimension::Cost,
             ];
             if dims.iter().all(|&d| settled(d) == demand.amount(d)) {
                 return Ok(());
@@ -333,6 +336,7 @@ impl RemoteQuota for RedisQuota {
                 num(settled(Dimension::Tokens)),
                 num(settled(Dimension::InputTokens)),
                 num(settled(Dimension::OutputTokens)),
+                num(settled(Dimension::Cost)),
                 reservation.seq.to_string(),
             ];
             self.run::<i64>(
@@ -356,13 +360,18 @@ impl RemoteQuota for RedisQuota {
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            if !requests && !tokens {
+            let demand = reservation.demand;
+            if !requests && !tokens && demand.cost == 0 {
                 return Ok(());
             }
-            let demand = reservation.demand;
             let amount = |d: Dimension| {
-                // `tokens` stands for every token dimension (SPEC Q-16).
-                let chosen = if d.is_tokens() { tokens } else { requests };
+                // `tokens` stands for every token dimension (SPEC Q-16);
+                // the cost always goes back (SPEC BUD-5).
+                let chosen = match d {
+                    Dimension::Requests => requests,
+                    Dimension::Cost => true,
+                    _ => tokens,
+                };
                 if chosen { demand.amount(d) } else { 0 }
             };
             let extra = [num(reservation.tick), reservation.seq.to_string()];
@@ -421,6 +430,7 @@ impl RemoteQuota for RedisQuota {
                 .map(|(l, available)| LimitSnapshot {
                     dimension: l.dimension,
                     window: l.config_window,
+                    calendar: None,
                     limit: l.limit,
                     capacity: l.capacity,
                     available,
@@ -428,6 +438,32 @@ impl RemoteQuota for RedisQuota {
                 })
                 .collect())
         })
+    }
+
+    fn observe(
+        &self,
+        reports: Vec<BudgetReport>,
+        answered: (Reservation, Reservation),
+        ago: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
+        // From the lease's answer to the response (see `observe.lua`).
+        let lead = self
+            .now()
+            .saturating_duration_since(answered.0.stamp)
+            .saturating_sub(ago);
+        Box::pin(self.observe_now(reports, answered, (ago, lead), op, budget))
+    }
+
+    fn cool_down(
+        &self,
+        answered: Reservation,
+        length: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Option<Duration>, StoreError>> {
+        Box::pin(self.cool_down_now(answered, length, op, budget))
     }
 
     fn changes(&self) -> Option<Arc<Notify>> {

@@ -2,7 +2,7 @@
 //! [`StoreError`], never a panic.
 
 use tollgate::LimitedBy;
-use tollgate::quota::StoreError;
+use tollgate::quota::{Observed, StoreError};
 
 use crate::error::malformed;
 
@@ -34,13 +34,14 @@ pub(crate) fn reserve(reply: &[i64]) -> Result<RawReserve, StoreError> {
             tick: instant(tick)?,
             tag: epoch_tag(tag)?,
         }),
-        [0, wait, requests, tokens, input_tokens, output_tokens] => Ok(RawReserve::Refused {
+        [0, wait, requests, tokens, input_tokens, output_tokens, cost] => Ok(RawReserve::Refused {
             wait: if wait < 0 { None } else { Some(instant(wait)?) },
             limited_by: LimitedBy {
                 requests: requests != 0,
                 tokens: tokens != 0,
                 input_tokens: input_tokens != 0,
                 output_tokens: output_tokens != 0,
+                cost: cost != 0,
             },
         }),
         _ => Err(malformed("reserve")),
@@ -70,6 +71,25 @@ pub(crate) fn instant(v: i64) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| malformed("negative instant"))
 }
 
+/// What the observe script answered: per report, units taken and given
+/// back.
+pub(crate) fn observed(reply: &[i64], reports: usize) -> Result<Vec<Observed>, StoreError> {
+    if reply.len() != 2 * reports {
+        return Err(malformed("observe"));
+    }
+    reply
+        .chunks_exact(2)
+        .map(|pair| {
+            let units = |v: i64| u64::try_from(v).map_err(|_| malformed("observe"));
+            Ok(Observed {
+                gap: units(pair[0])?,
+                freed: units(pair[1])?,
+                ..Observed::default()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +99,9 @@ mod tests {
     fn malformed_replies_are_errors() {
         assert!(reserve(&[]).is_err());
         assert!(reserve(&[1]).is_err());
+        assert!(observed(&[1], 1).is_err());
+        assert!(observed(&[-1, 0], 1).is_err());
+        assert!(observed(&[0, 0], 2).is_err());
         assert!(reserve(&[1, -5]).is_err());
         assert!(reserve(&[2, 1, 0, 0, 0, 0]).is_err());
         assert!(reserve(&[0, 1, 0, 0]).is_err());
@@ -93,18 +116,24 @@ mod tests {
         assert!(lease(&[9]).is_err());
         assert!(lease(&[9, -4]).is_err());
         assert!(matches!(
-            reserve(&[0, -1, 1, 0, 0, 0]),
+            reserve(&[0, -1, 1, 0, 0, 0, 0]),
             Ok(RawReserve::Refused { wait: None, .. })
         ));
     }
 
-    // proves: Q-12 (a refusal names each short dimension, input and output
-    // tokens included)
+    // proves: Q-12, BUD-2 (a refusal names each short dimension, input
+    // and output tokens and a budget included)
     #[test]
     fn refusals_name_input_and_output_tokens() {
-        let Ok(RawReserve::Refused { limited_by, .. }) = reserve(&[0, 5, 0, 0, 1, 1]) else {
+        let Ok(RawReserve::Refused { limited_by, .. }) = reserve(&[0, 5, 0, 0, 1, 1, 0]) else {
             panic!("a refusal");
         };
         assert_eq!(limited_by.as_str(), "input_tokens+output_tokens");
+        let Ok(RawReserve::Refused { limited_by, .. }) = reserve(&[0, 5, 0, 0, 0, 0, 1]) else {
+            panic!("a refusal");
+        };
+        assert_eq!(limited_by.as_str(), "cost");
+        // The reply of a script without the budget's flag is malformed.
+        assert!(reserve(&[0, 5, 0, 0, 1, 1]).is_err());
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Actual, Demand, HoldId, OpId, RemoteHold, RemoteQuota, Reservation};
+use tollgate::quota::{
+    Actual, BudgetReport, Demand, Dimension, HoldId, OpId, RemoteHold, RemoteQuota, Reservation,
+};
 use tollgate_redis::{RedisBackend, RedisQuota, RedisServer};
 
 use common::BUDGET;
@@ -75,6 +77,17 @@ enum Op {
         index: usize,
         ago: u64,
     },
+    Observe {
+        index: usize,
+        requests: u64,
+        tokens: u64,
+        ago: u64,
+        reset: u64,
+    },
+    Cool {
+        index: usize,
+        length: u64,
+    },
     Advance(u64),
 }
 
@@ -88,6 +101,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), any::<bool>(), any::<bool>())
             .prop_map(|(index, requests, tokens)| Op::Release { index, requests, tokens }),
         1 => (any::<usize>(), 0..3_000u64).prop_map(|(index, ago)| Op::Recount { index, ago }),
+        2 => (any::<usize>(), 0..5u64, 0..61u64, 0..3_000u64, 0..W)
+            .prop_map(|(index, requests, tokens, ago, reset)| Op::Observe { index, requests, tokens, ago, reset }),
+        1 => (any::<usize>(), 0..W).prop_map(|(index, length)| Op::Cool { index, length }),
         3 => (0..W / 2).prop_map(Op::Advance),
     ]
 }
@@ -146,12 +162,12 @@ async fn dump(
             .await
             .unwrap();
         let mut value: Vec<Vec<u8>> = match kind.as_str() {
-            // The epoch and latest instant; not when every key expires
+            // The epoch, latest instant and cooldown; not when every key expires
             // (Redis's wall clock when each scope wrote it).
             "string" if name.ends_with(":meta") => {
                 let m: Vec<i64> = redis::cmd("EVAL")
                     .arg(
-                        "local m = cmsgpack.unpack(redis.call('GET', KEYS[1])) return {m[1], m[2]}",
+                        "local m = cmsgpack.unpack(redis.call('GET', KEYS[1])) return {m[1], m[2], m[4] or -1, m[5] or -1}",
                     )
                     .arg(1)
                     .arg(&name)
@@ -358,6 +374,54 @@ impl Harness<'_> {
                     .map_err(common::fail)?;
                 prop_assert_eq!(e.once.tick, e.twice.tick, "recounted stamp");
             }
+            Op::Observe {
+                index,
+                requests,
+                tokens,
+                ago,
+                reset,
+            } => {
+                let Some(k) = self.pick(index, |e| e.id.is_none()) else {
+                    return Ok(());
+                };
+                let e = &self.entries[k];
+                let report = |dimension, remaining| BudgetReport {
+                    dimension,
+                    limit: None,
+                    remaining: Some(remaining),
+                    reset: Some(Duration::from_micros(reset)),
+                };
+                let reports = vec![
+                    report(Dimension::Requests, requests),
+                    report(Dimension::Tokens, tokens),
+                ];
+                let ago = Duration::from_micros(ago.min(self.now));
+                let a = once
+                    .observe(reports.clone(), (e.once, e.once), ago, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                let b = twice
+                    .observe(reports, (e.twice, e.twice), ago, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                prop_assert_eq!(a, b, "observed");
+            }
+            Op::Cool { index, length } => {
+                let Some(k) = self.pick(index, |e| e.id.is_none()) else {
+                    return Ok(());
+                };
+                let e = &self.entries[k];
+                let length = Duration::from_micros(length);
+                let a = once
+                    .cool_down(e.once, length, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                let b = twice
+                    .cool_down(e.twice, length, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                prop_assert_eq!(a, b, "cooldown");
+            }
         }
         self.same_state().await
     }
@@ -406,7 +470,7 @@ async fn run_case(
 // proves: DQ-6 (for each algorithm, with one limit per dimension and with
 // several: every operation's script run twice in a row under its name
 // (reserve leased and pending, lease, forget, refund, reconcile, release,
-// recount) leaves every key, every marker and every limit's availability
+// recount, and DQ-9's observe and cooldown) leaves every key, every marker and every limit's availability
 // exactly as running it once does, and answers the repeat as it answered
 // the first run)
 #[test]

@@ -127,3 +127,48 @@ async fn operations_fail_fast_while_redis_is_down_and_recover() {
     let other = common::backend(&server, "outage").open_scope(&config);
     common::a_refund_notifies(&changes, &other).await;
 }
+
+// proves: DQ-5 (an operation has the whole budget it is given: a Redis
+// that answers after a second still answers an operation whose budget is
+// two seconds, and fails one whose budget is a quarter of a second)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_has_its_whole_budget() {
+    let Some(server) = common::server("an_operation_has_its_whole_budget") else {
+        return;
+    };
+    let backend = common::backend(&server, "budget");
+    let store = backend.open_scope(
+        &ScopeConfig::new(common::unique("slow")).requests(10, Duration::from_secs(60)),
+    );
+    // Connected, scripts loaded.
+    store.snapshot(BUDGET).await.expect("answers");
+    let mut raw = common::raw(&server).await;
+    let pause = || async {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(1_000)
+            .arg("ALL")
+            .query_async(&mut common::raw(&server).await)
+            .await
+            .expect("paused");
+    };
+    pause().await;
+    let start = Instant::now();
+    let answer = store.snapshot(Duration::from_secs(2)).await;
+    assert!(answer.is_ok(), "{answer:?} after {:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        start.elapsed()
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut raw)
+        .await
+        .expect("unpaused");
+    pause().await;
+    let start = Instant::now();
+    let answer = store.snapshot(Duration::from_millis(250)).await;
+    assert!(matches!(answer, Err(StoreError::Timeout(_))), "{answer:?}");
+    assert!(start.elapsed() < Duration::from_millis(250) + SLACK);
+}

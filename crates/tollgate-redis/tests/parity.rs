@@ -4,8 +4,9 @@
 //! admissions, the same waits (to the microsecond) and the same
 //! availability, for each algorithm, with one limit and with several, with
 //! input-token and output-token limits beside or instead of the token
-//! limit (SPEC Q-12); and an independent log of what was admitted never
-//! exceeds the Q-7 bound of any limit.
+//! limit (SPEC Q-12), with a cost limit (a budget, SPEC BUD-2) beside
+//! them; and an independent log of what was admitted never exceeds the
+//! Q-7 bound of any limit.
 //! Windows that are not whole microseconds (the store rounds them up) are
 //! run against Redis alone: the Q-7 bound of the configured window holds.
 
@@ -47,6 +48,8 @@ enum Op {
     Reserve {
         input: u64,
         output: u64,
+        /// The worst-case cost (taken only by cost limits).
+        cost: u64,
         pending: bool,
     },
     Lease(usize),
@@ -57,6 +60,8 @@ enum Op {
         output: u64,
         /// The provider split its usage (else only the total is known).
         split: bool,
+        /// The priced usage (`None`: unknown, the worst case stays).
+        cost: Option<u64>,
     },
     Release {
         index: usize,
@@ -74,12 +79,14 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..25u64, 0..15u64, any::<bool>())
-            .prop_map(|(input, output, pending)| Op::Reserve { input, output, pending }),
+        4 => (0..25u64, 0..15u64, 0..30u64, any::<bool>())
+            .prop_map(|(input, output, cost, pending)| Op::Reserve { input, output, cost, pending }),
         2 => any::<usize>().prop_map(Op::Lease),
         1 => any::<usize>().prop_map(Op::Refund),
-        2 => (any::<usize>(), 0..40u64, 0..20u64, any::<bool>())
-            .prop_map(|(index, input, output, split)| Op::Reconcile { index, input, output, split }),
+        2 => (any::<usize>(), 0..40u64, 0..20u64, any::<bool>(), proptest::option::of(0..45u64))
+            .prop_map(|(index, input, output, split, cost)| {
+                Op::Reconcile { index, input, output, split, cost }
+            }),
         1 => (any::<usize>(), any::<bool>(), any::<bool>())
             .prop_map(|(index, requests, tokens)| Op::Release { index, requests, tokens }),
         1 => (any::<usize>(), 0..3_000u64).prop_map(|(index, ago)| Op::Recount { index, ago }),
@@ -100,11 +107,20 @@ struct Case {
     /// Which token dimensions are limited (SPEC Q-12): 0 tokens only,
     /// 1 tokens, input and output, 2 input and output only.
     dims: u8,
+    /// A cost limit too (SPEC BUD-2).
+    cost: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (0..4u8, any::<bool>(), any::<bool>(), 0..4u8, 0..3u8).prop_map(
-        |(a, several, debt, odd, dims)| Case {
+    (
+        0..4u8,
+        any::<bool>(),
+        any::<bool>(),
+        0..4u8,
+        0..3u8,
+        any::<bool>(),
+    )
+        .prop_map(|(a, several, debt, odd, dims, cost)| Case {
             algorithm: match a {
                 0 => Algorithm::SlidingWindow,
                 1 => Algorithm::FixedWindow,
@@ -117,8 +133,8 @@ fn case() -> impl Strategy<Value = Case> {
             debt,
             odd: odd == 0,
             dims,
-        },
-    )
+            cost,
+        })
 }
 
 fn scope(name: &str, case: Case) -> ScopeConfig {
@@ -132,8 +148,14 @@ fn scope(name: &str, case: Case) -> ScopeConfig {
     if case.dims > 0 {
         s = s.input_tokens(40, w).output_tokens(25, w);
     }
+    if case.cost {
+        s = s.cost(50, w);
+    }
     if case.several {
         s = s.requests(7, 2 * w);
+        if case.cost {
+            s = s.cost(90, 3 * w);
+        }
         if case.dims < 2 {
             s = s.tokens(100, 3 * w);
         }
@@ -187,7 +209,7 @@ struct Harness<'a> {
 }
 
 /// Amounts per dimension, in the order of `Dimension::ALL`.
-type Counts = [u64; 4];
+type Counts = [u64; 5];
 
 fn ix(d: Dimension) -> usize {
     Dimension::ALL
@@ -295,8 +317,12 @@ impl Harness<'_> {
             Op::Reserve {
                 input,
                 output,
+                cost,
                 pending,
-            } => self.reserve(Demand::new(input, output), pending).await?,
+            } => {
+                let demand = Demand::new(input, output).with_cost(cost);
+                self.reserve(demand, pending).await?;
+            }
             Op::Retry => {
                 // A waiter wakes at the instant it was told and tries
                 // again: boundaries are hit exactly.
@@ -350,23 +376,31 @@ impl Harness<'_> {
                 input,
                 output,
                 split,
+                cost,
             } => {
                 let Some(k) = self.pick(index, |e| e.start.is_some() && !e.settled) else {
                     return Ok(());
                 };
                 let estimate = self.entries[k].local.demand;
-                let (input, output) = if self.case.debt {
-                    (input, output)
+                let (input, output, cost) = if self.case.debt {
+                    (input, output, cost)
                 } else {
-                    (input.min(estimate.input), output.min(estimate.output))
+                    (
+                        input.min(estimate.input),
+                        output.min(estimate.output),
+                        cost.map(|c| c.min(estimate.cost)),
+                    )
                 };
                 // A provider that reports only a total leaves the input
                 // and output limits at their estimates (SPEC Q-12).
-                let actual = if split {
+                let mut actual = if split {
                     Actual::split(input, output)
                 } else {
                     Actual::total(input + output)
                 };
+                if let Some(cost) = cost {
+                    actual = actual.with_cost(cost);
+                }
                 let e = &mut self.entries[k];
                 if let Some(l) = &mut self.local {
                     l.reconcile(&e.local, &actual);
@@ -395,17 +429,19 @@ impl Harness<'_> {
                 };
                 let e = &mut self.entries[k];
                 if let Some(l) = &mut self.local {
-                    l.release(&e.local, requests, tokens);
+                    // The cost always goes back (SPEC BUD-5), as
+                    // `Lease::refused` asks of both stores.
+                    l.release(&e.local, requests, tokens, true);
                 }
                 self.remote
                     .release(e.remote, requests, tokens, OpId::new(), BUDGET)
                     .await
                     .map_err(common::fail)?;
                 let given: Counts = std::array::from_fn(|i| {
-                    let chosen = if Dimension::ALL[i].is_tokens() {
-                        tokens
-                    } else {
-                        requests
+                    let chosen = match Dimension::ALL[i] {
+                        Dimension::Requests => requests,
+                        Dimension::Cost => true,
+                        _ => tokens,
                     };
                     if chosen { e.counts[i] } else { 0 }
                 });
@@ -583,6 +619,10 @@ async fn run_case(backend: &RedisBackend, case: Case, ops: Vec<Op>) -> Result<()
 // limits beside or instead of the token limit, settled from a split or a
 // total-only report; the admitted log never exceeds the Q-7 bound of any
 // limit)
+// proves: BUD-2 (the same with cost limits: the worst case taken all or
+// none with the other dimensions, a budget named as the short dimension,
+// settled to the priced usage or kept when it is unknown, given back for
+// a refused attempt)
 #[test]
 fn redis_store_matches_the_in_process_store() {
     let Some(server) = common::server("redis_store_matches_the_in_process_store") else {

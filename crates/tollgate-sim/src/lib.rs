@@ -20,7 +20,9 @@
 //! * **SIM-3** Latency (time to first token, per token) and seeded,
 //!   deterministic faults: 5xx, mid-stream disconnect, slow headers
 //!   ([`faults`]).
-//! * **SIM-4** `GET /stats` and [`Simulator::stats`] ([`SimStats`]).
+//! * **SIM-4** `GET /stats` and [`Simulator::stats`] ([`SimStats`]),
+//!   including what the requests it served would cost at the list prices
+//!   of the repository's price file ([`prices`]).
 //!
 //! # Charging
 //!
@@ -66,6 +68,7 @@ mod config;
 pub mod duration;
 pub mod faults;
 mod headers;
+pub mod prices;
 pub mod referee;
 mod responses;
 mod routes;

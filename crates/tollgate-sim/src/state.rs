@@ -71,6 +71,15 @@ pub(crate) struct Charge {
     /// The billing usage (prompt + generated), which replaces the charge
     /// when the response completes if reconciliation is on.
     pub(crate) usage: u64,
+    /// The money bill in pico-dollars at the model's list price, `None`
+    /// for a model without a price ([`crate::prices`]).
+    pub(crate) bill: Option<u128>,
+}
+
+/// The money bill of `input` and `output` tokens of `model`, in
+/// pico-dollars, at the repository's list price (`None`: no price).
+pub(crate) fn bill(model: &str, input: u64, output: u64) -> Option<u128> {
+    crate::prices::price(model).map(|p| p.bill(input, output))
 }
 
 struct Inner {
@@ -117,6 +126,8 @@ pub(crate) struct MessagesDemand {
     pub(crate) max_tokens: u64,
     /// Output tokens the response will generate (at most `max_tokens`).
     pub(crate) generated: u64,
+    /// The money bill in pico-dollars (`None`: no price for the model).
+    pub(crate) bill: Option<u128>,
 }
 
 /// The outcome of admission for one API request.
@@ -287,16 +298,19 @@ impl Shared {
                 .map(|state| (state, None))
         };
         match admitted {
-            Ok((state, settle)) => Admission::Admitted {
-                guard: RequestGuard {
-                    shared: Arc::clone(self),
-                    done: false,
-                    settle,
-                    refund_output: 0,
-                    resets: inner.resets,
-                },
-                state,
-            },
+            Ok((state, settle)) => {
+                inner.counters.bill(charge.bill);
+                Admission::Admitted {
+                    guard: RequestGuard {
+                        shared: Arc::clone(self),
+                        done: false,
+                        settle,
+                        refund_output: 0,
+                        resets: inner.resets,
+                    },
+                    state,
+                }
+            }
             // Unreachable: `check` passed under the same lock.
             Err(rejection) => {
                 inner.counters.count_rejection(rejection.cause);
@@ -341,16 +355,19 @@ impl Shared {
             .messages
             .try_admit(now, demand.input, demand.max_tokens)
         {
-            Ok(state) => MessagesAdmission::Admitted {
-                guard: RequestGuard {
-                    shared: Arc::clone(self),
-                    done: false,
-                    settle: None,
-                    refund_output: demand.max_tokens.saturating_sub(demand.generated),
-                    resets: inner.resets,
-                },
-                state,
-            },
+            Ok(state) => {
+                inner.counters.bill(demand.bill);
+                MessagesAdmission::Admitted {
+                    guard: RequestGuard {
+                        shared: Arc::clone(self),
+                        done: false,
+                        settle: None,
+                        refund_output: demand.max_tokens.saturating_sub(demand.generated),
+                        resets: inner.resets,
+                    },
+                    state,
+                }
+            }
             // Unreachable: `check` passed under the same lock.
             Err(rejection) => {
                 inner.referee.release();

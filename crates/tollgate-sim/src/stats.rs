@@ -81,6 +81,18 @@ pub struct SimStats {
     /// to the OTPM bucket when responses ended.
     #[serde(default)]
     pub output_tokens_refunded: u64,
+    /// What the requests served would cost at the list prices of the
+    /// repository's price file, in pico-dollars (10^-12 dollars; exact):
+    /// every admitted request, prompt and whole completion, not refusals
+    /// or injected 5xx ([`crate::prices`]).
+    #[serde(default)]
+    pub cost_charged_pico_usd: u128,
+    /// Admitted requests billed at a list price.
+    #[serde(default)]
+    pub priced_requests: u64,
+    /// Admitted requests of a model without a price (not in the cost).
+    #[serde(default)]
+    pub unpriced_requests: u64,
     /// Requests per route.
     pub routes: RouteStats,
     /// The limits in force (`null` = unlimited).
@@ -193,9 +205,23 @@ pub(crate) struct Counters {
     pub(crate) faults: FaultStats,
     pub(crate) client_disconnects: u64,
     pub(crate) routes: RouteStats,
+    pub(crate) cost_pico: u128,
+    pub(crate) priced: u64,
+    pub(crate) unpriced: u64,
 }
 
 impl Counters {
+    /// An admitted request billed `bill` pico-dollars (`None`: no price).
+    pub(crate) fn bill(&mut self, bill: Option<u128>) {
+        match bill {
+            Some(b) => {
+                self.cost_pico = self.cost_pico.saturating_add(b);
+                self.priced += 1;
+            }
+            None => self.unpriced += 1,
+        }
+    }
+
     pub(crate) fn count_rejection(&mut self, cause: RejectCause) {
         let slot = match cause {
             RejectCause::Requests => &mut self.rejected.rpm,
@@ -244,6 +270,9 @@ impl Counters {
             input_tokens_charged: messages.input_charged(),
             output_tokens_charged: messages.output_charged(),
             output_tokens_refunded: messages.output_refunded(),
+            cost_charged_pico_usd: self.cost_pico,
+            priced_requests: self.priced,
+            unpriced_requests: self.unpriced,
             routes: self.routes,
             limits: LimitStats {
                 rpm: limits.requests,

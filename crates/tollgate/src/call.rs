@@ -3,6 +3,8 @@
 use std::fmt;
 
 use crate::flow::Flow;
+use crate::price::{Price, ReservePrice};
+use crate::quota::Demand;
 
 /// A caller-chosen identity for a call (SPEC ADM-6).
 ///
@@ -85,34 +87,55 @@ impl TokenEstimate {
     }
 }
 
-/// One attempt to admit: its scope, its optional id and token estimate,
-/// its pool and its flow.
+/// One attempt to admit: its scope, its optional id, token estimate and
+/// price, its pool and its flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Call {
     /// Conflict-checked identity, if the caller has one.
     pub id: Option<CallId>,
     /// The quota scope it spends.
     pub scope: ScopeId,
-    /// Required when the scope has a token limit.
+    /// Required when the scope has a token or cost limit.
     pub estimate: Option<TokenEstimate>,
     /// The concurrency pool each attempt takes a permit from; `None` uses
     /// the controller's default pool, if it has one.
     pub pool: Option<PoolId>,
+    /// The prices of its model the attempt is reserved at (SPEC BUD-1,
+    /// BUD-2): it takes its worst case from cost limits. Required when the
+    /// scope has a cost limit. (Its usage is priced at settlement by
+    /// whoever knows the model, see [`Usage::priced`](crate::Usage::priced).)
+    pub price: Option<ReservePrice>,
     /// The tenant, class and weight it is scheduled by among the scope's
     /// waiting calls (SPEC FAIR-1); [`Flow::DEFAULT`] unless set.
     pub flow: Flow,
 }
 
 impl Call {
-    /// A call on `scope` without id or estimate.
+    /// A call on `scope` without id, estimate or price.
     pub const fn new(scope: ScopeId) -> Self {
         Call {
             id: None,
             scope,
             estimate: None,
             pool: None,
+            price: None,
             flow: Flow::DEFAULT,
         }
+    }
+
+    /// Sets the model's price (its [`reserve_price`](Price::reserve_price)).
+    pub fn with_price(mut self, price: Price) -> Self {
+        self.price = Some(price.reserve_price());
+        self
+    }
+
+    /// What the attempt takes from its scope's limits: one request unit,
+    /// the estimate's tokens and, with a price, their worst-case cost
+    /// (SPEC Q-12, BUD-2).
+    pub fn demand(&self) -> Demand {
+        let (input, output) = self.estimate.map_or((0, 0), |e| (e.input, e.output));
+        let cost = self.price.map_or(0, |p| p.worst_case(input, output));
+        Demand::new(input, output).with_cost(cost)
     }
 
     /// Sets the id.

@@ -56,12 +56,30 @@ pub enum AdmissionError {
         /// The configured bound.
         max_wait: Duration,
     },
+    /// A cost limit (a budget, SPEC BUD-4) cannot take the call's worst
+    /// case before its deadline or `max_wait`: refused at once, before any
+    /// provider work. `retry_at` is when the budget's window frees enough
+    /// room, if nothing else is admitted meanwhile.
+    #[error("{scope} has no budget left for this call until its window frees room")]
+    BudgetExceeded {
+        /// The scope whose cost limit bound it.
+        scope: ScopeId,
+        /// When the call could fit, when known: a retry hint.
+        retry_at: Option<Instant>,
+    },
     /// The estimate exceeds a whole per-window limit (SPEC Q-3).
     #[error(transparent)]
     EstimateExceedsLimit(#[from] ExceedsLimit),
     /// The scope has a token limit but the call carries no estimate.
     #[error("{scope} has a token limit, so every attempt needs a token estimate")]
     TokenEstimateRequired {
+        /// The scope.
+        scope: ScopeId,
+    },
+    /// The scope has a cost limit but the call carries no price (SPEC
+    /// BUD-1): a budget never counts a call as free.
+    #[error("{scope} has a cost limit, so every attempt needs a price")]
+    PriceRequired {
         /// The scope.
         scope: ScopeId,
     },
@@ -109,6 +127,7 @@ impl AdmissionError {
             self,
             AdmissionError::EstimateExceedsLimit(_)
                 | AdmissionError::TokenEstimateRequired { .. }
+                | AdmissionError::PriceRequired { .. }
                 | AdmissionError::TokenEstimationFailed { .. }
                 | AdmissionError::UnknownScope(_)
                 | AdmissionError::UnknownPool(_)
@@ -120,6 +139,7 @@ impl AdmissionError {
         match self {
             AdmissionError::DeadlineExceeded { retry_at, .. } => *retry_at,
             AdmissionError::QuotaWaitTooLong { ready_at, .. } => Some(*ready_at),
+            AdmissionError::BudgetExceeded { retry_at, .. } => *retry_at,
             _ => None,
         }
     }
@@ -132,8 +152,10 @@ impl AdmissionError {
             AdmissionError::QueueFull { .. } => "queue_full",
             AdmissionError::DeadlineExceeded { .. } => "deadline_exceeded",
             AdmissionError::QuotaWaitTooLong { .. } => "quota_wait_too_long",
+            AdmissionError::BudgetExceeded { .. } => "budget_exceeded",
             AdmissionError::EstimateExceedsLimit(_) => "estimate_exceeds_limit",
             AdmissionError::TokenEstimateRequired { .. } => "token_estimate_required",
+            AdmissionError::PriceRequired { .. } => "price_required",
             AdmissionError::TokenEstimationFailed { .. } => "token_estimation_failed",
             AdmissionError::UnknownScope(_) => "unknown_scope",
             AdmissionError::UnknownPool(_) => "unknown_pool",

@@ -21,6 +21,7 @@ pub mod estimate;
 mod flow;
 mod in_flight;
 pub mod lifecycle;
+pub mod price;
 pub mod quota;
 mod sync;
 #[cfg(feature = "tower")]
@@ -29,13 +30,14 @@ mod usage;
 
 pub use admission::{
     Acquire, Admission, AdmissionController, CallClaim, ControllerBuilder, CooldownOutcome,
-    FlowSnapshot, Lease, Pool, PoolPermit, PoolSnapshot, Reconfiguration, ScopeCounters,
-    ScopeSnapshot, Snapshot, StoreMode,
+    FlowSnapshot, Lease, Pool, PoolPermit, PoolSnapshot, Reconfiguration, SavedQuota,
+    ScopeCounters, ScopeSnapshot, Snapshot, StoreMode,
 };
 pub use call::{Call, CallId, PoolId, ScopeId, TokenEstimate};
 pub use deadline::{Deadline, DeadlineExceeded, Phase};
 pub use error::{AdmissionError, ExceedsLimit};
 pub use estimate::{CharRatioEstimator, EstimateError, TokenEstimator};
 pub use flow::{Flow, Priority, UnknownPriority};
+pub use price::{Parts, Price, ReservePrice};
 pub use quota::{BudgetReport, Dimension, LimitSnapshot, LimitedBy, Observed, RefusalCost};
-pub use usage::{AlreadySettled, Counter, Settlement, Usage};
+pub use usage::{AlreadySettled, CostSettlement, Counter, Settlement, Usage};

@@ -90,11 +90,13 @@ fn uncontended_acquire_and_release_do_not_allocate() {
 }
 
 // proves: ADM-5 (the queue is physically bounded; each queued waiter costs a
-// fixed, small amount of memory: budget 66 MiB per 100,000 waiters, about
-// 692 bytes; 677 measured since each waiter keeps its input and output
-// tokens apart for Q-12, 666 before) and FAIR-1 (grouping waiters into
-// flows keeps that budget: 687 bytes with one flow, 10 or 1,000 tenants,
-// as the flows share one store of nodes)
+// fixed, small amount of memory: budget 78 MiB per 100,000 waiters, about
+// 817 bytes; 815 measured since each call carries the prices it is
+// reserved at for budgets (BUD-2: its task crosses one 128-byte step of
+// tokio's task cells), 677 before; 677 since each waiter keeps its input
+// and output tokens apart for Q-12, 666 before) and FAIR-1 (grouping
+// waiters into flows keeps that budget: 687 bytes with one flow, 10 or
+// 1,000 tenants, before the prices, as the flows share one store of nodes)
 fn queued_waiters_stay_within_the_memory_budget(flows: u32) {
     const WAITERS: usize = 100_000;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -135,7 +137,7 @@ fn queued_waiters_stay_within_the_memory_budget(flows: u32) {
             "bytes per queued waiter (task, future, queue node, join handle), {flows} flows: {per_waiter}"
         );
         assert!(
-            per_waiter * WAITERS <= 66 << 20,
+            per_waiter * WAITERS <= 78 << 20,
             "{per_waiter} bytes per waiter"
         );
         for t in &tasks {

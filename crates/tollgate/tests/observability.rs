@@ -284,6 +284,7 @@ const NOT_LIMITED: LimitedBy = LimitedBy {
     tokens: false,
     input_tokens: false,
     output_tokens: false,
+    cost: false,
 };
 
 // proves: OBS-4 (every admission reports which limit bound its wait: none,

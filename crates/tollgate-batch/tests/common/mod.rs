@@ -122,3 +122,16 @@ pub fn counts(path: &Path) -> std::collections::HashMap<String, usize> {
     }
     seen
 }
+
+/// A run of `dir`/in.jsonl into `dir`/out.jsonl against `server`'s OpenAI
+/// routes, with the defaults.
+pub fn http_config(dir: &Dir, server: &tollgate_sim::SimServer) -> tollgate_batch::BatchConfig {
+    tollgate_batch::BatchConfig::new(
+        dir.path("in.jsonl"),
+        Some(dir.path("out.jsonl")),
+        tollgate_batch::Target::Http {
+            base_url: server.openai_base_url(),
+            api_key: None,
+        },
+    )
+}

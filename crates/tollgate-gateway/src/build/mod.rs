@@ -269,6 +269,12 @@ pub fn build_with(
             if let Some(pool) = controller.pool_id(&m.deployment_pool(d)) {
                 sb = sb.pool(pool);
             }
+            // Priced attempts reserve their worst case from budgets and
+            // settle their cost (SPEC BUD-2).
+            let price = config.deployment_price(d);
+            if let Some(price) = price {
+                sb = sb.price(price);
+            }
             deployments.push(Deployment {
                 name: Arc::from(d.name.as_str()),
                 upstream_model: d.upstream_model.clone(),
@@ -279,6 +285,7 @@ pub fn build_with(
                     .with_default_output(m.default_max_tokens)
                     .with_profile(provider.accounting),
                 weight: d.weight,
+                price,
                 in_flight: InFlight::default(),
                 metrics: deployment_metrics,
             });
@@ -322,6 +329,7 @@ pub fn build_with(
         bounds,
         metrics,
         access_log,
+        spend: previous.map(|p| p.spend.clone()).unwrap_or_default(),
         config: config.clone(),
         shutting_down: AtomicBool::new(false),
     }))

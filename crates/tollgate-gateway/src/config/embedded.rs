@@ -153,6 +153,7 @@ impl GatewayConfig {
             }],
             anonymous: AnonymousConfig::default(),
             quota_store: super::QuotaStoreConfig::Local,
+            prices: Vec::new(),
         }
     }
 }

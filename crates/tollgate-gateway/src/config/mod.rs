@@ -19,11 +19,14 @@ mod error;
 mod flavor;
 mod load;
 mod locate;
+mod prices;
 mod quota_store;
 mod raw;
 mod types;
 mod validate;
 
+#[cfg(test)]
+mod calendar_tests;
 #[cfg(test)]
 mod flavor_tests;
 #[cfg(test)]
@@ -31,12 +34,17 @@ mod library_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
+mod prices_tests;
+#[cfg(test)]
+mod state_tests;
+#[cfg(test)]
 mod tests;
 
 pub use deployment::DeploymentConfig;
 pub use embedded::EMBEDDED_ORIGIN;
 pub use error::{ConfigError, ConfigErrorKind};
 pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
+pub use prices::{MAX_BUDGET_USD, PriceOverride};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
 pub use types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MAX_WEIGHT,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate::Priority;
-use tollgate::config::{Algorithm, CooldownConfig, Limit, Overflow};
+use tollgate::config::{Algorithm, Calendar, CooldownConfig, Limit, Overflow, Period, Zone};
 use tollgate::lifecycle::{AttemptPolicy, CircuitConfig};
 use tollgate::quota::{Dimension, RefusalCost};
 use tollgate_openai::tokens::Profile;
@@ -51,6 +51,10 @@ pub(super) struct RawConfig {
     anonymous: RawAnonymous,
     #[serde(default)]
     quota_store: RawQuotaStore,
+    /// `[prices.<model>]`: parsed by hand (located errors, decimals read
+    /// exactly).
+    #[serde(default)]
+    prices: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,6 +73,16 @@ struct RawServer {
     access_log: Option<bool>,
     metrics_listen: Option<String>,
     connection_threads: Option<usize>,
+    state_dir: Option<String>,
+    on_unreadable_state: Option<RawOnUnreadable>,
+    state_save_interval: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawOnUnreadable {
+    Refuse,
+    StartEmpty,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -187,7 +201,11 @@ struct RawLimit {
     tokens: Option<u64>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    /// A budget in dollars (SPEC BUD-2): a number or a decimal string,
+    /// read exactly into micro-dollars.
+    usd: Option<toml::Value>,
     per: String,
+    timezone: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -331,6 +349,11 @@ impl RawConfig {
                 .collect::<Result<_, _>>()?,
             anonymous: self.anonymous.convert()?,
             quota_store: self.quota_store.convert()?,
+            prices: self
+                .prices
+                .into_iter()
+                .map(|(model, value)| super::prices::override_entry(model, &value))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -393,6 +416,16 @@ impl RawServer {
             access_log: self.access_log.unwrap_or(d.access_log),
             metrics_listen,
             connection_threads: self.connection_threads,
+            state_dir: self.state_dir.map(std::path::PathBuf::from),
+            on_unreadable_state: match self.on_unreadable_state {
+                None | Some(RawOnUnreadable::Refuse) => tollgate_state::OnUnreadable::Refuse,
+                Some(RawOnUnreadable::StartEmpty) => tollgate_state::OnUnreadable::StartEmpty,
+            },
+            state_save_interval: duration_or(
+                &at.key("state_save_interval"),
+                self.state_save_interval.as_ref(),
+                d.state_save_interval,
+            )?,
         })
     }
 }
@@ -670,11 +703,17 @@ impl RawScope {
 
 impl RawLimit {
     fn convert(&self, at: &FieldPath) -> Result<Limit, Problem> {
+        let usd = self
+            .usd
+            .as_ref()
+            .map(|v| super::prices::budget(&at.key("usd"), v))
+            .transpose()?;
         let set: Vec<(Dimension, u64)> = [
             (Dimension::Requests, self.requests),
             (Dimension::Tokens, self.tokens),
             (Dimension::InputTokens, self.input_tokens),
             (Dimension::OutputTokens, self.output_tokens),
+            (Dimension::Cost, usd),
         ]
         .into_iter()
         .filter_map(|(d, n)| n.map(|n| (d, n)))
@@ -684,8 +723,8 @@ impl RawLimit {
             [] => {
                 return Err(Problem::invalid(
                     at,
-                    "needs requests, tokens, input_tokens or output_tokens, \
-                     e.g. { tokens = 5000000, per = \"1d\" }",
+                    "needs requests, tokens, input_tokens, output_tokens or usd, \
+                     e.g. { tokens = 5000000, per = \"1d\" } or { usd = 50, per = \"1d\" }",
                 ));
             }
             [(a, _), (b, _), ..] => {
@@ -694,18 +733,53 @@ impl RawLimit {
                     format!(
                         "sets both {} and {}; write one limit per entry, \
                          e.g. {{ requests = 10000, per = \"1d\" }}",
-                        a.as_str(),
-                        b.as_str()
+                        super::prices::limit_key(a),
+                        super::prices::limit_key(b)
                     ),
                 ));
             }
         };
-        Ok(Limit {
+        let per = self.per.trim();
+        let Some(period) = Period::parse(per) else {
+            if self.timezone.is_some() {
+                return Err(Problem::invalid(
+                    &at.key("timezone"),
+                    format!(
+                        "applies only to calendar windows (per = \"hour\", \"day\", \"week\" \
+                         or \"month\"), not to the rolling window per = {per:?}; remove it"
+                    ),
+                ));
+            }
+            return Ok(Limit::new(
+                dimension,
+                amount,
+                per_duration(&at.key("per"), per)?,
+            ));
+        };
+        let zone = match &self.timezone {
+            None => Zone::UTC,
+            Some(name) => Zone::named(name.trim())
+                .map_err(|e| Problem::invalid(&at.key("timezone"), e.to_string()))?,
+        };
+        Ok(Limit::per(
             dimension,
             amount,
-            window: duration(&at.key("per"), &self.per)?,
-        })
+            Calendar::new(period).zone(zone),
+        ))
     }
+}
+
+/// A rolling window's `per`: a duration such as `"1m"` or `"1d"`.
+fn per_duration(path: &FieldPath, text: &str) -> Result<Duration, Problem> {
+    humantime::parse_duration(text).map_err(|_| {
+        Problem::invalid(
+            path,
+            format!(
+                "{text:?} is not a duration such as \"1m\", \"1h\" or \"1d\" (a rolling \
+                 window), nor a calendar period: \"hour\", \"day\", \"week\" or \"month\""
+            ),
+        )
+    })
 }
 
 impl RawModel {

@@ -90,26 +90,10 @@ fn annotated_example_loads_and_validates() {
     assert_eq!(
         main.all_limits(),
         vec![
-            Limit {
-                dimension: Dimension::Requests,
-                amount: 500,
-                window: MINUTE
-            },
-            Limit {
-                dimension: Dimension::Tokens,
-                amount: 200_000,
-                window: MINUTE
-            },
-            Limit {
-                dimension: Dimension::Requests,
-                amount: 10_000,
-                window: DAY
-            },
-            Limit {
-                dimension: Dimension::Tokens,
-                amount: 5_000_000,
-                window: DAY
-            },
+            Limit::new(Dimension::Requests, 500, MINUTE),
+            Limit::new(Dimension::Tokens, 200_000, MINUTE),
+            Limit::new(Dimension::Requests, 10_000, DAY),
+            Limit::new(Dimension::Tokens, 5_000_000, DAY),
         ]
     );
     let split = c.scope("split-demo").unwrap();
@@ -226,7 +210,11 @@ fn annotated_example_loads_and_validates() {
     assert_eq!(ds[1].learn_limits, Some(MINUTE));
     let team_a = &c.tenants[0];
     assert!(team_a.allows("gpt-4o") && !team_a.allows("local-llama"));
-    assert_eq!(team_a.all_limits().len(), 3);
+    assert_eq!(team_a.all_limits().len(), 4);
+    assert!(
+        team_a.limits[1].calendar.is_some(),
+        "a calendar month (BUD-3)"
+    );
     assert!(c.server.access_log);
     assert_eq!(c.server.metrics_listen, None);
     assert_eq!(c.retry.validate(), Ok(()));
@@ -738,7 +726,7 @@ fn malformed_limit_entries_are_errors() {
     fail_at(
         &scope("limits = [{ per = \"1m\" }]"),
         "scopes.s.limits[0]",
-        "needs requests, tokens, input_tokens or output_tokens",
+        "needs requests, tokens, input_tokens, output_tokens or usd",
     );
     fail_at(
         &scope("rpm = 10\nlimits = [{ requests = 20, per = \"60s\" }]"),
@@ -1164,11 +1152,7 @@ fn input_and_output_token_limits_parse() {
     let c = ok(&text);
     let s = c.scope("s").unwrap();
     assert_eq!((s.itpm, s.otpm), (Some(400_000), Some(80_000)));
-    let limit = |dimension, amount, window| Limit {
-        dimension,
-        amount,
-        window,
-    };
+    let limit = |dimension, amount, window| Limit::new(dimension, amount, window);
     assert_eq!(
         s.all_limits(),
         [

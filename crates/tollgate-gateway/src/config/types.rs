@@ -58,6 +58,9 @@ pub struct GatewayConfig {
     pub anonymous: AnonymousConfig,
     /// `[quota_store]`: where upstream scopes keep their quota.
     pub quota_store: QuotaStoreConfig,
+    /// `[prices.<model>]`: prices replacing or adding to the built-in
+    /// table, by upstream model name (SPEC BUD-1), sorted by name.
+    pub prices: Vec<super::prices::PriceOverride>,
 }
 
 /// Log output format.
@@ -119,6 +122,16 @@ pub struct ServerConfig {
     /// CPU per request at moderate load, a connection's work stays on one
     /// core); unset: on the process's work-stealing runtime.
     pub connection_threads: Option<usize>,
+    /// `state_dir`: where the quota state of long windows (one hour or
+    /// longer, calendar windows) of in-process scopes is kept across
+    /// restarts (SPEC DQ-8); `None` keeps nothing. Applies at start.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// `on_unreadable_state`: `refuse` (default) to start when the state
+    /// file cannot be read, or `start_empty` (the file is moved aside).
+    pub on_unreadable_state: tollgate_state::OnUnreadable,
+    /// `state_save_interval`: how often changed state is written (default
+    /// 200 ms): what a crash can lose (docs/operations.md).
+    pub state_save_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -137,6 +150,9 @@ impl Default for ServerConfig {
             access_log: true,
             metrics_listen: None,
             connection_threads: None,
+            state_dir: None,
+            on_unreadable_state: tollgate_state::OnUnreadable::Refuse,
+            state_save_interval: Duration::from_millis(200),
         }
     }
 }
@@ -324,11 +340,7 @@ pub(super) fn minute_limits(amounts: [Option<u64>; 4]) -> impl Iterator<Item = L
         .into_iter()
         .zip(amounts)
         .filter_map(|((_, dimension), amount)| {
-            amount.map(|amount| Limit {
-                dimension,
-                amount,
-                window: MINUTE,
-            })
+            amount.map(|amount| Limit::new(dimension, amount, MINUTE))
         })
 }
 

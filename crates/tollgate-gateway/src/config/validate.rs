@@ -233,6 +233,7 @@ impl GatewayConfig {
         }
         self.check_fallback_cycles()?;
         self.check_tenants()?;
+        self.check_budgets()?;
         check_anonymous(&self.anonymous)?;
         if self.tenants.is_empty() && !self.anonymous.enabled {
             return Err(Problem::invalid(
@@ -269,6 +270,16 @@ impl GatewayConfig {
         non_zero(&at.key("header_read_timeout"), s.header_read_timeout)?;
         non_zero(&at.key("body_read_timeout"), s.body_read_timeout)?;
         non_zero(&at.key("idle_timeout"), s.idle_timeout)?;
+        non_zero(&at.key("state_save_interval"), s.state_save_interval)?;
+        if s.state_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return Err(Problem::invalid(
+                &at.key("state_dir"),
+                "is empty; give a directory, or leave it unset to keep no state",
+            ));
+        }
         positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
         positive(
             &at.key("connection_threads"),
@@ -693,40 +704,40 @@ fn check_limits(
     shortcuts: [Option<u64>; 4],
     limits: &[Limit],
 ) -> Result<Vec<(Dimension, Duration, FieldPath)>, Problem> {
-    // (dimension, window) → where it was first set, to catch repeats.
-    let mut seen: Vec<(Dimension, Duration, FieldPath)> = Vec::new();
+    // (dimension, window) → where it was first set, to catch repeats; a
+    // calendar window differs from a rolling one of its nominal length.
+    let mut seen: Vec<(Limit, FieldPath)> = Vec::new();
     let minute = Duration::from_secs(60);
     for ((key, dimension), amount) in SHORTCUTS.into_iter().zip(shortcuts) {
         positive(&at.key(key), amount)?;
-        if amount.is_some() {
-            seen.push((dimension, minute, at.key(key)));
+        if let Some(amount) = amount {
+            seen.push((Limit::new(dimension, amount, minute), at.key(key)));
         }
     }
-    for (
-        i,
-        Limit {
-            dimension,
-            amount,
-            window,
-        },
-    ) in limits.iter().enumerate()
-    {
+    for (i, limit) in limits.iter().enumerate() {
         let entry = at.key("limits").index(i);
-        positive(&entry.key(dimension.as_str()), Some(*amount))?;
-        non_zero(&entry.key("per"), *window)?;
-        if let Some((_, _, first)) = seen.iter().find(|(d, w, _)| d == dimension && w == window) {
+        positive(&entry.key(super::prices::limit_key(limit.dimension)), Some(limit.amount))?;
+        non_zero(&entry.key("per"), limit.window)?;
+        if let Some((_, first)) = seen.iter().find(|(l, _)| {
+            l.dimension == limit.dimension
+                && l.window == limit.window
+                && l.calendar == limit.calendar
+        }) {
             return Err(Problem::invalid(
                 &entry,
                 format!(
                     "repeats the {} limit per {} already set at {first}; keep one",
-                    dimension.as_str(),
-                    humantime::format_duration(*window),
+                    super::prices::limit_key(limit.dimension),
+                    limit.window_label(),
                 ),
             ));
         }
-        seen.push((*dimension, *window, entry));
+        seen.push((*limit, entry));
     }
-    Ok(seen)
+    Ok(seen
+        .into_iter()
+        .map(|(l, path)| (l.dimension, l.window, path))
+        .collect())
 }
 
 fn check_tenant(at: &FieldPath, t: &TenantConfig) -> Check {

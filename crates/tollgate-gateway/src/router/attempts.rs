@@ -56,9 +56,13 @@ fn candidates(
         .deployments
         .iter()
         .map(|d| {
-            d.supervisor
-                .controller()
-                .forecast_for(d.scope, Some(estimate(d)), flow)
+            // With its price: a deployment whose account budget is spent
+            // is not the soonest (SPEC BUD-2).
+            let mut call = tollgate::Call::new(d.scope);
+            call.estimate = Some(estimate(d));
+            call.price = d.price.map(|p| p.reserve_price());
+            call.flow = flow;
+            d.supervisor.controller().forecast_call(&call)
         })
         .collect();
     // Read after every forecast: a deployment that can start at once has a

@@ -1,5 +1,5 @@
-//! The admin endpoints (SPEC OBS-1, GW-15): `GET /admin/snapshot` and
-//! `POST /admin/reload`, both behind the admin key
+//! The admin endpoints (SPEC OBS-1, GW-15, BUD-6): `GET /admin/snapshot`,
+//! `GET /admin/spend` and `POST /admin/reload`, all behind the admin key
 //! (`server.admin_key_env`); 404 when no admin key is configured.
 
 use std::sync::Arc;
@@ -11,8 +11,12 @@ use serde_json::{Value, json};
 use tollgate::{Priority, Snapshot};
 use tollgate_openai::ErrorResponse;
 
+use tollgate::price::format_usd;
+
+use crate::config::TENANT_PREFIX;
 use crate::error::ApiError;
 use crate::live::{Live, ReloadError};
+use crate::spend;
 use crate::state::AppState;
 
 /// Checks the admin key of a request.
@@ -95,6 +99,68 @@ pub async fn snapshot(
     })))
 }
 
+/// `GET /admin/spend` (SPEC BUD-6): per tenant, what it spent since the
+/// gateway started, per model, and each of its budgets over its window;
+/// then the accounts' (upstream scopes') budgets. Amounts are decimal
+/// strings of dollars (exact). See docs/operations.md, "Spend".
+pub async fn spend(
+    State(live): State<Arc<Live>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let app = live.current();
+    admin(&app, &headers)?;
+    let totals = app.spend.totals();
+    let tenants: Vec<Value> = app
+        .tenant_slots
+        .iter()
+        .map(|slot| {
+            let mine: Vec<_> = totals.iter().filter(|(t, ..)| **t == *slot.name).collect();
+            let spent: u64 = mine.iter().map(|(_, _, v)| v.micros).sum();
+            let calls: u64 = mine.iter().map(|(_, _, v)| v.calls).sum();
+            let models: Vec<Value> = mine
+                .iter()
+                .map(|(_, m, v)| {
+                    json!({
+                        "model": &**m,
+                        "spent_usd": format_usd(v.micros),
+                        "calls": v.calls,
+                    })
+                })
+                .collect();
+            let own = format!("{TENANT_PREFIX}{}", slot.name);
+            let budgets: Vec<Value> = spend::budgets(&slot.controller, |_| true)
+                .into_iter()
+                .map(|mut b| {
+                    let scope = b["scope"].as_str().unwrap_or_default().to_owned();
+                    // `tenant:<name>/<model>`: the tenant's budget on one model.
+                    b["model"] = scope
+                        .strip_prefix(&own)
+                        .and_then(|r| r.strip_prefix('/'))
+                        .map_or(Value::Null, Value::from);
+                    b
+                })
+                .collect();
+            json!({
+                "tenant": &*slot.name,
+                "spent_usd": format_usd(spent),
+                "calls": calls,
+                "models": models,
+                "budgets": budgets,
+            })
+        })
+        .collect();
+    let accounts: Vec<Value> = app
+        .upstream
+        .iter()
+        .flat_map(|s| spend::budgets(&s.controller, |_| true))
+        .collect();
+    Ok(Json(json!({
+        "currency": "usd",
+        "tenants": tenants,
+        "accounts": accounts,
+    })))
+}
+
 /// A snapshot as JSON: counts, availability and configured names only;
 /// `names` maps a flow's tenant number to the tenant's configured name
 /// (flows of other numbers are left out).
@@ -110,6 +176,7 @@ pub fn snapshot_json(s: &Snapshot, names: &dyn Fn(u32) -> Option<Arc<str>>) -> V
                     json!({
                         "dimension": l.dimension.as_str(),
                         "window_seconds": l.window.as_secs_f64(),
+                        "calendar": l.calendar.map(|c| crate::metrics::calendar_label(Some(&c))),
                         "limit": l.limit,
                         "capacity": l.capacity,
                         "available": l.available,

@@ -10,11 +10,12 @@ use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
-use tollgate::{Deadline, Flow, Priority, TokenEstimate, Usage};
+use tollgate::{Deadline, Flow, Priority, ReservePrice, TokenEstimate, Usage};
 
 use crate::config::ApiRoute;
 use crate::error::{ApiError, Dialect};
 use crate::provider::Started;
+use crate::spend;
 use crate::state::{AppState, Model};
 use crate::tenants::TenantLeases;
 
@@ -204,16 +205,25 @@ pub async fn admit_tenant(
     tenant: usize,
     model: &str,
     estimate: TokenEstimate,
+    price: Option<ReservePrice>,
     deadline: Deadline,
 ) -> Result<TenantLeases, ApiError> {
     let Some(slot) = app.tenant_slots.get(tenant) else {
         return Err(ApiError::unauthorized());
     };
-    slot.admit(model, estimate, deadline).await.map_err(|e| {
-        let err = ApiError::from_admission(&e, Instant::now());
-        app.metrics.rejected(err.reason());
-        err
-    })
+    slot.admit(model, estimate, price, deadline)
+        .await
+        .map_err(|(e, scope)| {
+            let now = Instant::now();
+            // A budget names itself (SPEC BUD-4).
+            let err = if spend::is_budget(&e) {
+                spend::budget_exceeded(&e, &slot.controller, scope, &slot.budget_name(scope), now)
+            } else {
+                ApiError::from_admission(&e, now)
+            };
+            app.metrics.rejected(err.reason());
+            err
+        })
 }
 
 /// The models to try, the requested one first, then its fallbacks that
@@ -253,16 +263,19 @@ pub fn falls_back(e: &CallError) -> bool {
 /// Settles the tenant's lease of a call that failed: when no attempt
 /// reached an upstream no tokens were used, so the tenant's token
 /// reservation is refunded in full (known zero, SPEC Q-5); otherwise what
-/// the upstream used is unknown and the estimate stays charged. The request
-/// unit stays spent (SPEC Q-9). Dropping the lease then releases the
-/// tenant permit.
-pub fn settle_failed(mut tenant: TenantLeases, started: &Started) {
+/// the upstream used is unknown and the estimate stays charged, except
+/// for money when every attempt was refused with 429 (no provider bills a
+/// refusal, SPEC BUD-5: the cost is known zero). The request unit stays
+/// spent (SPEC Q-9). Dropping the lease then releases the tenant permit.
+/// Returns what the call is charged in micro-dollars (`None`: not
+/// priced).
+pub fn settle_failed(mut tenant: TenantLeases, started: &Started) -> Option<u64> {
     let used = if started.count() == 0 {
         Usage::known(0)
+    } else if started.refused() == started.count() {
+        Usage::UNKNOWN.with_cost(Some(0))
     } else {
         Usage::UNKNOWN
     };
-    for lease in &mut tenant.0 {
-        let _ = lease.reconcile(used);
-    }
+    tenant.settle(used)
 }

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
-use tollgate::{Admission, Flow, Priority, TokenEstimate, Usage};
+use tollgate::{Admission, Flow, Priority, ReservePrice, TokenEstimate, Usage};
 use tollgate_openai::UpstreamRequest;
 use tollgate_openai::tokens::TokenEstimator;
 
@@ -98,11 +98,16 @@ struct Exchange {
     /// Tokens reserved for the tenant (input estimate and output
     /// allowance).
     tokens: TokenEstimate,
+    /// The prices the tenant reserved them at, if the call is priced
+    /// (SPEC BUD-2).
+    price: Option<ReservePrice>,
     /// The access line was written, or handed to the stream body (which
     /// writes it when the stream ends).
     logged: bool,
     /// Where the line goes.
     log: AccessLog,
+    /// Where the call's cost is counted.
+    spend: crate::spend::Spend,
     /// When the request's head was read.
     arrived: Instant,
 }
@@ -118,6 +123,17 @@ impl Exchange {
                 .as_deref()
                 .and_then(|m| app.models.get(m))
                 .and_then(|m| m.deployments.first()),
+        }
+    }
+
+    /// Notes what the call cost its tenant (`None`: not priced): in the
+    /// access line and the spend of its tenant and model (SPEC BUD-6).
+    fn charge(&mut self, cost: Option<u64>) {
+        self.record.cost = cost;
+        if let (Some(c), Some(tenant), Some(model)) =
+            (cost, &self.record.tenant, &self.record.model)
+        {
+            self.spend.record(tenant, model, c);
         }
     }
 
@@ -138,6 +154,11 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         if !self.logged {
             self.record.error = Some("client_disconnected".to_owned());
+            // A tenant lease dropped unsettled keeps its worst case (SPEC
+            // Q-5, BUD-5): that is what the call cost.
+            if self.record.cost.is_none() && self.record.cost_reserved.is_some() {
+                self.charge(self.record.cost_reserved);
+            }
             self.write(499);
         }
     }
@@ -165,8 +186,10 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         model: None,
         served: None,
         tokens: TokenEstimate::new(0, 0),
+        price: None,
         logged: false,
         log: app.access_log.clone(),
+        spend: app.spend.clone(),
         arrived,
     };
     let mut response = match serve::<R>(app, &parts, body, arrived, &id, &mut x).await {
@@ -181,7 +204,14 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
     let headers = response.headers_mut();
     if let Some(slot) = x.tenant.and_then(|t| app.tenant_slots.get(t)) {
         let account = x.account(app).map(|d| (d.supervisor.controller(), d.scope));
-        ratelimit::add(slot, x.model.as_deref(), account, x.tokens, headers);
+        ratelimit::add(
+            slot,
+            x.model.as_deref(),
+            account,
+            x.tokens,
+            x.price,
+            headers,
+        );
     }
     headers.insert(request_id::HEADER, id);
     if let Some(class) = x.class {
@@ -225,10 +255,18 @@ async fn serve<R: Route>(
     let estimate = R::estimate(&primary.estimator, &request);
     x.tokens = estimate;
     x.record.tokens_estimated = Some(estimate.total());
-    let tenant_lease = common::admit_tenant(app, tenant, &first.name, estimate, deadline).await?;
-    x.record.queue = tenant_lease.wait();
-    let options = CallOptions::deadline(deadline);
     let chain = common::chain(app, tenant, &first, R::ROUTE);
+    // The tenant reserves the worst case of whichever model of the chain
+    // may serve the call (SPEC BUD-2, GW-10).
+    let price = crate::state::reserve_price(&chain);
+    x.price = price;
+    let mut tenant_lease =
+        common::admit_tenant(app, tenant, &first.name, estimate, price, deadline).await?;
+    x.record.queue = tenant_lease.wait();
+    if price.is_some() {
+        x.record.cost_reserved = Some(tenant_lease.reserved_cost());
+    }
+    let options = CallOptions::deadline(deadline);
     let reached = Started::default();
     let mut last = None;
     for (i, model) in chain.iter().enumerate() {
@@ -281,7 +319,7 @@ async fn serve<R: Route>(
                         .success(true, elapsed, a.quota_wait, a.concurrency_wait);
                     // The tenant's permit lives and ends with the stream,
                     // even one nobody polls (SPEC POOL-1, GW-17).
-                    for lease in tenant_lease.0 {
+                    for lease in std::mem::take(&mut tenant_lease.0) {
                         stream.hold(lease);
                     }
                     // A client that stops reading cannot keep its
@@ -300,6 +338,7 @@ async fn serve<R: Route>(
                         record,
                         log: app.access_log.clone(),
                         arrived,
+                        spend: app.spend.clone(),
                     };
                     let body = SseBody::new(
                         stream,
@@ -348,7 +387,9 @@ async fn serve<R: Route>(
                     x.served = Some((Arc::clone(model), deployment));
                     let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
                     x.record.tokens_reported = usage.total();
-                    return Ok(one_shot(done.response, usage, tenant_lease));
+                    let (response, cost) = one_shot(done.response, usage, tenant_lease);
+                    x.charge(cost);
+                    return Ok(response);
                 }
                 Err(e) => e,
             }
@@ -366,10 +407,29 @@ async fn serve<R: Route>(
             break;
         }
     }
-    common::settle_failed(tenant_lease, &reached);
-    let err = last.map_or_else(ApiError::shutting_down, |e| {
-        ApiError::from_call(&e, Instant::now())
-    });
+    let cost = common::settle_failed(tenant_lease, &reached);
+    x.charge(cost);
+    let now = Instant::now();
+    let err = match (&last, &x.served) {
+        // A budget of the account (the deployment's scope) names itself
+        // (SPEC BUD-4).
+        (Some(CallError::Admission(a)), Some((model, d))) if crate::spend::is_budget(a) => {
+            match model.deployments.get(*d) {
+                Some(d) => {
+                    let controller = d.supervisor.controller();
+                    let name = controller
+                        .snapshot()
+                        .scope(d.scope)
+                        .map_or_else(String::new, |s| s.name.clone());
+                    let who = format!("account {name}");
+                    crate::spend::budget_exceeded(a, controller, d.scope, &who, now)
+                }
+                None => ApiError::from_admission(a, now),
+            }
+        }
+        (Some(e), _) => ApiError::from_call(e, now),
+        (None, _) => ApiError::shutting_down(),
+    };
     if err.status == StatusCode::TOO_MANY_REQUESTS {
         app.metrics.rejected(err.reason());
     }
@@ -409,21 +469,20 @@ fn served(
     record.upstream = elapsed.saturating_sub(wait);
 }
 
-/// The response of a completed one-shot call; the tenant's tokens are
-/// settled with what the upstream reported, input and output included for
-/// the tenant's `itpm`/`otpm` limits (SPEC Q-12), before the rate-limit
-/// headers are read, so they show the settled amounts.
-fn one_shot(body: Bytes, used: Usage, mut tenant: TenantLeases) -> Response {
-    for lease in &mut tenant.0 {
-        let _ = lease.reconcile(used);
-    }
+/// The response of a completed one-shot call and what it cost; the
+/// tenant's tokens and money are settled with what the upstream reported
+/// (priced at the model that answered), input and output included for
+/// the tenant's `itpm`/`otpm` limits (SPEC Q-12, BUD-2), before the
+/// rate-limit headers are read, so they show the settled amounts.
+fn one_shot(body: Bytes, used: Usage, mut tenant: TenantLeases) -> (Response, Option<u64>) {
+    let cost = tenant.settle(used);
     drop(tenant);
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    response
+    (response, cost)
 }
 
 /// A request's token estimate per distinct estimator of a model's

@@ -31,6 +31,7 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
         .route("/admin/snapshot", get(admin::snapshot))
+        .route("/admin/spend", get(admin::spend))
         .route("/admin/reload", post(admin::reload));
     let router = if with_metrics {
         router.route("/metrics", get(info::metrics))

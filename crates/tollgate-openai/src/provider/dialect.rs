@@ -218,6 +218,16 @@ pub(super) fn usage_of(endpoint: Endpoint, raw: Value) -> tollgate::Usage {
     }
 }
 
+impl Endpoint {
+    /// The `usage` object of a one-shot response body of this endpoint in
+    /// the engine's terms (SPEC, BUD-2): token counts for the
+    /// limits and the priced [`Parts`](tollgate::Parts), read the way
+    /// this endpoint's provider nests them.
+    pub fn engine_usage(self, raw: Value) -> tollgate::Usage {
+        usage_of(self, raw)
+    }
+}
+
 /// Anthropic's `usage` object in the engine's terms (SPEC ).
 ///
 /// Anthropic's `input_tokens` excludes the prompt tokens written to and
@@ -244,8 +254,12 @@ pub(super) fn anthropic_usage(raw: &Value) -> tollgate::Usage {
 pub(super) struct AnthropicUsage {
     /// `input_tokens` (uncached input only).
     input: Counter,
-    /// `cache_creation_input_tokens` (input written to the cache).
+    /// `cache_creation_input_tokens` (input written to the cache, both
+    /// lifetimes).
     cache_creation: Counter,
+    /// `cache_creation.ephemeral_1h_input_tokens` (the part written to the
+    /// one-hour cache).
+    cache_creation_1h: Counter,
     /// `cache_read_input_tokens` (input read from the cache).
     cache_read: Counter,
     /// `output_tokens` (cumulative in a stream).
@@ -272,6 +286,13 @@ impl AnthropicUsage {
                         *counter = wire::Counter::classify(value).into();
                     }
                 }
+                let one_hour = members
+                    .get("cache_creation")
+                    .and_then(|c| c.get("ephemeral_1h_input_tokens"))
+                    .filter(|v| !v.is_null());
+                if let Some(value) = one_hour {
+                    self.cache_creation_1h = wire::Counter::classify(value).into();
+                }
             }
             _ => {
                 self.input = Counter::Invalid;
@@ -297,6 +318,34 @@ impl AnthropicUsage {
             output,
             self.cache_read,
         )
+        .with_parts(self.parts())
+    }
+
+    /// The tokens by how they are priced (SPEC BUD-2): Anthropic's
+    /// counters are disjoint already (`input_tokens` is the uncached
+    /// input); `cache_creation.ephemeral_1h_input_tokens` is the part of
+    /// the cache writes that went to the one-hour cache. `None` when the
+    /// input or the output is not a valid count, or a cache counter is
+    /// invalid (the cost is then unknown and the reservation stays).
+    fn parts(&self) -> Option<tollgate::Parts> {
+        let (Counter::Value(input), Counter::Value(output)) = (self.input, self.output) else {
+            return None;
+        };
+        let or_zero = |c: Counter| match c {
+            Counter::Absent => Some(0),
+            Counter::Value(v) => Some(v),
+            Counter::Invalid => None,
+        };
+        let written = or_zero(self.cache_creation)?;
+        let written_1h = or_zero(self.cache_creation_1h)?;
+        Some(tollgate::Parts {
+            input,
+            cached_input: or_zero(self.cache_read)?,
+            cache_write: written.checked_sub(written_1h)?,
+            cache_write_1h: written_1h,
+            output,
+            ..tollgate::Parts::default()
+        })
     }
 }
 

@@ -74,12 +74,22 @@ fn usage(total: Counter, input: Counter, output: Counter, cached: Counter) -> Us
 
 /// The Responses stream's usage: 11 in (4 of them cached), 5 out, 16.
 fn responses_usage() -> Usage {
+    responses_usage_with_reasoning(0)
+}
+
+/// [`responses_usage`] with `reasoning` of the 5 output tokens reasoning.
+fn responses_usage_with_reasoning(reasoning: u64) -> Usage {
     usage(
         Counter::Value(16),
         Counter::Value(11),
         Counter::Value(5),
         Counter::Value(4),
     )
+    .with_parts(Some(tollgate::Parts {
+        cached_input: 4,
+        reasoning,
+        ..tollgate::Parts::plain(7, 5 - reasoning)
+    }))
 }
 
 /// The Messages stream's usage: input 20 + 100 cache writes, output 15
@@ -91,6 +101,11 @@ fn messages_usage() -> Usage {
         Counter::Value(15),
         Counter::Value(50),
     )
+    .with_parts(Some(tollgate::Parts {
+        cached_input: 50,
+        cache_write: 100,
+        ..tollgate::Parts::plain(20, 15)
+    }))
 }
 
 fn usage_reports(items: &[ChunkItem]) -> usize {
@@ -255,6 +270,11 @@ fn a_cut_before_the_terminal_event_is_a_broken_stream() {
             Counter::Value(7),
             Counter::Value(50)
         )
+        .with_parts(Some(tollgate::Parts {
+            cached_input: 50,
+            cache_write: 100,
+            ..tollgate::Parts::plain(20, 7)
+        }))
     );
     assert_eq!(items.len(), 7);
     assert_eq!(usage_reports(&items), 0);
@@ -696,7 +716,7 @@ fn one_shot_responses_usage() {
                  "output_tokens":5,"output_tokens_details":{"reasoning_tokens":1},"total_tokens":16},
         "error":null,"incomplete_details":null}"#;
     let u = one_shot_usage(body.as_bytes(), 200, None, Endpoint::Responses).expect("usage");
-    assert_eq!(u, responses_usage());
+    assert_eq!(u, responses_usage_with_reasoning(1));
     // A failed response is a declared error carrying its usage.
     let failed = r#"{"status":"failed","error":{"code":"server_error","message":"boom"},
         "usage":{"input_tokens":3,"output_tokens":0,"total_tokens":3}}"#;

@@ -260,6 +260,49 @@ impl Usage {
             self.completion().into(),
             self.cached().into(),
         )
+        .with_parts(self.parts())
+    }
+
+    /// The tokens by how they are priced (SPEC BUD-2), from OpenAI's
+    /// nesting: `prompt_tokens` (or `input_tokens`) includes the cached
+    /// and the audio input of `prompt_tokens_details` (or
+    /// `input_tokens_details`), `completion_tokens` (or `output_tokens`)
+    /// the reasoning and audio output of `completion_tokens_details` (or
+    /// `output_tokens_details`). `None` when the input and output are not
+    /// both known (one absent counts as zero next to a valid other), when
+    /// a detail is present but not a valid count, or when the details add
+    /// up to more than their parent: the cost is then unknown and the
+    /// reservation stays.
+    pub fn parts(&self) -> Option<tollgate::Parts> {
+        let (input, output) = match (self.prompt(), self.completion()) {
+            (Counter::Value(i), Counter::Value(o)) => (i, o),
+            (Counter::Value(i), Counter::Absent) => (i, 0),
+            (Counter::Absent, Counter::Value(o)) => (0, o),
+            _ => return None,
+        };
+        let input_details = first_present(&[
+            self.prompt_tokens_details.as_ref(),
+            self.extra.get("input_tokens_details"),
+        ]);
+        let output_details = first_present(&[
+            self.extra.get("completion_tokens_details"),
+            self.extra.get("output_tokens_details"),
+        ]);
+        let cached = detail(input_details, "cached_tokens")?;
+        let input_audio = detail(input_details, "audio_tokens")?;
+        let reasoning = detail(output_details, "reasoning_tokens")?;
+        let output_audio = detail(output_details, "audio_tokens")?;
+        let plain_input = input.checked_sub(cached)?.checked_sub(input_audio)?;
+        let plain_output = output.checked_sub(reasoning)?.checked_sub(output_audio)?;
+        Some(tollgate::Parts {
+            input: plain_input,
+            cached_input: cached,
+            input_audio,
+            output: plain_output,
+            reasoning,
+            output_audio,
+            ..tollgate::Parts::default()
+        })
     }
 }
 
@@ -276,6 +319,25 @@ impl From<Counter> for tollgate::Counter {
 impl From<&Usage> for tollgate::Usage {
     fn from(usage: &Usage) -> Self {
         usage.to_engine()
+    }
+}
+
+/// The first of `sources` that is present and not `null`.
+fn first_present<'a>(sources: &[Option<&'a Value>]) -> Option<&'a Value> {
+    sources.iter().flatten().copied().find(|v| !v.is_null())
+}
+
+/// A count inside a details object: zero when the object or the key is
+/// absent or `null`, `None` when it is not a valid count (or the details
+/// are not an object).
+fn detail(details: Option<&Value>, key: &str) -> Option<u64> {
+    let Some(details) = details else {
+        return Some(0);
+    };
+    let object = details.as_object()?;
+    match object.get(key) {
+        None | Some(Value::Null) => Some(0),
+        Some(v) => Counter::classify(v).value(),
     }
 }
 

@@ -3,7 +3,9 @@
 -- (sliding.rs, bucket.rs, fixed.rs), transcribed line by line, and the
 -- pending holds.
 --
--- KEYS[1]      the scope's meta key: {epoch, latest, until} (cmsgpack)
+-- KEYS[1]      the scope's meta key: {epoch, latest, until, cooldown end,
+--              cooldown start} (cmsgpack; the cooldown's instants are the
+--              store's, absent while none ever ran, SPEC CD-1, DQ-9)
 -- KEYS[4i-2]   the state of limit i (cmsgpack)
 -- KEYS[4i-1]   the slot log of limit i (a list; sliding window only)
 -- KEYS[4i]     limit i's pending holds: a hash, id -> cmsgpack(tick, amount)
@@ -181,7 +183,7 @@ local function clock()
   EPOCH = m[1]
   local t = max(abs - m[1], m[2])
   UNTIL = max(m[3], wall_ms() + TTL)
-  META = { m[1], t, UNTIL }
+  META = { m[1], t, UNTIL, m[4], m[5] }
   redis.call("SET", KEYS[1], cmsgpack.pack(META), "PXAT", UNTIL)
   return t
 end
@@ -224,17 +226,19 @@ end
 local S = {}
 
 function S.load(l, raw)
-  local s = { log = l.log, u = 0, c = 0, cache = {} }
+  local s = { log = l.log, u = 0, c = 0, d = {}, cache = {} }
   if raw then
     local v = cmsgpack.unpack(raw)
     s.u, s.c = v[1], v[2]
+    if type(v[3]) == "table" then s.d = v[3] end
   end
   s.n = redis.call("LLEN", l.log)
   return s
 end
 
 function S.save(s)
-  return cmsgpack.pack({ s.u, s.c })
+  if #s.d == 0 then return cmsgpack.pack({ s.u, s.c }) end
+  return cmsgpack.pack({ s.u, s.c, s.d })
 end
 
 function S.touch(l, s)
@@ -430,6 +434,120 @@ end
 
 function S.available(l, s)
   return l.limit - s.u
+end
+
+-- Provider feedback (SPEC Q-14, DQ-9). What other clients of the account
+-- hold is estimated from each answer's remaining budget and counted in
+-- the window until the provider's reset. s.d keeps the estimates in force
+-- as a staircase {amount, until, amount, until, ...}: untils ascending,
+-- amounts descending, so the amount counted at t is the first entry whose
+-- until is after t (the largest estimate still in force). Each step
+-- counts in the slot log as a debt of (its amount - the next one's),
+-- admitted one window before its until, so it expires then.
+
+-- The steps of staircase d: {amount of the step, its until}.
+local function steps(d)
+  local out = {}
+  for i = 1, #d, 2 do
+    local nxt = d[i + 2] or 0
+    out[#out + 1] = { d[i] - nxt, d[i + 1] }
+  end
+  return out
+end
+
+-- d with (amount, until) in force too: entries it dominates go (no more
+-- and no longer), and it adds nothing where an entry dominates it. At
+-- most 16 entries: beyond, the two earliest merge into the larger amount
+-- until the later until (counted longer, never less).
+local function stair(d, amount, untl)
+  local out = {}
+  local placed = false
+  for i = 1, #d, 2 do
+    local a, u = d[i], d[i + 1]
+    if a >= amount and u >= untl then return d end
+    if not (a <= amount and u <= untl) then
+      if not placed and u > untl then
+        out[#out + 1] = amount
+        out[#out + 1] = untl
+        placed = true
+      end
+      out[#out + 1] = a
+      out[#out + 1] = u
+    end
+  end
+  if not placed then
+    out[#out + 1] = amount
+    out[#out + 1] = untl
+  end
+  while #out > 32 do
+    table.remove(out, 2)
+    table.remove(out, 2)
+  end
+  return out
+end
+
+-- The amount the staircase counts at `t`.
+local function stair_at(d, t)
+  for i = 1, #d, 2 do
+    if d[i + 1] > t then return d[i] end
+  end
+  return 0
+end
+
+-- The provider had `remaining` of this limit's budget when it counted the
+-- answered attempt (its `amount`), leased at `sent` (plus the round trip
+-- the store's instants of responses run late by), counted in the log at
+-- `at` (after its recount), by `counted` (its response began). What the
+-- provider certainly held of the account's traffic through the store: the
+-- attempt itself and every leased amount counted in the log by `sent` and
+-- still counted at `counted`; attempts in flight when it was sent are not
+-- certain (counting them as the account's would hide others' spending).
+-- The rest of what the provider had used is others'. A response recorded
+-- later than that round trip can make an attempt that arrived just
+-- before this one look uncertain: the estimate is then a little larger,
+-- the replicas wait a little longer. It counts
+-- until `reset` after `counted` (at most a window), for every process.
+-- Returns the units taken and given back (the change in the count).
+function S.observe(l, s, remaining, amount, sent, at, counted, reset, now)
+  local d = {}
+  for i = 1, #s.d, 2 do
+    if s.d[i + 1] > now then
+      d[#d + 1] = s.d[i]
+      d[#d + 1] = s.d[i + 1]
+    end
+  end
+  local before = stair_at(d, now)
+  -- The attempt itself, unless its slot is among those read below.
+  local own = 0
+  local mine = locate(s, at)
+  if mine and slot(s, mine).o > sent then own = amount end
+  local all = redis.call("LRANGE", s.log, 0, -1)
+  for i = 1, #all do
+    local o, _, e, a, p = cmsgpack.unpack(all[i])
+    if o > sent then break end
+    if e > counted then own = own + a - p end
+  end
+  -- The estimates are in the log too: not the account's own.
+  for _, st in ipairs(steps(d)) do
+    if st[2] - l.window <= sent and st[2] > counted then own = own - st[1] end
+  end
+  own = max(own, 0)
+  local others = max(0, l.limit - remaining - own)
+  if reset <= 0 or reset > l.window then reset = l.window end
+  local untl = counted + reset
+  local nd = d
+  if others > 0 and untl > now then nd = stair(d, others, untl) end
+  if nd ~= d then
+    for _, st in ipairs(steps(d)) do
+      take(s, st[2] - l.window, st[1], false)
+    end
+    for _, st in ipairs(steps(nd)) do
+      insert_at(l, s, st[1], st[2] - l.window, now)
+    end
+  end
+  s.d = nd
+  local after = stair_at(nd, now)
+  return max(0, after - before), max(0, before - after)
 end
 
 ----------------------------------------------------------------- bucket --

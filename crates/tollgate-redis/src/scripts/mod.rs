@@ -18,10 +18,12 @@ pub(crate) enum Op {
     Release,
     Recount,
     Snapshot,
+    Observe,
+    Cool,
 }
 
 impl Op {
-    const ALL: [Op; 8] = [
+    const ALL: [Op; 10] = [
         Op::Reserve,
         Op::Lease,
         Op::Forget,
@@ -30,6 +32,8 @@ impl Op {
         Op::Release,
         Op::Recount,
         Op::Snapshot,
+        Op::Observe,
+        Op::Cool,
     ];
 
     fn body(self) -> &'static str {
@@ -42,6 +46,8 @@ impl Op {
             Op::Release => include_str!("release.lua"),
             Op::Recount => include_str!("recount.lua"),
             Op::Snapshot => include_str!("snapshot.lua"),
+            Op::Observe => include_str!("observe.lua"),
+            Op::Cool => include_str!("cool.lua"),
         }
     }
 }
@@ -49,7 +55,7 @@ impl Op {
 /// Every script, with its SHA1 computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    scripts: [Script; 8],
+    scripts: [Script; 10],
 }
 
 impl Scripts {

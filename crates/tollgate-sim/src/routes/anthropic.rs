@@ -97,6 +97,7 @@ fn validate(request: MessagesRequest, configured: u32) -> Result<Plan, Anthropic
         messages.iter().map(|m| m.content.as_ref()),
     );
     let generated = completion_tokens(Some(max_tokens), configured);
+    let bill = crate::state::bill(&model, input, generated);
     Ok(Plan {
         model,
         stream: request.stream.unwrap_or(false),
@@ -104,6 +105,7 @@ fn validate(request: MessagesRequest, configured: u32) -> Result<Plan, Anthropic
             input,
             max_tokens,
             generated,
+            bill,
         },
         // Cut by the request's allowance, or the simulator's natural end.
         stop_reason: if max_tokens < u64::from(configured) {

@@ -160,6 +160,11 @@ pub(super) async fn complete(call: Call<'_>, body: &[u8]) -> Response {
             u64::from(shared.config.completion_tokens),
         ),
         usage: plan.usage.total_tokens,
+        bill: crate::state::bill(
+            &plan.model,
+            plan.usage.prompt_tokens,
+            plan.usage.completion_tokens,
+        ),
     };
     call.ingress().await;
     let (mut guard, state) = match call.admit(charge, &faults, AZURE_OPERATION) {

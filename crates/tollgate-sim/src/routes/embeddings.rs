@@ -192,6 +192,7 @@ pub(super) async fn embed(call: Call<'_>, body: &[u8]) -> Response {
     let charge = Charge {
         tokens: shared.config.charge.embeddings(chars, ids, plan.tokens),
         usage: plan.tokens,
+        bill: crate::state::bill(&plan.model, plan.tokens, 0),
     };
     call.ingress().await;
     let (mut guard, state) = match call.admit(charge, &faults, AZURE_OPERATION) {

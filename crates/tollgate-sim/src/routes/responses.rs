@@ -144,6 +144,11 @@ pub(super) async fn respond(call: Call<'_>, body: &[u8]) -> Response {
             u64::from(config.completion_tokens),
         ),
         usage,
+        bill: crate::state::bill(
+            &plan.model,
+            plan.usage.input_tokens,
+            plan.usage.output_tokens,
+        ),
     };
     call.ingress().await;
     // No Azure route serves the Responses API: no Azure operation name.

@@ -288,7 +288,12 @@ impl<'a> SlowAcquire<'a> {
                         continue;
                     }
                     // it cannot be admitted in time; say so now.
-                    if let Err(e) = self.inner.verdict(t, now, self.deadline, cooling) {
+                    let budget = st
+                        .queue
+                        .get(key)
+                        .is_some_and(|w| w.limited_by.cost)
+                        .then_some(self.scope.id);
+                    if let Err(e) = self.inner.verdict(t, now, self.deadline, cooling, budget) {
                         st.abandon(key, now);
                         self.stage = Stage::Done;
                         return Poll::Ready(Err(e));

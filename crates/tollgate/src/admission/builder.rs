@@ -15,7 +15,7 @@ use super::scope::Scope;
 use super::settings::Settings;
 use super::shared::{FallbackQuota, SharedScope};
 use crate::call::ScopeId;
-use crate::clock::{Instant, SharedClock, TokioClock};
+use crate::clock::{Instant, SharedClock, TokioClock, WallClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow, ScopeConfig};
 use crate::quota::{LocalBackend, QuotaStore, SharedBackend, SharedRemote, Unavailable};
 
@@ -89,8 +89,9 @@ impl ControllerBuilder {
     /// (SPEC DQ-1): each scope opens its store with
     /// [`RemoteBackend::open`](crate::quota::RemoteBackend::open). What
     /// belongs to one process stays local: the FIFO order (within this
-    /// process only, DQ-4), cooldowns, concurrency permits, call ids,
-    /// close and idle. While the store does not answer, a scope follows
+    /// process only, DQ-4), concurrency permits, call ids, close and idle.
+    /// A provider's budget reports and the cooldown after a provider 429
+    /// are kept in the store too, for every process (DQ-9). While the store does not answer, a scope follows
     /// [`RemoteBackend::on_unavailable`](crate::quota::RemoteBackend::on_unavailable)
     /// (DQ-3). Scopes that learn their limits from the provider
     /// (`learn_limits`, Q-14) are refused: learned limits are per process.
@@ -117,9 +118,11 @@ impl ControllerBuilder {
         let clock = clock.unwrap_or_else(|| Arc::new(TokioClock));
         let backend = backend.unwrap_or_else(|| Arc::new(LocalBackend));
         let now = clock.now();
+        let wall = clock.wall();
         let pools = Arc::new(build_pools(&config));
         let parts = Parts {
             clock: &clock,
+            wall,
             backend: &backend,
             remote: remote.as_ref(),
             pools: &pools,
@@ -141,6 +144,7 @@ impl ControllerBuilder {
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
+                wall,
                 scopes,
                 pools,
                 settings: Settings::new(&config),
@@ -159,6 +163,7 @@ impl ControllerBuilder {
 /// What a new scope is built from.
 pub(crate) struct Parts<'a> {
     pub(crate) clock: &'a SharedClock,
+    pub(crate) wall: WallClock,
     pub(crate) backend: &'a SharedBackend,
     pub(crate) remote: Option<&'a SharedRemote>,
     pub(crate) pools: &'a Arc<PoolSet>,
@@ -180,7 +185,7 @@ impl Parts<'_> {
                 id,
                 s,
                 capacity,
-                self.backend.open(s, now),
+                self.backend.open(s, now, self.wall),
                 self.pools.clone(),
             );
         };
@@ -250,6 +255,16 @@ pub(crate) fn validate_shared(
         return Err(ConfigError::new(
             "quota_store.replicas",
             "must be at least 1",
+        ));
+    }
+    if let Some((s, i)) = config.scopes.iter().find_map(|s| {
+        let i = s.limits().iter().position(|l| l.calendar.is_some())?;
+        Some((s, i))
+    }) {
+        return Err(ConfigError::new(
+            format!("scopes.{}.limits[{i}].per", s.name()),
+            "calendar windows are not supported by this shared quota store yet; \
+             use a rolling window such as \"1d\"",
         ));
     }
     if let Some(s) = config.scopes.iter().find(|s| s.learns().is_some()) {

@@ -16,7 +16,7 @@ use super::scope::{Grant, PermitSlot, Scope, Waiter};
 use super::settings::Settings;
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
-use crate::clock::{Instant, SharedClock};
+use crate::clock::{Instant, SharedClock, WallClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow};
 use crate::deadline::{Deadline, Phase};
 use crate::error::AdmissionError;
@@ -55,6 +55,9 @@ pub struct AdmissionController {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
+    /// What the clock's instants are in UTC, read once at build (calendar
+    /// windows, SPEC BUD-3; saved quota state, DQ-8).
+    pub(crate) wall: WallClock,
     /// Every scope the controller ever had, by ordinal: a reconfiguration
     /// appends new ones and retires removed ones in place, so an ordinal
     /// and a reference to a scope stay valid for the controller's life.
@@ -107,6 +110,12 @@ impl AdmissionController {
     /// The controller's clock.
     pub fn clock(&self) -> &SharedClock {
         &self.inner.clock
+    }
+
+    /// What the controller's instants are in UTC (read from its clock once,
+    /// when it was built): e.g. to tell when a calendar window resets.
+    pub fn wall(&self) -> WallClock {
+        self.inner.wall
     }
 
     /// The ordinal of the pool called `name`.
@@ -175,13 +184,14 @@ impl AdmissionController {
         if inner.closed.load(Ordering::Acquire) {
             return Err(AdmissionError::Closed);
         }
-        let demand = match call.estimate {
-            Some(e) => Demand::new(e.input, e.output),
-            None if scope.needs_estimate() => {
-                return Err(AdmissionError::TokenEstimateRequired { scope: scope.id });
-            }
-            None => Demand::new(0, 0),
-        };
+        if call.estimate.is_none() && scope.needs_estimate() {
+            return Err(AdmissionError::TokenEstimateRequired { scope: scope.id });
+        }
+        // A budget never counts a call as free for want of a price (BUD-1).
+        if call.price.is_none() && scope.needs_price() {
+            return Err(AdmissionError::PriceRequired { scope: scope.id });
+        }
+        let demand = call.demand();
         let pool = inner.pools.resolve(call.pool)?;
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
@@ -267,13 +277,30 @@ impl AdmissionController {
 
 impl Inner {
     /// Checks a wait against the deadline and `max_wait` (SPEC Q-11).
+    /// `budget` is the scope when one of its cost limits is short: a wait
+    /// that cannot end in time then fails as
+    /// [`BudgetExceeded`](AdmissionError::BudgetExceeded) (SPEC BUD-4).
     pub(crate) fn verdict(
         &self,
         at: Instant,
         now: Instant,
         deadline: Deadline,
         cooling: Option<Instant>,
+        budget: Option<ScopeId>,
     ) -> Result<(), AdmissionError> {
+        let late = deadline.instant().is_some_and(|d| d <= at)
+            || self
+                .settings
+                .max_wait()
+                .is_some_and(|m| at.saturating_duration_since(now) > m);
+        if let Some(scope) = budget
+            && late
+        {
+            return Err(AdmissionError::BudgetExceeded {
+                scope,
+                retry_at: Some(at),
+            });
+        }
         if deadline.instant().is_some_and(|d| d <= at) {
             let phase = match cooling {
                 Some(u) if deadline.instant().is_some_and(|d| d <= u) => Phase::Cooldown,
@@ -345,9 +372,7 @@ impl Inner {
                     st.grants += 1;
                     st.record_fast(flow, demand, now);
                     if permit {
-                        st.counters.admitted += 1;
-                        st.counters.tokens_reserved =
-                            st.counters.tokens_reserved.saturating_add(demand.tokens());
+                        st.counters.leased(demand);
                         return Ok(Entered::Leased(grant));
                     }
                     // Take a place in the permit queue under the scope lock,
@@ -364,9 +389,7 @@ impl Inner {
                         // A permit freed up meanwhile: start now.
                         Ok(None) => {
                             st.store.lease(&mut grant.reservation, now);
-                            st.counters.admitted += 1;
-                            st.counters.tokens_reserved =
-                                st.counters.tokens_reserved.saturating_add(demand.tokens());
+                            st.counters.leased(demand);
                             return Ok(Entered::Leased(grant));
                         }
                     }
@@ -377,7 +400,8 @@ impl Inner {
                     }
                     let not_until = st.store.not_until(demand, now);
                     if let Some(at) = not_until.at {
-                        self.verdict(at, now, deadline, None)?;
+                        let budget = not_until.limited_by.cost.then_some(scope.id);
+                        self.verdict(at, now, deadline, None, budget)?;
                     }
                     let mut waiter = Waiter::new(*demand, pool, key);
                     waiter.limited_by = not_until.limited_by;
@@ -403,10 +427,21 @@ impl Inner {
         }
         if (deadline.instant().is_some() || self.settings.max_wait().is_some())
             && let Some(at) = st.project(demand, key, now)
-            && let Err(e) = self.verdict(at, now, deadline, cooling)
+            && let Err(e) = self.verdict(at, now, deadline, cooling, None)
         {
             // The projection committed this demand; it is not queued.
             st.invalidate_projection();
+            // A budget that cannot hold it now is what it waits for (BUD-4).
+            let waited = matches!(
+                e,
+                AdmissionError::DeadlineExceeded { .. } | AdmissionError::QuotaWaitTooLong { .. }
+            );
+            if waited && demand.cost > 0 && st.store.not_until(demand, now).limited_by.cost {
+                return Err(AdmissionError::BudgetExceeded {
+                    scope: scope.id,
+                    retry_at: e.retry_at(),
+                });
+            }
             return Err(e);
         }
         let mut waiter = Waiter::new(*demand, pool, key);
@@ -456,11 +491,7 @@ impl Inner {
         st.store.lease(&mut grant.reservation, now);
         grant.generation = st.cooldown.generation;
         st.pending = st.pending.saturating_sub(1);
-        st.counters.admitted += 1;
-        st.counters.tokens_reserved = st
-            .counters
-            .tokens_reserved
-            .saturating_add(grant.reservation.demand.tokens());
+        st.counters.leased(&grant.reservation.demand);
         if st.ready_at.is_none() && !st.queue.is_empty() {
             st.drain(now);
         }

@@ -12,7 +12,7 @@
 
 use super::controller::AdmissionController;
 use super::scope::{REBUILD_LIMIT, schedule};
-use crate::call::{ScopeId, TokenEstimate};
+use crate::call::{Call, ScopeId, TokenEstimate};
 use crate::clock::Instant;
 use crate::flow::Flow;
 use crate::quota::Demand;
@@ -39,7 +39,9 @@ impl AdmissionController {
     /// taken to be of the default flow: see
     /// [`forecast_for`](Self::forecast_for).
     pub fn forecast(&self, scope: ScopeId, estimate: Option<TokenEstimate>) -> Option<Forecast> {
-        self.forecast_for(scope, estimate, Flow::DEFAULT)
+        let mut call = Call::new(scope);
+        call.estimate = estimate;
+        self.forecast_call(&call)
     }
 
     /// [`forecast`](Self::forecast) for a call of `flow`: the calls that
@@ -52,8 +54,19 @@ impl AdmissionController {
         estimate: Option<TokenEstimate>,
         flow: Flow,
     ) -> Option<Forecast> {
-        let scope = self.inner.scopes.get(scope.index())?;
-        let demand = estimate.map_or(Demand::new(0, 0), |e| Demand::new(e.input, e.output));
+        let mut call = Call::new(scope);
+        call.estimate = estimate;
+        call.flow = flow;
+        self.forecast_call(&call)
+    }
+
+    /// [`forecast_for`](Self::forecast_for) of `call`'s demand, its
+    /// worst-case cost included when it has a price (SPEC BUD-2), on its
+    /// scope, for its flow.
+    pub fn forecast_call(&self, call: &Call) -> Option<Forecast> {
+        let scope = self.inner.scopes.get(call.scope.index())?;
+        let demand: Demand = call.demand();
+        let flow = call.flow;
         let now = self.inner.clock.now();
         let mut st = scope.state.lock();
         if st.closed || st.store.check(&demand).is_err() {
@@ -95,7 +108,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::call::Call;
     use crate::config::{MINUTE, ScopeConfig};
     use crate::deadline::Deadline;
 

@@ -9,7 +9,7 @@ use super::shared::RemoteLease;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
 use crate::flow::Flow;
-use crate::quota::{LimitedBy, RefusalCost, Reservation};
+use crate::quota::{BudgetReport, LimitedBy, Observed, RefusalCost, Reservation};
 use crate::usage::{AlreadySettled, Settlement, Usage};
 
 /// What an admission waited for and which limit bound the wait (SPEC OBS-4).
@@ -136,6 +136,12 @@ impl Lease {
     /// where the estimate was counted, and a call waiting for room is
     /// admitted at once if it now fits.
     ///
+    /// The cost is settled the same way (SPEC BUD-2) from the usage's
+    /// [`cost`](Usage::cost): price it first with
+    /// [`Usage::priced`] at the model that answered (the supervisor does
+    /// it for its provider's price). A usage without a cost keeps the
+    /// reserved worst case.
+    ///
     /// Each attempt settles once: a second call changes nothing and returns
     /// [`AlreadySettled`]. Settling does not release the lease.
     pub fn reconcile(&mut self, usage: Usage) -> Result<Settlement, AlreadySettled> {
@@ -162,8 +168,39 @@ impl Lease {
     /// Reports a provider 429 answered to this attempt, with the server's
     /// hint if any (SPEC CD-1, CD-2): see
     /// [`AdmissionController::rate_limited`](crate::AdmissionController::rate_limited).
+    ///
+    /// On a scope kept in a shared store, a cooldown this starts is kept
+    /// in the store too, so every process pauses (SPEC DQ-9).
     pub fn rate_limited(&self, hint: Option<Duration>) -> CooldownOutcome {
-        self.inner.rate_limited(self.scope, self.generation, hint)
+        let outcome = self.inner.rate_limited(self.scope, self.generation, hint);
+        if let (Some(_), CooldownOutcome::Started { until, generation }) = (&self.remote, outcome) {
+            let length = until.saturating_duration_since(self.inner.clock.now());
+            let started = (generation, length);
+            super::shared::cool_down(&self.inner, self.scope, &self.reservation, started);
+        }
+        outcome
+    }
+
+    /// Takes in a provider's budget reports in the answer to this
+    /// attempt, begun at `at` (SPEC Q-14): see
+    /// [`observe_answer`](crate::AdmissionController::observe_answer). On a
+    /// scope kept in a shared store they go to the store (after this
+    /// attempt's recount), which takes them out of every process's window
+    /// (SPEC DQ-9); what that took is counted when the store answers, so
+    /// this returns nothing then.
+    pub(crate) fn observe<'a>(
+        &mut self,
+        reports: impl IntoIterator<Item = &'a BudgetReport>,
+        at: Instant,
+    ) -> Observed {
+        if let Some(remote) = &mut self.remote {
+            let reports: Vec<BudgetReport> = reports.into_iter().copied().collect();
+            let inner = &self.inner;
+            inner.observe_shared(self.scope, reports, &self.reservation, at, remote);
+            return Observed::default();
+        }
+        self.inner
+            .observe(self.scope, reports, Some(&self.reservation), at)
     }
 
     /// Tells the controller that the provider counted this attempt no later
@@ -196,17 +233,21 @@ impl Lease {
     /// Settles an attempt the provider refused with a 429, charging the
     /// window exactly what the provider charged for it (SPEC Q-16): `Full`
     /// keeps the request unit and the estimate, `Request` gives the tokens
-    /// back, `Free` gives both back. Counts as the attempt's settlement: a
-    /// second settlement returns [`AlreadySettled`].
+    /// back, `Free` gives both back. The reserved cost always goes back:
+    /// no provider bills a refused request (SPEC BUD-5). Counts as the
+    /// attempt's settlement: a second settlement returns [`AlreadySettled`].
     pub fn refused(&mut self, cost: RefusalCost) -> Result<(), AlreadySettled> {
         if std::mem::replace(&mut self.reconciled, true) {
             return Err(AlreadySettled);
         }
         let (requests, tokens) = match cost {
-            RefusalCost::Full => return Ok(()),
+            RefusalCost::Full => (false, false),
             RefusalCost::Request => (false, true),
             RefusalCost::Free => (true, true),
         };
+        if !requests && !tokens && self.reservation.demand.cost == 0 {
+            return Ok(());
+        }
         if let Some(remote) = &mut self.remote {
             let (inner, reservation) = (&self.inner, &self.reservation);
             let charge = (self.charged && tokens).then_some(self.flow);

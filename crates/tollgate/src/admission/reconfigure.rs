@@ -90,6 +90,7 @@ impl Reconfiguration {
         reconfigure_pools(inner, config);
         let parts = Parts {
             clock: &inner.clock,
+            wall: inner.wall,
             backend: &inner.quota_backend,
             remote: inner.remote.as_ref(),
             pools: &inner.pools,
@@ -184,7 +185,10 @@ fn reconfigure_scope(
     scope.capacity.store(capacity, Ordering::Relaxed);
     scope
         .needs_estimate
-        .store(config.has_token_limit(), Ordering::Relaxed);
+        .store(config.needs_estimate(), Ordering::Relaxed);
+    scope
+        .needs_price
+        .store(config.has_cost_limit(), Ordering::Relaxed);
     // A scope that learns finds out at the next answer whether it still
     // waits for its first one (a cheap check when it does not).
     scope
@@ -195,7 +199,7 @@ fn reconfigure_scope(
     }
     let mut st = scope.state.lock();
     if !st.store.reconfigure(config, now) {
-        st.store = inner.quota_backend.open(config, now);
+        st.store = inner.quota_backend.open(config, now, inner.wall);
     }
     st.reconfigure_flows(config);
     st.reconfigured(now);

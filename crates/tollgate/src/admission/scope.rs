@@ -111,10 +111,11 @@ pub(crate) struct Grant {
 
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    /// The demand's input and output tokens (every attempt takes one
-    /// request unit): kept small, one per queued call.
+    /// The demand's input and output tokens and its cost (every attempt
+    /// takes one request unit): kept small, one per queued call.
     pub(crate) input: u64,
     pub(crate) output: u64,
+    pub(crate) cost: u64,
     /// The pool it takes a permit from once granted.
     pub(crate) pool: Option<u32>,
     /// Its flow (its line is found by it even after the grant unlinked it).
@@ -130,6 +131,7 @@ impl Waiter {
         Waiter {
             input: demand.input,
             output: demand.output,
+            cost: demand.cost,
             pool,
             flow,
             waker: None,
@@ -169,7 +171,7 @@ impl Waiter {
     }
 
     pub(crate) fn demand(&self) -> Demand {
-        Demand::new(self.input, self.output)
+        Demand::new(self.input, self.output).with_cost(self.cost)
     }
 
     pub(crate) fn wake(&mut self) {
@@ -262,10 +264,42 @@ pub struct ScopeCounters {
     /// Pending holds the shared store had let expire before their call
     /// leased them (the call reserved again; DQ-5).
     pub holds_expired: u64,
+    /// Micro-dollars reserved by leased attempts (their worst cases, SPEC
+    /// BUD-2).
+    pub cost_reserved: u64,
+    /// Micro-dollars of priced usage of settled attempts.
+    pub cost_reported: u64,
+    /// Micro-dollars given back: settlements priced below the
+    /// reservation, and refusals (never billed, SPEC BUD-5).
+    pub cost_refunded: u64,
+    /// Micro-dollars charged beyond the reservation (debt).
+    pub cost_debt: u64,
 }
 
 impl ScopeCounters {
+    /// An attempt was leased with `demand`.
+    pub(crate) fn leased(&mut self, demand: &Demand) {
+        self.admitted += 1;
+        self.tokens_reserved = self.tokens_reserved.saturating_add(demand.tokens());
+        self.cost_reserved = self.cost_reserved.saturating_add(demand.cost);
+    }
+
+    /// An attempt leased with `demand` was refused by the provider: its
+    /// cost comes back (SPEC BUD-5); `released` when requests or tokens
+    /// come back too (SPEC Q-16).
+    pub(crate) fn refused(&mut self, demand: &Demand, released: bool) {
+        self.cost_refunded = self.cost_refunded.saturating_add(demand.cost);
+        if released {
+            self.refusals_released += 1;
+        }
+    }
+
     pub(crate) fn settle(&mut self, s: &crate::usage::Settlement) {
+        if let Some(c) = s.cost.reported {
+            self.cost_reported = self.cost_reported.saturating_add(c);
+            self.cost_refunded = self.cost_refunded.saturating_add(s.cost.refunded);
+            self.cost_debt = self.cost_debt.saturating_add(s.cost.debt);
+        }
         match s.reported {
             None => self.unknown_usage += 1,
             Some(r) => {
@@ -316,6 +350,9 @@ pub(crate) struct Scope {
     /// Whether a call must bring a token estimate (the scope limits
     /// tokens); changed by a reconfiguration.
     pub(crate) needs_estimate: std::sync::atomic::AtomicBool,
+    /// Whether a call must bring a price (the scope has a cost limit, SPEC
+    /// BUD-2); changed by a reconfiguration.
+    pub(crate) needs_price: std::sync::atomic::AtomicBool,
     /// Still waiting for the provider's first answer to learn its limits
     /// (SPEC Q-14).
     pub(crate) learning: std::sync::atomic::AtomicBool,
@@ -341,7 +378,8 @@ impl Scope {
         Scope {
             id,
             name: Arc::from(config.name()),
-            needs_estimate: std::sync::atomic::AtomicBool::new(config.has_token_limit()),
+            needs_estimate: std::sync::atomic::AtomicBool::new(config.needs_estimate()),
+            needs_price: std::sync::atomic::AtomicBool::new(config.has_cost_limit()),
             learning: std::sync::atomic::AtomicBool::new(config.learns().is_some()),
             capacity: std::sync::atomic::AtomicUsize::new(capacity),
             retired: std::sync::atomic::AtomicBool::new(false),
@@ -376,6 +414,11 @@ impl Scope {
     pub(crate) fn needs_estimate(&self) -> bool {
         self.needs_estimate
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a call must bring a price.
+    pub(crate) fn needs_price(&self) -> bool {
+        self.needs_price.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a reconfiguration removed it.

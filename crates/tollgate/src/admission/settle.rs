@@ -72,7 +72,9 @@ impl Inner {
         st.invalidate_projection();
     }
 
-    /// See [`Lease::refused`].
+    /// See [`Lease::refused`]: `requests` and `tokens` say what the
+    /// provider's limiter did not charge; the cost always goes back (no
+    /// provider bills a refused request, SPEC BUD-5).
     pub(crate) fn release_refused(
         &self,
         scope: ScopeId,
@@ -85,8 +87,9 @@ impl Inner {
         };
         let now = self.clock.now();
         let mut st = scope.state.lock();
-        st.store.release(reservation, requests, tokens);
-        st.counters.refusals_released += 1;
+        let cost = reservation.demand.cost > 0;
+        st.store.release(reservation, requests, tokens, cost);
+        st.counters.refused(&reservation.demand, requests || tokens);
         st.invalidate_projection();
         if !st.queue.is_empty() {
             st.drain(now);
@@ -153,6 +156,8 @@ impl Inner {
                 Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens => {
                     st.counters.gap_tokens = st.counters.gap_tokens.saturating_add(observed.gap);
                 }
+                // No provider reports money: the store ignores it.
+                Dimension::Cost => {}
             }
             if observed.adopted.is_some() {
                 st.counters.limits_adopted += 1;
@@ -180,7 +185,8 @@ impl Inner {
         total
     }
 
-    /// Settles a started attempt's tokens (SPEC Q-5).
+    /// Settles a started attempt's tokens (SPEC Q-5) and cost (BUD-2;
+    /// `usage` is priced already, if the attempt has a price).
     pub(crate) fn reconcile(
         &self,
         scope: ScopeId,
@@ -188,13 +194,13 @@ impl Inner {
         usage: Usage,
         charged: Option<Flow>,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens(), usage);
+        let settlement = Settlement::new(&reservation.demand, usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
             return settlement;
         };
         let mut st = scope.state.lock();
         st.counters.settle(&settlement);
-        let Some(actual) = Actual::from_usage(&usage) else {
+        let Some(actual) = Actual::settling(&usage, &reservation.demand) else {
             // Unknown usage keeps the estimate: nothing changes.
             return settlement;
         };

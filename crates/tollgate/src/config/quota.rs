@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::calendar::Calendar;
 use super::error::{ConfigError, non_zero, positive};
 use crate::quota::Dimension;
 
@@ -40,14 +41,80 @@ impl Algorithm {
 }
 
 /// One (dimension, amount, window) limit (SPEC Q-1).
+///
+/// The window is rolling (`window` long, counted by the scope's
+/// algorithm), or a period of the calendar (SPEC BUD-3): then `window` is
+/// the period's nominal length, and the limit is a fixed window whose
+/// boundaries are the period's, whatever the scope's algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
     /// Requests, tokens, input tokens or output tokens (SPEC Q-12).
     pub dimension: Dimension,
     /// How many per window; must be positive.
     pub amount: u64,
-    /// The window; must be longer than zero.
+    /// The window; must be longer than zero. For a calendar window, the
+    /// period's nominal length ([`Period::nominal`](super::Period::nominal)).
     pub window: Duration,
+    /// The calendar period, for a calendar window; `None` for a rolling
+    /// window.
+    pub calendar: Option<Calendar>,
+}
+
+impl Limit {
+    /// `amount` of `dimension` per rolling `window`.
+    pub const fn new(dimension: Dimension, amount: u64, window: Duration) -> Self {
+        Limit {
+            dimension,
+            amount,
+            window,
+            calendar: None,
+        }
+    }
+
+    /// `amount` of `dimension` per period of `calendar` (SPEC BUD-3).
+    ///
+    /// ```
+    /// use tollgate::config::{Calendar, Limit, Period, ScopeConfig};
+    /// use tollgate::Dimension;
+    /// let scope = ScopeConfig::new("team-a")
+    ///     .limit(Limit::per(Dimension::Tokens, 2_000_000, Calendar::new(Period::Day)));
+    /// assert!(scope.limits()[0].calendar.is_some());
+    /// ```
+    pub const fn per(dimension: Dimension, amount: u64, calendar: Calendar) -> Self {
+        Limit {
+            dimension,
+            amount,
+            window: calendar.period.nominal(),
+            calendar: Some(calendar),
+        }
+    }
+
+    /// The window as configured: `1m`-style for a rolling one, `day
+    /// (Europe/Paris)`-style for a calendar one.
+    pub fn window_label(&self) -> String {
+        match &self.calendar {
+            Some(c) => c.to_string(),
+            None => format_duration(self.window),
+        }
+    }
+}
+
+/// `d` in the configuration's style: `90s` as `1m 30s`, `1d`, `500ms`.
+fn format_duration(d: Duration) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let mut secs = d.as_secs();
+    let mut parts = Vec::new();
+    for (size, unit) in UNITS {
+        if secs >= size {
+            parts.push(format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    let ms = d.subsec_millis();
+    if ms > 0 || parts.is_empty() {
+        parts.push(format!("{ms}ms"));
+    }
+    parts.join(" ")
 }
 
 /// A named quota scope: the calls that spend one budget (SPEC Q-10).
@@ -90,42 +157,35 @@ impl ScopeConfig {
 
     /// Adds a request limit of `amount` per `window`.
     pub fn requests(self, amount: u64, window: Duration) -> Self {
-        self.limit(Limit {
-            dimension: Dimension::Requests,
-            amount,
-            window,
-        })
+        self.limit(Limit::new(Dimension::Requests, amount, window))
     }
 
     /// Adds a token limit of `amount` per `window`.
     pub fn tokens(self, amount: u64, window: Duration) -> Self {
-        self.limit(Limit {
-            dimension: Dimension::Tokens,
-            amount,
-            window,
-        })
+        self.limit(Limit::new(Dimension::Tokens, amount, window))
     }
 
     /// Adds an input-token limit of `amount` per `window` (SPEC Q-12): it
     /// takes each attempt's input estimate and is settled from the
     /// reported input tokens.
     pub fn input_tokens(self, amount: u64, window: Duration) -> Self {
-        self.limit(Limit {
-            dimension: Dimension::InputTokens,
-            amount,
-            window,
-        })
+        self.limit(Limit::new(Dimension::InputTokens, amount, window))
     }
 
     /// Adds an output-token limit of `amount` per `window` (SPEC Q-12): it
     /// takes each attempt's output allowance and is settled from the
     /// reported output tokens.
     pub fn output_tokens(self, amount: u64, window: Duration) -> Self {
-        self.limit(Limit {
-            dimension: Dimension::OutputTokens,
-            amount,
-            window,
-        })
+        self.limit(Limit::new(Dimension::OutputTokens, amount, window))
+    }
+
+    /// Adds a cost limit (a budget, SPEC BUD-2) of `micros` micro-dollars
+    /// per `window`: it takes each attempt's worst-case cost at its price
+    /// and is settled from the priced usage. Every call of the scope then
+    /// needs a price ([`Call::with_price`](crate::Call::with_price)) and a
+    /// token estimate.
+    pub fn cost(self, micros: u64, window: Duration) -> Self {
+        self.limit(Limit::new(Dimension::Cost, micros, window))
     }
 
     /// Adds a limit.
@@ -199,6 +259,17 @@ impl ScopeConfig {
     /// Whether any limit counts tokens (or may, once learned).
     pub fn has_token_limit(&self) -> bool {
         self.learn.is_some() || self.limits.iter().any(|l| l.dimension.is_tokens())
+    }
+
+    /// Whether any limit counts money (SPEC BUD-2).
+    pub fn has_cost_limit(&self) -> bool {
+        self.limits.iter().any(|l| l.dimension.is_cost())
+    }
+
+    /// Whether every call needs a token estimate: a token limit, or a cost
+    /// limit (a call's worst case is priced from its estimate).
+    pub fn needs_estimate(&self) -> bool {
+        self.has_token_limit() || self.has_cost_limit()
     }
 
     /// Checks every field (SPEC CFG-1, CFG-2).

@@ -19,4 +19,4 @@ pub use policy::{AttemptPolicy, Decision, GiveUp, Jitter, NoJitter, SeededJitter
 pub use provider::{AttemptContext, ErrorKind, Provider, ProviderError, Reply, StreamEvent};
 pub use registry::Observer;
 pub use stream::CallStream;
-pub use supervisor::{CallOptions, RequestEstimator, Supervisor, SupervisorBuilder};
+pub use supervisor::{CallOptions, Pricer, RequestEstimator, Supervisor, SupervisorBuilder};

@@ -163,6 +163,8 @@ struct Live<P: Provider> {
     /// Whether the provider's limiter settles with actual usage (SPEC
     /// Q-16); if not, the stream's own lease keeps its estimate.
     reconciles: bool,
+    /// The provider's price: the usage seen is priced with it (BUD-2).
+    price: Option<crate::price::Price>,
 }
 
 impl<P: Provider> Live<P> {
@@ -170,12 +172,31 @@ impl<P: Provider> Live<P> {
     /// lease with the usage seen so far.
     fn release(&mut self) {
         self.upstream = None;
+        let usage = self.priced_usage();
         if let Some(mut lease) = self.lease.take() {
-            let usage = if self.reconciles { self.usage } else { None };
-            settle_stream(&mut lease, usage);
+            let own = if self.reconciles {
+                usage
+            } else {
+                // The provider's limiter keeps the estimate, but the
+                // bill is what was used (BUD-2).
+                usage
+                    .and_then(|u| u.cost())
+                    .map(|c| Usage::UNKNOWN.with_cost(Some(c)))
+            };
+            settle_stream(&mut lease, own);
         }
         for mut lease in self.held.drain(..) {
-            settle_stream(&mut lease, self.usage);
+            settle_stream(&mut lease, usage);
+        }
+    }
+
+    /// The usage seen so far, priced at the stream's own model: a held
+    /// lease (a tenant's, reserved at another price) settles the money the
+    /// attempt cost (SPEC BUD-2).
+    fn priced_usage(&self) -> Option<Usage> {
+        match (self.usage, &self.price) {
+            (Some(u), Some(p)) => Some(u.priced(p)),
+            (u, _) => u,
         }
     }
 
@@ -316,6 +337,7 @@ impl<P: Provider> CallStream<P> {
         probe: Option<Probe>,
         guard: CallGuard,
         options: CallOptions,
+        price: Option<crate::price::Price>,
     ) -> Self {
         let deadline_at = options.deadline.instant();
         let deadline = deadline_at.map(|d| Box::pin(tokio::time::sleep_until(d)));
@@ -333,6 +355,7 @@ impl<P: Provider> CallStream<P> {
             waker: None,
             guard,
             reconciles: supervisor.inner.accounting.reconciles,
+            price,
         }));
         // Outside a tokio runtime nothing here could sleep anyway; the
         // consumer's own checks then remain.
@@ -363,9 +386,10 @@ impl<P: Provider> CallStream<P> {
         self.live.lock().guard.chunks
     }
 
-    /// The usage the provider reported so far, if any.
+    /// The usage the provider reported so far, if any, priced when the
+    /// supervisor has a price (SPEC BUD-2).
     pub fn usage(&self) -> Option<Usage> {
-        self.live.lock().usage
+        self.live.lock().priced_usage()
     }
 
     /// How the streamed attempt was admitted (its quota and concurrency
@@ -391,7 +415,7 @@ impl<P: Provider> CallStream<P> {
         if live.stage == Stage::Streaming {
             live.held.push(lease);
         } else {
-            settle_stream(&mut lease, live.usage);
+            settle_stream(&mut lease, live.priced_usage());
         }
     }
 

@@ -29,6 +29,7 @@ use crate::config::ConfigError;
 use crate::deadline::{Deadline, Phase};
 use crate::estimate::{TokenEstimator, validate};
 use crate::flow::Flow;
+use crate::price::Price;
 use crate::usage::Usage;
 
 /// Estimates one attempt's tokens from its request (SPEC ): any
@@ -82,7 +83,13 @@ pub(crate) struct Inner<P: Provider> {
     pub(crate) calls: Arc<Calls>,
     pub(crate) accounting: Accounting,
     arrival: ArrivalBound,
+    pub(crate) price: Option<Price>,
+    pricer: Option<Pricer<P::Request>>,
 }
+
+/// The price of a request's model, for a provider whose requests name
+/// different models (SPEC BUD-1).
+pub type Pricer<R> = Arc<dyn Fn(&R) -> Option<Price> + Send + Sync>;
 
 /// Runs calls to one provider under one admission controller.
 /// Cloning is cheap and shares the supervisor.
@@ -124,9 +131,31 @@ pub struct SupervisorBuilder<P: Provider> {
     jitter: Option<SharedJitter>,
     observer: Option<Observer>,
     accounting: Accounting,
+    price: Option<Price>,
+    pricer: Option<Pricer<P::Request>>,
 }
 
 impl<P: Provider> SupervisorBuilder<P> {
+    /// The price of each request's model, when the provider's requests
+    /// name different models (a batch file): it wins over
+    /// [`price`](Self::price) for the requests it prices.
+    pub fn pricer(
+        mut self,
+        pricer: impl Fn(&P::Request) -> Option<Price> + Send + Sync + 'static,
+    ) -> Self {
+        self.pricer = Some(Arc::new(pricer));
+        self
+    }
+
+    /// The price of the provider's model (SPEC BUD-1): every attempt
+    /// reserves its worst case from the scope's cost limits, and its usage
+    /// is priced with it at settlement (needed when the scope has a cost
+    /// limit).
+    pub fn price(mut self, price: Price) -> Self {
+        self.price = Some(price);
+        self
+    }
+
     /// The quota scope every attempt spends (default: the first scope).
     pub fn scope(mut self, scope: ScopeId) -> Self {
         self.scope = scope;
@@ -266,6 +295,8 @@ impl<P: Provider> SupervisorBuilder<P> {
                 calls,
                 arrival: ArrivalBound::new(self.accounting.arrival_floor),
                 accounting: self.accounting,
+                price: self.price,
+                pricer: self.pricer,
             }),
         }
     }
@@ -303,6 +334,8 @@ impl<P: Provider> Supervisor<P> {
             jitter: None,
             observer: None,
             accounting: Accounting::default(),
+            price: None,
+            pricer: None,
         }
     }
 
@@ -410,11 +443,16 @@ impl<P: Provider> Supervisor<P> {
                 return Err(e);
             }
         };
-        // A provider that does not settle keeps its admission charge.
+        // A provider that does not settle keeps its admission charge;
+        // the bill is still what was used (BUD-2).
+        let usage = match self.price_of(request) {
+            Some(price) => reply.usage.priced(&price),
+            None => reply.usage,
+        };
         let usage = if self.inner.accounting.reconciles {
-            reply.usage
+            usage
         } else {
-            Usage::UNKNOWN
+            Usage::UNKNOWN.with_cost(usage.cost())
         };
         let settlement = lease.reconcile(usage).ok();
         self.inner.controller.clear_backoff(self.inner.scope);
@@ -501,12 +539,21 @@ impl<P: Provider> Supervisor<P> {
                 probe,
                 guard,
                 options,
+                self.price_of(request),
             )),
             Err(e) => {
                 report_failure(probe, &e);
                 guard.finish(Err(&e));
                 Err(e)
             }
+        }
+    }
+
+    /// The price of `request`'s model, if known.
+    pub(crate) fn price_of(&self, request: &P::Request) -> Option<Price> {
+        match &self.inner.pricer {
+            Some(pricer) => pricer(request).or(self.inner.price),
+            None => self.inner.price,
         }
     }
 
@@ -532,6 +579,7 @@ impl<P: Provider> Supervisor<P> {
         // The id is claimed for the whole call (see `claim_id`).
         let mut call = Call::new(self.inner.scope).with_flow(flow);
         call.pool = self.inner.pool;
+        call.price = self.price_of(request).map(|p| p.reserve_price());
         if let Some(estimator) = &self.inner.estimator {
             let estimate = estimator
                 .estimate(request)
@@ -607,11 +655,11 @@ impl<P: Provider> Supervisor<P> {
             let end = clock.now();
             let error = match result {
                 Ok(value) => {
-                    let (lease, budget) = match answer {
+                    let (mut lease, budget) = match answer {
                         Answer::OneShot(budget) => (counted.ended(end), budget(&value)),
                         Answer::Stream(budget) => (counted.response_began(end), budget(&value)),
                     };
-                    self.observe_budget(&budget, &lease, end);
+                    self.observe_budget(&budget, &mut lease, end);
                     inner.controller.provider_answered(inner.scope);
                     return Ok(Attempted { value, lease });
                 }
@@ -638,10 +686,14 @@ impl<P: Provider> Supervisor<P> {
             if error.kind == ErrorKind::RateLimited {
                 let _ = lease.refused(inner.accounting.refusal_cost);
             } else {
-                let _ = lease.reconcile(error.usage);
+                let usage = match self.price_of(request) {
+                    Some(price) => error.usage.priced(&price),
+                    None => error.usage,
+                };
+                let _ = lease.reconcile(usage);
             }
             if let Some(budget) = &error.budget {
-                self.observe_budget(budget, &lease, end);
+                self.observe_budget(budget, &mut lease, end);
             }
             if error.status.is_some() {
                 inner.controller.provider_answered(inner.scope);
@@ -687,16 +739,11 @@ impl<P: Provider> Supervisor<P> {
 
     /// Hands a response's budget reports to the controller (SPEC Q-14).
     /// The answer is to `lease`'s attempt, already recounted.
-    fn observe_budget(&self, budget: &Budgets, lease: &Lease, at: Instant) {
+    fn observe_budget(&self, budget: &Budgets, lease: &mut Lease, at: Instant) {
         if budget.is_empty() {
             return;
         }
-        let observed = self.inner.controller.inner.observe(
-            lease.scope(),
-            budget.iter(),
-            Some(lease.reservation()),
-            at,
-        );
+        let observed = lease.observe(budget.iter(), at);
         if observed.gap > 0 || observed.freed > 0 || observed.adopted.is_some() {
             tracing::debug!(
                 gap = observed.gap,

@@ -176,6 +176,21 @@ impl TokenBucket {
         (u64::try_from(taken).unwrap_or(u64::MAX), self.pending)
     }
 
+    /// When it was last refilled, and the units missing from a full bucket
+    /// then (rounded up, pending amounts aside): what a restart must not
+    /// forget (SPEC DQ-8).
+    pub(crate) fn saved(&self) -> (Nanos, u64) {
+        (self.updated, self.counted().0)
+    }
+
+    /// Takes `taken` units saved before a restart, less what flowed in
+    /// during the `elapsed` nanoseconds since (rounded down).
+    pub(crate) fn restore(&mut self, taken: u64, elapsed: Nanos) {
+        let refilled = i128::from(elapsed).saturating_mul(i128::from(self.limit)) / self.window;
+        let left = i128::from(taken).saturating_sub(refilled).max(0);
+        self.take(u64::try_from(left).unwrap_or(u64::MAX));
+    }
+
     /// Whether it is full with nothing pending: it limits nothing more
     /// than a fresh bucket would.
     pub(crate) fn is_full(&self) -> bool {

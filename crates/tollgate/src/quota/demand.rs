@@ -17,11 +17,25 @@ pub enum Dimension {
     /// Output tokens only: the output allowance, reconciled from the
     /// reported output.
     OutputTokens,
+    /// Money, in micro-dollars (SPEC BUD-2): the attempt's worst-case cost
+    /// at its model's price, reconciled from the priced usage. Never
+    /// reported or learned from a provider's rate-limit headers.
+    Cost,
 }
 
 impl Dimension {
     /// Every dimension, in a stable order.
-    pub const ALL: [Dimension; 4] = [
+    pub const ALL: [Dimension; 5] = [
+        Dimension::Requests,
+        Dimension::Tokens,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+        Dimension::Cost,
+    ];
+
+    /// The dimensions a provider's rate limiter counts (every one but
+    /// [`Cost`](Dimension::Cost)), in the order of [`ALL`](Dimension::ALL).
+    pub const RATE: [Dimension; 4] = [
         Dimension::Requests,
         Dimension::Tokens,
         Dimension::InputTokens,
@@ -29,20 +43,29 @@ impl Dimension {
     ];
 
     /// The dimension's stable lower-case name: `requests`, `tokens`,
-    /// `input_tokens` or `output_tokens`.
+    /// `input_tokens`, `output_tokens` or `cost`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Dimension::Requests => "requests",
             Dimension::Tokens => "tokens",
             Dimension::InputTokens => "input_tokens",
             Dimension::OutputTokens => "output_tokens",
+            Dimension::Cost => "cost",
         }
     }
 
     /// Whether the dimension counts tokens of any kind (reconciled after
     /// the call, given back by a refusal that charges no tokens).
     pub const fn is_tokens(self) -> bool {
-        !matches!(self, Dimension::Requests)
+        matches!(
+            self,
+            Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens
+        )
+    }
+
+    /// Whether the dimension counts money (SPEC BUD-2).
+    pub const fn is_cost(self) -> bool {
+        matches!(self, Dimension::Cost)
     }
 }
 
@@ -53,8 +76,9 @@ impl std::fmt::Display for Dimension {
 }
 
 /// The amounts one attempt reserves from every limit of its scope: one
-/// request unit, its input estimate and its output allowance (SPEC Q-12).
-/// A `tokens` limit takes their sum.
+/// request unit, its input estimate, its output allowance (SPEC Q-12) and
+/// its worst-case cost (SPEC BUD-2). A `tokens` limit takes the sum of
+/// input and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Demand {
     /// Request units (one per attempt).
@@ -63,17 +87,27 @@ pub struct Demand {
     pub input: u64,
     /// Expected output tokens (the output allowance).
     pub output: u64,
+    /// The worst-case cost in micro-dollars (zero for a call without a
+    /// price).
+    pub cost: u64,
 }
 
 impl Demand {
     /// One request unit, `input` estimated input tokens and `output`
-    /// expected output tokens.
+    /// expected output tokens, no cost.
     pub const fn new(input: u64, output: u64) -> Self {
         Demand {
             requests: 1,
             input,
             output,
+            cost: 0,
         }
+    }
+
+    /// The same demand with a worst-case cost of `cost` micro-dollars.
+    pub const fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
     }
 
     /// Input plus output: what a `tokens` limit takes.
@@ -88,6 +122,7 @@ impl Demand {
             Dimension::Tokens => self.tokens(),
             Dimension::InputTokens => self.input,
             Dimension::OutputTokens => self.output,
+            Dimension::Cost => self.cost,
         }
     }
 }
@@ -102,6 +137,9 @@ impl Demand {
 /// stay as reserved while a `tokens` limit is reconciled to the total,
 /// except that neither side can have used more than the whole (a known
 /// zero gives every token dimension back, SPEC Q-5).
+///
+/// `cost` is the priced usage in micro-dollars (SPEC BUD-2); `None` keeps
+/// the reserved cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Actual {
     /// The reported total.
@@ -110,6 +148,8 @@ pub struct Actual {
     pub input: Option<u64>,
     /// The reported output tokens, if known.
     pub output: Option<u64>,
+    /// The priced usage, if known.
+    pub cost: Option<u64>,
 }
 
 impl Actual {
@@ -120,6 +160,7 @@ impl Actual {
             tokens,
             input: None,
             output: None,
+            cost: None,
         }
     }
 
@@ -129,6 +170,37 @@ impl Actual {
             tokens: input.saturating_add(output),
             input: Some(input),
             output: Some(output),
+            cost: None,
+        }
+    }
+
+    /// The same figures with a known cost of `cost` micro-dollars.
+    pub const fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = Some(cost);
+        self
+    }
+
+    /// Every token dimension at `estimate` (unchanged) and a known cost:
+    /// the tokens are unknown but the money is not (an attempt the
+    /// provider refused unbilled, SPEC BUD-5).
+    pub const fn keep_tokens(estimate: &Demand, cost: u64) -> Self {
+        Actual {
+            tokens: estimate.tokens(),
+            input: Some(estimate.input),
+            output: Some(estimate.output),
+            cost: Some(cost),
+        }
+    }
+
+    /// What settlement makes of reported usage against the reservation's
+    /// `estimate`: [`from_usage`](Actual::from_usage), or when the tokens
+    /// are unknown but the cost is known, the tokens kept as estimated and
+    /// the cost settled; `None` when nothing is known.
+    pub fn settling(usage: &crate::usage::Usage, estimate: &Demand) -> Option<Self> {
+        match (Actual::from_usage(usage), usage.cost()) {
+            (Some(a), _) => Some(a),
+            (None, Some(cost)) => Some(Actual::keep_tokens(estimate, cost)),
+            (None, None) => None,
         }
     }
 
@@ -149,6 +221,7 @@ impl Actual {
             tokens,
             input,
             output,
+            cost: usage.cost(),
         })
     }
 
@@ -177,10 +250,12 @@ impl Actual {
     }
 
     /// What a limit of `dimension` is settled to, given what `estimate`
-    /// reserved on it; `None` for request limits (never reconciled).
+    /// reserved on it; `None` for request limits (never reconciled) and for
+    /// a cost that is not known (the reservation stays).
     pub const fn amount(&self, dimension: Dimension, estimate: &Demand) -> Option<u64> {
         match dimension {
             Dimension::Requests => None,
+            Dimension::Cost => self.cost,
             Dimension::Tokens => Some(self.tokens),
             Dimension::InputTokens => match self.input {
                 Some(i) => Some(i),
@@ -245,6 +320,8 @@ pub struct LimitedBy {
     pub input_tokens: bool,
     /// An output-token limit was short.
     pub output_tokens: bool,
+    /// A cost limit (a budget, SPEC BUD-2) was short.
+    pub cost: bool,
 }
 
 impl LimitedBy {
@@ -262,6 +339,7 @@ impl LimitedBy {
             Dimension::Tokens => self.tokens = true,
             Dimension::InputTokens => self.input_tokens = true,
             Dimension::OutputTokens => self.output_tokens = true,
+            Dimension::Cost => self.cost = true,
         }
     }
 
@@ -272,12 +350,13 @@ impl LimitedBy {
             Dimension::Tokens => self.tokens,
             Dimension::InputTokens => self.input_tokens,
             Dimension::OutputTokens => self.output_tokens,
+            Dimension::Cost => self.cost,
         }
     }
 
     /// Whether no dimension was short.
     pub const fn is_none(&self) -> bool {
-        !(self.requests || self.tokens || self.input_tokens || self.output_tokens)
+        !(self.requests || self.tokens || self.input_tokens || self.output_tokens || self.cost)
     }
 
     /// Merges two observations.
@@ -287,14 +366,15 @@ impl LimitedBy {
             tokens: self.tokens || other.tokens,
             input_tokens: self.input_tokens || other.input_tokens,
             output_tokens: self.output_tokens || other.output_tokens,
+            cost: self.cost || other.cost,
         }
     }
 
     /// The short dimensions' names joined by `+` in the order of
     /// [`Dimension::ALL`] (`"requests"`, `"tokens"`, `"requests+tokens"`,
-    /// `"input_tokens+output_tokens"`...), or `"none"`.
+    /// `"input_tokens+output_tokens"`, `"tokens+cost"`...), or `"none"`.
     pub const fn as_str(&self) -> &'static str {
-        const NAMES: [&str; 16] = [
+        const NAMES: [&str; 32] = [
             "none",
             "requests",
             "tokens",
@@ -311,11 +391,28 @@ impl LimitedBy {
             "requests+input_tokens+output_tokens",
             "tokens+input_tokens+output_tokens",
             "requests+tokens+input_tokens+output_tokens",
+            "cost",
+            "requests+cost",
+            "tokens+cost",
+            "requests+tokens+cost",
+            "input_tokens+cost",
+            "requests+input_tokens+cost",
+            "tokens+input_tokens+cost",
+            "requests+tokens+input_tokens+cost",
+            "output_tokens+cost",
+            "requests+output_tokens+cost",
+            "tokens+output_tokens+cost",
+            "requests+tokens+output_tokens+cost",
+            "input_tokens+output_tokens+cost",
+            "requests+input_tokens+output_tokens+cost",
+            "tokens+input_tokens+output_tokens+cost",
+            "requests+tokens+input_tokens+output_tokens+cost",
         ];
         let bits = self.requests as usize
             | (self.tokens as usize) << 1
             | (self.input_tokens as usize) << 2
-            | (self.output_tokens as usize) << 3;
+            | (self.output_tokens as usize) << 3
+            | (self.cost as usize) << 4;
         NAMES[bits]
     }
 }
@@ -375,7 +472,9 @@ pub struct Observed {
 }
 
 /// What a provider charges its own limiter for a request it refuses with a
-/// 429 (SPEC Q-16). tollgate's window is charged exactly that.
+/// 429 (SPEC Q-16). tollgate's window is charged exactly that. Money is
+/// another matter: providers bill nothing for a refused request, so a
+/// refusal always gives its reserved cost back (SPEC BUD-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RefusalCost {
     /// The request unit and the whole token charge (the safe default, and
@@ -412,15 +511,24 @@ mod tests {
     fn a_demand_gives_each_dimension_its_amount() {
         let d = Demand::new(300, 40);
         let amounts = Dimension::ALL.map(|dim| d.amount(dim));
-        assert_eq!(amounts, [1, 340, 300, 40]);
+        assert_eq!(amounts, [1, 340, 300, 40, 0]);
+        assert_eq!(d.with_cost(7).amount(Dimension::Cost), 7);
         let names = Dimension::ALL.map(Dimension::as_str);
         assert_eq!(
             names,
-            ["requests", "tokens", "input_tokens", "output_tokens"]
+            [
+                "requests",
+                "tokens",
+                "input_tokens",
+                "output_tokens",
+                "cost"
+            ]
         );
         assert_eq!(Dimension::InputTokens.to_string(), "input_tokens");
         assert!(!Dimension::Requests.is_tokens());
         assert!(Dimension::OutputTokens.is_tokens());
+        assert!(!Dimension::Cost.is_tokens() && Dimension::Cost.is_cost());
+        assert_eq!(&Dimension::ALL[..4], &Dimension::RATE[..]);
     }
 
     // proves, Q-6 (settlement takes each token limit from its
@@ -430,7 +538,7 @@ mod tests {
     #[test]
     fn settlement_figures_per_dimension() {
         let est = Demand::new(100, 50);
-        let at = |a: Actual| Dimension::ALL.map(|d| a.amount(d, &est));
+        let at = |a: Actual| Dimension::RATE.map(|d| a.amount(d, &est));
         let split = Actual::from_usage(&Usage::from_io(70, 20)).expect("known");
         assert_eq!(at(split), [None, Some(90), Some(70), Some(20)]);
         let total = Actual::from_usage(&Usage::known(120)).expect("known");
@@ -455,6 +563,26 @@ mod tests {
         assert!(!same.refunds(&est) && !same.debt(&est));
     }
 
+    // proves: BUD-2, Q-5 (the cost is settled from the priced usage; an
+    // unknown cost keeps the reservation; known money with unknown tokens
+    // keeps the tokens as estimated)
+    #[test]
+    fn cost_settles_from_the_priced_usage() {
+        let est = Demand::new(100, 50).with_cost(9_000);
+        let priced = Usage::from_io(70, 20).priced(&crate::price::Price::new(1_000_000, 1_000_000));
+        let a = Actual::settling(&priced, &est).expect("known");
+        assert_eq!(a.amount(Dimension::Cost, &est), Some(90));
+        assert!(a.refunds(&est));
+        let unpriced = Actual::settling(&Usage::from_io(70, 20), &est).expect("known");
+        assert_eq!(unpriced.amount(Dimension::Cost, &est), None);
+        let refused = Actual::settling(&Usage::UNKNOWN.with_cost(Some(0)), &est).expect("cost");
+        assert_eq!(
+            Dimension::ALL.map(|d| refused.amount(d, &est)),
+            [None, Some(150), Some(100), Some(50), Some(0)]
+        );
+        assert_eq!(Actual::settling(&Usage::UNKNOWN, &est), None);
+    }
+
     // proves: Q-12, OBS-4 (limited_by names each short dimension)
     #[test]
     fn limited_by_names_every_dimension() {
@@ -471,6 +599,30 @@ mod tests {
             ..LimitedBy::default()
         });
         assert_eq!(all.as_str(), "requests+tokens+input_tokens+output_tokens");
+        assert_eq!(LimitedBy::only(Dimension::Cost).as_str(), "cost");
+        let mut with_cost = all;
+        with_cost.add(Dimension::Cost);
+        assert_eq!(
+            with_cost.as_str(),
+            "requests+tokens+input_tokens+output_tokens+cost"
+        );
+        // Every combination names its dimensions in order.
+        for bits in 0u32..32 {
+            let mut l = LimitedBy::default();
+            let mut names = Vec::new();
+            for (i, d) in Dimension::ALL.into_iter().enumerate() {
+                if bits & (1 << i) != 0 {
+                    l.add(d);
+                    names.push(d.as_str());
+                }
+            }
+            let want = if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join("+")
+            };
+            assert_eq!(l.as_str(), want);
+        }
         assert_eq!(LimitedBy::only(Dimension::Requests).as_str(), "requests");
         assert_eq!(LimitedBy::only(Dimension::Tokens).as_str(), "tokens");
     }

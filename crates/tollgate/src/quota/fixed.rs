@@ -1,6 +1,12 @@
-//! `fixed_window`: counters that reset at each window boundary (SPEC Q-2).
+//! `fixed_window`: counters that reset at each window boundary (SPEC Q-2),
+//! and calendar windows (SPEC BUD-3), which are fixed windows whose
+//! boundaries come from the calendar.
 //!
-//! Boundaries are aligned to the scope's epoch (its creation). A reservation
+//! Rolling-length boundaries are aligned to the scope's epoch (its
+//! creation); calendar ones are the periods' first instants (see
+//! `calendar.rs`). The current window's bounds are kept, so a reservation
+//! costs one comparison, and the calendar is read only when a boundary is
+//! crossed. A reservation
 //! refunded or reconciled in a later window than the one it was taken in
 //! changes nothing: that window's counter is already gone.
 //!
@@ -11,23 +17,70 @@
 //! per window (SPEC Q-7).
 
 use super::Nanos;
+use super::calendar;
+use crate::clock::UtcNanos;
+use crate::config::Calendar;
+
+/// Where a fixed window's boundaries lie.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Periods {
+    /// Every so many nanoseconds from the scope's epoch.
+    Every(Nanos),
+    /// The calendar's periods; `epoch` is the scope's epoch in UTC.
+    Calendar { calendar: Calendar, epoch: UtcNanos },
+}
+
+impl Periods {
+    /// The window holding `at`: `[start, end)` with `start <= at < end`.
+    fn of(&self, at: Nanos) -> (Nanos, Nanos) {
+        match *self {
+            Periods::Every(window) => {
+                let start = at - at % window;
+                (start, start.saturating_add(window))
+            }
+            Periods::Calendar { calendar, epoch } => {
+                match calendar::period(&calendar, epoch + i128::from(at)) {
+                    // A period that began before the scope did starts at
+                    // its epoch: nothing is counted before it.
+                    Some((start, end)) => (tick(start - epoch), tick(end - epoch)),
+                    // Beyond the calendar's years: one endless window.
+                    None => (0, Nanos::MAX),
+                }
+            }
+        }
+    }
+}
+
+/// A time since the epoch as a tick, clamped to the ticks' range.
+fn tick(n: i128) -> Nanos {
+    u64::try_from(n.max(0)).unwrap_or(Nanos::MAX)
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct FixedWindow {
     limit: u64,
-    window: Nanos,
-    index: u64,
+    periods: Periods,
+    /// The current window: `[start, end)`.
+    start: Nanos,
+    end: Nanos,
     used: u64,
     /// Units held by pending reservations.
     pending: u64,
 }
 
 impl FixedWindow {
-    pub(crate) fn new(limit: u64, window: Nanos) -> Self {
+    /// A window of `limit` whose boundaries are `periods`, at `now`.
+    pub(crate) fn new(limit: u64, periods: Periods, now: Nanos) -> Self {
+        let periods = match periods {
+            Periods::Every(w) => Periods::Every(w.max(1)),
+            calendar => calendar,
+        };
+        let (start, end) = periods.of(now);
         FixedWindow {
             limit,
-            window: window.max(1),
-            index: 0,
+            periods,
+            start,
+            end,
             used: 0,
             pending: 0,
         }
@@ -38,16 +91,11 @@ impl FixedWindow {
         self.used.saturating_add(self.pending)
     }
 
-    fn index_of(&self, at: Nanos) -> u64 {
-        at / self.window
-    }
-
     /// Starts a new window when `now` crossed a boundary.
     #[inline]
     pub(crate) fn roll(&mut self, now: Nanos) {
-        let idx = self.index_of(now);
-        if idx > self.index {
-            self.index = idx;
+        if now >= self.end {
+            (self.start, self.end) = self.periods.of(now);
             self.used = 0;
         }
     }
@@ -68,7 +116,7 @@ impl FixedWindow {
         if self.pending.saturating_add(amount) > self.limit {
             return None;
         }
-        Some(self.window.saturating_mul(self.index + 1).max(now))
+        Some(self.end.max(now))
     }
 
     #[inline]
@@ -80,8 +128,9 @@ impl FixedWindow {
         }
     }
 
+    /// Whether `stamp` lies in the current window.
     fn same_window(&self, stamp: Nanos) -> bool {
-        self.index_of(stamp) == self.index
+        self.start <= stamp && stamp < self.end
     }
 
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, pending: bool) {
@@ -103,8 +152,7 @@ impl FixedWindow {
     /// the current window and not the one it was counted in. Returns the
     /// stamp that now locates it.
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos) -> Nanos {
-        let to = self.index_of(at);
-        if to == self.index_of(stamp) || to != self.index {
+        if !self.same_window(at) || self.same_window(stamp) {
             return stamp;
         }
         self.used = self.used.saturating_add(amount);
@@ -138,6 +186,21 @@ impl FixedWindow {
         self.pending = self.pending.saturating_add(pending);
     }
 
+    /// The current window and what it counts, pending amounts aside (SPEC
+    /// DQ-8): `(start, end, used)`.
+    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64) {
+        (self.start, self.end, self.used)
+    }
+
+    /// Counts `used`, saved before a restart from a window that has not
+    /// ended, in the window of `now` (which ends no earlier for a calendar
+    /// window, and later for a rolling-length one: its windows restart at
+    /// the new epoch).
+    pub(crate) fn restore(&mut self, used: u64, now: Nanos) {
+        self.roll(now);
+        self.used = self.used.saturating_add(used);
+    }
+
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
         if self.same_window(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);
@@ -154,7 +217,7 @@ mod tests {
     // proves: Q-2 (fixed window: counters reset at each boundary)
     #[test]
     fn resets_at_each_boundary() {
-        let mut w = FixedWindow::new(3, 60 * S);
+        let mut w = FixedWindow::new(3, Periods::Every(60 * S), 0);
         w.add(3, false);
         assert!(!w.fits(1));
         assert_eq!(w.earliest(1, 10 * S), Some(60 * S));

@@ -5,10 +5,12 @@ use std::time::Duration;
 use super::Nanos;
 use super::bucket::TokenBucket;
 use super::demand::{Dimension, Hold};
-use super::fixed::FixedWindow;
+use super::fixed::{FixedWindow, Periods};
 use super::others::Others;
+use super::saved::Counted;
 use super::sent::Compared;
 use super::sliding::SlidingWindow;
+use crate::clock::{UtcNanos, from_nanos, utc_nanos};
 use crate::config::{Algorithm, Limit};
 
 #[derive(Debug, Clone)]
@@ -59,17 +61,29 @@ pub(crate) struct LimitState {
 }
 
 impl LimitState {
-    pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos) -> Self {
+    /// The state of `config` at `now`, in a scope counted by `algorithm`
+    /// whose epoch is `epoch` in UTC. A calendar window is a fixed window
+    /// whatever the algorithm (SPEC BUD-3).
+    pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos, epoch: UtcNanos) -> Self {
         let window = nanos(config.window);
-        let algo = match algorithm {
-            Algorithm::SlidingWindow => Algo::Sliding(SlidingWindow::new(config.amount, window)),
-            Algorithm::TokenBucket { burst } => Algo::Bucket(TokenBucket::new(
+        let algo = match (config.calendar, algorithm) {
+            (Some(calendar), _) => Algo::Fixed(FixedWindow::new(
+                config.amount,
+                Periods::Calendar { calendar, epoch },
+                now,
+            )),
+            (None, Algorithm::SlidingWindow) => {
+                Algo::Sliding(SlidingWindow::new(config.amount, window))
+            }
+            (None, Algorithm::TokenBucket { burst }) => Algo::Bucket(TokenBucket::new(
                 config.amount,
                 window,
                 burst.map_or(window, nanos),
                 now,
             )),
-            Algorithm::FixedWindow => Algo::Fixed(FixedWindow::new(config.amount, window)),
+            (None, Algorithm::FixedWindow) => {
+                Algo::Fixed(FixedWindow::new(config.amount, Periods::Every(window), now))
+            }
         };
         LimitState {
             config,
@@ -296,15 +310,21 @@ impl LimitState {
         }
     }
 
-    /// Whether `algorithm` counts this limit with the same arithmetic as
-    /// now: then a reconfiguration carries the state as it is.
-    pub(crate) fn same_arithmetic(&self, algorithm: Algorithm) -> bool {
-        matches!(
-            (&self.algo, algorithm),
-            (Algo::Sliding(_), Algorithm::SlidingWindow)
-                | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
-                | (Algo::Fixed(_), Algorithm::FixedWindow)
-        )
+    /// Whether `limit`, in a scope counted by `algorithm`, is this limit's
+    /// window counted with the same arithmetic: then a reconfiguration
+    /// carries the state as it is. A calendar window is the same only as
+    /// the same period in the same time zone.
+    pub(crate) fn same_window(&self, limit: &Limit, algorithm: Algorithm) -> bool {
+        if self.config.calendar.is_some() || limit.calendar.is_some() {
+            return self.config.calendar == limit.calendar;
+        }
+        self.config.window == limit.window
+            && matches!(
+                (&self.algo, algorithm),
+                (Algo::Sliding(_), Algorithm::SlidingWindow)
+                    | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
+                    | (Algo::Fixed(_), Algorithm::FixedWindow)
+            )
     }
 
     /// Takes a new amount per window, and a bucket's new burst (a
@@ -346,6 +366,59 @@ impl LimitState {
             }
             Algo::Fixed(w) => w.seed(counted, pending, now),
         }
+    }
+
+    /// What it counts, in UTC (SPEC DQ-8): `epoch` is the scope's epoch in
+    /// UTC. Brought up to date by the caller.
+    pub(crate) fn save(&self, epoch: UtcNanos) -> Counted {
+        let utc = |t: Nanos| from_nanos(epoch + i128::from(t));
+        match &self.algo {
+            Algo::Sliding(w) => {
+                Counted::Until(w.saved().into_iter().map(|(t, a)| (utc(t), a)).collect())
+            }
+            Algo::Fixed(w) => {
+                let (start, end, used) = w.saved();
+                Counted::Window {
+                    start: utc(start),
+                    end: utc(end),
+                    used,
+                }
+            }
+            Algo::Bucket(b) => {
+                let (at, taken) = b.saved();
+                Counted::Taken { at: utc(at), taken }
+            }
+        }
+    }
+
+    /// Counts what a limit of the same window and arithmetic saved before
+    /// a restart, at `now` (see `saved.rs`). Returns `false`, counting
+    /// nothing, when `counted` is of another arithmetic.
+    pub(crate) fn restore(&mut self, counted: &Counted, now: Nanos, epoch: UtcNanos) -> bool {
+        // A UTC time in ticks; before the epoch, negative.
+        let tick = |t: std::time::SystemTime| utc_nanos(t) - epoch;
+        let now_at = i128::from(now);
+        match (&mut self.algo, counted) {
+            (Algo::Sliding(w), Counted::Until(entries)) => {
+                let entries: Vec<(Nanos, u64)> = entries
+                    .iter()
+                    .filter(|(until, _)| tick(*until) > now_at)
+                    .map(|&(until, a)| (u64::try_from(tick(until)).unwrap_or(Nanos::MAX), a))
+                    .collect();
+                w.restore(&entries, now);
+            }
+            (Algo::Fixed(w), Counted::Window { end, used, .. }) => {
+                if tick(*end) > now_at {
+                    w.restore(*used, now);
+                }
+            }
+            (Algo::Bucket(b), Counted::Taken { at, taken }) => {
+                let elapsed = u64::try_from(now_at - tick(*at)).unwrap_or(0);
+                b.restore(*taken, elapsed);
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// Whether it is transitional.

@@ -7,13 +7,15 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, LimitedBy, NotUntil, Observed, Reservation,
 };
 use super::limit::{Answer, LimitState, distinct, nanos};
+use super::saved::SavedScope;
 use super::sent::SentLog;
 use super::store::{LimitSnapshot, QuotaStore};
-use crate::clock::Instant;
+use crate::clock::{Instant, UtcNanos, WallClock};
 use crate::config::{Algorithm, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 mod reconfigure;
+mod saved;
 
 /// What an advertised limit changed (SPEC Q-14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,9 @@ enum Adopted {
 pub struct LocalQuota {
     algorithm: Algorithm,
     epoch: Instant,
+    /// `epoch` in UTC: where calendar periods begin (SPEC BUD-3) and what
+    /// saved state is measured against (SPEC DQ-8).
+    epoch_utc: UtcNanos,
     /// The latest instant seen (nanoseconds since `epoch`): the store's
     /// time never goes backwards (SPEC Q-13).
     latest: Nanos,
@@ -45,15 +50,26 @@ pub struct LocalQuota {
     /// Some limit is transitional (a reconfiguration replaced it): drained
     /// ones are dropped as time advances.
     draining: bool,
+    /// Changes whenever what is counted may have changed (SPEC DQ-8: a
+    /// saver skips a scope whose version it has already written).
+    version: u64,
 }
 
 impl LocalQuota {
-    /// The state of a freshly configured scope at `now`.
+    /// The state of a freshly configured scope at `now`, calendar windows
+    /// read on the system's wall clock.
     pub fn new(config: &ScopeConfig, now: Instant) -> Self {
+        Self::with_wall(config, now, WallClock::system_at(now))
+    }
+
+    /// The state of a freshly configured scope at `now`, whose instants
+    /// are in UTC what `wall` says (calendar windows, SPEC BUD-3).
+    pub fn with_wall(config: &ScopeConfig, now: Instant, wall: WallClock) -> Self {
+        let epoch_utc = wall.nanos(now);
         let mut limits: Vec<LimitState> = config
             .limits
             .iter()
-            .map(|l| LimitState::new(*l, config.algorithm, 0))
+            .map(|l| LimitState::new(*l, config.algorithm, 0, epoch_utc))
             .collect();
         if let Some(window) = config.learn
             && !limits.iter().any(|l| l.dimension() == Dimension::Requests)
@@ -61,13 +77,10 @@ impl LocalQuota {
             // One request per window until the provider says more: nothing
             // is sent blind (SPEC Q-14).
             let mut provisional = LimitState::new(
-                Limit {
-                    dimension: Dimension::Requests,
-                    amount: 1,
-                    window,
-                },
+                Limit::new(Dimension::Requests, 1, window),
                 config.algorithm,
                 0,
+                epoch_utc,
             );
             provisional.learned = true;
             provisional.provisional = true;
@@ -85,11 +98,13 @@ impl LocalQuota {
         LocalQuota {
             algorithm: config.algorithm,
             epoch: now,
+            epoch_utc,
             latest: 0,
             limits,
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
             draining: false,
+            version: 0,
         }
     }
 
@@ -136,13 +151,10 @@ impl LocalQuota {
             return Adopted::Changed(amount);
         }
         let mut learned = LimitState::new(
-            Limit {
-                dimension,
-                amount,
-                window,
-            },
+            Limit::new(dimension, amount, window),
             self.algorithm,
             now,
+            self.epoch_utc,
         );
         learned.learned = true;
         learned.advertised_by = answer;
@@ -224,6 +236,7 @@ impl QuotaStore for LocalQuota {
         if !fits {
             return None;
         }
+        self.version = self.version.wrapping_add(1);
         for l in &mut self.limits {
             l.add(demand.amount(l.dimension()), t, hold);
         }
@@ -257,6 +270,7 @@ impl QuotaStore for LocalQuota {
         if reservation.hold == Hold::Leased {
             return;
         }
+        self.version = self.version.wrapping_add(1);
         let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
@@ -268,6 +282,7 @@ impl QuotaStore for LocalQuota {
     }
 
     fn refund(&mut self, reservation: &Reservation, now: Instant) {
+        self.version = self.version.wrapping_add(1);
         let (t, stamp) = (self.tick(now), reservation.tick);
         self.advance(t);
         for l in &mut self.limits {
@@ -281,6 +296,7 @@ impl QuotaStore for LocalQuota {
 
     #[inline]
     fn reconcile(&mut self, reservation: &Reservation, actual: &Actual) {
+        self.version = self.version.wrapping_add(1);
         let (stamp, demand) = (reservation.tick, &reservation.demand);
         for l in &mut self.limits {
             // Each token limit from its own figure (SPEC Q-12).
@@ -299,6 +315,7 @@ impl QuotaStore for LocalQuota {
         if reservation.hold != Hold::Leased {
             return;
         }
+        self.version = self.version.wrapping_add(1);
         let now = self.tick(now);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         if reservation.seq == 0 {
@@ -324,13 +341,14 @@ impl QuotaStore for LocalQuota {
         }
     }
 
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
+        self.version = self.version.wrapping_add(1);
         for l in &mut self.limits {
             // `tokens` stands for every token dimension (SPEC ).
-            let give = if l.dimension().is_tokens() {
-                tokens
-            } else {
-                requests
+            let give = match l.dimension() {
+                Dimension::Requests => requests,
+                Dimension::Cost => cost,
+                _ => tokens,
             };
             if give {
                 l.release(reservation.tick, reservation.demand.amount(l.dimension()));
@@ -346,7 +364,12 @@ impl QuotaStore for LocalQuota {
         at: Instant,
         now: Instant,
     ) -> Observed {
+        // No provider reports money (SPEC BUD-2): nothing to learn.
+        if report.dimension.is_cost() {
+            return Observed::default();
+        }
         let now = self.tick(now);
+        self.version = self.version.wrapping_add(1);
         let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
         for l in &mut self.limits {
             l.advance(now);
@@ -397,10 +420,27 @@ impl QuotaStore for LocalQuota {
     fn answered(&mut self) -> bool {
         let before = self.limits.len();
         self.limits.retain(|l| !l.provisional);
-        self.limits.len() != before
+        let changed = self.limits.len() != before;
+        if changed {
+            self.version = self.version.wrapping_add(1);
+        }
+        changed
+    }
+
+    fn version(&self) -> Option<u64> {
+        Some(self.version)
+    }
+
+    fn save(&mut self, now: Instant, keep: fn(&Limit) -> bool) -> Option<SavedScope> {
+        Some(LocalQuota::save(self, now, keep))
+    }
+
+    fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
+        LocalQuota::restore(self, saved, now)
     }
 
     fn reconfigure(&mut self, config: &ScopeConfig, now: Instant) -> bool {
+        self.version = self.version.wrapping_add(1);
         LocalQuota::reconfigure(self, config, now);
         true
     }
@@ -411,11 +451,13 @@ impl QuotaStore for LocalQuota {
         Some(Box::new(LocalQuota {
             algorithm: self.algorithm,
             epoch: self.epoch,
+            epoch_utc: self.epoch_utc,
             latest: self.latest,
             limits: self.limits.iter().map(LimitState::projected).collect(),
             learn: self.learn,
             sent: SentLog::new(0),
             draining: self.draining,
+            version: self.version,
         }))
     }
 
@@ -429,6 +471,7 @@ impl QuotaStore for LocalQuota {
                 .map(|l| LimitSnapshot {
                     dimension: l.dimension(),
                     window: l.window(),
+                    calendar: l.config.calendar,
                     limit: l.config.amount,
                     capacity: l.capacity(),
                     available: saturate(l.available()),

@@ -6,12 +6,14 @@
 //! counts input plus output, or only input, or only output (SPEC Q-12).
 
 mod bucket;
+mod calendar;
 mod demand;
 mod fixed;
 mod limit;
 mod local;
 mod others;
 mod remote;
+mod saved;
 mod sent;
 mod sliding;
 mod store;
@@ -28,4 +30,5 @@ pub use remote::{
     HoldId, OpId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
     Unavailable,
 };
+pub use saved::{Counted, SavedLimit, SavedScope};
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

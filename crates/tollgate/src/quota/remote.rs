@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::demand::{Actual, Demand, Hold, NotUntil, Reservation};
+use super::demand::{Actual, BudgetReport, Demand, Hold, NotUntil, Observed, Reservation};
 use super::store::LimitSnapshot;
 use crate::config::ScopeConfig;
 use crate::error::ExceedsLimit;
@@ -233,8 +233,10 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     /// judged from the configuration, without a round trip.
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit>;
 
-    /// Takes `demand` from every limit, all or nothing, at the store's now.
-    /// `Ok(Err(_))`: nothing changed; the demand fits no earlier than
+    /// Takes `demand` from every limit, all or nothing, at the store's now,
+    /// unless a cooldown the store keeps runs (see
+    /// [`cool_down`](Self::cool_down)): then it fits no earlier than the
+    /// cooldown's end. `Ok(Err(_))`: nothing changed; the demand fits no earlier than
     /// `NotUntil::at` (a local instant), or, with `at: None`, only once a
     /// pending reservation somewhere is leased or refunded.
     /// `Ok(Ok(r))` carries `hold.hold()` in `r.hold`.
@@ -285,6 +287,8 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
 
     /// Gives back what a refused attempt took from the chosen dimensions
     /// (SPEC Q-16), once per `op`; `tokens` covers every token dimension.
+    /// The reserved cost always goes back (no provider bills a refusal,
+    /// SPEC BUD-5).
     fn release(
         &self,
         reservation: Reservation,
@@ -305,6 +309,47 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<Reservation, StoreError>>;
+
+    /// Takes in what a provider's answer to the reservation `leased` (as
+    /// it was leased) said about the shared budget (SPEC Q-14, DQ-9), once
+    /// per `op`: the response began `ago` before the store's now, or no
+    /// earlier than `recounted.tick` (the same reservation as its
+    /// [`recount`](Self::recount) left it). Where the provider reports less left than the store's own
+    /// log explains (another client of the account), the difference is
+    /// counted in the scope's window until the provider's reset, for every
+    /// process. Returns what each report changed, in order (a learned
+    /// limit is never adopted here: `adopted` and `confirmed` stay
+    /// `None`). A repeat of `op` returns the first answer and changes
+    /// nothing. The default takes nothing in (a store that cannot).
+    fn observe(
+        &self,
+        reports: Vec<BudgetReport>,
+        (leased, recounted): (Reservation, Reservation),
+        ago: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
+        let _ = (leased, recounted, ago, op, budget);
+        Box::pin(async move { Ok(vec![Observed::default(); reports.len()]) })
+    }
+
+    /// A provider 429 answered the leased reservation `answered` (SPEC
+    /// CD-1, CD-2, DQ-9): every process's reservations are refused until
+    /// `length` after the store's now, unless a cooldown that started after
+    /// `answered` was leased already runs (a late 429 of an earlier
+    /// generation neither starts nor extends one), once per `op`. Returns
+    /// how long the scope's cooldown runs from the store's now (`None`:
+    /// none runs). The default keeps no cooldown.
+    fn cool_down(
+        &self,
+        answered: Reservation,
+        length: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Option<Duration>, StoreError>> {
+        let _ = (answered, length, op, budget);
+        Box::pin(async { Ok(None) })
+    }
 
     /// One entry per limit, as the store sees it now.
     fn snapshot(&self, budget: Duration)

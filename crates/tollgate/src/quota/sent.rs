@@ -44,7 +44,7 @@ struct Sent {
     /// Its Q-15 bound: it arrived by then.
     counted: Nanos,
     /// The least and the most the provider may have held of it in each
-    /// dimension, in [`Dimension::ALL`] order: a provider that settles
+    /// dimension, in [`Dimension::RATE`] order: a provider that settles
     /// holds the estimate until the request completes and the reported
     /// usage after, so settlement lowers the least and raises the most; a
     /// refusal it did not charge zeroes both.
@@ -98,12 +98,15 @@ pub(crate) struct SentLog {
     latest: Nanos,
 }
 
-fn index(dimension: Dimension) -> usize {
+/// The place of a dimension a provider counts in [`Amounts`]; `None` for
+/// money, which no provider's limiter counts (SPEC BUD-2).
+fn index(dimension: Dimension) -> Option<usize> {
     match dimension {
-        Dimension::Requests => 0,
-        Dimension::Tokens => 1,
-        Dimension::InputTokens => 2,
-        Dimension::OutputTokens => 3,
+        Dimension::Requests => Some(0),
+        Dimension::Tokens => Some(1),
+        Dimension::InputTokens => Some(2),
+        Dimension::OutputTokens => Some(3),
+        Dimension::Cost => None,
     }
 }
 
@@ -265,7 +268,7 @@ impl SentLog {
         while self.base + (self.buckets.len() as u64) <= last {
             self.buckets.push_back(Bucket::default());
         }
-        let amounts = Dimension::ALL.map(|d| demand.amount(d));
+        let amounts = Dimension::RATE.map(|d| demand.amount(d));
         let e = Sent {
             sent,
             counted,
@@ -302,9 +305,8 @@ impl SentLog {
     /// held the estimate or that.
     pub(crate) fn reconcile(&mut self, seq: u32, demand: &Demand, actual: &Actual) {
         self.update(seq, |e| {
-            for d in Dimension::ALL {
+            for (i, d) in Dimension::RATE.into_iter().enumerate() {
                 if let Some(used) = actual.amount(d, demand) {
-                    let i = index(d);
                     e.least[i] = e.least[i].min(used);
                     e.most[i] = e.most[i].max(used);
                 }
@@ -315,10 +317,10 @@ impl SentLog {
     /// A refusal the provider did not charge gave these dimensions back.
     pub(crate) fn release(&mut self, seq: u32, requests: bool, tokens: bool) {
         self.update(seq, |e| {
-            for d in Dimension::ALL {
+            for (i, d) in Dimension::RATE.into_iter().enumerate() {
                 if if d.is_tokens() { tokens } else { requests } {
-                    e.least[index(d)] = 0;
-                    e.most[index(d)] = 0;
+                    e.least[i] = 0;
+                    e.most[i] = 0;
                 }
             }
         });
@@ -356,7 +358,7 @@ impl SentLog {
             return None;
         }
         let j = self.entries.get(self.position(seq)?)?;
-        let d = index(dimension);
+        let d = index(dimension)?;
         let last = self.base + self.buckets.len() as u64;
         // Counted before j was sent: the buckets wholly before sent_j's.
         let before =

@@ -403,6 +403,53 @@ impl SlidingWindow {
         });
     }
 
+    /// What it counts and until when (leased amounts and debts, in expiry
+    /// order): what a restart must not forget (SPEC DQ-8). Pending
+    /// amounts are left out: their attempts have not started.
+    pub(crate) fn saved(&self) -> Vec<(Nanos, u64)> {
+        let mut out: Vec<(Nanos, u64)> = self
+            .log
+            .iter()
+            .filter(|s| s.amount > s.pending)
+            .map(|s| (s.expires, s.amount - s.pending))
+            .chain(self.debts.iter().map(|d| (d.expires, d.amount)))
+            .collect();
+        out.sort_by_key(|e| e.0);
+        out
+    }
+
+    /// Counts amounts saved before a restart, each until its expiry
+    /// (`entries` in expiry order; never beyond one window from `now`).
+    /// Into an empty log they go as slots of their own that nothing joins
+    /// or is located in (opened at the epoch, with an empty span), so each
+    /// frees at its own expiry; next to amounts already counted they are
+    /// counted as admitted at `now`, which is longer.
+    pub(crate) fn restore(&mut self, entries: &[(Nanos, u64)], now: Nanos) {
+        let horizon = now.saturating_add(self.window);
+        let live = entries
+            .iter()
+            .filter(|(expires, amount)| *expires > now && *amount > 0)
+            .map(|&(expires, amount)| (expires.min(horizon), amount));
+        if !self.log.is_empty() {
+            let total = live.fold(0u64, |sum, (_, a)| sum.saturating_add(a));
+            self.add(total, now, false);
+            return;
+        }
+        for (expires, amount) in live {
+            self.used = self.used.saturating_add(amount);
+            match self.log.back_mut() {
+                Some(back) if back.expires >= expires => back.amount += amount,
+                _ => self.log.push_back(Slot {
+                    opened: 0,
+                    closes: 0,
+                    expires,
+                    amount,
+                    pending: 0,
+                }),
+            }
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn slots(&self) -> usize {
         self.log.len()

@@ -18,8 +18,9 @@ use super::demand::{
     Actual, BudgetReport, Demand, Dimension, Hold, NotUntil, Observed, Reservation,
 };
 use super::local::LocalQuota;
-use crate::clock::Instant;
-use crate::config::{Algorithm, ScopeConfig};
+use super::saved::SavedScope;
+use crate::clock::{Instant, WallClock};
+use crate::config::{Algorithm, Calendar, Limit, ScopeConfig};
 use crate::error::ExceedsLimit;
 
 /// Quota arithmetic of one scope.
@@ -88,10 +89,11 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// Gives back what a leased attempt took from the chosen dimensions:
     /// the provider refused it and charged nothing for them (SPEC Q-16).
-    /// `tokens` covers every token dimension (tokens, input and output).
+    /// `tokens` covers every token dimension (tokens, input and output);
+    /// `cost` the cost limits (SPEC BUD-5: a refusal is not billed).
     /// Called at most once per reservation, before any reconciliation.
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
-        let _ = (reservation, requests, tokens);
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
+        let _ = (reservation, requests, tokens, cost);
     }
 
     /// Takes in what a provider's response at `at` said about its budget
@@ -133,6 +135,30 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
         false
     }
 
+    /// A number that changes whenever what the store counts may have
+    /// changed; `None` for a store that keeps no state to save (a shared
+    /// store keeps its own, SPEC DQ-8).
+    fn version(&self) -> Option<u64> {
+        None
+    }
+
+    /// What the limits `keep` selects count at `now`, in UTC, for a
+    /// restart to restore (SPEC DQ-8; see
+    /// [`SavedScope`](super::SavedScope)). `None` (the default): the store
+    /// keeps its state elsewhere.
+    fn save(&mut self, now: Instant, keep: fn(&Limit) -> bool) -> Option<SavedScope> {
+        let _ = (now, keep);
+        None
+    }
+
+    /// Counts what a save before a restart still counts, at `now`;
+    /// returns whether anything was counted (`false`, the default, for a
+    /// store that keeps its state elsewhere).
+    fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
+        let _ = (saved, now);
+        false
+    }
+
     /// A detached copy used to project when queued demands will fit
     /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
     /// the controller then judges each demand on its own.
@@ -144,8 +170,9 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
 /// Opens the store of each scope.
 pub trait QuotaBackend: fmt::Debug + Send + Sync + 'static {
-    /// The store for `scope`, created at `now`.
-    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore>;
+    /// The store for `scope`, created at `now`, which is in UTC what
+    /// `wall` says (calendar windows, SPEC BUD-3).
+    fn open(&self, scope: &ScopeConfig, now: Instant, wall: WallClock) -> Box<dyn QuotaStore>;
 
     /// The backend's name, for the snapshot.
     fn name(&self) -> &'static str;
@@ -156,8 +183,8 @@ pub trait QuotaBackend: fmt::Debug + Send + Sync + 'static {
 pub struct LocalBackend;
 
 impl QuotaBackend for LocalBackend {
-    fn open(&self, scope: &ScopeConfig, now: Instant) -> Box<dyn QuotaStore> {
-        Box::new(LocalQuota::new(scope, now))
+    fn open(&self, scope: &ScopeConfig, now: Instant, wall: WallClock) -> Box<dyn QuotaStore> {
+        Box::new(LocalQuota::with_wall(scope, now, wall))
     }
 
     fn name(&self) -> &'static str {
@@ -173,8 +200,10 @@ pub type SharedBackend = Arc<dyn QuotaBackend>;
 pub struct LimitSnapshot {
     /// Requests, tokens, input tokens or output tokens.
     pub dimension: Dimension,
-    /// The window.
+    /// The window (a calendar window's nominal length).
     pub window: Duration,
+    /// The calendar period of a calendar window (SPEC BUD-3).
+    pub calendar: Option<Calendar>,
     /// The configured amount per window.
     pub limit: u64,
     /// The most it can hold (the burst capacity for a token bucket).

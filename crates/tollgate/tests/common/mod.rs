@@ -80,3 +80,20 @@ pub fn ms(s: u64) -> Duration {
 }
 
 pub mod script;
+
+/// How many one-request calls on the first scope `controller` admits now
+/// (each with a 1 ms deadline, released at once), up to `most`.
+pub async fn admitted_now(controller: &AdmissionController, most: u64) -> u64 {
+    let mut n = 0;
+    while n < most {
+        match controller
+            .acquire(&plain(), within(Duration::from_millis(1)))
+            .await
+        {
+            Ok(lease) => drop(lease),
+            Err(_) => break,
+        }
+        n += 1;
+    }
+    n
+}

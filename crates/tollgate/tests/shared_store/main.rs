@@ -747,6 +747,43 @@ async fn cooldown_preempts_a_pending_grant() {
     assert_eq!(available(&store, Dimension::Requests), 8);
 }
 
+// proves: DQ-9, CD-1 (a provider 429 reported to replica A's lease
+// pauses replica B too: B's call, arriving after it, is admitted no
+// earlier than the cooldown's end, though B never saw a 429 and the
+// quota has room; a 429 B then reports for an attempt leased before that
+// cooldown began changes nothing, CD-2)
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_seen_by_one_replica_pauses_every_replica() {
+    let store = TestStore::new(Duration::from_secs(17));
+    let scope = || ScopeConfig::new(SCOPE).requests(10, 60 * SECOND);
+    let (a, _) = replica(&store, Unavailable::FailClosed, scope(), |b| b);
+    let (b, backend_b) = replica(&store, Unavailable::FailClosed, scope(), |b| b);
+    let older = b.acquire(&call(1), Deadline::NONE).await.expect("room");
+    // Instants tell generations apart (CD-2): a later one.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let lease = a.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let started = Instant::now();
+    assert!(matches!(
+        lease.rate_limited(Some(2 * SECOND)),
+        tollgate::CooldownOutcome::Started { .. }
+    ));
+    settle().await;
+    let paused = b.acquire(&call(1), Deadline::NONE).await.expect("admitted");
+    assert!(
+        started.elapsed() >= 2 * SECOND - Duration::from_millis(2),
+        "admitted {:?} after the 429",
+        started.elapsed()
+    );
+    assert!(paused.admission().quota_wait >= 2 * SECOND - Duration::from_millis(30));
+    // A late 429 of an attempt leased before that cooldown: stale.
+    older.rate_limited(Some(30 * SECOND));
+    settle().await;
+    assert_eq!(Calls::get(&backend_b.calls.cool_down), 1);
+    let next = Instant::now();
+    drop(b.acquire(&call(1), Deadline::NONE).await.expect("admitted"));
+    assert!(next.elapsed() < SECOND, "the stale 429 paused the scope");
+}
+
 // proves: on a shared scope (settlements reach the store; debt
 // is retried; a failed settlement is counted and leaves amounts counted)
 #[tokio::test(start_paused = true)]

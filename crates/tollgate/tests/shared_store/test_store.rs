@@ -51,8 +51,9 @@ use tokio::time::Instant;
 use tollgate::ExceedsLimit;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{
-    Actual, Demand, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil, OpId, QuotaStore,
-    RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture, Unavailable,
+    Actual, BudgetReport, Demand, Hold, HoldId, LimitSnapshot, LimitedBy, LocalQuota, NotUntil,
+    Observed, OpId, QuotaStore, RemoteBackend, RemoteHold, RemoteQuota, Reservation, StoreError,
+    StoreFuture, Unavailable,
 };
 
 /// What the injected outage does.
@@ -112,6 +113,18 @@ struct ScopeServer {
     /// Pending holds by name, with their expiry (server clock); their
     /// reservation carries the record's number.
     holds: HashMap<HoldId, (Reservation, Instant)>,
+    /// The scope's cooldown after a provider 429: (start, end), server
+    /// clock (SPEC DQ-9).
+    cooldown: Option<(Instant, Instant)>,
+    /// The first answer of each named feedback operation (SPEC DQ-6).
+    answered: HashMap<OpId, Answered>,
+}
+
+/// A named operation's first answer.
+#[derive(Debug, Clone)]
+enum Answered {
+    Observed(Vec<Observed>),
+    Cooled(Option<Duration>),
 }
 
 impl ScopeServer {
@@ -124,6 +137,8 @@ impl ScopeServer {
             records: Vec::new(),
             next_id: 1,
             holds: HashMap::new(),
+            cooldown: None,
+            answered: HashMap::new(),
         }
     }
 
@@ -372,6 +387,8 @@ pub struct Calls {
     pub release: AtomicU64,
     pub recount: AtomicU64,
     pub snapshot: AtomicU64,
+    pub observe: AtomicU64,
+    pub cool_down: AtomicU64,
     /// The longest budget of a round trip an admission waits for
     /// (reserve, lease), in nanoseconds.
     pub admission_budget: AtomicU64,
@@ -392,6 +409,8 @@ impl Calls {
             &self.reconcile,
             &self.release,
             &self.recount,
+            &self.observe,
+            &self.cool_down,
         ]
         .iter()
         .map(|c| Calls::get(c))
@@ -487,6 +506,15 @@ impl RemoteQuota for TestRemote {
         self.calls.admission(&self.calls.reserve, budget);
         let hold = remote_hold.hold();
         Box::pin(self.store.run(&self.scope, budget, move |s, now| {
+            // A cooldown after a provider 429 pauses every replica.
+            if let Some((_, end)) = s.cooldown
+                && end > now
+            {
+                return Err(NotUntil {
+                    at: Some(local(end, now)),
+                    limited_by: LimitedBy::default(),
+                });
+            }
             match s.quota.reserve(&demand, now, hold) {
                 Ok(r) => {
                     let r = s.admit(r, now);
@@ -591,7 +619,7 @@ impl RemoteQuota for TestRemote {
                 }
                 rec.tokens_released |= tokens;
             }
-            s.quota.release(&quota, requests, tokens);
+            s.quota.release(&quota, requests, tokens, true);
         }))
     }
 
@@ -628,6 +656,69 @@ impl RemoteQuota for TestRemote {
         Box::pin(self.store.run(&self.scope, budget, |s, now| {
             let mut out = Vec::new();
             s.quota.snapshot(now, &mut out);
+            out
+        }))
+    }
+
+    fn observe(
+        &self,
+        reports: Vec<BudgetReport>,
+        (answered, _): (Reservation, Reservation),
+        ago: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Vec<Observed>, StoreError>> {
+        bump(&self.calls.observe);
+        Box::pin(async move {
+            let observed = self
+                .store
+                .run(&self.scope, budget, move |s, now| {
+                    if let Some(Answered::Observed(first)) = s.answered.get(&op) {
+                        return first.clone();
+                    }
+                    let (_, quota) = s.find(&answered);
+                    let at = now.checked_sub(ago).unwrap_or(now);
+                    let out: Vec<Observed> = reports
+                        .iter()
+                        .map(|r| s.quota.observe(r, Some(&quota), at, now))
+                        .collect();
+                    s.answered.insert(op, Answered::Observed(out.clone()));
+                    out
+                })
+                .await?;
+            if observed.iter().any(|o| o.freed > 0) {
+                self.store.notify();
+            }
+            Ok(observed)
+        })
+    }
+
+    fn cool_down(
+        &self,
+        answered: Reservation,
+        length: Duration,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<Option<Duration>, StoreError>> {
+        bump(&self.calls.cool_down);
+        Box::pin(self.store.run(&self.scope, budget, move |s, now| {
+            if let Some(Answered::Cooled(first)) = s.answered.get(&op) {
+                return *first;
+            }
+            let sent = match s.find(&answered) {
+                (Some(rec), _) => rec.leased_at.unwrap_or(now),
+                (None, _) => now,
+            };
+            let left = |c: Option<(Instant, Instant)>| {
+                c.and_then(|(_, end)| (end > now).then(|| end - now))
+            };
+            let stale = s.cooldown.is_some_and(|(start, _)| sent < start);
+            let longer = s.cooldown.is_some_and(|(_, end)| end >= now + length);
+            if !stale && !longer {
+                s.cooldown = Some((now, now + length));
+            }
+            let out = left(s.cooldown);
+            s.answered.insert(op, Answered::Cooled(out));
             out
         }))
     }

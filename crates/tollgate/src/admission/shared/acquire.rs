@@ -314,7 +314,7 @@ impl<'a> SharedAcquire<'a> {
         };
         if let Some(until) = cooling {
             self.admission.cooldown = true;
-            inner.verdict(until, now, self.deadline, Some(until))?;
+            inner.verdict(until, now, self.deadline, Some(until), None)?;
             self.stage = Stage::Sleep {
                 until,
                 phase: Phase::Cooldown,
@@ -510,7 +510,8 @@ impl<'a> SharedAcquire<'a> {
         self.admission.limited_by = self.admission.limited_by.union(not_until.limited_by);
         let (until, retry_at) = match not_until.at {
             Some(at) => {
-                self.inner().verdict(at, now, self.deadline, None)?;
+                let budget = not_until.limited_by.cost.then_some(self.scope.id);
+                self.inner().verdict(at, now, self.deadline, None, budget)?;
                 (at, Some(at))
             }
             None => (now + PENDING_RETRY, None),
@@ -750,11 +751,7 @@ impl<'a> SharedAcquire<'a> {
         let inner = self.inner();
         {
             let mut st = self.scope.state.lock();
-            st.counters.admitted += 1;
-            st.counters.tokens_reserved = st
-                .counters
-                .tokens_reserved
-                .saturating_add(grant.reservation.demand.tokens());
+            st.counters.leased(&grant.reservation.demand);
             self.admission.grant_order = st.grants;
             st.grants += 1;
         }

@@ -15,8 +15,8 @@ use crate::quota::{
 /// unavailable under `fail_open_local`. It cannot be projected (the early
 /// verdict and forecasts of a shared scope cannot see the other
 /// processes), and it ignores provider budget reports: those describe the
-/// shared budget, not this share (SPEC Q-14 is per process; see
-/// `docs/design.md`).
+/// shared budget, not this share, and go to the shared store (SPEC DQ-9;
+/// see `docs/design.md`).
 #[derive(Debug)]
 pub(crate) struct FallbackQuota {
     share: LocalQuota,
@@ -73,8 +73,8 @@ impl QuotaStore for FallbackQuota {
         self.share.recount(reservation, at, now);
     }
 
-    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool) {
-        self.share.release(reservation, requests, tokens);
+    fn release(&mut self, reservation: &Reservation, requests: bool, tokens: bool, cost: bool) {
+        self.share.release(reservation, requests, tokens, cost);
     }
 
     /// The share of the new configuration, keeping what the share

@@ -94,6 +94,10 @@ pub(crate) struct SharedStats {
     /// Pending holds the store no longer had when their call came to lease
     /// them (expired): the call reserved again.
     pub(crate) holds_expired: AtomicU64,
+    /// Units the store took out of the shared window from this process's
+    /// provider answers (SPEC Q-14, DQ-9), requests and tokens.
+    pub(crate) gap_requests: AtomicU64,
+    pub(crate) gap_tokens: AtomicU64,
 }
 
 impl SharedStats {
@@ -292,6 +296,12 @@ impl SharedScope {
         counters.settlements_failed = load(&self.stats.settlements_failed);
         counters.refunded_reservations += load(&self.stats.refunded_in_flight);
         counters.holds_expired = load(&self.stats.holds_expired);
+        counters.gap_requests = counters
+            .gap_requests
+            .saturating_add(load(&self.stats.gap_requests));
+        counters.gap_tokens = counters
+            .gap_tokens
+            .saturating_add(load(&self.stats.gap_tokens));
     }
 
     /// Wakes the turn's holder: quota came back, or admission stopped.

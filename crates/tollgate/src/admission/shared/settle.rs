@@ -21,6 +21,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -31,7 +32,8 @@ use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::flow::Flow;
 use crate::quota::{
-    Actual, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError, StoreFuture,
+    Actual, BudgetReport, Dimension, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError,
+    StoreFuture,
 };
 use crate::usage::{Settlement, Usage};
 
@@ -232,13 +234,13 @@ impl Inner {
         charged: Option<Flow>,
         remote: &mut RemoteLease,
     ) -> Settlement {
-        let settlement = Settlement::new(reservation.demand.tokens(), usage);
+        let settlement = Settlement::new(&reservation.demand, usage);
         let (Some(s), Some(shared)) = (self.scopes.get(scope.index()), self.shared_scope(scope))
         else {
             return settlement;
         };
         s.state.lock().counters.settle(&settlement);
-        let Some(actual) = Actual::from_usage(&usage) else {
+        let Some(actual) = Actual::settling(&usage, &reservation.demand) else {
             return settlement;
         };
         if let Some(flow) = charged {
@@ -282,7 +284,10 @@ impl Inner {
         else {
             return;
         };
-        s.state.lock().counters.refusals_released += 1;
+        s.state
+            .lock()
+            .counters
+            .refused(&reservation.demand, requests || tokens);
         remote.then(shared, *reservation, move |shared, quota, r| async move {
             let (op, timeout) = (OpId::new(), shared.timeout);
             let done = retried(&shared, &*quota, |remote| {
@@ -322,4 +327,105 @@ impl Inner {
             }
         });
     }
+
+    /// A provider's budget reports in the answer to a reservation kept in
+    /// a shared store (SPEC Q-14, DQ-9): the store compares them with its
+    /// log of every process's sends and counts what others hold in the
+    /// shared window, after the reservation's recount (the store then
+    /// counts it where the provider did). The units taken show in the
+    /// scope's counters when the store answers.
+    pub(crate) fn observe_shared(
+        &self,
+        scope: ScopeId,
+        reports: Vec<BudgetReport>,
+        reservation: &Reservation,
+        at: Instant,
+        remote: &mut RemoteLease,
+    ) {
+        let Some(shared) = self.shared_scope(scope) else {
+            return;
+        };
+        if reports.iter().all(|r| r.remaining.is_none()) {
+            return;
+        }
+        let leased = *reservation;
+        remote.then(shared, *reservation, move |shared, quota, r| async move {
+            let (op, timeout) = (OpId::new(), shared.timeout);
+            // `r` as the recount left it: where the store counts it now.
+            let observed = retried(&shared, &*quota, |remote| {
+                let ago = shared.clock.now().saturating_duration_since(at);
+                remote.observe(reports.clone(), (leased, r), ago, op, timeout)
+            })
+            .await;
+            let Some(observed) = observed else {
+                SharedStats::count(&shared.stats.settlements_failed);
+                return r;
+            };
+            let mut freed = false;
+            for (report, o) in reports.iter().zip(&observed) {
+                let counter = match report.dimension {
+                    Dimension::Requests => &shared.stats.gap_requests,
+                    _ => &shared.stats.gap_tokens,
+                };
+                counter.fetch_add(o.gap, Ordering::Relaxed);
+                freed |= o.freed > 0;
+            }
+            if freed {
+                shared.wake();
+            }
+            r
+        });
+    }
+}
+
+/// A provider 429 answered a reservation kept in a shared store, and this
+/// process started its cooldown `generation`, `length` long (SPEC CD-1,
+/// DQ-9): the store pauses every process's reservations as long, unless a
+/// cooldown that began after the attempt was leased runs there (CD-2:
+/// another process's, which this one did not know of). This process's
+/// cooldown then follows the store's answer: shortened (and the waiter
+/// woken) when the store held the 429 stale, lengthened when a longer one
+/// runs there. Detached; a failure leaves the other processes to meet the
+/// 429 for themselves.
+pub(crate) fn cool_down(
+    inner: &Arc<Inner>,
+    scope: ScopeId,
+    reservation: &Reservation,
+    (generation, length): (u64, Duration),
+) {
+    let Some(shared) = inner.shared_scope(scope) else {
+        return;
+    };
+    let quota = shared.remote();
+    let (owned, engine, answered) = (Arc::clone(shared), Arc::clone(inner), *reservation);
+    detach(shared, async move {
+        let (op, timeout) = (OpId::new(), owned.timeout);
+        let left = retried(&owned, &*quota, |remote| {
+            remote.cool_down(answered, length, op, timeout)
+        })
+        .await;
+        let Some(left) = left else {
+            SharedStats::count(&owned.stats.settlements_failed);
+            return;
+        };
+        let Some(s) = engine.scopes.get(scope.index()) else {
+            return;
+        };
+        let now = engine.clock.now();
+        let mut st = s.state.lock();
+        if st.cooldown.generation != generation {
+            return;
+        }
+        let until = left.and_then(|l| now.checked_add(l));
+        let shorter = match (until, st.cooldown.until) {
+            (Some(u), Some(running)) => u < running,
+            (None, running) => running.is_some(),
+            (Some(_), None) => false,
+        };
+        st.cooldown.until = until;
+        drop(st);
+        if shorter {
+            owned.wake();
+        }
+    });
 }

@@ -62,8 +62,7 @@ impl LocalQuota {
                 !taken[i]
                     && !o.is_transitional()
                     && o.dimension() == w.limit.dimension
-                    && o.window() == w.limit.window
-                    && o.same_arithmetic(config.algorithm)
+                    && o.same_window(&w.limit, config.algorithm)
             });
             if let Some(i) = i {
                 taken[i] = true;
@@ -86,7 +85,7 @@ impl LocalQuota {
                 fresh.push(None);
                 continue;
             }
-            let mut state = LimitState::new(w.limit, config.algorithm, at);
+            let mut state = LimitState::new(w.limit, config.algorithm, at, self.epoch_utc);
             if let Some(i) = source(&old, w.limit) {
                 let (counted, pending) = old[i].counted();
                 state.seed(counted, pending, at);
@@ -107,7 +106,7 @@ impl LocalQuota {
                     state
                 }
                 (None, Some(state)) => state,
-                (None, None) => LimitState::new(w.limit, config.algorithm, at),
+                (None, None) => LimitState::new(w.limit, config.algorithm, at, self.epoch_utc),
             };
             state.learned = w.learned;
             state.provisional = w.provisional;
@@ -169,7 +168,7 @@ impl LocalQuota {
                 continue;
             }
             wanted.push(Wanted {
-                limit: Limit { window, ..l.config },
+                limit: Limit::new(l.dimension(), l.config.amount, window),
                 learned: true,
                 provisional: l.provisional,
             });
@@ -179,11 +178,7 @@ impl LocalQuota {
             .any(|w| w.limit.dimension == Dimension::Requests)
         {
             wanted.push(Wanted {
-                limit: Limit {
-                    dimension: Dimension::Requests,
-                    amount: 1,
-                    window,
-                },
+                limit: Limit::new(Dimension::Requests, 1, window),
                 learned: true,
                 provisional: true,
             });

@@ -8,6 +8,11 @@
 //! to a component that sleeps must agree with tokio's notion of "now";
 //! [`ManualClock`] is for components that never sleep (quota arithmetic,
 //! circuit breaker, retry planning) and are driven by explicit instants.
+//!
+//! Calendar windows (a limit per day or per month) and persisted quota
+//! state need the wall-clock time too: a clock also tells, through
+//! [`Clock::wall`], which UTC instant its monotonic instants stand for (see
+//! [`WallClock`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,11 +20,24 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 pub use tokio::time::Instant;
+pub use wall::{AnchoredClock, WallClock};
+pub(crate) use wall::{UtcNanos, from_nanos, utc_nanos};
+
+mod wall;
 
 /// A source of monotonic instants.
 pub trait Clock: fmt::Debug + Send + Sync + 'static {
     /// The current instant.
     fn now(&self) -> Instant;
+
+    /// The mapping between this clock's instants and UTC: by default the
+    /// system's wall clock at this clock's current instant. Read once per
+    /// controller, so boundaries of calendar windows follow the monotonic
+    /// clock from then on (a later step of the system clock is not
+    /// followed; see `docs/design.md`, "Wall clock").
+    fn wall(&self) -> WallClock {
+        WallClock::system_at(self.now())
+    }
 }
 
 /// Reads tokio's monotonic clock (which honours `tokio::time::pause`).

@@ -1,0 +1,84 @@
+//! `server.state_dir`: the quota state of long windows kept across
+//! restarts (SPEC DQ-8).
+//!
+//! At start the state file is opened (an unreadable one refuses the start
+//! unless `on_unreadable_state = "start_empty"`) and what it holds is
+//! counted in the new controllers before any request is served. Then every
+//! `state_save_interval` the scopes whose count changed are written, in one
+//! transaction, off the request path (a blocking thread); a reload makes
+//! the next save rewrite the whole file; a graceful shutdown saves once
+//! more. Owners: `upstream` for the upstream scopes (their names are
+//! unique), `tenant:<name>` for each tenant's scopes. Scopes kept in Redis
+//! are never written (Redis holds them); tenant scopes, which stay per
+//! replica, are.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::AdmissionController;
+use tollgate_state::{StateError, StateFile};
+
+use crate::config::GatewayConfig;
+use crate::live::Live;
+use crate::state::AppState;
+
+/// Opens the state file of `config`, if it has a `state_dir`.
+pub fn open(config: &GatewayConfig) -> Result<Option<Arc<StateFile>>, StateError> {
+    let Some(dir) = &config.server.state_dir else {
+        return Ok(None);
+    };
+    StateFile::open(dir, config.server.on_unreadable_state).map(|f| Some(Arc::new(f)))
+}
+
+/// Every controller of `app` with its owner's name.
+fn owners(app: &AppState) -> Vec<(String, &AdmissionController)> {
+    app.upstream
+        .iter()
+        .map(|s| ("upstream".to_owned(), &s.controller))
+        .chain(
+            app.tenant_slots
+                .iter()
+                .map(|t| (format!("tenant:{}", t.name), &t.controller)),
+        )
+        .collect()
+}
+
+/// Counts in `app`'s controllers what `file` held; returns how many scopes
+/// took something.
+pub fn restore(file: &StateFile, app: &AppState) -> usize {
+    owners(app)
+        .iter()
+        .map(|(owner, controller)| file.restore(owner, controller))
+        .sum()
+}
+
+/// Writes what changed in `app` (blocking: file I/O).
+pub fn save(file: &StateFile, app: &AppState) -> Result<usize, StateError> {
+    let owners = owners(app);
+    let refs: Vec<(&str, &AdmissionController)> =
+        owners.iter().map(|(o, c)| (o.as_str(), *c)).collect();
+    file.save(&refs)
+}
+
+/// Saves `live`'s current state every `interval` until aborted. A failed
+/// save is logged and retried (whole) at the next tick: serving goes on.
+pub async fn save_every(file: Arc<StateFile>, live: Arc<Live>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Arc<AppState>> = None;
+    loop {
+        ticks.tick().await;
+        let app = live.current();
+        if last.as_ref().is_some_and(|l| !Arc::ptr_eq(l, &app)) {
+            // Reloaded: scopes may have gone, controllers may be new.
+            file.rewrite_all();
+        }
+        last = Some(Arc::clone(&app));
+        let f = Arc::clone(&file);
+        match tokio::task::spawn_blocking(move || save(&f, &app)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "quota state not saved; retrying"),
+            Err(e) => tracing::error!(error = %e, "quota state saver failed; retrying"),
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! Spend budgets end to end (SPEC BUD-2, BUD-4, BUD-5, BUD-6): a real
+//! gateway in front of the strict simulator, whose own bill at the list
+//! prices of `data/prices.toml` is the independent count of what was
+//! spent.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use tollgate::quota::Dimension;
+use tollgate_redis::RedisServer;
+use tollgate_sim::{SimConfig, SimServer};
+
+/// $1 in pico-dollars (the simulator's unit).
+const ONE_DOLLAR_PICO: u128 = 1_000_000_000_000;
+
+const ANTHROPIC_KEY_VAR: &str = "TOLLGATE_TEST_BUDGETS_ANTHROPIC_KEY";
+const ANTHROPIC_KEY: &str = "ant-budget-secret";
+
+fn runtime() -> tokio::runtime::Runtime {
+    runtime_with_env(&[(ANTHROPIC_KEY_VAR, ANTHROPIC_KEY)])
+}
+
+/// Model `chat` served as o1 ($15 input, $60 output per million tokens)
+/// by the simulator at `base`, `accounting` its provider's accounting
+/// line, tenant `a` with `a_limits` and an admin key.
+fn config(base: &str, accounting: &str, a_limits: &str) -> String {
+    format!(
+        r#"
+[server]
+admin_key_env = "CARGO_PKG_NAME"
+
+[admission]
+queue_capacity = 256
+
+[providers.sim]
+base_url = "{base}"
+{accounting}
+
+[models.chat]
+provider = "sim"
+upstream_model = "o1"
+concurrency = 128
+
+{}
+"#,
+        tenants(a_limits, "")
+    )
+}
+
+/// The one-dollar budget of tenant `a`.
+const DOLLAR_A_DAY: &str = "limits = [{ usd = 1, per = \"1d\" }]";
+
+/// A chat body with `max_tokens`, one-shot or streaming (with usage).
+fn body(max_tokens: u64, stream: bool) -> Value {
+    let mut b = json!({
+        "model": "chat",
+        "messages": [{"role": "user", "content": "Tell me about budgets."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    });
+    if stream {
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    b
+}
+
+/// The outcome of one call: 200 with its body read to the end, or the
+/// error's status, code and retry-after.
+#[derive(Debug)]
+enum Outcome {
+    Served,
+    Refused {
+        status: u16,
+        code: String,
+        retry_after: Option<String>,
+    },
+}
+
+async fn call(gw_url: String, max_tokens: u64, stream: bool) -> Outcome {
+    let resp = client()
+        .post(format!("{gw_url}/v1/chat/completions"))
+        .bearer_auth(KEY_A)
+        .json(&body(max_tokens, stream))
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = resp.status().as_u16();
+    if status == 200 {
+        let _ = resp.bytes().await.expect("the body is read to its end");
+        return Outcome::Served;
+    }
+    let (status, retry_after, error) = error_of(resp).await;
+    Outcome::Refused {
+        status,
+        code: code(&error).to_owned(),
+        retry_after,
+    }
+}
+
+/// Sends call `i` of a round: `(i, max_tokens, stream)`.
+type Send = Arc<
+    dyn Fn(u64, u64, bool) -> Pin<Box<dyn Future<Output = Outcome> + std::marker::Send>>
+        + std::marker::Send
+        + Sync,
+>;
+
+/// Call `i` goes to gateway `i mod n`.
+fn through(gws: &[&Gateway]) -> Send {
+    let urls: Vec<String> = gws.iter().map(|g| g.base.clone()).collect();
+    Arc::new(move |i, max_tokens, stream| {
+        let url = urls[usize::try_from(i).unwrap_or(0) % urls.len()].clone();
+        Box::pin(call(url, max_tokens, stream))
+    })
+}
+
+/// Releases 64 calls at once (half streaming; max_tokens 200, which the
+/// simulator uses up, or 1000, of which it generates 300), round after
+/// round until a round is served nothing. Returns (served, refused).
+async fn spend_the_budget(gw: &Gateway) -> (u64, u64) {
+    spend(through(&[gw]), &[gw], false).await
+}
+
+/// [`spend_the_budget`] with each call sent by `send`; `gws` return to
+/// idle between rounds. With `shared_store`, a 503
+/// `quota_store_unavailable` (a store operation that did not answer in
+/// time on a loaded machine: refused before any upstream byte, DQ-3) is
+/// counted as refused too, and such a round does not end the run.
+async fn spend(send: Send, gws: &[&Gateway], shared_store: bool) -> (u64, u64) {
+    let (mut served, mut refused) = (0, 0);
+    for round in 0..40 {
+        let barrier = Arc::new(tokio::sync::Barrier::new(64));
+        let calls: Vec<_> = (0..64u64)
+            .map(|i| {
+                let (send, barrier) = (send.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    send(i, if i % 2 == 0 { 200 } else { 1_000 }, i % 4 < 2).await
+                })
+            })
+            .collect();
+        let (mut round_served, mut unavailable) = (0, 0);
+        for c in calls {
+            match c.await.expect("no panic") {
+                Outcome::Served => round_served += 1,
+                Outcome::Refused { status, code, .. }
+                    if shared_store
+                        && (status, code.as_str()) == (503, "quota_store_unavailable") =>
+                {
+                    unavailable += 1;
+                    refused += 1;
+                }
+                Outcome::Refused {
+                    status,
+                    code,
+                    retry_after,
+                } => {
+                    assert_eq!((status, code.as_str()), (429, "budget_exceeded"));
+                    assert!(retry_after.is_some(), "a budget refusal says when");
+                    refused += 1;
+                }
+            }
+        }
+        served += round_served;
+        if round_served == 0 && unavailable == 0 {
+            assert!(round > 0, "the first round is served");
+            break;
+        }
+        for gw in gws {
+            gw.wait_idle().await;
+        }
+    }
+    (served, refused)
+}
+
+/// Dollars of pico-dollars, for the printed figures.
+fn dollars(pico: u128) -> String {
+    tollgate::price::format_usd(u64::try_from(pico / 1_000_000).unwrap_or(u64::MAX))
+}
+
+/// The tenant's spend in `/admin/spend`, in micro-dollars.
+async fn admin_spend(gw: &Gateway) -> Value {
+    let r = client()
+        .get(gw.url("/admin/spend"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+fn micros(v: &Value) -> u64 {
+    tollgate::price::parse_usd(v.as_str().expect("a decimal string"), u64::MAX).expect("dollars")
+}
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        ttft: Duration::from_millis(100),
+        completion_tokens: 300,
+        ..SimConfig::default()
+    }
+}
+
+// proves: BUD-2, BUD-4 (64 calls released at once, round after round,
+// one-shot and streaming, each using its whole output allowance or less:
+// the simulator's own bill never passes the $1 budget, every refusal is a
+// 429 budget_exceeded with retry-after that never reached the provider,
+// and the budget is used up: no call fits what is left)
+#[test]
+fn concurrent_calls_never_spend_past_a_budget() {
+    runtime().block_on(async {
+        let sim = sim(sim_config()).await;
+        // The input estimate is one token per character: never below the
+        // simulator's count, so every call's worst case covers its bill.
+        let gw = Gateway::start(&config(
+            &sim.openai_base_url(),
+            "accounting = { chars_per_token = 1, output = \"max_tokens\" }",
+            DOLLAR_A_DAY,
+        ))
+        .await;
+        let (served, refused) = spend_the_budget(&gw).await;
+        let stats = sim.stats();
+        assert!(
+            stats.cost_charged_pico_usd <= ONE_DOLLAR_PICO,
+            "the provider billed {} p$ against a $1 budget",
+            stats.cost_charged_pico_usd
+        );
+        assert_eq!(
+            stats.requests_total, served,
+            "a refused call reached the provider"
+        );
+        assert_eq!(stats.rejected_429.total(), 0);
+        assert_eq!(stats.priced_requests, served);
+        assert!(refused > 0);
+        // What the gateway charged is the provider's bill, rounded up per
+        // call to the micro-dollar.
+        let report = admin_spend(&gw).await;
+        let tenant = &report["tenants"][0];
+        assert_eq!(tenant["tenant"], "a");
+        let charged = micros(&tenant["spent_usd"]);
+        let billed = stats.cost_charged_pico_usd;
+        assert!(
+            u128::from(charged) * 1_000_000 >= billed,
+            "{charged} µ$ < {billed} p$"
+        );
+        assert!(u128::from(charged) * 1_000_000 < billed + u128::from(served) * 1_000_000);
+        assert_eq!(tenant["calls"], served);
+        // Used up: what is left is less than the cheapest worst case
+        // (200 output tokens at $60 per million: $0.012).
+        let budget = &tenant["budgets"][0];
+        assert_eq!(
+            (budget["limit_usd"].as_str(), budget["window"].as_str()),
+            (Some("1"), Some("1day"))
+        );
+        assert_eq!(micros(&budget["used_usd"]), charged);
+        // (the input estimate is a few dozen tokens at $15 per million)
+        assert!(
+            micros(&budget["remaining_usd"]) < 12_000 + 100 * 15,
+            "{budget}"
+        );
+        eprintln!(
+            "budget $1: served {served}, refused {refused}, provider billed ${}",
+            dollars(billed)
+        );
+    });
+}
+
+// proves: BUD-2, Q-5 (usage above the estimate: the provider counts more
+// input than the gateway estimated; the difference is debt, charged
+// exactly: the provider's bill passes the budget by at most the debt the
+// gateway recorded, and the gateway's charge is the provider's bill)
+#[test]
+fn input_above_the_estimate_is_charged_as_debt() {
+    runtime().block_on(async {
+        let sim = sim(sim_config()).await;
+        // A coarse estimate: a token per eight characters.
+        let gw = Gateway::start(&config(
+            &sim.openai_base_url(),
+            "accounting = { chars_per_token = 8, output = \"max_tokens\" }",
+            DOLLAR_A_DAY,
+        ))
+        .await;
+        let (served, _) = spend_the_budget(&gw).await;
+        let stats = sim.stats();
+        let scope = gw.tenant_scope("tenant:a");
+        let debt = u128::from(scope.counters.cost_debt);
+        assert!(debt > 0, "the provider counted more input than estimated");
+        assert!(
+            stats.cost_charged_pico_usd <= ONE_DOLLAR_PICO + debt * 1_000_000,
+            "billed {} p$, debt {debt} µ$",
+            stats.cost_charged_pico_usd
+        );
+        let charged = u128::from(scope.counters.cost_reported);
+        assert!(charged * 1_000_000 >= stats.cost_charged_pico_usd);
+        assert!(charged * 1_000_000 < stats.cost_charged_pico_usd + u128::from(served) * 1_000_000);
+        eprintln!(
+            "budget $1, input under-estimated: served {served}, provider billed ${}, debt ${}",
+            dollars(stats.cost_charged_pico_usd),
+            dollars(debt * 1_000_000)
+        );
+    });
+}
+
+// proves: BUD-5 (a client that drops a stream after its first event is
+// charged the reserved worst case, since the provider reported nothing:
+// never $0, and never less than the provider bills)
+#[test]
+fn a_dropped_stream_is_charged_its_estimate() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            per_token: Duration::from_millis(20),
+            completion_tokens: 200,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(
+            &sim.openai_base_url(),
+            "accounting = { chars_per_token = 1, output = \"max_tokens\" }",
+            DOLLAR_A_DAY,
+        ))
+        .await;
+        let mut resp = post_chat(&client(), &gw, Some(KEY_A), &body(500, true)).await;
+        assert_eq!(resp.status(), 200);
+        // Read while the stream holds its worst case.
+        let remaining = micros(&Value::from(
+            header(&resp, "x-ratelimit-remaining-usd").expect("budget headers"),
+        ));
+        let first = bounded("first chunk", resp.chunk()).await.expect("read");
+        assert!(first.is_some());
+        drop(resp);
+        gw.wait_idle().await;
+        let worst = 1_000_000 - remaining;
+        assert!(
+            worst >= 500 * 60,
+            "the reservation covers the allowance: {worst}"
+        );
+        let scope = gw.tenant_scope("tenant:a");
+        let left = scope
+            .limit(Dimension::Cost, Duration::from_secs(86_400))
+            .expect("budget");
+        assert_eq!(
+            left.available,
+            i64::try_from(remaining).unwrap(),
+            "charged the worst case"
+        );
+        let report = admin_spend(&gw).await;
+        assert_eq!(micros(&report["tenants"][0]["spent_usd"]), worst);
+        let line = gw
+            .app
+            .access_log
+            .capture()
+            .lock()
+            .iter()
+            .find(|l| l.contains("stream=true"))
+            .cloned()
+            .expect("an access line");
+        assert!(
+            line.contains(&format!("cost_usd={}", tollgate::price::format_usd(worst))),
+            "{line}"
+        );
+        // The provider bills the whole completion at most: below the charge.
+        eventually("the simulator saw the client go", || {
+            sim.stats().client_disconnects == 1
+        })
+        .await;
+        assert!(sim.stats().cost_charged_pico_usd <= u128::from(worst) * 1_000_000);
+    });
+}
+
+// proves: BUD-4 (a call a budget cannot take fails before any upstream
+// byte with 429 budget_exceeded naming the budget and when it frees room,
+// in the OpenAI and the Anthropic format; responses carry the tenant's
+// tightest budget in x-ratelimit-*-usd; a call larger than the whole
+// budget is refused with its window as retry hint)
+#[test]
+fn budget_refusals_and_headers() {
+    runtime().block_on(async {
+        let sim: SimServer = sim(SimConfig {
+            completion_tokens: 500,
+            anthropic_key: Some(ANTHROPIC_KEY.to_owned()),
+            ..SimConfig::default()
+        })
+        .await;
+        let limits = "limits = [{ usd = 0.1, per = \"1h\" }, { usd = \"0.05\", per = \"1d\" }]";
+        let toml = format!(
+            "{}\n[providers.ant]\nflavor = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"{ANTHROPIC_KEY_VAR}\"\n\
+             [models.claude]\nprovider = \"ant\"\nupstream_model = \"claude-opus-4-1\"\n",
+            config(&sim.openai_base_url(), "", limits),
+            sim.openai_base_url()
+        );
+        let gw = Gateway::start(&toml).await;
+        // 500 output tokens at $60 per million: $0.03 of the $0.05 day.
+        let ok = post_chat(&client(), &gw, Some(KEY_A), &body(500, false)).await;
+        assert_eq!(ok.status(), 200);
+        assert_eq!(header(&ok, "x-ratelimit-limit-usd").as_deref(), Some("0.05"));
+        let left = micros(&Value::from(header(&ok, "x-ratelimit-remaining-usd").unwrap()));
+        assert!(left > 0 && left < 20_000, "{left}");
+        // Another such call would wait for the day to free room.
+        assert!(header(&ok, "x-ratelimit-reset-usd").is_some_and(|r| r.contains('h')));
+        let _ = ok.bytes().await;
+        // The next call (400 tokens: $0.024) does not fit what is left of
+        // the day: refused at once.
+        let refused = post_chat(&client(), &gw, Some(KEY_A), &body(400, false)).await;
+        assert_eq!(refused.status(), 429);
+        let retry = number(&refused, "retry-after");
+        assert!(retry > 86_000, "the day frees room in about a day: {retry}");
+        assert!(header(&refused, "x-ratelimit-reset-usd").is_some());
+        let (_, _, err) = error_of(refused).await;
+        assert_eq!(code(&err), "budget_exceeded");
+        let message = err["message"].as_str().unwrap_or_default();
+        assert!(message.contains("tenant a ($0.05 per 1day)"), "{message}");
+        assert_eq!(err["param"], "tenant a");
+        // Anthropic's format, on the Messages route.
+        let resp = client()
+            .post(gw.url("/v1/messages"))
+            .header("x-api-key", KEY_A)
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({"model": "claude", "max_tokens": 900,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), 429);
+        assert!(header(&resp, "retry-after").is_some());
+        let answer: Value = resp.json().await.expect("json");
+        assert_eq!(answer["type"], "error");
+        assert_eq!(answer["error"]["type"], "rate_limit_error");
+        assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("budget"));
+        // Larger than the whole budget: never fits.
+        let huge = post_chat(&client(), &gw, Some(KEY_A), &body(5_000, false)).await;
+        assert_eq!(huge.status(), 429);
+        assert_eq!(number(&huge, "retry-after"), 3_600);
+        let (_, _, err) = error_of(huge).await;
+        assert_eq!(code(&err), "budget_exceeded");
+        assert!(err["message"].as_str().unwrap_or_default().contains("whole budget"));
+        assert_eq!(sim.stats().requests_total, 1, "no refused call reached the provider");
+        // Tenant b has no budget: no money headers.
+        let b = post_chat(&client(), &gw, Some(KEY_B), &body(10, false)).await;
+        assert_eq!(b.status(), 200);
+        assert!(header(&b, "x-ratelimit-limit-usd").is_none());
+        // The spend is in the metrics, per tenant and model.
+        let metrics = metrics_text(&gw).await;
+        assert!(
+            metrics.lines().any(|l| l.starts_with("tollgate_spend_micro_usd_total")
+                && l.contains("tenant=\"a\"")
+                && l.contains("model=\"chat\"")),
+            "{metrics}"
+        );
+    });
+}
+
+/// Model `chat` (o1) spending scope `account`, whose limits are
+/// `account_limits`, kept in `redis` under `prefix`; tenants without
+/// limits.
+fn replica_config(sim: &SimServer, redis: &RedisServer, prefix: &str, limits: &str) -> String {
+    format!(
+        r#"
+[providers.sim]
+base_url = "{}"
+accounting = {{ chars_per_token = 1, output = "max_tokens" }}
+
+[scopes.account]
+limits = [{limits}]
+
+[models.chat]
+provider = "sim"
+upstream_model = "o1"
+scope = "account"
+concurrency = 128
+
+[admission]
+queue_capacity = 256
+
+[quota_store]
+backend = "redis"
+url = "{}"
+prefix = "{prefix}"
+# 192 scripts at once from three debug builds on a loaded 2-core machine
+# can take longer than the 50 ms default (then 503 quota_store_unavailable).
+timeout = "2s"
+
+{}
+"#,
+        sim.openai_base_url(),
+        redis.url(),
+        tenants("", "")
+    )
+}
+
+// proves: BUD-2, DQ-1, DQ-2 (three gateway replicas share the account's $1
+// budget through one redis-server: 64 calls released at once over the
+// three, round after round, one-shot and streaming, using their whole
+// output allowance or less; the simulator's own bill never passes $1,
+// every refusal (429 budget_exceeded, or 503 quota_store_unavailable when
+// the loaded machine kept Redis from answering in time) never reached the
+// provider, and the budget is used up)
+#[test]
+fn three_replicas_share_one_budget_through_redis() {
+    let Some(redis) = RedisServer::start_or_skip("three_replicas_share_one_budget_through_redis")
+    else {
+        return;
+    };
+    // A store error is logged: shown when the test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_test_writer()
+        .try_init();
+    runtime().block_on(async {
+        let sim = sim(sim_config()).await;
+        let prefix = format!("budget-{}", std::process::id());
+        let toml = replica_config(&sim, &redis, &prefix, "{ usd = 1, per = \"1d\" }");
+        let mut replicas = Vec::new();
+        for _ in 0..3 {
+            replicas.push(Gateway::start(&toml).await);
+        }
+        let gws: Vec<&Gateway> = replicas.iter().collect();
+        let (served, refused) = spend(through(&gws), &gws, true).await;
+        let stats = sim.stats();
+        assert!(
+            stats.cost_charged_pico_usd <= ONE_DOLLAR_PICO,
+            "the provider billed {} p$ against a $1 budget",
+            stats.cost_charged_pico_usd
+        );
+        assert_eq!(stats.requests_total, served, "a refused call reached the provider");
+        assert!(refused > 0);
+        // Used up: less is left than the cheapest worst case ($0.012).
+        assert!(
+            stats.cost_charged_pico_usd > ONE_DOLLAR_PICO - 2 * 12_000 * 1_000_000,
+            "billed only {} p$",
+            stats.cost_charged_pico_usd
+        );
+        for r in &replicas {
+            assert_eq!(
+                r.upstream_scope("account").store,
+                Some(tollgate::StoreMode::Shared)
+            );
+        }
+        eprintln!(
+            "budget $1, 3 replicas on Redis: served {served}, refused {refused}, provider billed ${}",
+            dollars(stats.cost_charged_pico_usd)
+        );
+    });
+}
+
+/// A client that checks its spend after each call (the design of gateways
+/// that record a response's cost when it is done): a call is sent while
+/// what was recorded so far is below the budget, and its priced usage is
+/// added when the answer is in.
+fn check_after(sim: &SimServer, budget: u64, spent: Arc<AtomicU64>) -> Send {
+    let url = format!("{}/chat/completions", sim.openai_base_url());
+    let price = tollgate_openai::prices::PriceTable::builtin()
+        .price("o1")
+        .expect("o1 has a price");
+    Arc::new(move |_, max_tokens, stream| {
+        let (url, spent) = (url.clone(), spent.clone());
+        Box::pin(async move {
+            if spent.load(Ordering::Acquire) >= budget {
+                return Outcome::Refused {
+                    status: 429,
+                    code: "budget_exceeded".into(),
+                    retry_after: Some("86400".into()),
+                };
+            }
+            let mut b = body(max_tokens, stream);
+            b["model"] = json!("o1");
+            let resp = client()
+                .post(&url)
+                .json(&b)
+                .send()
+                .await
+                .expect("the simulator answers");
+            assert_eq!(resp.status(), 200);
+            let text = resp.text().await.expect("read to the end");
+            let usage = if stream {
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                    .map(|v| v["usage"].clone())
+                    .rfind(|u| !u.is_null())
+                    .expect("a usage chunk")
+            } else {
+                serde_json::from_str::<Value>(&text).expect("json")["usage"].clone()
+            };
+            let tokens = |k: &str| usage[k].as_u64().expect("a count");
+            let cost = price.charge(&tollgate::price::Parts::plain(
+                tokens("prompt_tokens"),
+                tokens("completion_tokens"),
+            ));
+            spent.fetch_add(cost, Ordering::AcqRel);
+            Outcome::Served
+        })
+    })
+}
+
+// proves: BUD-2 (the contrast: the same 64-call rounds under a client that
+// checks its $1 budget after each call, as gateways that record spend when
+// a response is done, spend past it; tollgate's worst-case reservation
+// does not, see concurrent_calls_never_spend_past_a_budget)
+#[test]
+fn checking_after_the_call_spends_past_the_budget() {
+    runtime().block_on(async {
+        let sim = sim(sim_config()).await;
+        let spent = Arc::new(AtomicU64::new(0));
+        let (served, refused) = spend(check_after(&sim, 1_000_000, spent.clone()), &[], false).await;
+        let billed = sim.stats().cost_charged_pico_usd;
+        assert!(
+            billed > ONE_DOLLAR_PICO,
+            "checking after the call billed {billed} p$, within the budget"
+        );
+        eprintln!(
+            "budget $1, check after the call: served {served}, refused {refused}, provider billed ${}, client recorded ${}",
+            dollars(billed),
+            tollgate::price::format_usd(spent.load(Ordering::Acquire))
+        );
+    });
+}

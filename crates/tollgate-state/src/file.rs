@@ -1,0 +1,330 @@
+//! The state file: open (checked), restore, save.
+//!
+//! One process per state directory. Each [`StateFile::save`] writes, in one
+//! transaction, the scopes whose count changed since the last save (the
+//! first save after [`StateFile::rewrite_all`] rewrites the whole table,
+//! dropping scopes no longer configured). WAL mode with `synchronous =
+//! NORMAL`: a committed save survives the process being killed; a power
+//! loss may also lose the last saves before the OS wrote them out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags, params};
+use tollgate::AdmissionController;
+use tollgate::config::Limit;
+use tollgate::quota::SavedScope;
+
+use crate::codec::{Decoded, Row, decode, encode};
+use crate::error::StateError;
+
+/// The file's name in the state directory.
+pub const FILE_NAME: &str = "tollgate-state.sqlite3";
+
+/// The schema this version writes (`PRAGMA user_version`).
+const SCHEMA: i64 = 1;
+
+const CREATE: &str = "CREATE TABLE counted (
+    owner TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    dimension TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    window_ns INTEGER NOT NULL,
+    period TEXT,
+    zone TEXT,
+    counted TEXT NOT NULL
+);
+CREATE INDEX counted_scope ON counted (owner, scope);";
+
+/// The limits whose state is kept: every cost limit, windows of one hour
+/// or longer and every calendar window (SPEC DQ-8). Shorter windows of
+/// other dimensions refill within minutes of a restart; keeping them would
+/// cost a write per call for nothing.
+pub fn keep(limit: &Limit) -> bool {
+    limit.dimension.is_cost()
+        || limit.calendar.is_some()
+        || limit.window >= Duration::from_secs(3_600)
+}
+
+/// What to do with a state file that cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnreadable {
+    /// Refuse to start (the default): an operator decides.
+    #[default]
+    Refuse,
+    /// Move it aside (`<file>.unreadable-<unix seconds>`) and start with
+    /// no saved state.
+    StartEmpty,
+}
+
+type Key = (String, String);
+
+/// An open state file.
+#[derive(Debug)]
+pub struct StateFile {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    /// What the file held when opened, by (owner, scope).
+    loaded: BTreeMap<Key, SavedScope>,
+    /// The store version last written of each (owner, scope).
+    written: Mutex<HashMap<Key, u64>>,
+    /// The next save rewrites everything.
+    full: AtomicBool,
+}
+
+impl StateFile {
+    /// Opens (or creates) the state file in `dir`, creating `dir`, and
+    /// reads it whole. A file that is not a readable state file is an
+    /// [`StateError::Unreadable`] naming it, unless `on_unreadable` says
+    /// to start empty (it is then moved aside, with a warning).
+    pub fn open(dir: &Path, on_unreadable: OnUnreadable) -> Result<StateFile, StateError> {
+        std::fs::create_dir_all(dir).map_err(|source| StateError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(FILE_NAME);
+        match Self::open_at(&path) {
+            Err(StateError::Unreadable { reason, .. })
+                if on_unreadable == OnUnreadable::StartEmpty =>
+            {
+                let aside = set_aside(&path).map_err(|source| StateError::Dir {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+                tracing::warn!(
+                    file = %path.display(),
+                    moved_to = %aside.display(),
+                    reason,
+                    "unreadable state file moved aside; starting with no saved quota state"
+                );
+                Self::open_at(&path)
+            }
+            other => other,
+        }
+    }
+
+    fn open_at(path: &Path) -> Result<StateFile, StateError> {
+        let unreadable = |reason: String| StateError::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(path, flags).map_err(|e| unreadable(e.to_string()))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(|e| unreadable(e.to_string()))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(|e| unreadable(e.to_string()))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(unreadable(format!("cannot use WAL mode (got {mode})")));
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| unreadable(e.to_string()))?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(|e| unreadable(e.to_string()))?;
+        if check != "ok" {
+            return Err(unreadable(format!("damaged: {check}")));
+        }
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| unreadable(e.to_string()))?;
+        match version {
+            0 => {
+                conn.execute_batch(CREATE)
+                    .and_then(|()| conn.pragma_update(None, "user_version", SCHEMA))
+                    .map_err(|e| unreadable(format!("cannot create its table: {e}")))?;
+            }
+            SCHEMA => {}
+            newer => {
+                return Err(unreadable(format!(
+                    "schema {newer} (this version reads {SCHEMA}): written by another tollgate version"
+                )));
+            }
+        }
+        let loaded = load(&conn).map_err(unreadable)?;
+        Ok(StateFile {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+            loaded,
+            written: Mutex::new(HashMap::new()),
+            full: AtomicBool::new(true),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many scopes the file held when opened.
+    pub fn loaded_scopes(&self) -> usize {
+        self.loaded.len()
+    }
+
+    /// Counts in `controller` what the file held for `owner`'s scopes when
+    /// it was opened (see
+    /// [`AdmissionController::restore_quota`]); returns how many scopes
+    /// counted something. Scopes the controller lacks, or keeps in a
+    /// shared store, take nothing.
+    pub fn restore(&self, owner: &str, controller: &AdmissionController) -> usize {
+        self.loaded
+            .range((owner.to_owned(), String::new())..)
+            .take_while(|((o, _), _)| o == owner)
+            .filter(|((_, scope), saved)| controller.restore_quota(scope, saved))
+            .count()
+    }
+
+    /// The next [`save`](Self::save) rewrites the whole file (after a
+    /// reload: scopes may have gone, controllers may be new).
+    pub fn rewrite_all(&self) {
+        self.full.store(true, Ordering::SeqCst);
+    }
+
+    /// Writes, in one transaction, what the kept limits ([`keep`]) of the
+    /// in-process scopes of `owners` count now, skipping scopes unchanged
+    /// since their last save. Returns how many scopes were written. On
+    /// error nothing of this save is written and the next one rewrites
+    /// everything.
+    pub fn save(&self, owners: &[(&str, &AdmissionController)]) -> Result<usize, StateError> {
+        let full = self.full.swap(false, Ordering::SeqCst);
+        let mut written = self.written.lock();
+        if full {
+            written.clear();
+        }
+        let mut changed = Vec::new();
+        for (owner, controller) in owners {
+            let unchanged = |scope: &str, version: u64| {
+                written.get(&((*owner).to_owned(), scope.to_owned())) == Some(&version)
+            };
+            for saved in controller.save_quota(keep, &unchanged) {
+                changed.push(((*owner).to_owned(), saved));
+            }
+        }
+        if !full && changed.is_empty() {
+            return Ok(0);
+        }
+        let result = self.write(full, &changed);
+        if let Err(e) = result {
+            self.full.store(true, Ordering::SeqCst);
+            return Err(StateError::Write {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        for (owner, saved) in &changed {
+            written.insert((owner.clone(), saved.scope.clone()), saved.version);
+        }
+        Ok(changed.len())
+    }
+
+    fn write(
+        &self,
+        full: bool,
+        changed: &[(String, tollgate::SavedQuota)],
+    ) -> Result<(), rusqlite::Error> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction()?;
+        if full {
+            tx.execute("DELETE FROM counted", [])?;
+        }
+        {
+            let mut delete = tx.prepare("DELETE FROM counted WHERE owner = ?1 AND scope = ?2")?;
+            let mut insert = tx.prepare(
+                "INSERT INTO counted (owner, scope, dimension, amount, window_ns, period, zone, counted)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for (owner, saved) in changed {
+                if !full {
+                    delete.execute(params![owner, saved.scope])?;
+                }
+                for limit in &saved.state.limits {
+                    let r = encode(limit);
+                    insert.execute(params![
+                        owner,
+                        saved.scope,
+                        r.dimension,
+                        r.amount,
+                        r.window_ns,
+                        r.period,
+                        r.zone,
+                        r.counted
+                    ])?;
+                }
+            }
+        }
+        tx.commit()
+    }
+}
+
+/// Every row, by (owner, scope); a malformed row is an error naming it.
+fn load(conn: &Connection) -> Result<BTreeMap<Key, SavedScope>, String> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT rowid, owner, scope, dimension, amount, window_ns, period, zone, counted
+             FROM counted ORDER BY rowid",
+        )
+        .map_err(|e| e.to_string())?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                Row {
+                    dimension: r.get(3)?,
+                    amount: r.get(4)?,
+                    window_ns: r.get(5)?,
+                    period: r.get(6)?,
+                    zone: r.get(7)?,
+                    counted: r.get(8)?,
+                },
+            ))
+        })
+        .map_err(|e| e.to_string())?;
+    let mut out: BTreeMap<Key, SavedScope> = BTreeMap::new();
+    for row in rows {
+        let (rowid, owner, scope, row) = row.map_err(|e| format!("table counted: {e}"))?;
+        match decode(&row) {
+            Ok(Decoded::Limit(limit)) => out.entry((owner, scope)).or_default().limits.push(limit),
+            Ok(Decoded::Unknown(what)) => {
+                tracing::warn!(
+                    rowid,
+                    owner,
+                    scope,
+                    what,
+                    "saved state of an unknown kind ignored"
+                );
+            }
+            Err(why) => {
+                return Err(format!(
+                    "table counted, row {rowid} (owner {owner:?}, scope {scope:?}, {}): {why}",
+                    row.dimension
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Moves `path` and its WAL companions aside; returns the new name.
+fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = PathBuf::from(format!("{}.unreadable-{secs}", path.display()));
+    std::fs::rename(path, &aside)?;
+    for companion in ["-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{companion}", path.display()));
+        if from.exists() {
+            std::fs::rename(&from, format!("{}{companion}", aside.display()))?;
+        }
+    }
+    Ok(aside)
+}

@@ -1,0 +1,205 @@
+//! The state file on disk (SPEC DQ-8): what a process saves, a new process
+//! on the same directory restores; a file it cannot read stops it at start
+//! with an error naming the file (or, when told to, is moved aside).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tollgate::clock::AnchoredClock;
+use tollgate::config::{Calendar, ControllerConfig, Limit, Period, ScopeConfig};
+use tollgate::quota::Dimension;
+use tollgate::{AdmissionController, Call, Deadline, ScopeId, TokenEstimate};
+use tollgate_state::{FILE_NAME, OnUnreadable, StateError, StateFile};
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("tollgate-state-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+/// 2028-02-28T22:00:00Z.
+fn start() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_835_474_400)
+}
+
+/// One process's controller: scope "day" with `limit` requests per UTC
+/// day and 1000 per minute (not kept), on tokio's paused clock at `utc`.
+fn process(limit: u64, utc: SystemTime) -> AdmissionController {
+    let scope = ScopeConfig::new("day")
+        .limit(Limit::per(
+            Dimension::Requests,
+            limit,
+            Calendar::new(Period::Day),
+        ))
+        .requests(1_000, Duration::from_secs(60))
+        .tokens(1_000_000, Duration::from_secs(86_400));
+    AdmissionController::builder()
+        .config(ControllerConfig {
+            scopes: vec![scope],
+            ..ControllerConfig::default()
+        })
+        .clock(Arc::new(AnchoredClock::new(utc)))
+        .build()
+        .unwrap()
+}
+
+async fn admitted_now(controller: &AdmissionController, most: u64) -> u64 {
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(10, 0));
+    let mut n = 0;
+    while n < most {
+        let deadline = Deadline::from_timeout(Some(Duration::from_millis(1)), Instant::now());
+        match controller.acquire(&call, deadline).await {
+            Ok(lease) => drop(lease),
+            Err(_) => break,
+        }
+        n += 1;
+    }
+    n
+}
+
+// proves: DQ-8 (a day counted by one process and saved is counted by the
+// next process on the same state directory: restored at start, not a
+// fresh day; only kept limits are written; the file is in WAL mode)
+#[tokio::test(start_paused = true)]
+async fn a_restart_on_the_same_directory_keeps_the_day() {
+    let d = dir("restart");
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    assert_eq!(file.loaded_scopes(), 0);
+    let first = process(5, start());
+    assert_eq!(admitted_now(&first, 3).await, 3);
+    assert_eq!(file.save(&[("upstream", &first)]).unwrap(), 1);
+    assert_eq!(file.save(&[("upstream", &first)]).unwrap(), 0, "unchanged");
+    drop((first, file));
+
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    assert_eq!(file.loaded_scopes(), 1);
+    let second = process(5, start() + Duration::from_secs(600));
+    assert_eq!(file.restore("tenant:other", &second), 0, "another owner's");
+    assert_eq!(file.restore("upstream", &second), 1);
+    assert_eq!(admitted_now(&second, 10).await, 2, "5 per day, 3 counted");
+    // Kept: the day (calendar) and the 1-day token window; not the minute.
+    let conn = rusqlite::Connection::open(d.join(FILE_NAME)).unwrap();
+    let mut kept: Vec<(String, i64)> = conn
+        .prepare("SELECT dimension, window_ns FROM counted")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            ("requests".to_owned(), 86_400_000_000_000),
+            ("tokens".to_owned(), 86_400_000_000_000)
+        ]
+    );
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    // Midnight UTC: the whole limit again.
+    tokio::time::advance(Duration::from_secs(6_600)).await;
+    assert_eq!(admitted_now(&second, 10).await, 5);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn unreadable(e: StateError) -> (PathBuf, String) {
+    match e {
+        StateError::Unreadable { path, reason } => (path, reason),
+        other => panic!("{other:?}"),
+    }
+}
+
+// proves: DQ-8 (a file that is not a state database stops the start with
+// an error naming it; told to start empty, the process moves it aside and
+// starts with nothing saved)
+#[test]
+fn a_garbage_file_is_refused_or_moved_aside_when_told() {
+    let d = dir("garbage");
+    std::fs::create_dir_all(&d).unwrap();
+    let path = d.join(FILE_NAME);
+    std::fs::write(&path, vec![0x5a; 8_192]).unwrap();
+    let e = StateFile::open(&d, OnUnreadable::Refuse).unwrap_err();
+    let text = e.to_string();
+    let (at, reason) = unreadable(e);
+    assert_eq!(at, path);
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(reason.contains("not a database"), "{reason}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        vec![0x5a; 8_192],
+        "left as it was"
+    );
+
+    let file = StateFile::open(&d, OnUnreadable::StartEmpty).unwrap();
+    assert_eq!(file.loaded_scopes(), 0);
+    let aside: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains(".unreadable-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+// proves: DQ-8 (a database whose row is damaged, or of a newer schema, is
+// refused with the row or the schema named)
+#[tokio::test(start_paused = true)]
+async fn a_bad_row_or_a_newer_schema_is_located() {
+    let d = dir("row");
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let first = process(5, start());
+    assert_eq!(admitted_now(&first, 1).await, 1);
+    file.save(&[("upstream", &first)]).unwrap();
+    drop(file);
+    let conn = rusqlite::Connection::open(d.join(FILE_NAME)).unwrap();
+    conn.execute(
+        "UPDATE counted SET counted = '{\"window\": 3}' WHERE dimension = 'requests'",
+        [],
+    )
+    .unwrap();
+    let (_, reason) = unreadable(StateFile::open(&d, OnUnreadable::Refuse).unwrap_err());
+    assert!(
+        reason.contains("row ") && reason.contains("scope \"day\"") && reason.contains("requests"),
+        "{reason}"
+    );
+    conn.execute("DELETE FROM counted", []).unwrap();
+    conn.pragma_update(None, "user_version", 7).unwrap();
+    let (_, reason) = unreadable(StateFile::open(&d, OnUnreadable::Refuse).unwrap_err());
+    assert!(reason.contains("schema 7"), "{reason}");
+    drop(conn);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+// proves: DQ-8 (a state directory that cannot be created is an error
+// naming it)
+#[test]
+fn an_impossible_directory_is_named() {
+    let d = dir("file-in-the-way");
+    std::fs::create_dir_all(&d).unwrap();
+    let blocker = d.join("blocker");
+    std::fs::write(&blocker, b"x").unwrap();
+    let e = StateFile::open(&blocker.join("state"), OnUnreadable::StartEmpty).unwrap_err();
+    assert!(matches!(e, StateError::Dir { .. }), "{e:?}");
+    assert!(e.to_string().contains("blocker"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+// proves: DQ-8 (every cost limit is kept whatever its window; other
+// dimensions only from one hour and on calendar windows)
+#[test]
+fn cost_limits_are_kept_whatever_their_window() {
+    let minute = Duration::from_secs(60);
+    assert!(tollgate_state::keep(&Limit::new(Dimension::Cost, 1_000_000, minute)));
+    assert!(!tollgate_state::keep(&Limit::new(Dimension::Tokens, 1_000, minute)));
+    assert!(tollgate_state::keep(&Limit::new(
+        Dimension::Tokens,
+        1_000,
+        Duration::from_secs(3_600)
+    )));
+}

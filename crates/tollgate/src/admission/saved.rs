@@ -1,0 +1,90 @@
+//! Saving and restoring the quota state of a controller's scopes across a
+//! restart (SPEC DQ-8). The controller only hands the state out and takes
+//! it back (see `quota/saved.rs`); where it is kept is the front end's
+//! business.
+
+use super::controller::AdmissionController;
+use crate::config::Limit;
+use crate::quota::SavedScope;
+
+/// One scope's saved state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedQuota {
+    /// The scope's name.
+    pub scope: String,
+    /// Its store's version when saved (see [`AdmissionController::save_quota`]).
+    pub version: u64,
+    /// What its limits counted.
+    pub state: SavedScope,
+}
+
+impl AdmissionController {
+    /// The counted state, in UTC, of every in-process scope that has a
+    /// limit `keep` selects, except the scopes for which `unchanged(name,
+    /// version)` says that version was already saved. A scope kept in a
+    /// shared store gives nothing: the store keeps it (SPEC DQ-8).
+    ///
+    /// Each scope is locked only while its state is copied (a few
+    /// microseconds for a full sliding window), one at a time.
+    pub fn save_quota(
+        &self,
+        keep: fn(&Limit) -> bool,
+        unchanged: &dyn Fn(&str, u64) -> bool,
+    ) -> Vec<SavedQuota> {
+        let now = self.inner.clock.now();
+        let mut out = Vec::new();
+        for (_, scope) in self.inner.scopes.iter() {
+            if scope.is_retired() || scope.shared.is_some() {
+                continue;
+            }
+            let mut st = scope.state.lock();
+            let Some(version) = st.store.version() else {
+                continue;
+            };
+            if unchanged(&scope.name, version) {
+                continue;
+            }
+            let Some(state) = st.store.save(now, keep) else {
+                continue;
+            };
+            drop(st);
+            if state.limits.is_empty() {
+                continue;
+            }
+            out.push(SavedQuota {
+                scope: scope.name.to_string(),
+                version,
+                state,
+            });
+        }
+        out
+    }
+
+    /// Counts in scope `scope` what a save before a restart still counts
+    /// (see [`SavedScope`]): call it before the scope takes traffic, or
+    /// any time later (what is restored next to counted amounts is counted
+    /// as admitted now, which is longer). Returns whether anything was
+    /// counted; `false` for an unknown scope or one kept in a shared
+    /// store.
+    pub fn restore_quota(&self, scope: &str, saved: &SavedScope) -> bool {
+        let now = self.inner.clock.now();
+        let Some((_, s)) = self
+            .inner
+            .scopes
+            .iter()
+            .find(|(_, s)| &*s.name == scope && !s.is_retired())
+        else {
+            return false;
+        };
+        if s.shared.is_some() {
+            return false;
+        }
+        let mut st = s.state.lock();
+        let restored = st.store.restore(saved, now);
+        if restored {
+            // A queued call's projection counted without it.
+            st.invalidate_projection();
+        }
+        restored
+    }
+}

@@ -1,0 +1,91 @@
+//! Saving a scope's long windows and restoring them after a restart
+//! (SPEC DQ-8; see `quota/saved.rs` for what is kept and how it comes
+//! back).
+
+use super::{LocalQuota, nanos};
+use crate::clock::{Instant, from_nanos};
+use crate::config::Limit;
+use crate::quota::limit::LimitState;
+use crate::quota::saved::{SavedLimit, SavedScope};
+
+impl LocalQuota {
+    /// A number that changes whenever what the scope counts may have
+    /// changed (other than by time passing): an unchanged number means an
+    /// unchanged [`save`](Self::save).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// What the limits `keep` selects count at `now`, in UTC. Limits the
+    /// provider taught (SPEC Q-14) and the old limits a reconfiguration
+    /// keeps for a while are left out: neither is configured.
+    pub fn save(&mut self, now: Instant, keep: fn(&Limit) -> bool) -> SavedScope {
+        let t = self.tick(now);
+        self.advance(t);
+        SavedScope {
+            limits: self
+                .limits
+                .iter()
+                .filter(|l| !l.learned && !l.is_transitional() && keep(&l.config))
+                .map(|l| SavedLimit {
+                    limit: l.config,
+                    counted: l.save(self.epoch_utc),
+                })
+                .collect(),
+        }
+    }
+
+    /// Counts what `saved` (a save of this scope before a restart) still
+    /// counts, at `now`: each limit takes the saved limit of its window
+    /// (dimension, window or calendar period, arithmetic) as it was, or,
+    /// when the configuration changed meanwhile, is seeded with what the
+    /// saved limits of its dimension still count (the one whose window
+    /// covers it best), as admitted now. Returns whether anything was
+    /// counted.
+    pub fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
+        let t = self.tick(now);
+        self.advance(t);
+        let now_utc = from_nanos(self.epoch_utc + i128::from(t));
+        let mut restored = false;
+        for l in self.limits.iter_mut().filter(|l| !l.is_transitional()) {
+            let same = saved.limits.iter().find(|s| {
+                s.limit.dimension == l.config.dimension
+                    && s.limit.window == l.config.window
+                    && s.limit.calendar == l.config.calendar
+            });
+            if let Some(s) = same
+                && l.restore(&s.counted, t, self.epoch_utc)
+            {
+                restored |= !s.counted.is_spent(now_utc);
+                continue;
+            }
+            if let Some(s) = source(&saved.limits, l) {
+                let total = s.counted.total_at(now_utc);
+                if total > 0 {
+                    l.seed(total, 0, t);
+                    restored = true;
+                }
+            }
+        }
+        if restored {
+            self.version = self.version.wrapping_add(1);
+        }
+        restored
+    }
+}
+
+/// The saved limit a changed `limit` is seeded from: of its dimension, the
+/// shortest window covering the new one, else the longest (as a reload
+/// does, see `reconfigure.rs`).
+fn source<'a>(saved: &'a [SavedLimit], limit: &LimitState) -> Option<&'a SavedLimit> {
+    let window = nanos(limit.window());
+    let same = || {
+        saved
+            .iter()
+            .filter(move |s| s.limit.dimension == limit.dimension())
+    };
+    same()
+        .filter(|s| nanos(s.limit.window) >= window)
+        .min_by_key(|s| s.limit.window)
+        .or_else(|| same().max_by_key(|s| s.limit.window))
+}

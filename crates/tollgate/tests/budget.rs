@@ -1,0 +1,308 @@
+//! Spend budgets in the engine (SPEC BUD-2, BUD-4, BUD-5, Q-11, GW-15):
+//! cost limits reserved at the worst case, refused at once when their
+//! window cannot free room in time, settled from priced usage, refunded
+//! for refusals, and carried across a reconfiguration. Paused time: exact
+//! instants.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::time::Instant;
+use tollgate::config::{ControllerConfig, DAY, ScopeConfig};
+use tollgate::quota::Dimension;
+use tollgate::{
+    AdmissionController, AdmissionError, Call, Deadline, Parts, Price, RefusalCost, ScopeId,
+    TokenEstimate, Usage,
+};
+
+/// gpt-4o-mini's list price: $0.15 input, $0.075 cached, $0.60 output per
+/// million tokens.
+fn mini() -> Price {
+    Price {
+        cached_input: Some(75_000),
+        ..Price::new(150_000, 600_000)
+    }
+}
+
+/// A call of `input` tokens and an `output` allowance at `price`.
+fn priced(input: u64, output: u64, price: Price) -> Call {
+    Call::new(ScopeId::FIRST)
+        .with_estimate(TokenEstimate::new(input, output))
+        .with_price(price)
+}
+
+fn budget(micros: u64, window: Duration) -> ControllerConfig {
+    ControllerConfig {
+        scopes: vec![ScopeConfig::new("team").cost(micros, window)],
+        ..ControllerConfig::default()
+    }
+}
+
+// proves: BUD-4, Q-11 (a call that a day budget cannot take before its
+// deadline fails at once, without waiting, as BudgetExceeded carrying the
+// instant the window frees room; nothing is reserved for it)
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_refuses_at_once_with_its_reset() {
+    // $0.001 a day; each call's worst case is 1000 * 0.15 + 1000 * 0.6 =
+    // 750 µ$.
+    let c = AdmissionController::new(budget(1_000, DAY)).unwrap();
+    let t0 = Instant::now();
+    let first = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(first.reservation().demand.cost, 750);
+    assert_eq!(available(&c, Dimension::Cost), 250);
+    let e = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(30)))
+        .await
+        .unwrap_err();
+    assert_eq!(Instant::now(), t0, "refused at once");
+    match e {
+        AdmissionError::BudgetExceeded { scope, retry_at } => {
+            assert_eq!(scope, ScopeId::FIRST);
+            assert_eq!(retry_at, Some(t0 + DAY));
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    assert_eq!(e.kind(), "budget_exceeded");
+    assert_eq!(available(&c, Dimension::Cost), 250, "nothing reserved");
+    // A smaller call still fits: 200 output tokens = 120 µ$.
+    let small = c
+        .acquire(&priced(0, 200, mini()), within(secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 130);
+    drop((first, small));
+}
+
+// proves: BUD-4, Q-11 (with max_wait and no deadline, a budget that frees
+// room only later than max_wait refuses at once too; one that frees it
+// within max_wait lets the call wait and admits it then)
+#[tokio::test(start_paused = true)]
+async fn max_wait_bounds_a_budget_wait() {
+    let config = ControllerConfig {
+        max_wait: Some(secs(10)),
+        ..budget(1_000, secs(5))
+    };
+    let c = AdmissionController::new(config).unwrap();
+    let t0 = Instant::now();
+    let _a = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    // The window is 5 s: the call waits 5 s and is admitted.
+    let _b = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(Instant::now(), t0 + secs(5));
+    let day = AdmissionController::new(ControllerConfig {
+        max_wait: Some(secs(10)),
+        ..budget(1_000, DAY)
+    })
+    .unwrap();
+    let _c = day
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    let e = day
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AdmissionError::BudgetExceeded { .. }), "{e:?}");
+    assert_eq!(Instant::now(), t0 + secs(5), "refused at once");
+}
+
+// proves: BUD-2, Q-5 (settlement prices the reported usage per kind:
+// cached input at its price; the difference to the worst case comes back
+// at once and admits the next call)
+#[tokio::test(start_paused = true)]
+async fn settlement_gives_back_the_unused_worst_case() {
+    let c = AdmissionController::new(budget(1_000, DAY)).unwrap();
+    let mut a = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    // 1000 input of which 800 cached, 100 output:
+    // 200 * 0.15 + 800 * 0.075 + 100 * 0.6 = 30 + 60 + 60 = 150 µ$.
+    let usage = Usage::from_counters(
+        tollgate::Counter::Absent,
+        tollgate::Counter::Value(1_000),
+        tollgate::Counter::Value(100),
+        tollgate::Counter::Value(800),
+    );
+    let s = a.reconcile(usage.priced(&mini())).unwrap();
+    assert_eq!(s.cost.reported, Some(150));
+    assert_eq!(s.cost.refunded, 600);
+    assert_eq!(available(&c, Dimension::Cost), 850);
+    // A waiting call fits now.
+    let _b = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 100);
+    let counters = c.snapshot().scopes[0].counters;
+    assert_eq!(counters.cost_reserved, 1_500);
+    assert_eq!(counters.cost_reported, 150);
+    assert_eq!(counters.cost_refunded, 600);
+}
+
+// proves: BUD-2, Q-5 (usage above the estimate is debt: the budget goes
+// negative and later calls are refused until the debt ages out; unknown
+// usage keeps the worst case)
+#[tokio::test(start_paused = true)]
+async fn debt_and_unknown_usage() {
+    let c = AdmissionController::new(budget(1_000, secs(60))).unwrap();
+    let t0 = Instant::now();
+    let mut a = c
+        .acquire(&priced(1_000, 0, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 850);
+    // The provider counted 8000 input tokens: 1200 µ$, 1050 of debt.
+    let s = a
+        .reconcile(Usage::from_io(8_000, 0).priced(&mini()))
+        .unwrap();
+    assert_eq!((s.cost.reported, s.cost.debt), (Some(1_200), 1_050));
+    assert_eq!(available(&c, Dimension::Cost), -200);
+    let e = c
+        .acquire(&priced(1, 0, mini()), within(secs(10)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, AdmissionError::BudgetExceeded { retry_at: Some(at), .. } if at == t0 + secs(60))
+    );
+    tokio::time::advance(secs(60)).await;
+    let mut b = c
+        .acquire(&priced(1_000, 0, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    let s = b.reconcile(Usage::UNKNOWN.priced(&mini())).unwrap();
+    assert_eq!((s.cost.reported, s.cost.charged()), (None, 150));
+    assert_eq!(available(&c, Dimension::Cost), 850);
+}
+
+// proves: BUD-5, Q-16 (a refused attempt costs nothing in money, whatever
+// its provider's limiter charges: the request unit and tokens follow the
+// refusal policy, the cost always comes back)
+#[tokio::test(start_paused = true)]
+async fn a_refusal_gives_the_cost_back() {
+    let c = AdmissionController::new(ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("team")
+                .requests(10, DAY)
+                .tokens(10_000, DAY)
+                .cost(1_000, DAY),
+        ],
+        ..ControllerConfig::default()
+    })
+    .unwrap();
+    let mut a = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    a.refused(RefusalCost::Full).unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 1_000);
+    assert_eq!(available(&c, Dimension::Tokens), 8_000, "full: tokens kept");
+    assert_eq!(available(&c, Dimension::Requests), 9);
+    assert_eq!(c.snapshot().scopes[0].counters.cost_refunded, 750);
+}
+
+// proves: BUD-2 (a provider whose answer carries usage split into kinds is
+// charged each kind at its price; one that reports only a total, or a
+// usage nobody priced, keeps the worst case)
+#[tokio::test(start_paused = true)]
+async fn parts_set_by_the_wire_are_priced() {
+    let c = AdmissionController::new(budget(1_000_000, DAY)).unwrap();
+    let sonnet = Price {
+        cached_input: Some(300_000),
+        cache_write: Some(3_750_000),
+        cache_write_1h: Some(6_000_000),
+        ..Price::new(3_000_000, 15_000_000)
+    };
+    let mut a = c
+        .acquire(&priced(2_000, 100, sonnet), Deadline::NONE)
+        .await
+        .unwrap();
+    // Worst case: 2000 at the 1-hour write price + 100 output.
+    assert_eq!(a.reservation().demand.cost, 12_000 + 1_500);
+    let parts = Parts {
+        cached_input: 1_000,
+        cache_write: 500,
+        ..Parts::plain(10, 40)
+    };
+    let usage = Usage::from_io(1_510, 40).with_parts(Some(parts));
+    // 10 * 3 + 1000 * 0.3 + 500 * 3.75 + 40 * 15 = 30 + 300 + 1875 + 600.
+    assert_eq!(
+        a.reconcile(usage.priced(&sonnet)).unwrap().cost.reported,
+        Some(2_805)
+    );
+    // Unpriced, a usage keeps the worst case.
+    let mut b = c
+        .acquire(&priced(2_000, 100, sonnet), Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.reconcile(Usage::from_io(400, 100))
+            .unwrap()
+            .cost
+            .charged(),
+        13_500
+    );
+    let mut d = c
+        .acquire(&priced(2_000, 100, sonnet), Deadline::NONE)
+        .await
+        .unwrap();
+    // A total without a split keeps it too, priced or not.
+    assert_eq!(
+        d.reconcile(Usage::known(500).priced(&sonnet))
+            .unwrap()
+            .cost
+            .charged(),
+        13_500
+    );
+}
+
+// proves: GW-15, BUD-2 (a reload keeps what a budget has spent: a lowered
+// budget applies to the spend so far, a budget over another window starts
+// from it)
+#[tokio::test(start_paused = true)]
+async fn a_reload_keeps_the_spend() {
+    let c = AdmissionController::new(budget(1_000, DAY)).unwrap();
+    let mut a = c
+        .acquire(&priced(0, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    a.reconcile(Usage::from_io(0, 1_000).priced(&mini()))
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 400);
+    c.reconfigure(budget(800, DAY)).unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 200);
+    c.reconfigure(budget(2_000, 7 * DAY)).unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 1_400);
+    // A budget added by the reload needs a price from then on.
+    let plain = ControllerConfig {
+        scopes: vec![ScopeConfig::new("team").requests(10, DAY)],
+        ..ControllerConfig::default()
+    };
+    let c = AdmissionController::new(plain).unwrap();
+    let _free = c.acquire(&plain_call(), Deadline::NONE).await.unwrap();
+    c.reconfigure(budget(1_000, DAY)).unwrap();
+    let e = c.acquire(&plain_call(), Deadline::NONE).await.unwrap_err();
+    assert_eq!(e.kind(), "token_estimate_required");
+    let e = c
+        .acquire(
+            &Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(1, 1)),
+            Deadline::NONE,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "price_required");
+}
+
+fn plain_call() -> Call {
+    Call::new(ScopeId::FIRST)
+}
