@@ -31,8 +31,8 @@ fn controller(pace: bool) -> AdmissionController {
     AdmissionController::builder().scope(scope).build().unwrap()
 }
 
-/// A bulk flow with `bulk` calls waiting from t0, and from t0 + 2 s an
-/// interactive flow that sends one call a second, 37 ms past the second
+/// A bulk flow (`standard`) with `bulk` calls waiting from t0, and from
+/// t0 + 2 s an interactive flow (of `chat_class`) that sends one call a second, 37 ms past the second
 /// (between pacing instants), waiting for each before the next (so a call
 /// arrives late if the one before waited more than a second): returns
 /// every grant and, per interactive call, its arrival and grant.
@@ -40,11 +40,12 @@ async fn two_tenants(
     c: &AdmissionController,
     bulk: usize,
     chats: u32,
+    chat_class: Priority,
 ) -> (Vec<(Instant, bool)>, Vec<(Instant, Instant)>) {
     let t0 = Instant::now();
     let grants = Grants::default();
     let bulk_flow = Flow::new(1, Priority::Standard);
-    let chat_flow = Flow::new(2, Priority::Standard);
+    let chat_flow = Flow::new(2, chat_class);
     let tasks: Vec<_> = (0..bulk)
         .map(|_| {
             let (c, grants) = (c.clone(), grants.clone());
@@ -82,7 +83,7 @@ async fn two_tenants(
 async fn a_pacing_limit_serves_a_new_flow_within_two_intervals() {
     let c = controller(true);
     let t0 = Instant::now();
-    let (grants, chats) = two_tenants(&c, 400, 20).await;
+    let (grants, chats) = two_tenants(&c, 400, 20, Priority::Standard).await;
     assert_eq!(chats.len(), 20);
     // The grant log is in grant order: count the bulk grants logged after
     // each interactive call arrived and before its own grant.
@@ -123,10 +124,32 @@ async fn a_pacing_limit_serves_a_new_flow_within_two_intervals() {
 async fn without_pacing_a_backlog_takes_each_window_edge() {
     let c = controller(false);
     let t0 = Instant::now();
-    let (_, chats) = two_tenants(&c, 400, 3).await;
+    let (_, chats) = two_tenants(&c, 400, 3, Priority::Standard).await;
     for (k, (arrival, granted)) in chats.iter().enumerate() {
         let edge = t0 + WINDOW * (k as u32 + 1);
         assert_eq!(*granted, edge, "arrived at {:?}", *arrival - t0);
         assert!(*granted - *arrival > Duration::from_secs(7));
+    }
+}
+
+// proves: Q-1, FAIR-2 (the same with the interactive flow one class
+// higher: it takes the chosen bulk call's turn, so it is granted at the
+// next pacing instant, before any bulk grant, within one interval)
+#[tokio::test(start_paused = true)]
+async fn a_higher_class_is_paced_within_one_interval() {
+    let c = controller(true);
+    let (grants, chats) = two_tenants(&c, 400, 20, Priority::Interactive).await;
+    assert_eq!(chats.len(), 20);
+    for (arrival, granted) in &chats {
+        assert!(
+            *granted - *arrival <= PACE,
+            "waited {:?}",
+            *granted - *arrival
+        );
+        let bulk_between = grants
+            .iter()
+            .filter(|(at, chat)| !chat && at > arrival && at <= granted)
+            .count();
+        assert_eq!(bulk_between, 0);
     }
 }
