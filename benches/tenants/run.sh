@@ -10,6 +10,14 @@
 #
 #   benches/tenants/run.sh                       # W = 10 s, 100 per window
 #   WINDOW=60s LIMIT=600 benches/tenants/run.sh  # the minute window
+#   PACE=100ms benches/tenants/run.sh            # + a pacing limit on the scope
+#
+# PACE (off by default) adds a second, shorter sliding-window limit of
+# PACE_REQUESTS (default 1) requests per PACE to the shared scope, next to
+# LIMIT per WINDOW (SPEC Q-1): e.g. PACE=1s PACE_REQUESTS=10. The
+# simulator keeps enforcing LIMIT per WINDOW only. CHAT_PRIORITY sets the
+# interactive tenant's `priority` (default: none, so `standard` like
+# bulk); RUNS picks runs (default "interactive-alone bulk-alone both").
 #
 # Listens on 127.0.0.1:18381 (simulator) and 18382 (gateway).
 set -euo pipefail
@@ -22,6 +30,10 @@ LIMIT=${LIMIT:-100}
 BULK=${BULK:-1000}
 QUEUE=${QUEUE:-1100}
 CHATS_ALONE=${CHATS_ALONE:-20}
+PACE=${PACE:-}
+PACE_REQUESTS=${PACE_REQUESTS:-1}
+CHAT_PRIORITY=${CHAT_PRIORITY:-}
+RUNS=${RUNS:-interactive-alone bulk-alone both}
 SKIP_BUILD=${SKIP_BUILD:-0}
 TOLLGATE=${TOLLGATE:-$ROOT/target/release/tollgate}
 TENANTS=${TENANTS:-$ROOT/target/release/tollgate-tenants}
@@ -41,6 +53,11 @@ if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli -p tollgate-loadgen
 fi
 
+LIMITS="{ requests = $LIMIT, per = \"$WINDOW\" }"
+if [[ -n $PACE ]]; then
+  LIMITS="{ requests = $PACE_REQUESTS, per = \"$PACE\" }, $LIMITS"
+fi
+
 cat >"$WORK/gateway.toml" <<TOML
 [server]
 listen = "127.0.0.1:$GW_PORT"
@@ -55,7 +72,7 @@ max_timeout = "1h"
 base_url = "http://127.0.0.1:$SIM_PORT/v1"
 
 [scopes.shared]
-limits = [{ requests = $LIMIT, per = "$WINDOW" }]
+limits = [$LIMITS]
 
 [models.chat]
 provider = "sim"
@@ -67,6 +84,7 @@ keys_sha256 = ["$("$TOLLGATE" hash-key "$BULK_KEY")"]
 
 [tenants.interactive]
 keys_sha256 = ["$("$TOLLGATE" hash-key "$CHAT_KEY")"]
+${CHAT_PRIORITY:+priority = \"$CHAT_PRIORITY\"}
 TOML
 
 # A fresh simulator and gateway per run: every run starts with a full
@@ -92,8 +110,13 @@ run() {
   wait_free $GW_PORT
 }
 
-echo "== window $WINDOW, $LIMIT requests per window, bulk $BULK, queue $QUEUE"
+echo "== window $WINDOW, $LIMIT requests per window, bulk $BULK, queue $QUEUE${PACE:+, pacing $PACE_REQUESTS per $PACE}${CHAT_PRIORITY:+, interactive tenant priority $CHAT_PRIORITY}"
 echo "   $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-run interactive-alone --chat-key "$CHAT_KEY" --chats "$CHATS_ALONE" --chat-after 0s
-run bulk-alone --bulk-key "$BULK_KEY" --bulk "$BULK"
-run both --bulk-key "$BULK_KEY" --bulk "$BULK" --chat-key "$CHAT_KEY" --chats 100000
+for r in $RUNS; do
+  case $r in
+    interactive-alone) run "$r" --chat-key "$CHAT_KEY" --chats "$CHATS_ALONE" --chat-after 0s ;;
+    bulk-alone) run "$r" --bulk-key "$BULK_KEY" --bulk "$BULK" ;;
+    both) run "$r" --bulk-key "$BULK_KEY" --bulk "$BULK" --chat-key "$CHAT_KEY" --chats 100000 ;;
+    *) echo "unknown run $r" >&2; exit 2 ;;
+  esac
+done
