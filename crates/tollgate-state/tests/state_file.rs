@@ -195,8 +195,16 @@ fn an_impossible_directory_is_named() {
 #[test]
 fn cost_limits_are_kept_whatever_their_window() {
     let minute = Duration::from_secs(60);
-    assert!(tollgate_state::keep(&Limit::new(Dimension::Cost, 1_000_000, minute)));
-    assert!(!tollgate_state::keep(&Limit::new(Dimension::Tokens, 1_000, minute)));
+    assert!(tollgate_state::keep(&Limit::new(
+        Dimension::Cost,
+        1_000_000,
+        minute
+    )));
+    assert!(!tollgate_state::keep(&Limit::new(
+        Dimension::Tokens,
+        1_000,
+        minute
+    )));
     assert!(tollgate_state::keep(&Limit::new(
         Dimension::Tokens,
         1_000,

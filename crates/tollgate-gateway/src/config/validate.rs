@@ -716,7 +716,10 @@ fn check_limits(
     }
     for (i, limit) in limits.iter().enumerate() {
         let entry = at.key("limits").index(i);
-        positive(&entry.key(super::prices::limit_key(limit.dimension)), Some(limit.amount))?;
+        positive(
+            &entry.key(super::prices::limit_key(limit.dimension)),
+            Some(limit.amount),
+        )?;
         non_zero(&entry.key("per"), limit.window)?;
         if let Some((_, first)) = seen.iter().find(|(l, _)| {
             l.dimension == limit.dimension
