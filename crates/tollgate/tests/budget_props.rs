@@ -107,22 +107,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn algorithm() -> impl Strategy<Value = Algorithm> {
-    prop_oneof![
-        Just(Algorithm::SlidingWindow),
-        Just(Algorithm::TokenBucket { burst: None }),
-        Just(Algorithm::FixedWindow),
-    ]
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 fn cost(s: &Snapshot) -> (i64, i64) {
     let l = s.scopes[0]
         .limits
@@ -180,10 +164,10 @@ proptest! {
     // the provider's limiter charges), Q-9 (nothing leaks)
     #[test]
     fn the_budget_moves_by_exactly_each_charge(
-        algorithm in algorithm(),
+        algorithm in common::algorithm(),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        runtime().block_on(async move {
+        common::paused_runtime().block_on(async move {
             let c = AdmissionController::builder()
                 .scope(
                     ScopeConfig::new("budget")

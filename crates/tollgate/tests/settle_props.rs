@@ -64,22 +64,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn algorithm() -> impl Strategy<Value = Algorithm> {
-    prop_oneof![
-        Just(Algorithm::SlidingWindow),
-        Just(Algorithm::TokenBucket { burst: None }),
-        Just(Algorithm::FixedWindow),
-    ]
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 fn controller(algorithm: Algorithm, concurrency: Option<u64>) -> AdmissionController {
     let mut b = AdmissionController::builder().scope(
         ScopeConfig::new("p")
@@ -137,11 +121,11 @@ proptest! {
     // a refund never lifts it above its capacity.
     #[test]
     fn settlement_moves_availability_by_exactly_the_refund_or_debt(
-        algorithm in algorithm(),
+        algorithm in common::algorithm(),
         concurrency in prop::option::of(1u64..4),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        runtime().block_on(async move {
+        common::paused_runtime().block_on(async move {
             let c = controller(algorithm, concurrency);
             let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
             let mut held: Vec<Held> = Vec::new();
@@ -231,13 +215,13 @@ proptest! {
     // cooldown ends, taking their quota once more)
     #[test]
     fn preemption_refunds_both_dimensions_exactly_once(
-        algorithm in algorithm(),
+        algorithm in common::algorithm(),
         holders in prop::collection::vec(1u64..30, 1..4),
         waiters in prop::collection::vec(1u64..25, 1..5),
         reporter in 0usize..4,
         hint_ms in prop::option::of(1u64..10_000),
     ) {
-        runtime().block_on(async move {
+        common::paused_runtime().block_on(async move {
             let c = controller(algorithm, Some(holders.len() as u64));
             let mut held = Vec::new();
             for &t in &holders {

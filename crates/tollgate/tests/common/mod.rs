@@ -24,6 +24,16 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// Any of the three algorithms (SPEC Q-2), for property tests.
+pub fn algorithm() -> impl proptest::strategy::Strategy<Value = tollgate::config::Algorithm> {
+    use tollgate::config::Algorithm;
+    proptest::prop_oneof![
+        proptest::strategy::Just(Algorithm::SlidingWindow),
+        proptest::strategy::Just(Algorithm::TokenBucket { burst: None }),
+        proptest::strategy::Just(Algorithm::FixedWindow),
+    ]
+}
+
 /// A call on the first scope estimating `tokens` tokens.
 pub fn tokens(n: u64) -> Call {
     Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(n, 0))
