@@ -12,7 +12,7 @@ if again then return again end
 local pending = arg(1) == "p"
 local now = clock()
 -- A cooldown after a provider 429 pauses every process (SPEC DQ-9).
-if META[4] and META[4] > now then return { 0, META[4] - now, 0, 0, 0, 0 } end
+if META[4] and META[4] > now then return { 0, META[4] - now, 0, 0, 0, 0, 0 } end
 load()
 advance(now)
 if expire_holds(now) then publish() end
