@@ -211,3 +211,54 @@ fn cost_limits_are_kept_whatever_their_window() {
         Duration::from_secs(3_600)
     )));
 }
+
+// proves: DQ-8, BUD-2 (a budget is kept whatever its window: the money a
+// process spent in a one-minute budget is still spent for the next process
+// on the same state directory)
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_a_budget_spent() {
+    // 50 micro-dollars a minute; each call's worst case is 10 input tokens
+    // at one micro-dollar a token: 5 calls.
+    let budget = |utc: SystemTime| {
+        AdmissionController::builder()
+            .config(ControllerConfig {
+                scopes: vec![ScopeConfig::new("spend").cost(50, Duration::from_secs(60))],
+                ..ControllerConfig::default()
+            })
+            .clock(Arc::new(AnchoredClock::new(utc)))
+            .build()
+            .unwrap()
+    };
+    let spend = |controller: AdmissionController| async move {
+        let call = Call::new(ScopeId::FIRST)
+            .with_estimate(TokenEstimate::new(10, 0))
+            .with_price(tollgate::Price::new(1_000_000, 1_000_000));
+        let mut n = 0;
+        while n < 10 {
+            let deadline = Deadline::from_timeout(Some(Duration::from_millis(1)), Instant::now());
+            match controller.acquire(&call, deadline).await {
+                Ok(lease) => drop(lease),
+                Err(_) => break,
+            }
+            n += 1;
+        }
+        (controller, n)
+    };
+    let d = dir("budget");
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let (first, n) = spend(budget(start())).await;
+    assert_eq!(n, 5, "the budget holds five calls");
+    assert_eq!(file.save(&[("upstream", &first)]).unwrap(), 1);
+    drop((first, file));
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let second = budget(start() + Duration::from_secs(10));
+    assert_eq!(file.restore("upstream", &second), 1);
+    let (second, n) = spend(second).await;
+    assert_eq!(n, 0, "the minute's budget was spent before the restart");
+    // A minute after the spending: the whole budget again.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(spend(second).await.1, 5);
+    let _ = std::fs::remove_dir_all(&d);
+}
