@@ -106,3 +106,25 @@ def test_exceptions_carry_the_gateways_codes() -> None:
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, tollgate.TollgateError)
             assert obj in shared or obj in own or obj in (tollgate.TollgateError, tollgate.AdmissionError)
+
+
+def test_imports_without_httpx() -> None:
+    """PY-1: `import tollgate` needs nothing but the package (the limiter
+    works without httpx); the SDK transports, which need httpx or httpx2,
+    say so when used without them."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "sys.modules['httpx'] = None\n"
+        "sys.modules['httpx2'] = None\n"
+        "import tollgate\n"
+        "tollgate.Limiter(scopes={'s': {'rpm': 1}})\n"
+        "try:\n"
+        "    tollgate.Transport\n"
+        "except ImportError as e:\n"
+        "    print('needs httpx:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "needs httpx: tollgate's transports need httpx2 or httpx" in out.stdout, out.stdout

@@ -15,6 +15,8 @@ See docs/python.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     AdmissionError,
     AdmissionRejected,
@@ -32,7 +34,24 @@ from ._errors import (
     UpstreamError,
 )
 from ._tollgate import Lease, Limiter, SupervisedStream, __version__
-from ._transport import AsyncTransport, Transport, httpx_client
+
+if TYPE_CHECKING:
+    from ._transport import AsyncTransport, Transport, httpx_client
+
+# The SDK transports need httpx (or httpx2), which every SDK brings but
+# the package itself does not require: they are imported on first use, so
+# `import tollgate` works without them (PY-1) and a transport without
+# httpx raises ImportError saying so.
+_TRANSPORTS = ("AsyncTransport", "Transport", "httpx_client")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TRANSPORTS:
+        from . import _transport
+
+        return getattr(_transport, name)
+    raise AttributeError(f"module 'tollgate' has no attribute {name!r}")
+
 
 __all__ = [
     "Limiter",
