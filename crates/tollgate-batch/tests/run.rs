@@ -59,7 +59,7 @@ fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>, tpm: Option<u64>) -> 
 }
 
 // proves: BATCH-2 (2,000 items through the engine under strict RPM and TPM:
-// zero provider 429s, wall time near the physical lower bound), ADM-8 (at
+// zero provider 429s, no window over a limit), ADM-8 (at
 // most `concurrency` items in progress), BATCH-1
 // (every custom_id exactly once in the output)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,9 +107,12 @@ async fn two_thousand_items_each_once_with_zero_429s() {
     // concurrency is in progress.
     assert!(s.max_in_flight <= 64, "{}", s.max_in_flight);
     eprintln!("{s}");
-    // Near the bound: the bound plus a window of latency and slack.
+    // The physical bound is what the limits allow (2,000 items at 600 a
+    // second); how near the run comes to it is a speed figure, measured in
+    // benches/batch (BENCHMARKS.md), not asserted here: on two loaded
+    // cores a run took 2.7 times the bound (SPEC Q-13: real-clock tests
+    // assert invariants, never timings).
     assert!(s.lower_bound_s >= 2.0, "{s}");
-    assert!(s.wall_time_s < s.lower_bound_s + 2.5, "{s}");
     server.shutdown().await.expect("shutdown");
 }
 

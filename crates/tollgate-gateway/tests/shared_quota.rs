@@ -437,19 +437,28 @@ async fn a_reload_keeps_the_store_unless_it_changed() {
     );
 }
 
-/// One replica reloadable from a file: `requests` per 2 s on scope
-/// `account` in `redis`, `[cooldown] max = max`. The store's timeout is
-/// long: a slow operation on a loaded machine must not make the store
+/// The window of the reload test: long enough that none of its five calls
+/// leaves the window between the count read before the reload and the one
+/// read after it on a loaded machine (with a
+/// 2 s window the flake hunt saw one call age out in between, once in
+/// about 20 runs), and short enough that the last call, which waits for
+/// two of the five to leave, answers within its 10 s.
+const RELOAD_W: Duration = Duration::from_secs(8);
+
+/// One replica reloadable from a file: `requests` per [`RELOAD_W`] on
+/// scope `account` in `redis`, `[cooldown] max = max`. The store's timeout
+/// is long: a slow operation on a loaded machine must not make the store
 /// unavailable here (this test is about the reload).
 fn reloadable(sim: &SimServer, redis: &RedisServer, requests: u64, max: &str) -> String {
     format!(
         "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n\n\
          [providers.p]\nbase_url = \"{}\"\n\n\
          [cooldown]\nmax = \"{max}\"\n\n\
-         [scopes.account]\nlimits = [{{ requests = {requests}, per = \"2s\" }}]\n\n\
+         [scopes.account]\nlimits = [{{ requests = {requests}, per = \"{}s\" }}]\n\n\
          [models.gpt-4o-mini]\nprovider = \"p\"\nscope = \"account\"\n\n\
          [quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"reload\"\ntimeout = \"2s\"\n\n{}",
         sim.openai_base_url(),
+        RELOAD_W.as_secs(),
         redis.url(),
         tenants("", ""),
     )
@@ -467,7 +476,7 @@ async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
     };
     let sim = sim(SimConfig {
         rpm: Some(5),
-        window: W,
+        window: RELOAD_W,
         ..SimConfig::default()
     })
     .await;
