@@ -161,14 +161,26 @@ async fn three_replicas_hold_the_account_limits_together() {
     held_together(&sim, &replicas).await;
 
     // The contrast: the same replicas with per-process quotas each spend
-    // the whole budget, and the provider refuses.
-    let sim = account().await;
-    let mut local = Vec::new();
+    // the whole budget, and the provider refuses. That needs the load to
+    // reach the provider within one window, which two loaded cores do not
+    // always manage (flake hunt: once in about 20 runs): up to three tries.
+    let mut refused = None;
     for _ in 0..3 {
-        local.push(replica_with(&sim, "").await);
+        let sim = account().await;
+        let mut local = Vec::new();
+        for _ in 0..3 {
+            local.push(replica_with(&sim, "").await);
+        }
+        let _ = load(&local, 45, 12).await;
+        let stats = sim.stats();
+        let done = stats.rejected_429.total() > 0;
+        refused = Some(stats);
+        if done {
+            break;
+        }
     }
-    let _ = load(&local, 45, 12).await;
-    assert!(sim.stats().rejected_429.total() > 0, "{:?}", sim.stats());
+    let stats = refused.expect("a contrast run");
+    assert!(stats.rejected_429.total() > 0, "{stats:?}");
 }
 
 // proves: DQ-7, DQ-2 (the same three replicas on a Redis Cluster over

@@ -83,7 +83,14 @@ async fn an_unverified_server_fails_within_the_budget() {
                 panic!("answered: {answer:?}");
             };
             eprintln!("refused as it should be: {e}");
-            assert!(started.elapsed() < budget + Duration::from_secs(1));
+            // Within the budget, not a system default (a TLS or TCP
+            // timeout of tens of seconds, or none): the slack is for two
+            // loaded cores, where a run took over 1.2 s (flake hunt).
+            assert!(
+                started.elapsed() < budget + Duration::from_secs(5),
+                "{:?}",
+                started.elapsed()
+            );
         }
     }
 }

@@ -231,10 +231,13 @@ fn replicas_sharing_a_store_never_exceed_the_limit_under_stress() {
             admitted.load(Ordering::Relaxed) > 2 * REQUESTS,
             "the run was oversubscribed"
         );
-        assert_eq!(
-            max_requests, REQUESTS,
-            "the limit was reached, not only respected"
-        );
+        // Whether a window reached the limit depends on how much CPU the
+        // run got (on two loaded cores one run in about 200 peaked at 24 of
+        // 30): a speed figure, not a rule here. Exact wake-ups that
+        // reach the limit are proven on the paused clock.
+        if max_requests < REQUESTS {
+            eprintln!("note: the busiest window held {max_requests} of {REQUESTS}");
+        }
         assert!(max_tokens <= TOKENS);
         assert_eq!(store.pending(SCOPE), 0, "no pending reservation leaked");
         // Every unit comes back once the window has passed.
