@@ -226,7 +226,7 @@ async fn fail_closed_answers_503_at_once_and_recovers() {
     let http = client();
     let url = gw.url("/v1/chat/completions");
     let send = || http.post(&url).bearer_auth(KEY_A).json(&body()).send();
-    assert_eq!(send().await.expect("answer").status(), 200);
+    assert_eq!(until_served(send).await, 200);
 
     redis.kill();
     for _ in 0..5 {
@@ -253,9 +253,30 @@ async fn fail_closed_answers_503_at_once_and_recovers() {
         gw.upstream_scope("account").store == Some(StoreMode::Shared)
     })
     .await;
-    assert_eq!(send().await.expect("answer").status(), 200);
+    assert_eq!(until_served(send).await, 200);
     let ready = http.get(gw.url("/readyz")).send().await.expect("readyz");
     assert_eq!(ready.status(), 200);
+}
+
+/// The status of `send`'s answer, asked again (up to ten times) while it is
+/// a 503: a replica with the 50 ms default store timeout rightly answers
+/// 503 when a round trip takes longer (DQ-3), which two loaded cores
+/// sometimes make it do (flake hunt: once in about 40 runs) outside the
+/// outage a test studies.
+async fn until_served<F, Fut>(send: F) -> reqwest::StatusCode
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
+    let mut status = send().await.expect("answer").status();
+    for _ in 0..10 {
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        status = send().await.expect("answer").status();
+    }
+    status
 }
 
 // proves: DQ-3 (Redis killed: under `fail_open_local` the replica keeps
