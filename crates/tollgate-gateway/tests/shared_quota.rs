@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Gateway, KEY_A, client, one_more_call_draws_no_429, reload, rewrite, sim, tenants};
+use common::{
+    Gateway, KEY_A, RemoteSim, client, one_more_call_draws_no_429, reload, rewrite, sim, tenants,
+};
 use serde_json::{Value, json};
 use tollgate::StoreMode;
 use tollgate_redis::{RedisCluster, RedisServer};
@@ -23,9 +25,11 @@ const TPM: u64 = 1_500;
 
 /// The account: a strict provider that counts tokens the way the gateway's
 /// `accounting = "openai"` reserves them (characters / 4 + max_tokens, at
-/// admission, never reconciled), so its token limit is what binds.
-async fn account() -> SimServer {
-    sim(SimConfig {
+/// admission, never reconciled), so its token limit is what binds. It runs
+/// on its own runtime ([`RemoteSim`]): "zero 429s" holds while requests
+/// reach it within the arrival bound of being sent (SPEC Q-15).
+async fn account() -> RemoteSim {
+    RemoteSim::start(SimConfig {
         rpm: Some(RPM),
         tpm: Some(TPM),
         window: W,
@@ -302,8 +306,8 @@ async fn hostile_clients_leave_the_shared_budget_whole() {
         return;
     };
     // Answers take 300 ms, so a client can hang up while its call is
-    // upstream.
-    let sim = sim(SimConfig {
+    // upstream. On its own runtime, as `account` is.
+    let sim = RemoteSim::start(SimConfig {
         rpm: Some(RPM),
         tpm: Some(TPM),
         window: W,
