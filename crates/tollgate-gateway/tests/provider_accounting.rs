@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tollgate_sim::{ChargeMode, IngressDelay, RefusalCharge, SimConfig, SimServer, SimStats};
 
-use common::{Gateway, KEY_A, sim, tenants};
+use common::{Gateway, KEY_A, RemoteSim, tenants};
 
 /// The simulator's window, and the gateway scope's.
 const W: Duration = Duration::from_secs(2);
@@ -196,7 +196,7 @@ fn english_prompt() -> String {
 // a job of several windows through the gateway draws no provider 429)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn arrival_jitter_draws_no_provider_429() {
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         rpm: Some(20),
         window: W,
         ingress_delay: IngressDelay::range(Duration::from_millis(20), Duration::from_millis(300)),
@@ -224,7 +224,7 @@ async fn arrival_jitter_draws_no_provider_429() {
 /// is below the charge); a job of 3.5 windows. `accounting` is the
 /// provider's `accounting` line, or empty for its default.
 async fn mismatch_job(accounting: &str) -> (Job, SimStats) {
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         tpm: Some(2_890),
         window: W,
         ttft: Duration::from_millis(50),
@@ -308,7 +308,7 @@ async fn tokenizer_accounting_under_reserves_for_a_character_based_limiter() {
 // nothing, which covers that unit until the window ends: one a window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hidden_consumer_is_learned_from_the_headers() {
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         rpm: Some(40),
         window: W,
         background_rpm: Some(12),
@@ -364,7 +364,7 @@ async fn refusal_job(
     forced: Forced,
     items: usize,
 ) -> (Job, SimStats) {
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         tpm: Some(2_000),
         window: W,
         ttft: Duration::from_millis(50),
@@ -513,7 +513,7 @@ async fn charged_refusals_draw_no_extra_429() {
 // accounting ratio are metrics per scope)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learned_limits_draw_no_provider_429() {
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         rpm: Some(20),
         tpm: Some(1_000),
         window: W,

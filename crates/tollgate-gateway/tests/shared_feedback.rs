@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Gateway, KEY_A, client, sim, tenants};
+use common::{Gateway, KEY_A, RemoteSim, client, tenants};
 use serde_json::json;
 use tollgate::StoreMode;
 use tollgate_redis::RedisServer;
@@ -100,7 +100,7 @@ async fn three_replicas_learn_a_hidden_consumer_together() {
     else {
         return;
     };
-    let sim = sim(SimConfig {
+    let sim = RemoteSim::start(SimConfig {
         rpm: Some(40),
         window: W,
         background_rpm: Some(12),
