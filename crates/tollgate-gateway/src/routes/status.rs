@@ -25,9 +25,10 @@ const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
     script-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; \
     form-action 'none'; frame-ancestors 'none'";
 
-/// Checks the admin key; a 401 asks a browser for it (HTTP Basic).
-fn guard(live: &Live, headers: &HeaderMap) -> Result<(), Response> {
-    admin_with(&live.current(), headers, true).map_err(|e| {
+/// Checks the admin key: `None` when it is right, else the refusal (a 401
+/// asks a browser for it, HTTP Basic).
+fn refusal(live: &Live, headers: &HeaderMap) -> Option<Response> {
+    admin_with(&live.current(), headers, true).err().map(|e| {
         let unauthorized = e.status == StatusCode::UNAUTHORIZED;
         let mut response = e.into_response();
         if unauthorized {
@@ -42,17 +43,17 @@ fn guard(live: &Live, headers: &HeaderMap) -> Result<(), Response> {
 
 /// `GET /status` with the admin key.
 pub async fn page(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
-    match guard(&live, &headers) {
-        Ok(()) => page_open().await,
-        Err(refused) => refused,
+    match refusal(&live, &headers) {
+        None => page_open().await,
+        Some(refused) => refused,
     }
 }
 
 /// `GET /status/json` with the admin key.
 pub async fn json(State(live): State<Arc<Live>>, headers: HeaderMap, query: RawQuery) -> Response {
-    match guard(&live, &headers) {
-        Ok(()) => json_open(State(live), query).await,
-        Err(refused) => refused,
+    match refusal(&live, &headers) {
+        None => json_open(State(live), query).await,
+        Some(refused) => refused,
     }
 }
 

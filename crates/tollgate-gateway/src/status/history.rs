@@ -282,6 +282,8 @@ limits = [{ requests = 10, per = "1s" }, { tokens = 1000, per = "1m" }]
 [models.m]
 provider = "p"
 scope = "account"
+[anonymous]
+enabled = true
 "#,
             "test.toml",
         )
