@@ -1,7 +1,8 @@
 //! `--plot PATH.svg`: what was admitted over the run against the quota
 //! lines. For each dimension with a limit, the amount of the attempts
 //! started in the trailing window (the quantity the limit bounds) is drawn
-//! against the limit; without a limit, per second.
+//! against the limit; without a limit, per second. Colours and font are
+//! `tollgate-look`'s, shared with the gateway's status page.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,6 +10,11 @@ use std::time::Duration;
 use plotters::prelude::*;
 use tollgate::Dimension;
 use tollgate::config::Limit;
+use tollgate_look as look;
+
+fn colour(c: look::Rgb) -> RGBColor {
+    RGBColor(c.0, c.1, c.2)
+}
 
 /// Writes the plot of `starts` (attempt start since the run began, tokens
 /// charged) under `limits` to `path`.
@@ -22,7 +28,8 @@ pub fn write(
     wall: Duration,
 ) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&colour(look::BACKGROUND))
+        .map_err(|e| e.to_string())?;
     let panels = root.split_evenly((2, 1));
     let end = wall.as_secs_f64().max(0.001);
     // Two panels: requests and total tokens. The run records each start's
@@ -51,7 +58,12 @@ pub fn write(
             None => format!("{what} started per second (no limit)"),
         };
         let mut chart = ChartBuilder::on(panel)
-            .caption(caption, ("sans-serif", 18))
+            .caption(
+                caption,
+                (look::FONT, look::CAPTION_PX)
+                    .into_font()
+                    .color(&colour(look::TEXT)),
+            )
             .margin(12)
             .x_label_area_size(32)
             .y_label_area_size(64)
@@ -59,18 +71,25 @@ pub fn write(
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
+            .light_line_style(colour(look::GRID).mix(0.5))
+            .bold_line_style(colour(look::GRID))
+            .axis_style(colour(look::MUTED))
+            .label_style((look::FONT, 12).into_font().color(&colour(look::MUTED)))
             .x_desc("seconds since start")
             .draw()
             .map_err(|e| e.to_string())?;
         chart
-            .draw_series(LineSeries::new(series, &BLUE))
+            .draw_series(LineSeries::new(
+                series,
+                colour(look::SERIES).stroke_width(1),
+            ))
             .map_err(|e| e.to_string())?;
         if let Some(l) = limit {
             let amount = l.amount as f64;
             chart
                 .draw_series(LineSeries::new(
                     [(0.0, amount), (end, amount)],
-                    RED.stroke_width(2),
+                    colour(look::LIMIT).stroke_width(look::LIMIT_LINE_PX),
                 ))
                 .map_err(|e| e.to_string())?;
         }

@@ -246,6 +246,22 @@ fn bearer_token(header: &str) -> Result<&str, AuthError> {
     Ok(token)
 }
 
+/// The password of an HTTP Basic `authorization` header (`Basic
+/// base64(user:password)`), if it is one.
+fn basic_password(header: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (scheme, encoded) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, password) = text.split_once(':')?;
+    Some(password.to_owned())
+}
+
 /// Constant-time lookup of `presented` among `entries`: every entry is
 /// compared, whatever matched before.
 fn find(entries: &[(KeyHash, u32)], presented: &[u8; 32]) -> Option<u32> {
@@ -403,6 +419,18 @@ impl AdminAuth {
         Ok(config
             .admin_key()?
             .map(|secret| AdminAuth::new(secret.expose())))
+    }
+
+    /// Whether `authorization` is `Bearer <the admin key>` or, when
+    /// `basic` is true, HTTP Basic with the admin key as the password (any
+    /// user name): what a browser sends after its own login prompt (the
+    /// status page, SPEC OBS-6).
+    pub fn check_with_basic(&self, authorization: Option<&str>) -> Result<(), AuthError> {
+        let header = authorization.ok_or(AuthError::Missing)?;
+        match basic_password(header) {
+            Some(password) => self.check(Some(&format!("Bearer {password}"))),
+            None => self.check(Some(header)),
+        }
     }
 
     /// Whether `authorization` is `Bearer <the admin key>`.
@@ -593,6 +621,32 @@ enabled = {anonymous}
         );
         assert_eq!(admin.check(None), Err(AuthError::Missing));
         assert_eq!(admin.check(Some("root-key")), Err(AuthError::Malformed));
+        // The status page also takes the key as a Basic password.
+        let basic = |s: &str| {
+            use base64::Engine as _;
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        assert_eq!(
+            admin.check_with_basic(Some(&basic("status:root-key"))),
+            Ok(())
+        );
+        assert_eq!(admin.check_with_basic(Some(&basic(":root-key"))), Ok(()));
+        assert_eq!(admin.check_with_basic(Some("Bearer root-key")), Ok(()));
+        assert_eq!(
+            admin.check_with_basic(Some(&basic("root-key:other"))),
+            Err(AuthError::InvalidKey)
+        );
+        assert_eq!(
+            admin.check_with_basic(Some("Basic !!!")),
+            Err(AuthError::Malformed)
+        );
+        assert_eq!(
+            admin.check(Some(&basic("status:root-key"))),
+            Err(AuthError::Malformed)
+        );
     }
 
     #[test]

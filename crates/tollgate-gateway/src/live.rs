@@ -56,6 +56,8 @@ pub struct Live {
     /// Set by [`Live::begin_shutdown`] under the `current` lock: a reload
     /// never swaps a state in after it.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// The status page's samples, kept across reloads (SPEC OBS-6).
+    history: crate::status::History,
 }
 
 impl Live {
@@ -68,6 +70,7 @@ impl Live {
             retired: Mutex::new(Vec::new()),
             reloading: tokio::sync::Mutex::new(()),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            history: crate::status::History::default(),
         }
     }
 
@@ -97,6 +100,11 @@ impl Live {
         std::iter::once(Arc::clone(current))
             .chain(retired.iter().filter_map(Weak::upgrade))
             .collect()
+    }
+
+    /// The status page's history (SPEC OBS-6).
+    pub fn history(&self) -> &crate::status::History {
+        &self.history
     }
 
     /// The state new requests use.

@@ -73,6 +73,8 @@ pub struct DeploymentMetrics {
     attempts: metrics::Counter,
     rate_limited: metrics::Counter,
     quota_wait: metrics::Histogram,
+    /// Its upstream's 429s, read by the status page's sampler.
+    upstream_429s: Arc<std::sync::atomic::AtomicU64>,
     /// `(model, deployment)`, for the gauges published at scrape time.
     labels: (Arc<str>, Arc<str>),
 }
@@ -90,6 +92,7 @@ impl DeploymentMetrics {
             attempts: counter!("tollgate_deployment_attempts_total", &l()),
             rate_limited: counter!("tollgate_deployment_upstream_429_total", &l()),
             quota_wait: histogram!("tollgate_deployment_quota_wait_seconds", &l()),
+            upstream_429s: Arc::default(),
             labels: (Arc::from(model), Arc::from(deployment)),
         }
     }
@@ -100,7 +103,16 @@ impl DeploymentMetrics {
         self.attempts.increment(1);
         if rate_limited {
             self.rate_limited.increment(1);
+            self.upstream_429s
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// The 429s its upstream answered since these handles were made (the
+    /// status page's sampler reads it; SPEC OBS-6).
+    pub fn upstream_429s(&self) -> u64 {
+        self.upstream_429s
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A call admitted on this deployment waited `wait` for quota.

@@ -134,6 +134,8 @@ pub async fn serve_live(
             }
         })
     };
+    // The status page's history (SPEC OBS-6): one sample a second.
+    let sampler = tokio::spawn(crate::status::sample_every(Arc::clone(&live)));
     let stop_metrics = CancellationToken::new();
     if let Some(listener) = metrics {
         let stop = stop_metrics.clone();
@@ -280,6 +282,7 @@ pub async fn serve_live(
     dropped.cancel();
     drop(threads);
     flusher.abort();
+    sampler.abort();
     live.current().access_log.flush();
     Ok(())
 }

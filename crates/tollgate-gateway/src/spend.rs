@@ -25,7 +25,9 @@ use tollgate::price::format_usd;
 use tollgate::quota::Dimension;
 use tollgate::{AdmissionController, LimitSnapshot, ScopeId};
 
+use crate::config::TENANT_PREFIX;
 use crate::error::ApiError;
+use crate::tenants::TenantSlot;
 
 /// (tenant, model): configured names.
 type Key = (Arc<str>, Arc<str>);
@@ -109,6 +111,47 @@ pub fn budgets(controller: &AdmissionController, keep: impl Fn(&str) -> bool) ->
         }
     }
     out
+}
+
+/// One tenant's spend since start and its budgets, as `GET /admin/spend`
+/// and the status page show it: `tenant`, `spent_usd`, `calls`, `models`
+/// (per model: `model`, `spent_usd`, `calls`) and `budgets` (see
+/// [`budgets`], with the `model` of a per-model budget). `totals` is
+/// [`Spend::totals`].
+pub fn tenant_report(totals: &[(Arc<str>, Arc<str>, Totals)], slot: &TenantSlot) -> Value {
+    let mine: Vec<_> = totals.iter().filter(|(t, ..)| **t == *slot.name).collect();
+    let spent: u64 = mine.iter().map(|(_, _, v)| v.micros).sum();
+    let calls: u64 = mine.iter().map(|(_, _, v)| v.calls).sum();
+    let models: Vec<Value> = mine
+        .iter()
+        .map(|(_, m, v)| {
+            json!({
+                "model": &**m,
+                "spent_usd": format_usd(v.micros),
+                "calls": v.calls,
+            })
+        })
+        .collect();
+    let own = format!("{TENANT_PREFIX}{}", slot.name);
+    let budgets: Vec<Value> = budgets(&slot.controller, |_| true)
+        .into_iter()
+        .map(|mut b| {
+            let scope = b["scope"].as_str().unwrap_or_default().to_owned();
+            // `tenant:<name>/<model>`: the tenant's budget on one model.
+            b["model"] = scope
+                .strip_prefix(&own)
+                .and_then(|r| r.strip_prefix('/'))
+                .map_or(Value::Null, Value::from);
+            b
+        })
+        .collect();
+    json!({
+        "tenant": &*slot.name,
+        "spent_usd": format_usd(spent),
+        "calls": calls,
+        "models": models,
+        "budgets": budgets,
+    })
 }
 
 /// Whether `e` is a refusal by a budget (SPEC BUD-4).

@@ -71,6 +71,21 @@ impl Served {
             self.tokens[i].load(Ordering::Relaxed),
         )
     }
+
+    /// `{"<class>": {"calls": n, "tokens": n}, ...}` for every class.
+    pub fn to_json(&self) -> serde_json::Value {
+        Priority::ALL
+            .into_iter()
+            .map(|c| {
+                let (calls, tokens) = self.get(c);
+                (
+                    c.as_str().to_owned(),
+                    serde_json::json!({ "calls": calls, "tokens": tokens }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
 }
 
 /// The leases of one call on its tenant's side: the tenant's own, then the

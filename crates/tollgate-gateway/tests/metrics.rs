@@ -73,7 +73,7 @@ async fn metrics_per_deployment_and_named_tenant_scopes() {
 }
 
 // proves: OBS-2 (`server.metrics_listen`: /metrics on its own address and
-// not on the API's)
+// not on the API's), OBS-6 (the status page there)
 #[tokio::test]
 async fn metrics_can_have_a_listener_of_their_own() {
     let sim = fast_sim().await;
@@ -110,6 +110,42 @@ async fn metrics_can_have_a_listener_of_their_own() {
         .unwrap();
     assert_eq!(on_side.status(), 200);
     assert!(on_side.text().await.unwrap().contains("# TYPE"));
+    // proves: OBS-6 (the status page and its JSON are served there without
+    // a key, as /metrics is; on the API's address they need the admin key,
+    // and without one configured there is none: 404)
+    for path in ["/status", "/status/json"] {
+        let open = client
+            .get(format!("http://{side_addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(open.status(), 200, "{path}");
+        let guarded = client
+            .get(format!("http://{api_addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(guarded.status(), 404, "{path}");
+    }
+    let json: serde_json::Value = client
+        .get(format!("http://{side_addr}/status/json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        json["scopes"].as_array().is_some_and(|s| !s.is_empty()),
+        "{json}"
+    );
+    let bad = client
+        .get(format!("http://{side_addr}/status/json?since=yesterday"))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, error) = error_of(bad).await;
+    assert_eq!((status, code(&error)), (400, "invalid_since"));
     let _ = tx.send(());
     bounded("serve returns", task).await.unwrap().unwrap();
 }

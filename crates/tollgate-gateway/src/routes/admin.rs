@@ -11,16 +11,20 @@ use serde_json::{Value, json};
 use tollgate::{Priority, Snapshot};
 use tollgate_openai::ErrorResponse;
 
-use tollgate::price::format_usd;
-
-use crate::config::TENANT_PREFIX;
 use crate::error::ApiError;
 use crate::live::{Live, ReloadError};
 use crate::spend;
 use crate::state::AppState;
 
-/// Checks the admin key of a request.
+/// Checks the admin key of a request (`Authorization: Bearer`).
 fn admin(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    admin_with(app, headers, false)
+}
+
+/// Checks the admin key of a request: `Authorization: Bearer <key>`, or
+/// with `basic` also HTTP Basic with the key as the password. 404 when no
+/// admin key is configured, 401 otherwise.
+pub(super) fn admin_with(app: &AppState, headers: &HeaderMap, basic: bool) -> Result<(), ApiError> {
     let Some(admin) = &app.admin else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -30,7 +34,12 @@ fn admin(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or_default());
-    admin.check(presented).map_err(|_| ApiError::unauthorized())
+    let checked = if basic {
+        admin.check_with_basic(presented)
+    } else {
+        admin.check(presented)
+    };
+    checked.map_err(|_| ApiError::unauthorized())
 }
 
 /// `POST /admin/reload`: re-reads the configuration file (SPEC GW-15).
@@ -76,19 +85,7 @@ pub async fn snapshot(
     let served: serde_json::Map<String, Value> = app
         .tenant_slots
         .iter()
-        .map(|t| {
-            let classes: serde_json::Map<String, Value> = Priority::ALL
-                .into_iter()
-                .map(|c| {
-                    let (calls, tokens) = t.served.get(c);
-                    (
-                        c.as_str().to_owned(),
-                        json!({ "calls": calls, "tokens": tokens }),
-                    )
-                })
-                .collect();
-            (t.name.to_string(), Value::Object(classes))
-        })
+        .map(|t| (t.name.to_string(), t.served.to_json()))
         .collect();
     Ok(Json(json!({
         "shutting_down": app.is_shutting_down(),
@@ -113,41 +110,7 @@ pub async fn spend(
     let tenants: Vec<Value> = app
         .tenant_slots
         .iter()
-        .map(|slot| {
-            let mine: Vec<_> = totals.iter().filter(|(t, ..)| **t == *slot.name).collect();
-            let spent: u64 = mine.iter().map(|(_, _, v)| v.micros).sum();
-            let calls: u64 = mine.iter().map(|(_, _, v)| v.calls).sum();
-            let models: Vec<Value> = mine
-                .iter()
-                .map(|(_, m, v)| {
-                    json!({
-                        "model": &**m,
-                        "spent_usd": format_usd(v.micros),
-                        "calls": v.calls,
-                    })
-                })
-                .collect();
-            let own = format!("{TENANT_PREFIX}{}", slot.name);
-            let budgets: Vec<Value> = spend::budgets(&slot.controller, |_| true)
-                .into_iter()
-                .map(|mut b| {
-                    let scope = b["scope"].as_str().unwrap_or_default().to_owned();
-                    // `tenant:<name>/<model>`: the tenant's budget on one model.
-                    b["model"] = scope
-                        .strip_prefix(&own)
-                        .and_then(|r| r.strip_prefix('/'))
-                        .map_or(Value::Null, Value::from);
-                    b
-                })
-                .collect();
-            json!({
-                "tenant": &*slot.name,
-                "spent_usd": format_usd(spent),
-                "calls": calls,
-                "models": models,
-                "budgets": budgets,
-            })
-        })
+        .map(|slot| spend::tenant_report(&totals, slot))
         .collect();
     let accounts: Vec<Value> = app
         .upstream

@@ -8,6 +8,7 @@ mod flow;
 mod info;
 mod messages;
 mod responses;
+mod status;
 
 use std::sync::Arc;
 
@@ -32,7 +33,9 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
         .route("/readyz", get(info::readyz))
         .route("/admin/snapshot", get(admin::snapshot))
         .route("/admin/spend", get(admin::spend))
-        .route("/admin/reload", post(admin::reload));
+        .route("/admin/reload", post(admin::reload))
+        .route("/status", get(status::page))
+        .route("/status/json", get(status::json));
     let router = if with_metrics {
         router.route("/metrics", get(info::metrics))
     } else {
@@ -42,9 +45,11 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
 }
 
 /// The router of a separate metrics listener (`server.metrics_listen`):
-/// `GET /metrics` only.
+/// `GET /metrics` and the status page, without a key (SPEC OBS-6).
 pub fn metrics_router(live: Arc<Live>) -> Router {
     Router::new()
         .route("/metrics", get(info::metrics))
+        .route("/status", get(status::page_open))
+        .route("/status/json", get(status::json_open))
         .with_state(live)
 }
