@@ -115,7 +115,9 @@ impl Record {
                 let _ = write!(out, "\"{sep}{rest}");
             }
             LogFormat::Text => {
-                let name = |v: &Option<Arc<str>>| -> &str { v.as_deref().unwrap_or("-") };
+                fn name(v: &Option<Arc<str>>) -> &str {
+                    v.as_deref().unwrap_or("-")
+                }
                 let ms = |d: Duration| d.as_secs_f64() * 1e3;
                 self.time(&mut out);
                 let _ = write!(
