@@ -37,6 +37,9 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 SECTIONS=${SECTIONS:-fixed stream max}
 # Another gateway binary run beside the first as path "baseline".
 BASELINE=${BASELINE:-}
+# Seconds to wait idle after the last run before reading the gateways'
+# resident sets once more (whether memory comes back after load).
+IDLE_AFTER=${IDLE_AFTER:-0}
 
 SIM_PORT=18181
 GW_PORT=18182
@@ -104,6 +107,9 @@ wait_port $NGINX_PORT
 
 sleep 1
 grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-idle.txt"
+if [[ -n $BASE_PID ]]; then
+  grep -E '^Vm(RSS|HWM)' /proc/$BASE_PID/status >"$WORK/baseline-rss-idle.txt"
+fi
 
 # CPU seconds (user + system) of a process and its children's threads.
 cpu_ticks() {
@@ -197,6 +203,16 @@ fi
 
 sleep 2
 grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-after.txt"
+if [[ -n $BASE_PID ]]; then
+  grep -E '^Vm(RSS|HWM)' /proc/$BASE_PID/status >"$WORK/baseline-rss-after.txt"
+fi
+if (( IDLE_AFTER > 0 )); then
+  sleep "$IDLE_AFTER"
+  grep -E '^Vm(RSS|HWM)' /proc/$GW_PID/status >"$WORK/gateway-rss-idle-after.txt"
+  if [[ -n $BASE_PID ]]; then
+    grep -E '^Vm(RSS|HWM)' /proc/$BASE_PID/status >"$WORK/baseline-rss-idle-after.txt"
+  fi
+fi
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt"
 
 SECTIONS="$SECTIONS" python3 "$HERE/summarize.py" "$WORK" "$ROUNDS" "${PATHS[@]}"

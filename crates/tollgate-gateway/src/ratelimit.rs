@@ -83,15 +83,16 @@ struct Budget<'a> {
 }
 
 impl<'a> Budget<'a> {
-    /// The limits of `scopes` in `controller`.
+    /// The limits of `scopes` in `controller`, each scope read on its own
+    /// (not the whole controller's snapshot: this runs for every response).
     fn of(controller: &'a AdmissionController, scopes: &[ScopeId]) -> Self {
-        let limits = controller
-            .snapshot()
-            .scopes
-            .into_iter()
-            .filter(|s| scopes.contains(&s.id))
-            .flat_map(|s| s.limits.into_iter().map(move |l| (s.id, l)))
-            .collect();
+        let mut limits = Vec::new();
+        let mut read = Vec::new();
+        for &scope in scopes {
+            read.clear();
+            controller.scope_limits(scope, &mut read);
+            limits.extend(read.drain(..).map(|l| (scope, l)));
+        }
         Budget { controller, limits }
     }
 
@@ -119,10 +120,15 @@ pub fn add(
     price: Option<ReservePrice>,
     headers: &mut HeaderMap,
 ) {
-    let own: Vec<ScopeId> = std::iter::once(slot.scope)
-        .chain(model.and_then(|m| slot.model_scope(m)))
-        .collect();
-    let tenant = Budget::of(&slot.controller, &own);
+    let pair;
+    let own: &[ScopeId] = match model.and_then(|m| slot.model_scope(m)) {
+        Some(m) => {
+            pair = [slot.scope, m];
+            &pair
+        }
+        None => std::slice::from_ref(&slot.scope),
+    };
+    let tenant = Budget::of(&slot.controller, own);
     let mut upstream: Option<Budget<'_>> = None;
     for dimension in Dimension::ALL {
         let (budget, (scope, limit)) = match tenant.tightest(dimension) {

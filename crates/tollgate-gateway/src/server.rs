@@ -123,14 +123,18 @@ pub async fn serve_live(
         .map(ConnectionThreads::start)
         .transpose()?;
     let router = routes::router(Arc::clone(&live), metrics.is_none());
-    // Access lines wait in a buffer at most this long (SPEC GW-14).
+    // Access lines wait in a buffer at most this long (SPEC GW-14), and
+    // histogram samples are folded into their buckets between scrapes.
     let flusher = {
         let live = Arc::clone(&live);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
+            let mut flush = tokio::time::interval(access_log::FLUSH_EVERY);
+            let mut upkeep = tokio::time::interval(crate::metrics::UPKEEP_EVERY);
             loop {
-                tick.tick().await;
-                live.current().access_log.flush();
+                tokio::select! {
+                    _ = flush.tick() => live.current().access_log.flush(),
+                    _ = upkeep.tick() => live.current().metrics.upkeep(),
+                }
             }
         })
     };

@@ -393,3 +393,40 @@ async fn every_admission_reports_what_it_waited_for() {
     let a = second_admission(&c, plain, plain, ms(0)).await;
     assert_eq!(a.limited_by, requests_only);
 }
+
+// ---------------------------------------------------------------- OBS-1
+
+// proves: OBS-1 (one scope's limits read on their own are the snapshot's
+// entry for that scope, brought up to the same instant; an unknown scope
+// has none)
+#[tokio::test(start_paused = true)]
+async fn one_scopes_limits_read_alone_match_the_snapshot() {
+    let c = AdmissionController::builder()
+        .scope(
+            ScopeConfig::new("a")
+                .requests(60, MINUTE)
+                .tokens(1_000, MINUTE),
+        )
+        .scope(ScopeConfig::new("b").requests(5, secs(1)))
+        .build()
+        .unwrap();
+    let b = c.scope_id("b").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(c.acquire(&Call::new(b), Deadline::NONE).await.unwrap());
+    }
+    let lease = c.acquire(&tokens(400), Deadline::NONE).await.unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    for id in [ScopeId::new(0), b] {
+        let mut alone = Vec::new();
+        assert!(c.scope_limits(id, &mut alone));
+        let snapshot = c.snapshot();
+        assert_eq!(alone, snapshot.scope(id).unwrap().limits, "scope {id:?}");
+    }
+    // Sliding past its window, scope b has its 5 requests back.
+    let mut alone = Vec::new();
+    c.scope_limits(b, &mut alone);
+    assert_eq!(alone[0].available, 5);
+    drop((held, lease));
+    assert!(!c.scope_limits(ScopeId::new(9), &mut alone));
+}

@@ -252,7 +252,12 @@ async fn serve<R: Route>(
     let Some(primary) = first.deployments.first() else {
         return Err(ApiError::shutting_down());
     };
-    let estimate = R::estimate(&primary.estimator, &request);
+    // The first model's estimates serve both the tenant's reservation and
+    // its first attempts: the tokenizer runs once per estimator.
+    let mut first_estimates = Some(Estimates::<R>::new(&first, &request));
+    let estimate = first_estimates
+        .as_ref()
+        .map_or(TokenEstimate::new(0, 0), |e| e.get(primary));
     x.tokens = estimate;
     x.record.tokens_estimated = Some(estimate.total());
     let chain = common::chain(app, tenant, &first, R::ROUTE);
@@ -273,7 +278,10 @@ async fn serve<R: Route>(
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
         }
-        let estimates = Estimates::<R>::new(model, &request);
+        let estimates = match first_estimates.take() {
+            Some(e) if i == 0 => e,
+            _ => Estimates::<R>::new(model, &request),
+        };
         let estimate = |d: &Deployment| estimates.get(d);
         // A body that cannot be rewritten for a deployment fails the call
         // as a client error (400), never retried.
@@ -437,14 +445,12 @@ async fn serve<R: Route>(
 }
 
 /// Counts a call of `tenant` admitted upstream in `flow`'s class, with its
-/// token estimate (SPEC FAIR-8).
+/// token estimate (SPEC FAIR-8); `/metrics` publishes the counts.
 fn count_served(app: &AppState, tenant: usize, flow: Flow, estimate: TokenEstimate) {
     let Some(slot) = app.tenant_slots.get(tenant) else {
         return;
     };
-    let tokens = estimate.total();
-    slot.served.add(flow.priority(), tokens);
-    app.metrics.served(&slot.name, flow.priority(), tokens);
+    slot.served.add(flow.priority(), estimate.total());
 }
 
 /// Notes in `record` where and how a call was served.

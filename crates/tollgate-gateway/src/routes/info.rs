@@ -83,6 +83,9 @@ pub async fn metrics(State(live): State<Arc<Live>>) -> Response {
         .snapshot("upstream", &app.upstream_snapshot(), &names);
     app.metrics
         .snapshot("tenant", &app.tenant_snapshot(), &names);
+    for slot in &app.tenant_slots {
+        app.metrics.served(&slot.name, &slot.served);
+    }
     for (name, breaker) in &app.breakers {
         app.metrics.circuit(name, breaker.state());
     }

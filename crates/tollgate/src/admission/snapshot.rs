@@ -208,6 +208,31 @@ impl AdmissionController {
         Some(answer)
     }
 
+    /// The limits of one scope brought up to now, as
+    /// [`snapshot`](Self::snapshot) lists them in that scope's entry,
+    /// appended to `out`, without building the rest of the snapshot (one
+    /// lock of one scope, no names copied): what a per-response reader
+    /// such as rate-limit headers needs. Returns `false` for an unknown or
+    /// retired scope.
+    pub fn scope_limits(&self, scope: ScopeId, out: &mut Vec<LimitSnapshot>) -> bool {
+        let inner = &*self.inner;
+        let Some(scope) = inner.scopes.get(scope.index()).filter(|s| !s.is_retired()) else {
+            return false;
+        };
+        let now = inner.clock.now();
+        let mut st = scope.state.lock();
+        let store = scope.shared.as_ref().map(|shared| {
+            // As in `snapshot`: reading is when an idle scope finds out
+            // that its store answers again.
+            shared.usable(now);
+            shared.mode()
+        });
+        if matches!(store, None | Some(StoreMode::LocalFallback)) {
+            st.store.snapshot(now, out);
+        }
+        true
+    }
+
     /// A redacted view of the controller (SPEC OBS-1): counts and
     /// availability only, never payloads or identities of callers.
     pub fn snapshot(&self) -> Snapshot {
