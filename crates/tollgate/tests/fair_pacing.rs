@@ -178,8 +178,7 @@ async fn two_classes(c: &AdmissionController, each: usize, for_: Duration) -> Ve
     for t in tasks {
         t.abort();
     }
-    let log = grants.lock().clone();
-    log
+    grants.lock().clone()
 }
 
 // proves: FAIR-2 (min_share is measured over a window long enough to
