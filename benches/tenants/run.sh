@@ -19,7 +19,8 @@
 # interactive tenant's `priority` (default: none, so `standard` like
 # bulk); RUNS picks runs (default "interactive-alone bulk-alone both").
 #
-# Listens on 127.0.0.1:18381 (simulator) and 18382 (gateway).
+# Listens on 127.0.0.1:18381 (simulator) and 18382 (gateway); SIM_PORT and
+# GW_PORT change them (to run two variants side by side).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,8 +38,8 @@ RUNS=${RUNS:-interactive-alone bulk-alone both}
 SKIP_BUILD=${SKIP_BUILD:-0}
 TOLLGATE=${TOLLGATE:-$ROOT/target/release/tollgate}
 TENANTS=${TENANTS:-$ROOT/target/release/tollgate-tenants}
-SIM_PORT=18381
-GW_PORT=18382
+SIM_PORT=${SIM_PORT:-18381}
+GW_PORT=${GW_PORT:-18382}
 BULK_KEY=sk-bench-bulk
 CHAT_KEY=sk-bench-interactive
 

@@ -4,10 +4,11 @@
 //! A bulk tenant sends `--bulk` chat requests at once; `--chat-after`
 //! later an interactive tenant starts sending one request every
 //! `--chat-every`, one at a time, until the bulk requests are all answered
-//! (or `--chats` of them). Either tenant can be left out to measure the
-//! other alone. Prints one JSON summary: the interactive latencies (p50,
-//! p90, max), each tenant's statuses, and the time from the burst to the
-//! last bulk answer.
+//! (or `--chats` of them, or until `--stop-file` exists: the bulk traffic
+//! can come from another process). Either tenant can be left out to
+//! measure the other alone. Prints one JSON summary: the interactive
+//! latencies (p50, p90, max), each tenant's statuses, and the time from the
+//! burst to the last bulk answer.
 //!
 //! ```text
 //! tollgate-tenants --url http://127.0.0.1:18080 --bulk-key $BULK --bulk 1000 \
@@ -58,6 +59,10 @@ struct Args {
     /// Each request's `x-request-timeout`, in seconds.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// The interactive tenant stops once this file exists (the bulk
+    /// traffic then comes from elsewhere, e.g. a `tollgate batch` run).
+    #[arg(long)]
+    stop_file: Option<std::path::PathBuf>,
 }
 
 /// Responses by status (0: transport error).
@@ -174,6 +179,9 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
                 break;
             }
             tokio::time::sleep_until(next).await;
+            if args.stop_file.as_ref().is_some_and(|f| f.exists()) {
+                break;
+            }
             next += args.chat_every;
             let sent = Instant::now();
             let status = send(&addr, &host, key, body.clone(), args.timeout).await;

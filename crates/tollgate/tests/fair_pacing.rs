@@ -153,3 +153,60 @@ async fn a_higher_class_is_paced_within_one_interval() {
         assert_eq!(bulk_between, 0);
     }
 }
+
+/// Grants per class while a `standard` and a `batch` flow both stay
+/// backlogged on the paced scope for `for_`: each grant's instant and
+/// whether it went to the batch class.
+async fn two_classes(c: &AdmissionController, each: usize, for_: Duration) -> Vec<(Instant, bool)> {
+    let grants = Grants::default();
+    let mut tasks = Vec::new();
+    for (flow, is_batch) in [
+        (Flow::new(1, Priority::Standard), false),
+        (Flow::new(2, Priority::Batch), true),
+    ] {
+        for _ in 0..each {
+            let (c, grants) = (c.clone(), grants.clone());
+            tasks.push(tokio::spawn(async move {
+                let call = Call::new(ScopeId::FIRST).with_flow(flow);
+                let _lease = c.acquire(&call, Deadline::NONE).await.unwrap();
+                grants.lock().push((Instant::now(), is_batch));
+            }));
+        }
+        settle().await;
+    }
+    tokio::time::sleep(for_).await;
+    for t in tasks {
+        t.abort();
+    }
+    grants.lock().clone()
+}
+
+// proves: FAIR-2 (min_share is measured over a window long enough to
+// resolve it: with 1 request per 100 ms beside 100 per 10 s, a backlogged
+// batch class against a backlogged standard class gets its 5 % of each
+// 10 s, not every other grant, which a record over the 100 ms pacing
+// window (one grant) would give it)
+#[tokio::test(start_paused = true)]
+async fn min_share_is_not_measured_over_a_pacing_window() {
+    let c = controller(true);
+    let t0 = Instant::now();
+    let grants = two_classes(&c, 400, 3 * WINDOW).await;
+    // Every pacing interval one grant (work conserving).
+    assert!(grants.len() >= 295, "{} grants", grants.len());
+    for k in 1..3u32 {
+        let (from, to) = (t0 + WINDOW * k, t0 + WINDOW * (k + 1));
+        let in_window: Vec<bool> = grants
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .map(|g| g.1)
+            .collect();
+        let batch = in_window.iter().filter(|b| **b).count();
+        // Its 5 % of the 100 grants of a window, at most one grant more
+        // (the record's buckets are a sixteenth of the window).
+        assert!(
+            (5..=6).contains(&batch),
+            "batch got {batch} of {} grants in window {k}",
+            in_window.len()
+        );
+    }
+}

@@ -276,7 +276,7 @@ async fn higher_classes_are_served_first() {
 }
 
 // proves: FAIR-2 (a backlogged lower class below its min_share of the
-// admitted cost over the scope's shortest window is served before the
+// admitted cost over the scope's share window is served before the
 // higher one until it has it: no class starves)
 #[tokio::test(start_paused = true)]
 async fn min_share_keeps_a_lower_class_served() {

@@ -385,7 +385,7 @@ impl Scope {
             retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(ScopeState {
                 store,
-                queue: FairQueue::new(config.min_shares(), config.shortest_window()),
+                queue: FairQueue::new(config.min_shares(), config.share_window()),
                 costs: Costs {
                     tokens: config.has_token_limit(),
                 },
@@ -472,7 +472,7 @@ impl ScopeState {
     /// grant costs. Lines and flow counters stay.
     pub(crate) fn reconfigure_flows(&mut self, config: &ScopeConfig) {
         self.queue
-            .reconfigure(config.min_shares(), config.shortest_window());
+            .reconfigure(config.min_shares(), config.share_window());
         self.costs = Costs {
             tokens: config.has_token_limit(),
         };

@@ -142,6 +142,10 @@ pub struct ScopeConfig {
 /// `min_share` of each class below the top by default (SPEC FAIR-2).
 pub const DEFAULT_MIN_SHARE: u8 = 5;
 
+/// The longest window `min_share` is measured over, when a scope has
+/// one that short ([`ScopeConfig::share_window`]): the providers' minute.
+pub const SHARE_HORIZON: Duration = Duration::from_secs(60);
+
 impl ScopeConfig {
     /// A scope without limits.
     pub fn new(name: impl Into<String>) -> Self {
@@ -220,8 +224,8 @@ impl ScopeConfig {
         self
     }
 
-    /// Sets the share of the scope's admitted cost over its shortest window
-    /// that a waiting class below `interactive` is served first until it
+    /// Sets the share of the scope's admitted cost over its
+    /// [`share_window`](Self::share_window) that a waiting class below `interactive` is served first until it
     /// has it (SPEC FAIR-2; default 5 % each), in percent. The top class
     /// needs none. The shares of `standard` and `batch` must add up to
     /// less than 100.
@@ -235,10 +239,40 @@ impl ScopeConfig {
         self.min_share
     }
 
-    /// The shortest window of any limit (the window `min_share` is
-    /// measured over).
+    /// The shortest window of any limit.
     pub fn shortest_window(&self) -> Option<Duration> {
-        self.limits.iter().map(|l| l.window).chain(self.learn).min()
+        self.windows().min()
+    }
+
+    /// The window `min_share` is measured over (SPEC FAIR-2): the longest
+    /// of the scope's windows up to [`SHARE_HORIZON`], or the shortest if
+    /// every window is longer. A pacing limit (one request per 100 ms)
+    /// beside the provider's window holds one grant, too few to tell a
+    /// share; a day's window would let a class idle all day be owed a
+    /// twentieth of the day's cost at once.
+    ///
+    /// ```
+    /// // proves: FAIR-2 (the window min_share is measured over)
+    /// use std::time::Duration;
+    /// use tollgate::config::{ScopeConfig, DAY, MINUTE};
+    /// let paced = ScopeConfig::new("s")
+    ///     .requests(100, Duration::from_secs(10))
+    ///     .requests(1, Duration::from_millis(100));
+    /// assert_eq!(paced.share_window(), Some(Duration::from_secs(10)));
+    /// let account = ScopeConfig::new("s").requests(500, MINUTE).tokens(5_000_000, DAY);
+    /// assert_eq!(account.share_window(), Some(MINUTE));
+    /// let hourly = ScopeConfig::new("s").requests(1_000, 60 * MINUTE).requests(9_000, DAY);
+    /// assert_eq!(hourly.share_window(), Some(60 * MINUTE));
+    /// ```
+    pub fn share_window(&self) -> Option<Duration> {
+        self.windows()
+            .filter(|w| *w <= SHARE_HORIZON)
+            .max()
+            .or_else(|| self.shortest_window())
+    }
+
+    fn windows(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.limits.iter().map(|l| l.window).chain(self.learn)
     }
 
     /// The window over which missing limits are learned, if any.

@@ -10,7 +10,7 @@
 //!
 //! * **Choosing the head** ([`FairQueue::head`]): (1) a backlogged class
 //!   below the top that received less than its `min_share` of the cost the
-//!   scope admitted over its shortest window (`share.rs`, bucketed) goes
+//!   scope admitted over its share window (`share.rs`, bucketed) goes
 //!   first, the highest such; else (2) the highest backlogged class;
 //!   (3) within it, the flow with the smallest virtual counter (ties: the
 //!   one backlogged first); (4) that flow's first call (FAIR-2, FAIR-3).

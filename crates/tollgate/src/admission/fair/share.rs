@@ -34,7 +34,7 @@ pub(crate) struct ShareRecord {
 }
 
 impl ShareRecord {
-    /// A record over `window` (the scope's shortest; `None` for a scope
+    /// A record over `window` (the scope's share window; `None` for a scope
     /// without limits, which never queues).
     pub(crate) fn new(window: Option<Duration>) -> Self {
         let width = window.map(|w| (w / BUCKETS as u32).max(Duration::from_nanos(1)));

@@ -109,7 +109,7 @@ impl FairTurn {
     pub(crate) fn new(config: &ScopeConfig, limit: usize) -> Self {
         FairTurn {
             turn: Mutex::new(Turn {
-                queue: FairQueue::new(config.min_shares(), config.shortest_window()),
+                queue: FairQueue::new(config.min_shares(), config.share_window()),
                 taken: false,
                 closed: false,
                 costs: Costs {
@@ -127,7 +127,7 @@ impl FairTurn {
     pub(crate) fn reconfigure(&self, config: &ScopeConfig, limit: usize) {
         let mut t = self.turn.lock();
         t.queue
-            .reconfigure(config.min_shares(), config.shortest_window());
+            .reconfigure(config.min_shares(), config.share_window());
         t.costs = Costs {
             tokens: config.has_token_limit(),
         };
