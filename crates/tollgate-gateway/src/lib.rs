@@ -24,6 +24,7 @@ pub mod server;
 pub mod spend;
 pub mod sse;
 pub mod state;
+pub mod telemetry;
 pub mod tenants;
 pub mod threads;
 
