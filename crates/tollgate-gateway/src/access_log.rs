@@ -77,6 +77,17 @@ pub struct Record {
     /// The priority class the call was admitted in (`interactive`,
     /// `standard`, `batch`; SPEC FAIR-8), once known.
     pub class: Option<&'static str>,
+    /// What the upstream reported, for the call's trace (the line has
+    /// `tokens_reported`).
+    #[serde(skip)]
+    pub usage: Option<tollgate::Usage>,
+    /// How the served attempt was admitted, for the call's trace (the
+    /// line has `queue_ms` and `limited_by`).
+    #[serde(skip)]
+    pub admission: Option<tollgate::Admission>,
+    /// The call's trace, ended when the line is written (SPEC OBS-5).
+    #[serde(skip)]
+    pub trace: Option<crate::telemetry::CallTrace>,
 }
 
 fn name<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {

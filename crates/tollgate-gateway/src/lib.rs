@@ -25,6 +25,7 @@ pub mod spend;
 pub mod sse;
 pub mod state;
 pub mod status;
+pub mod telemetry;
 pub mod tenants;
 pub mod threads;
 

@@ -196,6 +196,7 @@ fn listener_changes(old: &GatewayConfig, new: &GatewayConfig) -> Vec<&'static st
             "server.on_unreadable_state",
             o.on_unreadable_state != n.on_unreadable_state,
         ),
+        ("telemetry", old.telemetry != new.telemetry),
         (
             "server.state_save_interval",
             o.state_save_interval != n.state_save_interval,

@@ -1,6 +1,7 @@
 //! The gateway's view of an upstream: the HTTP provider, with each
 //! request carrying its own token estimate.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -11,6 +12,7 @@ use tollgate_openai::provider::ChunkStream;
 use tollgate_openai::{HttpProvider, UpstreamRequest};
 
 use crate::metrics::DeploymentMetrics;
+use crate::telemetry::{AttemptSpan, AttemptTarget, CallTrace};
 
 /// An upstream request and the tokens it is expected to spend.
 #[derive(Debug, Clone)]
@@ -22,6 +24,9 @@ pub struct GatewayRequest {
     /// Counts the attempts handed to an upstream; share one counter across
     /// the models of a client request's fallback chain.
     pub started: Started,
+    /// The client call's trace, when tracing is on (SPEC OBS-5): each
+    /// attempt gets a span and sends its `traceparent` upstream.
+    pub trace: Option<CallTrace>,
 }
 
 /// How many attempts of one client request reached an upstream (the
@@ -44,8 +49,9 @@ impl Started {
         self.0[1].load(Ordering::Acquire)
     }
 
-    fn bump(&self) {
-        self.0[0].fetch_add(1, Ordering::AcqRel);
+    /// Counts one more attempt; returns its number (from 1).
+    fn bump(&self) -> u32 {
+        self.0[0].fetch_add(1, Ordering::AcqRel) + 1
     }
 
     fn bump_refused(&self) {
@@ -59,12 +65,38 @@ impl Started {
 pub struct GatewayProvider {
     http: HttpProvider,
     metrics: DeploymentMetrics,
+    target: AttemptTarget,
 }
 
 impl GatewayProvider {
-    /// Wraps `http` for the deployment whose handles are `metrics`.
-    pub fn new(http: HttpProvider, metrics: DeploymentMetrics) -> Self {
-        GatewayProvider { http, metrics }
+    /// Wraps `http` for the deployment whose handles are `metrics` and
+    /// whose attempt spans name `target`.
+    pub fn new(http: HttpProvider, metrics: DeploymentMetrics, target: AttemptTarget) -> Self {
+        GatewayProvider {
+            http,
+            metrics,
+            target,
+        }
+    }
+
+    /// The attempt's span (when the call is traced) and the request as
+    /// sent: with the span's `traceparent` when there is one.
+    fn traced<'r>(
+        &self,
+        request: &'r GatewayRequest,
+        number: u32,
+        attempt: &AttemptContext,
+    ) -> (Option<AttemptSpan>, Cow<'r, UpstreamRequest>) {
+        let Some(trace) = &request.trace else {
+            return (None, Cow::Borrowed(&request.upstream));
+        };
+        let left = attempt.deadline.remaining(tollgate::clock::Instant::now());
+        let span = trace.attempt(&self.target, number, left);
+        let mut upstream = request.upstream.clone();
+        for (name, value) in span.headers() {
+            upstream = upstream.with_header(name, value);
+        }
+        (Some(span), Cow::Owned(upstream))
     }
 
     fn count<T>(&self, result: &Result<T, ProviderError>, started: &Started) {
@@ -87,12 +119,17 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
-        request.started.bump();
-        let call = Provider::call(&self.http, &request.upstream, attempt);
+        let number = request.started.bump();
+        let (span, upstream) = self.traced(request, number, &attempt);
         let started = request.started.clone();
         async move {
-            let result = call.await;
+            let result = Provider::call(&self.http, &upstream, attempt).await;
             self.count(&result, &started);
+            match (span, &result) {
+                (Some(mut span), Ok(reply)) => span.succeed(Some(reply.usage)),
+                (Some(span), Err(e)) => span.failed(e),
+                (None, _) => {}
+            }
             result
         }
     }
@@ -102,12 +139,17 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
-        request.started.bump();
-        let stream = Provider::stream(&self.http, &request.upstream, attempt);
+        let number = request.started.bump();
+        let (span, upstream) = self.traced(request, number, &attempt);
         let started = request.started.clone();
         async move {
-            let result = stream.await;
+            let result = Provider::stream(&self.http, &upstream, attempt).await;
             self.count(&result, &started);
+            match (span, &result) {
+                (Some(span), Ok(_)) => span.streaming(),
+                (Some(span), Err(e)) => span.failed(e),
+                (None, _) => {}
+            }
             result
         }
     }

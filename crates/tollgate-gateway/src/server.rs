@@ -287,7 +287,12 @@ pub async fn serve_live(
     drop(threads);
     flusher.abort();
     sampler.abort();
-    live.current().access_log.flush();
+    let current = live.current();
+    current.access_log.flush();
+    // The last spans go out, within the export timeout (SPEC OBS-5).
+    let telemetry = &current.telemetry;
+    let bound = current.config.telemetry.export_timeout;
+    let _ = tokio::time::timeout(bound, telemetry.flush()).await;
     Ok(())
 }
 

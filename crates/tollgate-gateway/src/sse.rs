@@ -247,6 +247,7 @@ impl Drop for SseBody {
         if let Some(mut log) = self.log.take() {
             let usage = self.stream.usage();
             log.record.tokens_reported = usage.and_then(|u| u.total());
+            log.record.usage = usage;
             // What the tenant is charged when the stream's leases settle
             // (SPEC BUD-5): the priced usage the provider reported, else
             // the worst case reserved.
@@ -262,6 +263,11 @@ impl Drop for SseBody {
                 log.record.error = Some("client_disconnected".to_owned());
             }
             log.log.write(&log.record);
+            // The stream's span ends with its last event or its error
+            // (SPEC OBS-5).
+            if let Some(trace) = log.record.trace.take() {
+                trace.finish(&log.record);
+            }
         }
     }
 }

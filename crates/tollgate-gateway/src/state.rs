@@ -115,6 +115,9 @@ pub struct AppState {
     /// Admission of upstream attempts: one controller per quota scope,
     /// with the pools of the deployments spending it.
     pub upstream: Vec<ScopeRuntime>,
+    /// The gateway's tracer (SPEC OBS-5), made at start and kept across
+    /// reloads.
+    pub telemetry: crate::telemetry::Telemetry,
     /// The shared quota store of the upstream scopes, if any (SPEC DQ-1).
     pub quota_store: Option<tollgate::quota::SharedRemote>,
     /// Its URL as resolved at build (a reload with another URL, e.g. a

@@ -417,7 +417,7 @@ async fn one_scopes_limits_read_alone_match_the_snapshot() {
     }
     let lease = c.acquire(&tokens(400), Deadline::NONE).await.unwrap();
     tokio::time::sleep(ms(1_500)).await;
-    for id in [ScopeId::new(0), b] {
+    for id in [c.scope_id("a").unwrap(), b] {
         let mut alone = Vec::new();
         assert!(c.scope_limits(id, &mut alone));
         let snapshot = c.snapshot();
@@ -428,5 +428,13 @@ async fn one_scopes_limits_read_alone_match_the_snapshot() {
     c.scope_limits(b, &mut alone);
     assert_eq!(alone[0].available, 5);
     drop((held, lease));
-    assert!(!c.scope_limits(ScopeId::new(9), &mut alone));
+    // A scope id of a controller with three scopes: unknown to this one.
+    let other = AdmissionController::builder()
+        .scope(ScopeConfig::new("x").requests(1, MINUTE))
+        .scope(ScopeConfig::new("y").requests(1, MINUTE))
+        .scope(ScopeConfig::new("z").requests(1, MINUTE))
+        .build()
+        .unwrap();
+    let unknown = other.scope_id("z").unwrap();
+    assert!(!c.scope_limits(unknown, &mut alone));
 }

@@ -20,6 +20,7 @@ use crate::metrics::{DeploymentMetrics, Metrics, ModelMetrics};
 use crate::provider::{GatewayProvider, GatewayRequest};
 use crate::router::InFlight;
 use crate::state::{AppState, Bounds, Deployment, Model};
+use crate::telemetry::{AttemptTarget, Telemetry};
 
 /// Why the runtime could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,14 @@ pub enum BuildFailure {
         origin: String,
         /// What went wrong.
         reason: String,
+    },
+    /// Tracing could not be set up (SPEC OBS-5).
+    #[error("{origin}: {source}")]
+    Telemetry {
+        /// The configuration's file.
+        origin: String,
+        /// What went wrong.
+        source: crate::telemetry::TelemetryError,
     },
     /// An upstream client could not be built.
     #[error("{origin}: providers.{provider}: {source}")]
@@ -121,6 +130,14 @@ pub fn build_with(
     // anything running changes.
     config.retry.validate().map_err(engine)?;
     let mut plans = Vec::new();
+    // Made at start, kept across reloads (`[telemetry]` needs a restart).
+    let telemetry = match previous {
+        Some(p) => p.telemetry.clone(),
+        None => Telemetry::start(&config.telemetry).map_err(|source| BuildFailure::Telemetry {
+            origin: config.origin.clone(),
+            source,
+        })?,
+    };
 
     // Upstream side: one controller per quota scope, its quota in the
     // shared store when one is configured (SPEC DQ-1).
@@ -253,7 +270,16 @@ pub fn build_with(
             let observer_handles = handles.clone();
             let mut sb = Supervisor::builder(
                 controller.clone(),
-                GatewayProvider::new(http.clone(), deployment_metrics.clone()),
+                GatewayProvider::new(
+                    http.clone(),
+                    deployment_metrics.clone(),
+                    AttemptTarget::new(
+                        &provider.wire.flavor.gen_ai_provider_name(&provider.name),
+                        &provider.base_url,
+                        &d.upstream_model,
+                        &d.name,
+                    ),
+                ),
             )
             .scope(scope)
             .policy(policy)
@@ -318,6 +344,7 @@ pub fn build_with(
         None => AccessLog::new(config.server.log_format, config.server.access_log),
     };
     Ok(Arc::new(AppState {
+        telemetry,
         models,
         upstream,
         quota_store: shared,

@@ -153,6 +153,7 @@ impl GatewayConfig {
             }],
             anonymous: AnonymousConfig::default(),
             quota_store: super::QuotaStoreConfig::Local,
+            telemetry: super::TelemetryConfig::default(),
             prices: Vec::new(),
         }
     }

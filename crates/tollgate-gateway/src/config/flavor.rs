@@ -40,6 +40,18 @@ pub enum Flavor {
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 impl Flavor {
+    /// The provider's `gen_ai.provider.name` in traces (SPEC OBS-5): the
+    /// conventions' name of a known provider, else `configured` (the
+    /// provider's table name).
+    pub fn gen_ai_provider_name(self, configured: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            Flavor::OpenAi => "openai".into(),
+            Flavor::Azure => "azure.ai.openai".into(),
+            Flavor::Anthropic => "anthropic".into(),
+            Flavor::OpenAiCompatible => configured.into(),
+        }
+    }
+
     /// The configuration name.
     pub const fn as_str(self) -> &'static str {
         match self {

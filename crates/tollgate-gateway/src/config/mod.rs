@@ -22,6 +22,7 @@ mod locate;
 mod prices;
 mod quota_store;
 mod raw;
+mod telemetry;
 mod types;
 mod validate;
 
@@ -38,6 +39,8 @@ mod prices_tests;
 #[cfg(test)]
 mod state_tests;
 #[cfg(test)]
+mod telemetry_tests;
+#[cfg(test)]
 mod tests;
 
 pub use deployment::DeploymentConfig;
@@ -46,6 +49,10 @@ pub use error::{ConfigError, ConfigErrorKind};
 pub use flavor::{ANTHROPIC_VERSION, ApiRoute, Flavor, ProviderWire};
 pub use prices::{MAX_BUDGET_USD, PriceOverride};
 pub use quota_store::{DEFAULT_STORE_TIMEOUT, QuotaStoreConfig, RedisStoreConfig};
+pub use telemetry::{
+    DEFAULT_BATCH_SIZE, DEFAULT_EXPORT_TIMEOUT, DEFAULT_QUEUE_SIZE, DEFAULT_SCHEDULE_DELAY,
+    OtlpProtocol, TelemetryConfig, check_endpoint,
+};
 pub use types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_MAX_TOKENS, GatewayConfig, LogFormat, MAX_WEIGHT,
     MODEL_PREFIX, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig, TENANT_PREFIX,

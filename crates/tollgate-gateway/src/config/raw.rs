@@ -21,6 +21,7 @@ use super::deployment::DeploymentConfig;
 use super::error::{ConfigErrorKind, FieldPath, Problem};
 use super::flavor::{ApiRoute, Flavor, ProviderWire, route_names};
 use super::quota_store::RawQuotaStore;
+use super::telemetry::RawTelemetry;
 use super::types::{
     AdmissionConfig, AnonymousConfig, DEFAULT_ARRIVAL_FLOOR, DEFAULT_MAX_TOKENS, GatewayConfig,
     LogFormat, MAX_WEIGHT, ModelConfig, ModelKind, ProviderConfig, QuotaScope, ServerConfig,
@@ -51,6 +52,8 @@ pub(super) struct RawConfig {
     anonymous: RawAnonymous,
     #[serde(default)]
     quota_store: RawQuotaStore,
+    #[serde(default)]
+    telemetry: RawTelemetry,
     /// `[prices.<model>]`: parsed by hand (located errors, decimals read
     /// exactly).
     #[serde(default)]
@@ -349,6 +352,7 @@ impl RawConfig {
                 .collect::<Result<_, _>>()?,
             anonymous: self.anonymous.convert()?,
             quota_store: self.quota_store.convert()?,
+            telemetry: self.telemetry.convert()?,
             prices: self
                 .prices
                 .into_iter()

@@ -58,6 +58,8 @@ pub struct GatewayConfig {
     pub anonymous: AnonymousConfig,
     /// `[quota_store]`: where upstream scopes keep their quota.
     pub quota_store: QuotaStoreConfig,
+    /// `[telemetry]`: OTLP trace export (SPEC OBS-5).
+    pub telemetry: super::telemetry::TelemetryConfig,
     /// `[prices.<model>]`: prices replacing or adding to the built-in
     /// table, by upstream model name (SPEC BUD-1), sorted by name.
     pub prices: Vec<super::prices::PriceOverride>,

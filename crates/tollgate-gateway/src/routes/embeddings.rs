@@ -20,6 +20,7 @@ pub struct Embeddings;
 impl Route for Embeddings {
     type Request = EmbeddingsRequest;
     const NAME: &'static str = "embeddings";
+    const OPERATION: &'static str = crate::telemetry::semconv::OP_EMBEDDINGS;
     const ROUTE: ApiRoute = ApiRoute::Embeddings;
     const DIALECT: Dialect = Dialect::OpenAi;
 

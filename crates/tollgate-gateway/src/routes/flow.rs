@@ -38,6 +38,8 @@ pub trait Route {
     type Request: DeserializeOwned;
     /// The route's label in metrics.
     const NAME: &'static str;
+    /// Its `gen_ai.operation.name` in traces (SPEC OBS-5).
+    const OPERATION: &'static str = crate::telemetry::semconv::OP_CHAT;
     /// The route, which models must serve (SPEC WIRE-4).
     const ROUTE: ApiRoute;
     /// The dialect of its errors.
@@ -144,6 +146,9 @@ impl Exchange {
             self.record.status = status;
             self.record.total = self.arrived.elapsed();
             self.log.write(&self.record);
+            if let Some(trace) = self.record.trace.take() {
+                trace.finish(&self.record);
+            }
         }
     }
 }
@@ -192,6 +197,12 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         spend: app.spend.clone(),
         arrived,
     };
+    x.record.trace = app.telemetry.call(
+        &parts.headers,
+        R::OPERATION,
+        R::NAME,
+        x.record.at.unwrap_or_else(SystemTime::now),
+    );
     let mut response = match serve::<R>(app, &parts, body, arrived, &id, &mut x).await {
         Ok(response) => response,
         Err(e) => {
@@ -249,6 +260,9 @@ async fn serve<R: Route>(
     let first = common::model(app, tenant, R::model(&request), R::ROUTE)?;
     x.model = Some(Arc::clone(&first.name));
     x.record.model = Some(Arc::clone(&first.name));
+    if let Some(trace) = &x.record.trace {
+        trace.requested(&first.name);
+    }
     let Some(primary) = first.deployments.first() else {
         return Err(ApiError::shutting_down());
     };
@@ -273,6 +287,7 @@ async fn serve<R: Route>(
     }
     let options = CallOptions::deadline(deadline);
     let reached = Started::default();
+    let trace = x.record.trace.clone();
     let mut last = None;
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
@@ -300,6 +315,7 @@ async fn serve<R: Route>(
                 upstream,
                 estimate: estimates.get(d),
                 started: reached.clone(),
+                trace: trace.clone(),
             })
         };
         let started = Instant::now();
@@ -395,6 +411,7 @@ async fn serve<R: Route>(
                     x.served = Some((Arc::clone(model), deployment));
                     let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
                     x.record.tokens_reported = usage.total();
+                    x.record.usage = Some(usage);
                     let (response, cost) = one_shot(done.response, usage, tenant_lease);
                     x.charge(cost);
                     return Ok(response);
@@ -471,6 +488,7 @@ fn served(
     }
     record.attempts = reached.count();
     record.limited_by = Some(admission.limited_by.as_str());
+    record.admission = Some(*admission);
     record.queue += wait;
     record.upstream = elapsed.saturating_sub(wait);
 }

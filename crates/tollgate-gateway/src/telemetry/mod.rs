@@ -1,0 +1,202 @@
+//! OpenTelemetry traces over OTLP/HTTP (SPEC OBS-5), off unless an
+//! endpoint is configured (`[telemetry] endpoint`, else
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`).
+//!
+//! One SERVER span per client call and one CLIENT span per upstream
+//! attempt, named and attributed per [`semconv`]. The values come from
+//! what the gateway already records for the access line (the call span
+//! ends where that line is written) and from the attempt the engine hands
+//! the provider; nothing is measured twice. A client's W3C `traceparent`
+//! continues its trace, and each attempt sends its own upstream.
+//!
+//! Exporting never slows a call: see [`queue`](self) — ended spans go to a
+//! bounded queue and a full one drops (and counts) them.
+//!
+//! The tracer is the gateway's own (no global provider is installed), made
+//! once at start and kept across reloads: `[telemetry]` needs a restart.
+
+mod call;
+mod queue;
+pub mod semconv;
+
+use std::sync::Arc;
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _};
+
+pub use call::{AttemptSpan, AttemptTarget, CallTrace, TRACEPARENT};
+pub use queue::DROPPED_METRIC;
+
+use crate::config::{TelemetryConfig, check_endpoint};
+
+/// The standard variable naming the collector when the file does not.
+pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The standard variable naming the service when the file does not.
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+/// The service name when neither the file nor the environment gives one.
+pub const DEFAULT_SERVICE_NAME: &str = "tollgate";
+
+/// Why tracing could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is not a usable URL.
+    #[error("{ENDPOINT_ENV}: {0}")]
+    Endpoint(String),
+    /// The exporter could not be built.
+    #[error("telemetry: {0}")]
+    Exporter(String),
+}
+
+/// Where spans go and under which name, once the file and the environment
+/// are combined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The full URL spans are POSTed to (`<endpoint>/v1/traces`).
+    pub traces_url: String,
+    /// `service.name`.
+    pub service_name: String,
+}
+
+/// The export target of `config`, the file's settings first, then the
+/// variables `env` returns (`std::env::var` in the gateway); `None` when
+/// no endpoint is set anywhere (tracing off).
+pub fn resolve(
+    config: &TelemetryConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Resolved>, TelemetryError> {
+    let endpoint = match &config.endpoint {
+        Some(e) => e.clone(),
+        None => match env(ENDPOINT_ENV).filter(|e| !e.trim().is_empty()) {
+            Some(e) => {
+                let e = e.trim().to_owned();
+                check_endpoint(&e).map_err(TelemetryError::Endpoint)?;
+                e
+            }
+            None => return Ok(None),
+        },
+    };
+    let service_name = config
+        .service_name
+        .clone()
+        .or_else(|| env(SERVICE_NAME_ENV).filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
+    Ok(Some(Resolved {
+        traces_url: format!("{}/v1/traces", endpoint.trim_end_matches('/')),
+        service_name,
+    }))
+}
+
+/// The gateway's tracer, or nothing when tracing is off. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry(Option<Arc<Exporting>>);
+
+#[derive(Debug)]
+struct Exporting {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    queue: queue::Queue,
+}
+
+impl Drop for Exporting {
+    fn drop(&mut self) {
+        // The queue's task ends once the last sender (held by the
+        // provider's processor) is gone, after sending what it holds.
+        let _ = self.provider.shutdown();
+    }
+}
+
+impl Telemetry {
+    /// Tracing off.
+    pub fn off() -> Self {
+        Telemetry(None)
+    }
+
+    /// Tracing as `config` and the process environment say. Starts the
+    /// export task on the current tokio runtime; without one, tracing is
+    /// off (with a warning).
+    pub fn start(config: &TelemetryConfig) -> Result<Self, TelemetryError> {
+        Self::start_with(config, |name| std::env::var(name).ok())
+    }
+
+    /// [`Telemetry::start`] with the environment read through `env`.
+    pub fn start_with(
+        config: &TelemetryConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, TelemetryError> {
+        let Some(target) = resolve(config, env)? else {
+            return Ok(Self::off());
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no async runtime: traces are not exported");
+            return Ok(Self::off());
+        };
+        let resource = Resource::builder_empty()
+            .with_service_name(target.service_name.clone())
+            .build();
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(target.traces_url.clone())
+            .with_timeout(config.export_timeout)
+            .build()
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        exporter.set_resource(&resource);
+        let queue = queue::Queue::spawn(
+            exporter,
+            queue::Batching {
+                queue_size: config.queue_size,
+                batch_size: config.batch_size,
+                delay: config.schedule_delay,
+                timeout: config.export_timeout,
+            },
+            &runtime,
+        );
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(queue.clone())
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                config.sample_ratio,
+            ))))
+            .with_resource(resource)
+            .build();
+        let scope = InstrumentationScope::builder("tollgate-gateway")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .with_schema_url(semconv::SCHEMA_URL)
+            .build();
+        let tracer = provider.tracer_with_scope(scope);
+        tracing::info!(
+            endpoint = %target.traces_url,
+            service = %target.service_name,
+            "exporting traces over OTLP/HTTP"
+        );
+        Ok(Telemetry(Some(Arc::new(Exporting {
+            provider,
+            tracer,
+            queue,
+        }))))
+    }
+
+    /// Whether spans are recorded and exported.
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Exports every span ended so far (tests, shutdown). Returns at once
+    /// when tracing is off.
+    pub async fn flush(&self) {
+        if let Some(e) = &self.0 {
+            e.queue.flush().await;
+        }
+    }
+
+    /// Spans dropped so far: the queue was full, or their export failed.
+    pub fn dropped(&self) -> u64 {
+        self.0.as_ref().map_or(0, |e| e.queue.dropped().get())
+    }
+
+    fn tracer(&self) -> Option<&SdkTracer> {
+        self.0.as_ref().map(|e| &e.tracer)
+    }
+}

@@ -1,0 +1,516 @@
+//! OpenTelemetry traces (SPEC OBS-5), end to end: a real gateway exports
+//! over OTLP/HTTP to a collector the test runs (axum on 127.0.0.1:0,
+//! decoding `ExportTraceServiceRequest` with the protocol's own prost
+//! types), in front of a real simulator or the scripted upstream.
+//!
+//! Spans are exported in batches: every test flushes the gateway's queue
+//! (`Telemetry::flush`, which returns once the batch was answered) and
+//! polls with a bound, never sleeps and hopes.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use common::upstream::{End, Reply, Scripted, chunk};
+use common::*;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::net::TcpListener;
+
+/// An OTLP/HTTP trace receiver: every request body as received.
+struct Collector {
+    endpoint: String,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn receive(State(bodies): State<Arc<Mutex<Vec<Bytes>>>>, body: Bytes) -> Vec<u8> {
+    bodies.lock().push(body);
+    ExportTraceServiceResponse::default().encode_to_vec()
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new()
+            .route("/v1/traces", post(receive))
+            .with_state(Arc::clone(&bodies));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Collector {
+            endpoint,
+            bodies,
+            task,
+        }
+    }
+
+    /// Every span received so far, with its service name.
+    fn spans(&self) -> Vec<(String, Span)> {
+        let mut out = Vec::new();
+        for body in self.bodies.lock().iter() {
+            let request = ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP protobuf");
+            for rs in request.resource_spans {
+                let service = rs
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
+                    .and_then(|a| a.value.as_ref()?.value.clone());
+                let service = match service {
+                    Some(Any::StringValue(s)) => s,
+                    _ => String::new(),
+                };
+                for ss in rs.scope_spans {
+                    out.extend(ss.spans.into_iter().map(|s| (service.clone(), s)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every byte the gateway exported.
+    fn raw(&self) -> Vec<u8> {
+        self.bodies.lock().iter().flat_map(|b| b.to_vec()).collect()
+    }
+}
+
+/// The `[telemetry]` table exporting to `endpoint`.
+fn telemetry(endpoint: &str, extra: &str) -> String {
+    format!(
+        "[telemetry]\nendpoint = \"{endpoint}\"\nservice_name = \"gw-under-test\"\n\
+         schedule_delay = \"20ms\"\n{extra}\n"
+    )
+}
+
+/// A scripted upstream's model `chat` (retries 10 ms apart), tenants, and
+/// `[telemetry]`.
+fn scripted_config(base_url: &str, telemetry: &str) -> String {
+    format!(
+        r#"
+[retry]
+max_attempts = 3
+base_delay = "10ms"
+factor = 1.0
+max_delay = "10ms"
+jitter = 0.0
+
+[cooldown]
+base = "10ms"
+max = "20ms"
+
+[providers.up]
+base_url = "{base_url}"
+
+[models.chat]
+provider = "up"
+upstream_model = "up-chat"
+
+{}
+{telemetry}
+"#,
+        tenants("", "")
+    )
+}
+
+/// Flushes `gw`'s spans until `done` holds for what `collector` received.
+async fn spans_until(
+    gw: &Gateway,
+    collector: &Collector,
+    what: &str,
+    done: impl Fn(&[Span]) -> bool,
+) -> Vec<Span> {
+    bounded(what, async {
+        loop {
+            gw.app.telemetry.flush().await;
+            let spans: Vec<Span> = collector.spans().into_iter().map(|(_, s)| s).collect();
+            if done(&spans) {
+                return spans;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+fn attr<'s>(span: &'s Span, key: &str) -> Option<&'s Any> {
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref()?.value.as_ref())
+}
+
+fn string(span: &Span, key: &str) -> Option<String> {
+    match attr(span, key) {
+        Some(Any::StringValue(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn int(span: &Span, key: &str) -> Option<i64> {
+    match attr(span, key) {
+        Some(Any::IntValue(i)) => Some(*i),
+        _ => None,
+    }
+}
+
+fn double(span: &Span, key: &str) -> Option<f64> {
+    match attr(span, key) {
+        Some(Any::DoubleValue(d)) => Some(*d),
+        _ => None,
+    }
+}
+
+fn kind(span: &Span) -> SpanKind {
+    SpanKind::try_from(span.kind).unwrap_or(SpanKind::Unspecified)
+}
+
+fn is_error(span: &Span) -> bool {
+    span.status.as_ref().map(|s| s.code) == Some(StatusCode::Error as i32)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn calls(spans: &[Span]) -> Vec<&Span> {
+    spans
+        .iter()
+        .filter(|s| kind(s) == SpanKind::Server)
+        .collect()
+}
+
+fn attempts_of<'s>(spans: &'s [Span], call: &Span) -> Vec<&'s Span> {
+    let mut out: Vec<&Span> = spans
+        .iter()
+        .filter(|s| kind(s) == SpanKind::Client && s.parent_span_id == call.span_id)
+        .collect();
+    out.sort_by_key(|s| int(s, "tollgate.attempt"));
+    out
+}
+
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_PARENT: &str = "00f067aa0ba902b7";
+
+// proves: OBS-5 (a call span continuing the client's traceparent, one child span per upstream attempt, GenAI and tollgate attributes, traceparent upstream per attempt, no prompt or completion exported)
+#[tokio::test]
+async fn retried_call_is_one_span_with_a_child_per_attempt() {
+    let collector = Collector::start().await;
+    let upstream =
+        Scripted::start(vec![Reply::too_many("retry-after-ms", "10"), Reply::ok()]).await;
+    let gw = Gateway::start(&scripted_config(
+        &upstream.base_url,
+        &telemetry(&collector.endpoint, ""),
+    ))
+    .await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(KEY_A)
+        .header(
+            "traceparent",
+            format!("00-{CLIENT_TRACE}-{CLIENT_PARENT}-01"),
+        )
+        .json(&chat("chat", false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), 200);
+    let answer = resp.text().await.expect("body");
+    assert!(answer.contains("hello"), "{answer}");
+    let spans = spans_until(&gw, &collector, "the call and its attempts", |s| {
+        s.len() >= 3
+    })
+    .await;
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    assert!(
+        collector
+            .spans()
+            .iter()
+            .all(|(svc, _)| svc == "gw-under-test"),
+        "service.name from [telemetry]"
+    );
+
+    // The call: a server span continuing the client's trace.
+    let call = calls(&spans);
+    assert_eq!(call.len(), 1, "{spans:#?}");
+    let call = call[0];
+    assert_eq!(call.name, "chat chat");
+    assert_eq!(hex(&call.trace_id), CLIENT_TRACE);
+    assert_eq!(hex(&call.parent_span_id), CLIENT_PARENT);
+    assert_eq!(
+        string(call, "gen_ai.operation.name").as_deref(),
+        Some("chat")
+    );
+    assert_eq!(
+        string(call, "gen_ai.request.model").as_deref(),
+        Some("chat")
+    );
+    assert_eq!(int(call, "gen_ai.usage.input_tokens"), Some(5));
+    assert_eq!(int(call, "gen_ai.usage.output_tokens"), Some(1));
+    assert_eq!(int(call, "http.response.status_code"), Some(200));
+    assert_eq!(string(call, "tollgate.tenant").as_deref(), Some("a"));
+    assert_eq!(string(call, "tollgate.class").as_deref(), Some("standard"));
+    assert_eq!(string(call, "tollgate.deployment").as_deref(), Some("chat"));
+    assert_eq!(int(call, "tollgate.attempt"), Some(2));
+    assert!(string(call, "tollgate.limited_by").is_some(), "{call:#?}");
+    assert!(double(call, "tollgate.quota_wait_ms").is_some_and(|w| w >= 0.0));
+    assert!(double(call, "tollgate.concurrency_wait_ms").is_some_and(|w| w >= 0.0));
+    assert!(int(call, "tollgate.tokens_estimated").is_some_and(|t| t > 0));
+    assert!(attr(call, "error.type").is_none());
+    assert!(!is_error(call));
+
+    // One client span per attempt, children of the call.
+    let attempts = attempts_of(&spans, call);
+    assert_eq!(attempts.len(), 2, "{spans:#?}");
+    let port = i64::from(
+        upstream.base_url["http://127.0.0.1:".len()..]
+            .trim_end_matches("/v1")
+            .parse::<u16>()
+            .expect("port"),
+    );
+    for (n, a) in attempts.iter().enumerate() {
+        assert_eq!(a.trace_id, call.trace_id);
+        assert_eq!(a.name, "chat up-chat");
+        assert_eq!(int(a, "tollgate.attempt"), Some(n as i64 + 1));
+        assert_eq!(string(a, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert_eq!(
+            string(a, "gen_ai.request.model").as_deref(),
+            Some("up-chat")
+        );
+        assert_eq!(string(a, "gen_ai.provider.name").as_deref(), Some("openai"));
+        assert_eq!(string(a, "server.address").as_deref(), Some("127.0.0.1"));
+        assert_eq!(int(a, "server.port"), Some(port));
+        // The default deadline (60 s) bounds every attempt.
+        assert!(double(a, "tollgate.deadline_left_ms").is_some_and(|l| l > 0.0 && l <= 60_000.0));
+        assert!(a.start_time_unix_nano >= call.start_time_unix_nano);
+        assert!(a.end_time_unix_nano <= call.end_time_unix_nano);
+    }
+    let (first, second) = (attempts[0], attempts[1]);
+    assert_eq!(string(first, "error.type").as_deref(), Some("rate_limited"));
+    assert_eq!(int(first, "http.response.status_code"), Some(429));
+    assert!(is_error(first));
+    assert!(attr(first, "tollgate.retry_cause").is_none());
+    assert_eq!(
+        string(second, "tollgate.retry_cause").as_deref(),
+        Some("rate_limited")
+    );
+    assert_eq!(
+        string(second, "gen_ai.response.model").as_deref(),
+        Some("up-chat")
+    );
+    assert_eq!(int(second, "gen_ai.usage.output_tokens"), Some(1));
+    assert!(!is_error(second));
+    assert!(first.end_time_unix_nano <= second.start_time_unix_nano);
+
+    // Each upstream request carried its own attempt's traceparent.
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    for (s, a) in seen.iter().zip(&attempts) {
+        let tp = s
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .expect("traceparent upstream");
+        assert_eq!(tp, format!("00-{CLIENT_TRACE}-{}-01", hex(&a.span_id)));
+    }
+
+    // Neither the prompt nor the completion is exported.
+    let raw = collector.raw();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(!text.contains("Say something."), "prompt exported");
+    assert!(!text.contains("hello"), "completion exported");
+    assert!(!text.contains(KEY_A), "key exported");
+    gw.wait_idle().await;
+}
+
+// proves: OBS-5 (a stream's call and attempt spans end with its last event, not its first, and carry its usage)
+#[tokio::test]
+async fn stream_span_ends_with_its_last_event() {
+    let collector = Collector::start().await;
+    let per_token = Duration::from_millis(20);
+    let tokens = 8;
+    let sim = slow_sim(per_token, tokens).await;
+    let gw = Gateway::start(&format!(
+        "{}\n{}",
+        two_models(&sim.openai_base_url(), "", ""),
+        telemetry(&collector.endpoint, "")
+    ))
+    .await;
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", true)).await;
+    assert_eq!(resp.status(), 200);
+    let read = read_sse(resp).await;
+    assert!(read.completed(), "{read:?}");
+    let spans = spans_until(&gw, &collector, "the stream's spans", |s| {
+        !calls(s).is_empty()
+    })
+    .await;
+    let call = calls(&spans)[0];
+    assert_eq!(call.name, "chat chat");
+    assert_eq!(
+        int(call, "tollgate.stream").map(|_| ()),
+        None,
+        "stream is a bool"
+    );
+    assert_eq!(attr(call, "tollgate.stream"), Some(&Any::BoolValue(true)));
+    assert!(
+        int(call, "gen_ai.usage.output_tokens").is_some(),
+        "{call:#?}"
+    );
+    assert!(!is_error(call), "{call:#?}");
+    let attempts = attempts_of(&spans, call);
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    let attempt = attempts[0];
+    // The simulator spends at least `per_token` per chunk after the
+    // first: both spans last the whole stream.
+    let at_least = (per_token * (tokens - 1)).as_nanos() as u64;
+    assert!(
+        attempt.end_time_unix_nano - attempt.start_time_unix_nano >= at_least,
+        "{attempt:#?}"
+    );
+    assert!(call.end_time_unix_nano - call.start_time_unix_nano >= at_least);
+    assert!(attempt.end_time_unix_nano <= call.end_time_unix_nano);
+    assert!(
+        int(attempt, "gen_ai.usage.output_tokens").is_some(),
+        "{attempt:#?}"
+    );
+    // No traceparent from the client: a new trace, the call at its root.
+    assert!(call.parent_span_id.is_empty());
+    assert_eq!(attempt.trace_id, call.trace_id);
+    gw.wait_idle().await;
+}
+
+// proves: OBS-5 (a stream cut mid-answer ends its spans with the error)
+#[tokio::test]
+async fn cut_stream_span_carries_the_error() {
+    let collector = Collector::start().await;
+    let upstream = Scripted::start(vec![Reply::Stream {
+        events: vec![chunk("Hello"), chunk(", wor")],
+        end: End::Cut,
+    }])
+    .await;
+    let gw = Gateway::start(&scripted_config(
+        &upstream.base_url,
+        &telemetry(&collector.endpoint, ""),
+    ))
+    .await;
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", true)).await;
+    assert_eq!(resp.status(), 200);
+    let read = read_sse(resp).await;
+    assert!(!read.completed());
+    let spans = spans_until(&gw, &collector, "the cut stream's spans", |s| {
+        !calls(s).is_empty()
+    })
+    .await;
+    let call = calls(&spans)[0];
+    assert!(is_error(call), "{call:#?}");
+    let error = string(call, "error.type").unwrap_or_default();
+    assert!(error.starts_with("stream_failed"), "{error}");
+    let attempts = attempts_of(&spans, call);
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    assert!(is_error(attempts[0]));
+    assert_eq!(string(attempts[0], "error.type"), Some(error));
+    let text = String::from_utf8_lossy(&collector.raw()).into_owned();
+    assert!(
+        !text.contains("Hello") && !text.contains("wor"),
+        "completion exported"
+    );
+    gw.wait_idle().await;
+}
+
+// proves: OBS-5 (an unreachable collector never fails a call; the spans it could not take are dropped and counted on /metrics)
+#[tokio::test]
+async fn unreachable_collector_fails_no_call_and_counts_dropped_spans() {
+    // A port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&format!(
+        "{}\n{}",
+        two_models(&sim.openai_base_url(), "", ""),
+        telemetry(
+            &endpoint,
+            "queue_size = 2\nbatch_size = 1\nexport_timeout = \"1s\""
+        )
+    ))
+    .await;
+    let client = client();
+    for _ in 0..6 {
+        let resp = post_chat(&client, &gw, Some(KEY_A), &chat("chat", false)).await;
+        assert_eq!(resp.status(), 200);
+        let resp = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
+        assert_eq!(resp.status(), 200);
+        assert!(read_sse(resp).await.completed());
+    }
+    gw.wait_idle().await;
+    gw.app.telemetry.flush().await;
+    // 12 calls, each a call span and an attempt span: none reached a
+    // collector, every one is counted.
+    let dropped = gw.app.telemetry.dropped();
+    assert_eq!(dropped, 24, "every span is counted dropped");
+    let text = metrics_text(&gw).await;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("tollgate_telemetry_spans_dropped_total"))
+        .unwrap_or_else(|| panic!("no dropped-span metric:\n{text}"));
+    let value: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a number");
+    assert!(value >= 24.0, "{line}");
+}
+
+// proves: OBS-5 (a bad [telemetry] setting is a located configuration error at reload too; the running gateway stays)
+#[tokio::test]
+async fn bad_telemetry_refused_at_reload_with_its_location() {
+    let collector = Collector::start().await;
+    let sim = fast_sim().await;
+    let good = format!(
+        "{}\n{}",
+        two_models(&sim.openai_base_url(), "", ""),
+        telemetry(&collector.endpoint, "")
+    );
+    let (gw, path) = Gateway::start_file(&format!(
+        "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{good}"
+    ))
+    .await;
+    for (bad, field) in [
+        ("sample_ratio = 1.5", "telemetry.sample_ratio"),
+        ("protocol = \"grpc/carrier-pigeon\"", "telemetry.protocol"),
+        ("colour = \"blue\"", "telemetry.colour"),
+    ] {
+        let text = format!(
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{}",
+            two_models(&sim.openai_base_url(), "", ""),
+            telemetry(&collector.endpoint, bad)
+        );
+        rewrite(&path, &text);
+        let (status, body) = reload(&gw).await;
+        assert_ne!(status, 200, "{bad}: {body}");
+        assert!(body.contains(field), "{bad}: {body}");
+        assert!(body.contains("line "), "located: {body}");
+    }
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(resp.status(), 200, "the running configuration stays");
+    let _ = std::fs::remove_file(&path);
+}
