@@ -480,10 +480,10 @@ async fn a_reload_keeps_the_store_unless_it_changed() {
 
 /// The window of the reload test: long enough that none of its five calls
 /// leaves the window between the count read before the reload and the one
-/// read after it on a loaded machine (with a
-/// 2 s window the flake hunt saw one call age out in between, once in
-/// about 20 runs), and short enough that the last call, which waits for
-/// two of the five to leave, answers within its 10 s.
+/// read after it, and short enough that the last call, which waits for
+/// two of the five to leave, answers within its 10 s. (The test still
+/// failed once in 36 runs with it, the store reading 1 used of 5 after the
+/// reload: not window ageing; open, see issue 21's closing note.)
 const RELOAD_W: Duration = Duration::from_secs(8);
 
 /// One replica reloadable from a file: `requests` per [`RELOAD_W`] on
