@@ -170,6 +170,36 @@ async fn a_moved_slot_is_followed() {
     eprintln!("MOVED, ASK, TRYAGAIN answered: {:?}", errors(&cluster));
 }
 
+// proves: DQ-7 (the cluster the tests move slots on behaves as a real one:
+// a slot moved as `redis-cli --cluster reshard` moves it, several times in
+// quick succession, leaves its new owner with a config epoch above every
+// other node's, so no late word from an old owner takes the slot back and
+// every node ends up sending clients to the new owner; a slot taken back
+// is a MOVED loop between two nodes that no client can follow)
+#[test]
+fn a_moved_slot_stays_with_its_new_owner() {
+    let Some(cluster) = common::cluster("a_moved_slot_stays_with_its_new_owner") else {
+        return;
+    };
+    let slot = 100;
+    assert_eq!(cluster.owner(slot).expect("owner"), 0);
+    for to in [1, 2, 0].repeat(3) {
+        cluster.move_slot(slot, to).expect("moved");
+        let epochs = cluster.config_epochs().expect("epochs");
+        for (n, epoch) in epochs.iter().enumerate() {
+            assert!(
+                n == to || *epoch < epochs[to],
+                "slot {slot} moved to node {to}, whose config epoch is not the greatest: {epochs:?}"
+            );
+        }
+    }
+    cluster.wait_until_agreed().expect("the nodes agree");
+    for n in 0..3 {
+        let owner = cluster.owner_seen_by(n, slot).expect("owner");
+        assert_eq!(owner, 0, "the owner of slot {slot} as node {n} sees it");
+    }
+}
+
 /// How many MOVED, ASK and TRYAGAIN answers the nodes gave, in total.
 fn errors(cluster: &RedisCluster) -> [u64; 3] {
     let mut out = [0; 3];

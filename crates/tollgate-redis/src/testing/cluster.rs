@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::certs::Certificates;
+use super::cluster_view::{self, View};
 use super::server::RedisServer;
 use super::{binary, or_skip};
 
@@ -60,8 +61,9 @@ impl RedisCluster {
         or_skip(test, "a TLS cluster", started)
     }
 
-    /// Starts three cluster nodes, gives each a third of the slots, joins
-    /// them, and waits until every node sees the cluster whole.
+    /// Starts three cluster nodes, gives each a third of the slots and its
+    /// own config epoch, joins them, and waits until every node sees the
+    /// cluster whole and knows every node's config epoch.
     pub fn start() -> io::Result<RedisCluster> {
         RedisCluster::start_with(None)
     }
@@ -76,6 +78,12 @@ impl RedisCluster {
                 i,
                 &["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()],
             )?;
+            // Distinct config epochs from the start, as `redis-cli --cluster
+            // create` gives them: left at 0, the nodes settle their
+            // collisions by gossip, after the cluster already looks whole,
+            // and a slot moved meanwhile can go back to its old owner (see
+            // `start_moving`).
+            let () = cluster.query(i, &["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()])?;
         }
         for node in &cluster.nodes[1..] {
             let bus = node
@@ -93,6 +101,7 @@ impl RedisCluster {
             )?;
         }
         cluster.wait_until_whole()?;
+        cluster.wait_until_agreed()?;
         Ok(cluster)
     }
 
@@ -162,8 +171,13 @@ impl RedisCluster {
 
     /// The node that serves `slot` now (as node 0 sees it).
     pub fn owner(&self, slot: u16) -> io::Result<usize> {
+        self.owner_seen_by(0, slot)
+    }
+
+    /// The node that serves `slot` now, as node `node` sees it.
+    pub fn owner_seen_by(&self, node: usize, slot: u16) -> io::Result<usize> {
         // Each range: start, end, then the primary as [ip, port, id, ...].
-        let ranges: Vec<Vec<redis::Value>> = self.query(0, &["CLUSTER", "SLOTS"])?;
+        let ranges: Vec<Vec<redis::Value>> = self.query(node, &["CLUSTER", "SLOTS"])?;
         let port = ranges
             .iter()
             .find_map(|range| {
@@ -180,6 +194,34 @@ impl RedisCluster {
             .ok_or_else(|| io::Error::other(format!("no node on port {port}")))
     }
 
+    /// Each node's own config epoch, in the order of [`nodes`](Self::nodes).
+    pub fn config_epochs(&self) -> io::Result<Vec<u64>> {
+        Ok(self.views()?.iter().map(View::own_epoch).collect())
+    }
+
+    /// Every node's view of the cluster.
+    fn views(&self) -> io::Result<Vec<View>> {
+        (0..self.nodes.len())
+            .map(|n| View::parse(&self.query::<String>(n, &["CLUSTER", "NODES"])?))
+            .collect()
+    }
+
+    /// Waits until every node sees the same config epoch and slots of
+    /// every node, and the config epochs are distinct (gossip settled).
+    pub fn wait_until_agreed(&self) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster_view::agreed(&self.views()?) {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the nodes did not agree on config epochs and slots within 30 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     fn id(&self, node: usize) -> io::Result<String> {
         self.query(node, &["CLUSTER", "MYID"])
     }
@@ -189,7 +231,17 @@ impl RedisCluster {
     /// [`migrate_keys`](Self::migrate_keys); until
     /// [`finish_moving`](Self::finish_moving), commands on the slot are
     /// answered ASK or TRYAGAIN.
+    ///
+    /// First waits until every node knows every node's config epoch (as
+    /// after an earlier move's gossip has settled). The move ends with
+    /// `to` giving itself a config epoch above the greatest it knows of,
+    /// unless it already holds the greatest; with a stale view (say, of an
+    /// earlier move's new owner) it can end at or below the old owner's,
+    /// and then a message the old owner sent before it was told the slot
+    /// moved gives the slot back to it on some nodes: a MOVED loop between
+    /// two nodes, for good.
     pub fn start_moving(&self, slot: u16, to: usize) -> io::Result<usize> {
+        self.wait_until_agreed()?;
         let from = self.owner(slot)?;
         let (from_id, to_id) = (self.id(from)?, self.id(to)?);
         let slot = slot.to_string();

@@ -5,7 +5,8 @@
 //!   ([`RedisServer::start_tls_or_skip`], `rediss://`, with a certificate
 //!   authority and a server certificate made by `openssl` for the test);
 //! - [`RedisCluster`]: a Redis Cluster of three primaries, created with
-//!   `CLUSTER ADDSLOTSRANGE` and `CLUSTER MEET`.
+//!   `CLUSTER ADDSLOTSRANGE`, `CLUSTER SET-CONFIG-EPOCH` and `CLUSTER MEET`,
+//!   whose slots move as `redis-cli --cluster reshard` moves them.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -24,6 +25,7 @@
 
 mod certs;
 mod cluster;
+mod cluster_view;
 mod server;
 
 use std::io::{self, Write};
