@@ -13,6 +13,9 @@
 #   # configuration, its own port) in the same rounds as the first:
 #   SECTIONS=stream BASELINE=/path/to/old/tollgate \
 #     GATEWAY_PATHS="direct gateway baseline nginx" benches/gateway/run.sh
+#   # the same binary in two configurations (BASELINE_CONFIG):
+#   BASELINE=target/release/tollgate BASELINE_CONFIG=other.toml \
+#     GATEWAY_PATHS="gateway baseline nginx" benches/gateway/run.sh
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
@@ -58,6 +61,9 @@ declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [ng
   [baseline]=sim-chat)
 read -r -a PATHS <<<"${GATEWAY_PATHS:-direct gateway gateway3 nginx}"
 GATEWAY_CONFIG=${GATEWAY_CONFIG:-$HERE/gateway.toml}
+# The baseline's configuration (its listen address is rewritten to its own
+# port): the gateway's unless given, e.g. to compare serving modes.
+BASELINE_CONFIG=${BASELINE_CONFIG:-$GATEWAY_CONFIG}
 # The gateway's tenant key (gateway.toml holds its hash). Sent on every
 # path so that the three see the same request bytes; the simulator
 # ignores it.
@@ -92,7 +98,7 @@ wait_port $GW_PORT
 BASE_PID=
 if [[ -n $BASELINE ]]; then
   sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$BASE_PORT\"/" \
-    "$GATEWAY_CONFIG" >"$WORK/baseline.toml"
+    "$BASELINE_CONFIG" >"$WORK/baseline.toml"
   "$BASELINE" serve --config "$WORK/baseline.toml" >"$WORK/baseline.log" 2>&1 &
   BASE_PID=$!
   PIDS+=("$BASE_PID")
