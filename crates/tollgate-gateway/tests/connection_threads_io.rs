@@ -116,7 +116,7 @@ fn reactor_of(inode: u64) -> Option<u32> {
 // timing involved)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
 
     let sim = slow_sim(Duration::from_millis(20), 200).await;
     let sim_port = port_of(&sim.openai_base_url());
@@ -144,14 +144,7 @@ async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
         .await
         .expect("connect");
     let c2_port = c2.local_addr().unwrap().port();
-    let body = chat("chat", true).to_string();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {KEY_A}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        gw.addr(),
-        body.len()
-    );
-    c2.write_all(head.as_bytes()).await.unwrap();
-    c2.write_all(body.as_bytes()).await.unwrap();
+    write_chat(&mut c2, &gw, true).await;
     let mut seen = Vec::new();
     bounded("first event", async {
         let mut buf = [0u8; 4096];
@@ -202,11 +195,10 @@ fn port_of(base_url: &str) -> u16 {
         .expect("a port")
 }
 
-/// Sends one one-shot chat request on `conn` (kept open) and reads its
-/// whole answer; returns the status line.
-async fn one_shot_on(conn: &mut tokio::net::TcpStream, gw: &Gateway) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = chat("chat", false).to_string();
+/// Writes one chat request (tenant A's key) on `conn`.
+async fn write_chat(conn: &mut tokio::net::TcpStream, gw: &Gateway, stream: bool) {
+    use tokio::io::AsyncWriteExt;
+    let body = chat("chat", stream).to_string();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {KEY_A}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         gw.addr(),
@@ -214,6 +206,13 @@ async fn one_shot_on(conn: &mut tokio::net::TcpStream, gw: &Gateway) -> String {
     );
     conn.write_all(head.as_bytes()).await.unwrap();
     conn.write_all(body.as_bytes()).await.unwrap();
+}
+
+/// Sends one one-shot chat request on `conn` (kept open) and reads its
+/// whole answer; returns the status line.
+async fn one_shot_on(conn: &mut tokio::net::TcpStream, gw: &Gateway) -> String {
+    use tokio::io::AsyncReadExt;
+    write_chat(conn, gw, false).await;
     let mut seen = Vec::new();
     bounded("the whole answer", async {
         let mut buf = [0u8; 4096];
