@@ -13,6 +13,10 @@
 #   # configuration, its own port) in the same rounds as the first:
 #   SECTIONS=stream BASELINE=/path/to/old/tollgate \
 #     GATEWAY_PATHS="direct gateway baseline nginx" benches/gateway/run.sh
+#   # the same binary on two serving modes (GATEWAY_THREADS: connection
+#   # threads for the gateway; BASELINE_CONFIG for another configuration):
+#   BASELINE=target/release/tollgate GATEWAY_THREADS=2 \
+#     GATEWAY_PATHS="gateway baseline nginx" benches/gateway/run.sh
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
@@ -58,6 +62,13 @@ declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [ng
   [baseline]=sim-chat)
 read -r -a PATHS <<<"${GATEWAY_PATHS:-direct gateway gateway3 nginx}"
 GATEWAY_CONFIG=${GATEWAY_CONFIG:-$HERE/gateway.toml}
+# The baseline's configuration (its listen address is rewritten to its own
+# port): the gateway's unless given.
+BASELINE_CONFIG=${BASELINE_CONFIG:-$GATEWAY_CONFIG}
+# When set, `server.connection_threads` for the gateway and the baseline
+# (added to a copy of their configuration), e.g. to compare serving modes.
+GATEWAY_THREADS=${GATEWAY_THREADS:-}
+BASELINE_THREADS=${BASELINE_THREADS:-}
 # The gateway's tenant key (gateway.toml holds its hash). Sent on every
 # path so that the three see the same request bytes; the simulator
 # ignores it.
@@ -84,15 +95,26 @@ LOADGEN=$TARGET/release/tollgate-loadgen
 PIDS+=($!)
 wait_port $SIM_PORT
 
-"$TOLLGATE" serve --config "$GATEWAY_CONFIG" >"$WORK/gateway.log" 2>&1 &
+# A copy of configuration $1 with `connection_threads = $2` under [server]
+# when $2 is set.
+with_threads() {
+  if [[ -n $2 ]]; then
+    sed "s/^\[server\]\$/[server]\nconnection_threads = $2/" "$1"
+  else
+    cat "$1"
+  fi
+}
+with_threads "$GATEWAY_CONFIG" "$GATEWAY_THREADS" >"$WORK/gateway.toml"
+"$TOLLGATE" serve --config "$WORK/gateway.toml" >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 PIDS+=("$GW_PID")
 wait_port $GW_PORT
 
 BASE_PID=
 if [[ -n $BASELINE ]]; then
-  sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$BASE_PORT\"/" \
-    "$GATEWAY_CONFIG" >"$WORK/baseline.toml"
+  with_threads "$BASELINE_CONFIG" "$BASELINE_THREADS" |
+    sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$BASE_PORT\"/" \
+      >"$WORK/baseline.toml"
   "$BASELINE" serve --config "$WORK/baseline.toml" >"$WORK/baseline.log" 2>&1 &
   BASE_PID=$!
   PIDS+=("$BASE_PID")

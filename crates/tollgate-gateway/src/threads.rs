@@ -8,12 +8,12 @@
 //! Here a client connection, and every task its requests spawn, stays on
 //! the thread it was handed to, as with nginx's worker processes; the
 //! accept loop hands connections out in turn. The engine's state is shared
-//! by all threads as before. Each thread keeps its own upstream stream
-//! connections (`tollgate_openai::provider::pin_to_thread`): a socket is
-//! registered with the reactor of the thread that opened it, and reusing
-//! it from another would make every upstream read a cross-thread wake-up.
-//! One-shot calls still share the pooling client's connections between
-//! threads.
+//! by all threads as before. Each thread keeps its own upstream
+//! connections, stream and one-shot (`tollgate_openai::provider::pin_to_thread`):
+//! a socket is registered with the reactor of the thread that opened it
+//! (and a one-shot connection is driven by a task of that thread's
+//! runtime), and reusing it from another would make every upstream
+//! exchange a cross-thread wake-up.
 //!
 //! The threads end when the pool is dropped: each drops its runtime, and
 //! with it the tasks still on it (the server drops its remaining

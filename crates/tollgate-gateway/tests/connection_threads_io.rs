@@ -1,6 +1,7 @@
 //! `server.connection_threads` where it differs from the work-stealing
-//! runtime: each thread's upstream stream connections are its own, and a
-//! reload that changes the setting says it applies only after a restart.
+//! runtime: each thread's upstream connections (stream and one-shot) are
+//! its own, and a reload that changes the setting says it applies only
+//! after a restart.
 
 mod common;
 
@@ -115,16 +116,10 @@ fn reactor_of(inode: u64) -> Option<u32> {
 // timing involved)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
 
     let sim = slow_sim(Duration::from_millis(20), 200).await;
-    let sim_port: u16 = sim
-        .openai_base_url()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .expect("sim port");
+    let sim_port = port_of(&sim.openai_base_url());
     let gw = start(&config(&sim.openai_base_url(), ""), Some(2)).await;
     let gw_port: u16 = gw.addr().rsplit(':').next().unwrap().parse().unwrap();
 
@@ -149,14 +144,7 @@ async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
         .await
         .expect("connect");
     let c2_port = c2.local_addr().unwrap().port();
-    let body = chat("chat", true).to_string();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {KEY_A}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        gw.addr(),
-        body.len()
-    );
-    c2.write_all(head.as_bytes()).await.unwrap();
-    c2.write_all(body.as_bytes()).await.unwrap();
+    write_chat(&mut c2, &gw, true).await;
     let mut seen = Vec::new();
     bounded("first event", async {
         let mut buf = [0u8; 4096];
@@ -195,6 +183,116 @@ async fn a_stream_does_its_upstream_io_on_its_own_connection_thread() {
         "connection 2's stream reads its upstream socket through its own \
          thread's reactor (epoll fd {here}; upstream sockets on {reactors:?})"
     );
+}
+
+/// The port of an upstream's base URL.
+fn port_of(base_url: &str) -> u16 {
+    base_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
+/// Writes one chat request (tenant A's key) on `conn`.
+async fn write_chat(conn: &mut tokio::net::TcpStream, gw: &Gateway, stream: bool) {
+    use tokio::io::AsyncWriteExt;
+    let body = chat("chat", stream).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {KEY_A}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        gw.addr(),
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body.as_bytes()).await.unwrap();
+}
+
+/// Sends one one-shot chat request on `conn` (kept open) and reads its
+/// whole answer; returns the status line.
+async fn one_shot_on(conn: &mut tokio::net::TcpStream, gw: &Gateway) -> String {
+    use tokio::io::AsyncReadExt;
+    write_chat(conn, gw, false).await;
+    let mut seen = Vec::new();
+    bounded("the whole answer", async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&seen);
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<usize>().ok())?
+                    })
+                    .expect("a content-length");
+                if seen.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            let n = conn.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&seen)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// proves: GW-1 (with connection threads, a one-shot call's upstream
+// connection is registered with the reactor of the thread serving the
+// call: a thread does not reuse a pooled upstream connection that another
+// thread opened, whose socket and connection task are that thread's; read
+// from the kernel's epoll registrations, no timing involved)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_call_does_its_upstream_io_on_its_own_connection_thread() {
+    let sim = fast_sim().await;
+    let sim_port = port_of(&sim.openai_base_url());
+    let gw = start(&config(&sim.openai_base_url(), ""), Some(2)).await;
+    let gw_port: u16 = gw.addr().rsplit(':').next().unwrap().parse().unwrap();
+
+    // Connection 1 (thread 0), then connection 2 (thread 1), one call
+    // each, one after the other: the first call's upstream connection is
+    // idle in the pool when the second call starts.
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut conn = tokio::net::TcpStream::connect(gw.addr())
+            .await
+            .expect("connect");
+        let status = one_shot_on(&mut conn, &gw).await;
+        assert!(status.contains(" 200 "), "{status}");
+        gw.wait_idle().await;
+        conns.push(conn);
+    }
+
+    let sockets = tcp_sockets();
+    let upstream: Vec<u64> = sockets
+        .iter()
+        .filter(|(l, r, _)| *r == sim_port && *l != sim_port)
+        .map(|s| s.2)
+        .collect();
+    let reactors: Vec<_> = upstream.iter().filter_map(|s| reactor_of(*s)).collect();
+    for (i, conn) in conns.iter().enumerate() {
+        let port = conn.local_addr().unwrap().port();
+        let client_side = sockets
+            .iter()
+            .find(|(l, r, _)| *l == gw_port && *r == port)
+            .map(|s| s.2)
+            .expect("the gateway's socket of the connection");
+        let here = reactor_of(client_side).expect("the connection is registered");
+        assert!(
+            reactors.contains(&here),
+            "connection {}'s call used an upstream connection of its own \
+             thread's reactor (epoll fd {here}; upstream sockets {upstream:?} \
+             on {reactors:?})",
+            i + 1
+        );
+    }
 }
 
 /// The global log capture (connection threads log through the global

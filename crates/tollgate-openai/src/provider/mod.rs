@@ -17,6 +17,7 @@ mod config;
 mod dialect;
 mod h1;
 mod request;
+mod shard;
 mod stream;
 mod transport;
 
@@ -25,8 +26,8 @@ pub use config::{
     ApiKey, BuildError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ERROR_BODY, DEFAULT_MAX_RESPONSE_BODY,
     DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_POOL_MAX_IDLE_PER_HOST, HttpProviderBuilder,
 };
-pub use h1::pin_to_thread;
 pub use request::{Endpoint, UpstreamRequest};
+pub use shard::pin_to_thread;
 pub use stream::{BodyStream, ChunkItem, ChunkStream, DEFAULT_END_GRACE};
 pub use transport::{BodyChunks, BodyError, ClientError, HttpClient, SendError};
 

@@ -11,7 +11,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::h1::{DrivenBody, StreamClient};
+use super::shard::{self, MAX_SHARDS};
 
 /// Settings of an [`HttpClient`].
 #[derive(Debug, Clone)]
@@ -122,12 +123,17 @@ impl tower_service::Service<Uri> for Connector {
 /// without a hand-over between tasks. The pool settings apply to each of
 /// the two pools.
 ///
+/// A thread pinned to a shard ([`pin_to_thread`](super::pin_to_thread))
+/// uses connections of its own on both paths, so the pool settings then
+/// apply per shard.
+///
 /// Clones share the connection pools: give one client to several
 /// [`HttpProvider`](super::HttpProvider)s of the same host through
 /// [`HttpProviderBuilder::client`](super::HttpProviderBuilder::client).
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpsConnector<Connector>, Full<Bytes>>,
+    /// One-shot requests: hyper's pooling client, one per thread shard.
+    pooled: Arc<Pooled>,
     /// Stream requests: HTTP/1.1 connections driven by their reader.
     streams: StreamClient,
     proxies: Proxies,
@@ -208,14 +214,8 @@ impl HttpClient {
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(settings.pool_idle_timeout)
-            .pool_max_idle_per_host(settings.pool_max_idle_per_host)
-            .build(connector);
         HttpClient {
-            client,
+            pooled: Arc::new(Pooled::new(connector, settings)),
             streams,
             proxies,
             read_timeout: settings.read_timeout,
@@ -265,7 +265,7 @@ impl HttpClient {
         extra: &[(HeaderName, HeaderValue)],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
-        let sent = self.client.request(post(uri, headers, extra, body));
+        let sent = self.pooled.get().request(post(uri, headers, extra, body));
         async move { sent.await.map_err(|e| SendError(SendFailure::Pooled(e))) }
     }
 
@@ -286,6 +286,49 @@ impl HttpClient {
         body: Bytes,
     ) -> impl Future<Output = Result<Response<DrivenBody>, SendError>> + Send + 'static {
         self.streams.send(post(uri, headers, extra, body))
+    }
+}
+
+/// hyper's pooling client per thread shard (see `shard`): the client of
+/// shard 0, and those of the pinned shards, each made on its first use.
+/// The client runs each of its connections in a task spawned on the
+/// runtime of the request that opened it, so a pinned thread's one-shot
+/// exchanges never involve another thread.
+struct Pooled {
+    base: PooledClient,
+    /// Shard `n` (1..=MAX_SHARDS) at `n - 1`.
+    pinned: Box<[OnceLock<Box<PooledClient>>]>,
+    builder: hyper_util::client::legacy::Builder,
+    connector: HttpsConnector<Connector>,
+}
+
+type PooledClient = Client<HttpsConnector<Connector>, Full<Bytes>>;
+
+impl Pooled {
+    fn new(connector: HttpsConnector<Connector>, settings: &ClientSettings) -> Self {
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(settings.pool_idle_timeout)
+            .pool_max_idle_per_host(settings.pool_max_idle_per_host);
+        Pooled {
+            base: builder.build(connector.clone()),
+            pinned: (0..MAX_SHARDS).map(|_| OnceLock::new()).collect(),
+            builder,
+            connector,
+        }
+    }
+
+    /// The client of the calling thread's shard.
+    fn get(&self) -> &PooledClient {
+        match shard::current()
+            .checked_sub(1)
+            .and_then(|i| self.pinned.get(i))
+        {
+            Some(slot) => slot.get_or_init(|| Box::new(self.builder.build(self.connector.clone()))),
+            None => &self.base,
+        }
     }
 }
 

@@ -13,7 +13,8 @@ use hyper_rustls::HttpsConnector;
 use tower_service::Service;
 
 use super::body::DrivenBody;
-use super::pool::{self, Conn, Key, Pool};
+use super::pool::{Conn, Key, Pool};
+use crate::provider::shard;
 use crate::provider::transport::{Connector, SendError};
 
 /// The stream path's client: an HTTP/1.1-only connector and a pool of its
@@ -62,7 +63,7 @@ impl StreamClient {
                     "the upstream URL has no scheme or host".into(),
                 ));
             };
-            let key: Key = (scheme.clone(), authority.clone(), pool::shard());
+            let key: Key = (scheme.clone(), authority.clone(), shard::current());
             let mut head = Request::from_parts(parts, ());
             to_origin_form(&mut head, &uri)?;
             let build = |head: &Request<()>| {
@@ -115,7 +116,7 @@ impl StreamClient {
     #[cfg(test)]
     pub(in crate::provider) fn idle(&self, uri: &Uri) -> usize {
         match (uri.scheme(), uri.authority()) {
-            (Some(s), Some(a)) => self.pool.idle(&(s.clone(), a.clone(), pool::shard())),
+            (Some(s), Some(a)) => self.pool.idle(&(s.clone(), a.clone(), shard::current())),
             _ => 0,
         }
     }

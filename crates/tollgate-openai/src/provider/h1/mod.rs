@@ -35,7 +35,6 @@ mod pool;
 
 pub(super) use body::DrivenBody;
 pub(super) use client::StreamClient;
-pub use pool::pin_to_thread;
 
 #[cfg(test)]
 mod resend_tests;

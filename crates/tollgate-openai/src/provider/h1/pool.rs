@@ -30,29 +30,8 @@ use tokio::time::Instant;
 pub(super) type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
 /// Which connections may serve a request: same scheme and authority, and
-/// the same thread shard (see [`pin_to_thread`]).
+/// the same thread shard (see [`pin_to_thread`](crate::provider::pin_to_thread)).
 pub(super) type Key = (Scheme, Authority, usize);
-
-thread_local! {
-    /// This thread's shard of every stream pool: 0 unless pinned.
-    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Gives the calling thread's stream requests upstream connections of
-/// their own (shard `shard`, non-zero), for a thread that runs a
-/// single-threaded runtime serving its own connections: a pooled
-/// connection's socket is registered with the reactor of the thread that
-/// opened it, and reusing it from another thread would make every
-/// upstream read a cross-thread wake-up. Threads of a work-stealing
-/// runtime share one reactor and keep shard 0.
-pub fn pin_to_thread(shard: usize) {
-    SHARD.with(|s| s.set(shard));
-}
-
-/// The calling thread's shard.
-pub(super) fn shard() -> usize {
-    SHARD.with(std::cell::Cell::get)
-}
 
 /// One HTTP/1.1 connection: the handle that sends requests and the state
 /// machine that does its I/O, polled by the connection's current user.
