@@ -478,18 +478,19 @@ async fn a_reload_keeps_the_store_unless_it_changed() {
     );
 }
 
-/// The window of the reload test: long enough that none of its five calls
-/// leaves the window between the count read before the reload and the one
-/// read after it, and short enough that the last call, which waits for
-/// two of the five to leave, answers within its 10 s. (The test still
-/// failed once in 36 runs with it, the store reading 1 used of 5 after the
-/// reload: not window ageing; open, see issue 21's closing note.)
+/// The window of the reload tests: short enough that the last call, which
+/// waits for two of the five to leave, answers within its 10 s. The count
+/// read after the reload is compared exactly only while none of the five
+/// can have left the window: a fifth call the store held back for about a
+/// window (behind an estimate of others' use, DQ-9) or a stalled machine
+/// leaves the first four leaving just as the reload runs.
 const RELOAD_W: Duration = Duration::from_secs(8);
 
 /// One replica reloadable from a file: `requests` per [`RELOAD_W`] on
 /// scope `account` in `redis`, `[cooldown] max = max`. The store's timeout
-/// is long: a slow operation on a loaded machine must not make the store
-/// unavailable here (this test is about the reload).
+/// is long (5 s: at a load of 14 on two cores a round trip took over 2 s
+/// and one of the five calls answered 503): a slow operation must not make
+/// the store unavailable here (this test is about the reload).
 fn reloadable(sim: &SimServer, redis: &RedisServer, requests: u64, max: &str) -> String {
     format!(
         "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n\n\
@@ -497,12 +498,31 @@ fn reloadable(sim: &SimServer, redis: &RedisServer, requests: u64, max: &str) ->
          [cooldown]\nmax = \"{max}\"\n\n\
          [scopes.account]\nlimits = [{{ requests = {requests}, per = \"{}s\" }}]\n\n\
          [models.gpt-4o-mini]\nprovider = \"p\"\nscope = \"account\"\n\n\
-         [quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"reload\"\ntimeout = \"2s\"\n\n{}",
+         [quota_store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"reload\"\ntimeout = \"5s\"\n\n{}",
         sim.openai_base_url(),
         RELOAD_W.as_secs(),
         redis.url(),
         tenants("", ""),
     )
+}
+
+/// Five calls of tenant A one after the other, each answered 200; returns
+/// the instant before each was sent.
+async fn five_calls(gw: &Gateway) -> Vec<Instant> {
+    let client = client();
+    let mut sent = Vec::new();
+    for _ in 0..5 {
+        sent.push(Instant::now());
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(KEY_A)
+            .json(&body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    sent
 }
 
 // proves: GW-15, DQ-1, CD-1 (a reload of a scope kept in Redis keeps its
@@ -522,17 +542,9 @@ async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
     })
     .await;
     let (gw, path) = Gateway::start_file(&reloadable(&sim, &redis, 5, "60s")).await;
-    let client = client();
-    for _ in 0..5 {
-        let r = client
-            .post(gw.url("/v1/chat/completions"))
-            .bearer_auth(KEY_A)
-            .json(&body())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-    }
+    // Each of the five is counted until at least one window after it was
+    // sent.
+    let first = five_calls(&gw).await[0];
     let controller = |gw: &Gateway| {
         let app = gw.current();
         let s = app.upstream.iter().find(|s| &*s.name == "account").unwrap();
@@ -554,14 +566,85 @@ async fn a_reload_keeps_a_shared_scopes_cooldown_and_count() {
     rewrite(&path, &reloadable(&sim, &redis, 4, "30s"));
     assert_eq!(reload(&gw).await.0, 200);
     let after = controller(&gw);
-    assert_eq!(after.cooldown(scope), Some(cooling), "the cooldown goes on");
+    let (generation, running) = after.cooldown(scope).unwrap();
+    let read = after.clock().now();
+    assert_eq!(generation, cooling.0, "the cooldown's generation goes on");
+    if cooling.1.is_some_and(|end| read < end) {
+        assert_eq!(running, cooling.1, "the cooldown goes on");
+    }
     let limits = after.shared_limits(scope).await.unwrap().unwrap();
+    let elapsed = first.elapsed();
     assert_eq!(limits[0].limit, 4);
-    assert_eq!(
-        limits[0].available,
-        counted.available - 1,
-        "the count the store kept, of 4"
-    );
+    // Exact while none of the five can have left the window; after a
+    // stall as long as the window, only what the window still holds.
+    if elapsed < RELOAD_W {
+        assert_eq!(
+            limits[0].available,
+            counted.available - 1,
+            "the count the store kept, of 4 ({elapsed:?} after the first call)"
+        );
+    } else {
+        assert!(limits[0].available <= 4, "{limits:?}");
+        eprintln!("note: the machine stalled {elapsed:?}: the exact count was not checked");
+    }
     one_more_call_draws_no_429(&gw, &sim, KEY_A, &body()).await;
+    gw.wait_idle().await;
+}
+
+// proves: GW-15, DQ-1, Q-7 (a reload lowers a shared scope's `requests`
+// from 5 to 4 while the window holds the five admitted under the old
+// limit: the k-th call admitted after it needs k + 1 of the five gone, so
+// it answers no earlier than one window after the (k + 1)-th of them was
+// sent: the window never holds more than the new limit's admissions. The
+// provider takes 100 a window and reports its remaining budget, so only
+// the store holds the calls back, with the DQ-9 feedback running.)
+#[tokio::test]
+async fn a_lowered_shared_limit_admits_nothing_over_it_after_a_reload() {
+    let Some(redis) =
+        RedisServer::start_or_skip("a_lowered_shared_limit_admits_nothing_over_it_after_a_reload")
+    else {
+        return;
+    };
+    let sim = sim(SimConfig {
+        rpm: Some(100),
+        window: RELOAD_W,
+        ..SimConfig::default()
+    })
+    .await;
+    let (gw, path) = Gateway::start_file(&reloadable(&sim, &redis, 5, "60s")).await;
+    let sent = five_calls(&gw).await;
+    rewrite(&path, &reloadable(&sim, &redis, 4, "60s"));
+    assert_eq!(reload(&gw).await.0, 200);
+    let client = client();
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let req = client
+                .post(gw.url("/v1/chat/completions"))
+                .bearer_auth(KEY_A)
+                .header("x-request-timeout", "30")
+                .json(&body());
+            tokio::spawn(async move {
+                let status = req.send().await.map(|r| r.status());
+                (status, Instant::now())
+            })
+        })
+        .collect();
+    let mut answered = Vec::new();
+    for call in calls {
+        let (status, at) = call.await.unwrap();
+        assert_eq!(status.unwrap(), 200);
+        answered.push(at);
+    }
+    answered.sort();
+    for (k, at) in answered.iter().enumerate() {
+        let gone = sent[k + 1] + RELOAD_W;
+        assert!(
+            *at >= gone,
+            "call {k} after the reload answered {:?} before the {}th of the five left",
+            gone - *at,
+            k + 2
+        );
+    }
+    assert_eq!(sim.stats().rejected_429.total(), 0);
     gw.wait_idle().await;
 }
