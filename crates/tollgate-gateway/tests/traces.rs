@@ -1,5 +1,6 @@
 //! OpenTelemetry traces (SPEC OBS-5), end to end: a real gateway exports
-//! over OTLP/HTTP to a collector the test runs (axum on 127.0.0.1:0,
+//! over OTLP/HTTP to a collector the test runs
+//! (`tollgate_telemetry::testing::Collector`: axum on 127.0.0.1:0,
 //! decoding `ExportTraceServiceRequest` with the protocol's own prost
 //! types), in front of a real simulator or the scripted upstream.
 //!
@@ -9,90 +10,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use common::upstream::{End, Reply, Scripted, chunk};
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
-use parking_lot::Mutex;
-use prost::Message;
 use tokio::net::TcpListener;
-
-/// An OTLP/HTTP trace receiver: every request body as received.
-struct Collector {
-    endpoint: String,
-    bodies: Arc<Mutex<Vec<Bytes>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn receive(State(bodies): State<Arc<Mutex<Vec<Bytes>>>>, body: Bytes) -> Vec<u8> {
-    bodies.lock().push(body);
-    ExportTraceServiceResponse::default().encode_to_vec()
-}
-
-impl Collector {
-    async fn start() -> Collector {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new()
-            .route("/v1/traces", post(receive))
-            .with_state(Arc::clone(&bodies));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Collector {
-            endpoint,
-            bodies,
-            task,
-        }
-    }
-
-    /// Every span received so far, with its service name.
-    fn spans(&self) -> Vec<(String, Span)> {
-        let mut out = Vec::new();
-        for body in self.bodies.lock().iter() {
-            let request = ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP protobuf");
-            for rs in request.resource_spans {
-                let service = rs
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
-                    .and_then(|a| a.value.as_ref()?.value.clone());
-                let service = match service {
-                    Some(Any::StringValue(s)) => s,
-                    _ => String::new(),
-                };
-                for ss in rs.scope_spans {
-                    out.extend(ss.spans.into_iter().map(|s| (service.clone(), s)));
-                }
-            }
-        }
-        out
-    }
-
-    /// Every byte the gateway exported.
-    fn raw(&self) -> Vec<u8> {
-        self.bodies.lock().iter().flat_map(|b| b.to_vec()).collect()
-    }
-}
+use tollgate_telemetry::testing::*;
 
 /// The `[telemetry]` table exporting to `endpoint`.
 fn telemetry(endpoint: &str, extra: &str) -> String {
@@ -152,60 +75,11 @@ async fn spans_until(
     .await
 }
 
-fn attr<'s>(span: &'s Span, key: &str) -> Option<&'s Any> {
-    span.attributes
-        .iter()
-        .find(|a| a.key == key)
-        .and_then(|a| a.value.as_ref()?.value.as_ref())
-}
-
-fn string(span: &Span, key: &str) -> Option<String> {
-    match attr(span, key) {
-        Some(Any::StringValue(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-fn int(span: &Span, key: &str) -> Option<i64> {
-    match attr(span, key) {
-        Some(Any::IntValue(i)) => Some(*i),
-        _ => None,
-    }
-}
-
-fn double(span: &Span, key: &str) -> Option<f64> {
-    match attr(span, key) {
-        Some(Any::DoubleValue(d)) => Some(*d),
-        _ => None,
-    }
-}
-
-fn kind(span: &Span) -> SpanKind {
-    SpanKind::try_from(span.kind).unwrap_or(SpanKind::Unspecified)
-}
-
-fn is_error(span: &Span) -> bool {
-    span.status.as_ref().map(|s| s.code) == Some(StatusCode::Error as i32)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn calls(spans: &[Span]) -> Vec<&Span> {
     spans
         .iter()
         .filter(|s| kind(s) == SpanKind::Server)
         .collect()
-}
-
-fn attempts_of<'s>(spans: &'s [Span], call: &Span) -> Vec<&'s Span> {
-    let mut out: Vec<&Span> = spans
-        .iter()
-        .filter(|s| kind(s) == SpanKind::Client && s.parent_span_id == call.span_id)
-        .collect();
-    out.sort_by_key(|s| int(s, "tollgate.attempt"));
-    out
 }
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
