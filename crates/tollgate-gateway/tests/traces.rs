@@ -354,7 +354,7 @@ async fn unreachable_collector_fails_no_call_and_counts_dropped_spans() {
     assert!(value >= 24.0, "{line}");
 }
 
-// proves: OBS-5 (a bad [telemetry] setting is a located configuration error at reload too; the running gateway stays)
+// proves: OBS-5 (a bad [telemetry] setting — an unparsable endpoint, an unknown protocol, a ratio outside 0..1, an unknown key — is a located configuration error at reload too; the running gateway stays)
 #[tokio::test]
 async fn bad_telemetry_refused_at_reload_with_its_location() {
     let collector = Collector::start().await;
@@ -368,15 +368,32 @@ async fn bad_telemetry_refused_at_reload_with_its_location() {
         "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{good}"
     ))
     .await;
-    for (bad, field) in [
-        ("sample_ratio = 1.5", "telemetry.sample_ratio"),
-        ("protocol = \"grpc/carrier-pigeon\"", "telemetry.protocol"),
-        ("colour = \"blue\"", "telemetry.colour"),
+    let bad_endpoint = |e: &str| format!("[telemetry]\nendpoint = \"{e}\"\n");
+    for (table, field) in [
+        (
+            telemetry(&collector.endpoint, "sample_ratio = 1.5"),
+            "telemetry.sample_ratio",
+        ),
+        (
+            telemetry(&collector.endpoint, "sample_ratio = -0.5"),
+            "telemetry.sample_ratio",
+        ),
+        (
+            telemetry(&collector.endpoint, "protocol = \"grpc/carrier-pigeon\""),
+            "telemetry.protocol",
+        ),
+        (
+            telemetry(&collector.endpoint, "colour = \"blue\""),
+            "telemetry.colour",
+        ),
+        (bad_endpoint("not a url"), "telemetry.endpoint"),
+        (bad_endpoint("collector:4318"), "telemetry.endpoint"),
+        (bad_endpoint("http://"), "telemetry.endpoint"),
     ] {
+        let bad = &table;
         let text = format!(
-            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{}",
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{table}",
             two_models(&sim.openai_base_url(), "", ""),
-            telemetry(&collector.endpoint, bad)
         );
         rewrite(&path, &text);
         let (status, body) = reload(&gw).await;
@@ -386,5 +403,54 @@ async fn bad_telemetry_refused_at_reload_with_its_location() {
     }
     let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
     assert_eq!(resp.status(), 200, "the running configuration stays");
+    let _ = std::fs::remove_file(&path);
+}
+
+// proves: OBS-5, GW-15 (a reload that changes [telemetry] keeps the running exporter — spans still go to the collector named at start, none to the new one — and warns that the change applies at restart)
+#[tokio::test]
+async fn reload_changing_telemetry_applies_at_restart_and_says_so() {
+    // The test runtime is single-threaded: the server's tasks log into
+    // this thread's subscriber.
+    let logs = Logs::default();
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let first = Collector::start().await;
+    let second = Collector::start().await;
+    let sim = fast_sim().await;
+    let file = |endpoint: &str| {
+        format!(
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{}",
+            two_models(&sim.openai_base_url(), "", ""),
+            telemetry(endpoint, "")
+        )
+    };
+    let (gw, path) = Gateway::start_file(&file(&first.endpoint)).await;
+    rewrite(&path, &file(&second.endpoint));
+    let (status, body) = reload(&gw).await;
+    assert_eq!(status, 200, "{body}");
+    let text = logs.text();
+    let warning = text
+        .lines()
+        .find(|l| l.contains("apply only after a restart"))
+        .unwrap_or_else(|| panic!("no restart warning: {text}"));
+    assert!(warning.contains("telemetry"), "{warning}");
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(resp.status(), 200);
+    spans_until(
+        &gw,
+        &first,
+        "the call's spans at the first collector",
+        |s| !calls(s).is_empty(),
+    )
+    .await;
+    assert!(
+        second.spans().is_empty(),
+        "the new endpoint takes effect only at a restart"
+    );
+    gw.wait_idle().await;
     let _ = std::fs::remove_file(&path);
 }
