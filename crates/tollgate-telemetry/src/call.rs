@@ -244,15 +244,16 @@ impl CallTrace {
         let i = &*self.0;
         let mut attributes = vec![
             KeyValue::new(sc::GEN_AI_OPERATION_NAME, i.operation),
-            KeyValue::new(sc::GEN_AI_REQUEST_MODEL, target.upstream_model.to_string()),
-            KeyValue::new(sc::GEN_AI_PROVIDER_NAME, target.provider.to_string()),
+            // The target's `Arc<str>`s are shared, not copied, per span.
+            KeyValue::new(sc::GEN_AI_REQUEST_MODEL, Arc::clone(&target.upstream_model)),
+            KeyValue::new(sc::GEN_AI_PROVIDER_NAME, Arc::clone(&target.provider)),
             KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(number)),
         ];
         if let Some(d) = &target.deployment {
-            attributes.push(KeyValue::new(sc::TOLLGATE_DEPLOYMENT, d.to_string()));
+            attributes.push(KeyValue::new(sc::TOLLGATE_DEPLOYMENT, Arc::clone(d)));
         }
         if let Some(a) = &target.address {
-            attributes.push(KeyValue::new(sc::SERVER_ADDRESS, a.to_string()));
+            attributes.push(KeyValue::new(sc::SERVER_ADDRESS, Arc::clone(a)));
         }
         if let Some(p) = target.port {
             attributes.push(KeyValue::new(sc::SERVER_PORT, i64::from(p)));
@@ -376,7 +377,7 @@ impl AttemptSpan {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new(
             sc::GEN_AI_RESPONSE_MODEL,
-            self.model.to_string(),
+            Arc::clone(&self.model),
         ));
         span.set_attributes(usage_attributes(usage));
         span.end();
