@@ -411,13 +411,7 @@ async fn bad_telemetry_refused_at_reload_with_its_location() {
 async fn reload_changing_telemetry_applies_at_restart_and_says_so() {
     // The test runtime is single-threaded: the server's tasks log into
     // this thread's subscriber.
-    let logs = Logs::default();
-    let _subscriber = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let (logs, _subscriber) = Logs::capture();
     let first = Collector::start().await;
     let second = Collector::start().await;
     let sim = fast_sim().await;
