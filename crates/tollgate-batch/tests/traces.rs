@@ -10,23 +10,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tollgate_batch::{BatchConfig, Outcome};
-use tollgate_sim::{SimConfig, SimServer, Simulator};
+use tollgate_sim::SimServer;
 use tollgate_telemetry::testing::*;
 
 use common::{Dir, chat_line, never, write_lines};
 
 /// The simulator allowing `rpm` requests per 1 s window.
 async fn sim(rpm: u64) -> SimServer {
-    Simulator::spawn(
-        SimConfig {
-            rpm: Some(rpm),
-            window: Duration::from_secs(1),
-            ..SimConfig::default()
-        },
-        "127.0.0.1:0",
-    )
-    .await
-    .expect("simulator")
+    common::sim_per_second(Some(rpm), None).await
 }
 
 /// A run of `n` chat items, one at a time, exporting to `endpoint`.
