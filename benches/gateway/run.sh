@@ -17,6 +17,11 @@
 #   # threads for the gateway; BASELINE_CONFIG for another configuration):
 #   BASELINE=target/release/tollgate GATEWAY_THREADS=2 \
 #     GATEWAY_PATHS="gateway baseline nginx" benches/gateway/run.sh
+#   # telemetry on against off: path gateway-otel is a second gateway, same
+#   # configuration plus [telemetry] exporting every span to a local
+#   # OTLP/HTTP receiver that discards them (tollgate-telemetry's example
+#   # otlp_sink, port 18186), on port 18185:
+#   GATEWAY_PATHS="gateway gateway-otel nginx" benches/gateway/run.sh
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
@@ -49,6 +54,8 @@ SIM_PORT=18181
 GW_PORT=18182
 NGINX_PORT=18183
 BASE_PORT=18184
+OTEL_PORT=18185
+SINK_PORT=18186
 SIM=http://127.0.0.1:$SIM_PORT
 declare -A URL=(
   [direct]=$SIM/v1/chat/completions
@@ -56,11 +63,14 @@ declare -A URL=(
   [gateway3]=http://127.0.0.1:$GW_PORT/v1/chat/completions
   [nginx]=http://127.0.0.1:$NGINX_PORT/v1/chat/completions
   [baseline]=http://127.0.0.1:$BASE_PORT/v1/chat/completions
+  [gateway-otel]=http://127.0.0.1:$OTEL_PORT/v1/chat/completions
 )
 # gateway3: the same gateway, model sim-chat-3 of three deployments.
 declare -A MODEL=([direct]=sim-chat [gateway]=sim-chat [gateway3]=sim-chat-3 [nginx]=sim-chat
-  [baseline]=sim-chat)
+  [baseline]=sim-chat [gateway-otel]=sim-chat)
 read -r -a PATHS <<<"${GATEWAY_PATHS:-direct gateway gateway3 nginx}"
+OTEL=0
+[[ " ${PATHS[*]} " == *" gateway-otel "* ]] && OTEL=1
 GATEWAY_CONFIG=${GATEWAY_CONFIG:-$HERE/gateway.toml}
 # The baseline's configuration (its listen address is rewritten to its own
 # port): the gateway's unless given.
@@ -80,15 +90,19 @@ source "$ROOT/benches/lib.sh"
 trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 trap 'exit 130' INT TERM
 
-require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT" "$BASE_PORT"
+require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT" "$BASE_PORT" "$OTEL_PORT" "$SINK_PORT"
 command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx)" >&2; exit 1; }
 
 if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p tollgate-cli -p tollgate-loadgen
+  if (( OTEL )); then
+    cargo build --release -p tollgate-telemetry --example otlp_sink
+  fi
 fi
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 TOLLGATE=${TOLLGATE:-$TARGET/release/tollgate}  # another gateway binary to compare
 LOADGEN=$TARGET/release/tollgate-loadgen
+SINK=$TARGET/release/examples/otlp_sink
 
 # --- servers -------------------------------------------------------------
 "$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
@@ -121,6 +135,22 @@ if [[ -n $BASELINE ]]; then
   wait_port $BASE_PORT
 fi
 
+OTEL_PID=
+if (( OTEL )); then
+  "$SINK" 127.0.0.1:$SINK_PORT >"$WORK/sink.log" 2>&1 &
+  PIDS+=($!)
+  wait_port $SINK_PORT
+  # The gateway's configuration (its serving mode included) plus [telemetry].
+  { sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$OTEL_PORT\"/" "$WORK/gateway.toml"
+    printf '\n[telemetry]\nendpoint = "http://127.0.0.1:%s"\nservice_name = "bench-gateway-otel"\n' \
+      "$SINK_PORT"
+  } >"$WORK/gateway-otel.toml"
+  "$TOLLGATE" serve --config "$WORK/gateway-otel.toml" >"$WORK/gateway-otel.log" 2>&1 &
+  OTEL_PID=$!
+  PIDS+=("$OTEL_PID")
+  wait_port $OTEL_PORT
+fi
+
 mkdir -p "$WORK/nginx"
 nginx -p "$WORK/nginx" -c "$HERE/nginx.conf" >"$WORK/nginx.log" 2>&1 &
 NGINX_PID=$!   # the master (daemon off); it stops its workers on TERM
@@ -145,7 +175,7 @@ cpu_ticks() {
 }
 SIM_PID=${PIDS[0]}
 declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [gateway3]=$GW_PID [nginx]=$NGINX_PID
-  [baseline]=${BASE_PID:-$GW_PID})
+  [baseline]=${BASE_PID:-$GW_PID} [gateway-otel]=${OTEL_PID:-$GW_PID})
 
 # One loadgen run: NAME PATH [loadgen flags...]. Writes NAME.json plus the
 # simulator's /stats and the proxies' and simulator's CPU ticks.
@@ -236,5 +266,12 @@ if (( IDLE_AFTER > 0 )); then
   fi
 fi
 curl -fsS "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/gateway-metrics.txt"
+if (( OTEL )); then
+  curl -fsS "http://127.0.0.1:$OTEL_PORT/metrics" >"$WORK/gateway-otel-metrics.txt"
+  curl -fsS "http://127.0.0.1:$SINK_PORT/stats" >"$WORK/sink-stats.json"
+  echo "otlp_sink received: $(cat "$WORK/sink-stats.json")"
+  echo "gateway-otel spans dropped: $(grep '^tollgate_telemetry_spans_dropped_total' \
+    "$WORK/gateway-otel-metrics.txt" || echo '0 (none counted)')"
+fi
 
 SECTIONS="$SECTIONS" python3 "$HERE/summarize.py" "$WORK" "$ROUNDS" "${PATHS[@]}"

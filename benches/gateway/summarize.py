@@ -17,6 +17,8 @@ from pathlib import Path
 
 PATHS = ["direct", "gateway", "gateway3", "nginx"]
 PROXIES = ["gateway", "gateway3", "nginx"]
+# Added latency is against `direct`; without it (GATEWAY_PATHS leaving it
+# out) those columns are left out, the rest is shown.
 TICK_S = 0.01  # USER_HZ = 100
 
 
@@ -77,14 +79,16 @@ def main():
         max_section(kinds)
     if "gateway3" in PATHS and len(kinds) == 3:
         deployments_section(kinds)
-    if "max" in kinds:
+    if "gateway" in PATHS and "gateway-otel" in PATHS:
+        telemetry_section(kinds)
+    if "max" in kinds and "gateway" in PATHS:
         memory_section(work, rounds)
 
 
 def fixed_section(kinds):
     # -- one-shot, fixed rate ---------------------------------------------
     fixed = kinds["fixed"]
-    print(f"### One-shot, open loop, {fixed['direct'][0]['target_rate']:.0f} requests/s\n")
+    print(f"### One-shot, open loop, {fixed[PATHS[0]][0]['target_rate']:.0f} requests/s\n")
     rows = []
     for p in PATHS:
         runs = fixed[p]
@@ -100,6 +104,10 @@ def fixed_section(kinds):
         ])
     table(["path", "achieved/s", "p50", "p90", "p99", "p99.9", "non-2xx + errors", "sim 429s"], rows)
 
+    if "direct" not in fixed:
+        table(["path", "proxy CPU µs/request"],
+              [[p, med((cpu_us_per_req(x) for x in fixed[p]), "{:.0f}")] for p in PROXIES])
+        return
     rows = []
     for p in PROXIES:
         d50 = [(x["latency_ms"]["p50"] - y["latency_ms"]["p50"]) * 1000 for x, y in zip(fixed[p], fixed["direct"])]
@@ -121,7 +129,7 @@ def fixed_section(kinds):
 def stream_section(kinds):
     # -- streaming, fixed rate ----------------------------------------------
     st = kinds["stream"]
-    print(f"### Streaming, open loop, {st['direct'][0]['target_rate']:.0f} streams/s\n")
+    print(f"### Streaming, open loop, {st[PATHS[0]][0]['target_rate']:.0f} streams/s\n")
     rows = []
     for p in PATHS:
         runs = st[p]
@@ -139,9 +147,12 @@ def stream_section(kinds):
            "sim 429s"], rows)
     rows = []
     for p in PROXIES:
+        cpu = [cpu_us_per_req(x) for x in st[p]]
+        if "direct" not in st:
+            rows.append([p, "—", "—", med(cpu, "{:.0f}")])
+            continue
         d50 = [(x["ttft_ms"]["p50"] - y["ttft_ms"]["p50"]) * 1000 for x, y in zip(st[p], st["direct"])]
         d99 = [(x["ttft_ms"]["p99"] - y["ttft_ms"]["p99"]) * 1000 for x, y in zip(st[p], st["direct"])]
-        cpu = [cpu_us_per_req(x) for x in st[p]]
         rows.append([p, med(d50, "{:+.0f}"), med(d99, "{:+.0f}"), med(cpu, "{:.0f}")])
     table(["path", "added TTFT p50 µs", "added TTFT p99 µs", "proxy CPU µs/stream"], rows)
     for p in PROXIES:
@@ -154,7 +165,7 @@ def stream_section(kinds):
 def max_section(kinds):
     # -- closed loop ----------------------------------------------------------
     mx = kinds["max"]
-    print(f"### One-shot, closed loop, {mx['direct'][0]['connections']} connections\n")
+    print(f"### One-shot, closed loop, {mx[PATHS[0]][0]['connections']} connections\n")
     rows = []
     for p in PATHS:
         runs = mx[p]
@@ -167,8 +178,28 @@ def max_section(kinds):
             str(sum(not_ok(r) for r in runs)),
         ])
     table(["path", "responses/s", "p50", "p99", "proxy CPU µs/request", "non-2xx + errors"], rows)
-    ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
-    print(f"gateway / nginx throughput: {med(ratio)}\n")
+    if "gateway" in mx and "nginx" in mx:
+        ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
+        print(f"gateway / nginx throughput: {med(ratio)}\n")
+
+
+def telemetry_section(kinds):
+    # -- telemetry on (gateway-otel) against off (gateway), same rounds -------
+    print("### Telemetry: on (gateway-otel) against off (gateway)\n")
+    rows = []
+    for kind, label, what in [("fixed", "one-shot, fixed rate", "achieved_rate"),
+                              ("stream", "streams, fixed rate", "achieved_rate"),
+                              ("max", "one-shot, closed loop", "ok_rate")]:
+        if kind not in kinds:
+            continue
+        off, on = kinds[kind]["gateway"], kinds[kind]["gateway-otel"]
+        rate = [(t[what] / g[what] - 1) * 100 for t, g in zip(on, off)]
+        cpu = [(cpu_us_per_req(t) / cpu_us_per_req(g) - 1) * 100 for t, g in zip(on, off)]
+        rows.append([label, med((g[what] for g in off), "{:,.0f}"), med((t[what] for t in on), "{:,.0f}"),
+                     med(rate, "{:+.1f} %"), med((cpu_us_per_req(g) for g in off), "{:.0f}"),
+                     med((cpu_us_per_req(t) for t in on), "{:.0f}"), med(cpu, "{:+.1f} %")])
+    table(["load", "off /s", "on /s", "throughput on vs off", "off CPU µs/request", "on CPU µs/request",
+           "added CPU"], rows)
 
 
 def deployments_section(kinds):

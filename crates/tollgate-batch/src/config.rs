@@ -271,6 +271,10 @@ pub struct BatchConfig {
     /// BUD-6). Every item then needs a price; the run stops (resumable)
     /// when the next item's worst case no longer fits.
     pub budget: Option<u64>,
+    /// Trace export (SPEC OBS-5): off unless `endpoint` is set here or in
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (the command line sets nothing here:
+    /// the standard `OTEL_*` variables configure it).
+    pub telemetry: tollgate_telemetry::TelemetryConfig,
 }
 
 /// The window of a run's `--budget`: longer than any run.
@@ -377,6 +381,7 @@ impl BatchConfig {
             state_dir: None,
             on_unreadable_state: tollgate_state::OnUnreadable::Refuse,
             flow: run_flow("batch", Priority::Batch, 1),
+            telemetry: tollgate_telemetry::TelemetryConfig::default(),
         }
     }
 }

@@ -27,6 +27,9 @@
 //!   flight: they are sent again; a finished line is never sent again,
 //!   duplicated or corrupted.
 //! * **Progress and summary** ([`summary`]): BATCH-4, BATCH-6.
+//! * **Traces** (OBS-5): with an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`
+//!   or [`BatchConfig::telemetry`]), a span per item and a child per
+//!   attempt, as the gateway's (`tollgate-telemetry`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -39,6 +42,7 @@ mod progress;
 mod runner;
 pub mod stats;
 pub mod summary;
+mod trace;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The run: validation, resume, the worker pool over one `Supervisor`
 //! (SPEC BATCH-2, BATCH-3, BATCH-5, BATCH-6, ADM-8).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +34,9 @@ use crate::output::{self, ErrorRecord, Meta, OutputLine, OutputWriter, ResponseR
 use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::summary::{Plan, SimFigures, Summary};
+use crate::trace::{ItemTrace, Unfinished};
 use crate::{BatchError, Outcome, Report, StopReason};
+use tollgate_telemetry::{CallEnd, Telemetry};
 
 /// How long a stopping run waits for the calls already at the provider.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(60);
@@ -47,6 +50,8 @@ struct BatchRequest {
     /// The price of its model (SPEC BUD-6), if known.
     price: Option<Price>,
     started: Arc<AtomicBool>,
+    /// The item's trace, when tracing is on (SPEC OBS-5).
+    trace: Option<ItemTrace>,
 }
 
 /// [`HttpProvider`] over [`BatchRequest`]s, counting attempts and their
@@ -73,9 +78,15 @@ impl Provider for BatchProvider {
         let stats = Arc::clone(&self.stats);
         let at = self.epoch.elapsed();
         let estimate = request.estimate.total();
-        let call = Provider::call(&self.http, &request.upstream, attempt);
+        let (span, upstream) = match &request.trace {
+            Some(trace) => {
+                let (span, sent) = trace.attempt(&attempt, &request.upstream);
+                (Some(span), sent)
+            }
+            None => (None, Cow::Borrowed(&request.upstream)),
+        };
         async move {
-            let result = call.await;
+            let result = Provider::call(&self.http, &upstream, attempt).await;
             let usage = match &result {
                 Ok(reply) => reply.usage,
                 Err(e) => {
@@ -83,6 +94,9 @@ impl Provider for BatchProvider {
                     e.usage
                 }
             };
+            if let Some(span) = span {
+                span.end(&result, Some(usage));
+            }
             stats.started(at, usage.total().unwrap_or(estimate));
             result
         }
@@ -273,6 +287,10 @@ pub async fn run(
         );
     }
 
+    // Traces (SPEC OBS-5): off unless an endpoint is configured.
+    let telemetry = Telemetry::start(&config.telemetry, "tollgate-batch")
+        .map_err(|e| BatchError::Config(e.to_string()))?;
+
     // The provider: an in-process simulator or an HTTP upstream.
     let (sim, base_url, api_key) = match &config.target {
         Target::Sim(sim_config) => {
@@ -284,7 +302,7 @@ pub async fn run(
         }
         Target::Http { base_url, api_key } => (None, base_url.clone(), api_key.clone()),
     };
-    let mut builder = HttpProvider::builder(base_url);
+    let mut builder = HttpProvider::builder(base_url.clone());
     if let Some(key) = api_key {
         builder = builder.api_key(key);
     }
@@ -384,6 +402,8 @@ pub async fn run(
         calling: std::sync::atomic::AtomicU64::new(0),
         settled: tokio::sync::Notify::new(),
         settles: std::sync::atomic::AtomicU64::new(0),
+        telemetry: telemetry.clone(),
+        base_url,
     });
     let progress = Progress::start(
         config.progress,
@@ -476,6 +496,9 @@ pub async fn run(
     }
     supervisor.close().await;
     progress.finish();
+    // The spans of the last items, sent within the export timeout (an
+    // unreachable collector drops them, counted).
+    let _ = tokio::time::timeout(config.telemetry.export_timeout, telemetry.flush()).await;
 
     let mut reason = shared.reason.lock().await.take();
     // Lines written to a file that is no longer the output are not
@@ -599,6 +622,10 @@ struct Shared {
     /// How many admitted calls have ended (to tell whether one ended
     /// while another was being refused).
     settles: std::sync::atomic::AtomicU64,
+    /// The run's tracer (off unless configured).
+    telemetry: Telemetry,
+    /// The upstream's base URL (the attempt spans' `server.*`).
+    base_url: String,
 }
 
 /// An item's call under way, counted in `calling` until it ends; the end
@@ -675,11 +702,14 @@ impl Shared {
                 return;
             }
         };
+        // Ends the item's span as `not_recorded` on every early return.
+        let mut trace = Unfinished::new(ItemTrace::start(&self.telemetry, &item, &self.base_url));
         let request = BatchRequest {
             upstream,
             estimate: item.estimate,
             price: self.prices.price(&item.model),
             started: Arc::new(AtomicBool::new(false)),
+            trace: trace.get(),
         };
         let options = CallOptions {
             id: None,
@@ -739,7 +769,7 @@ impl Shared {
                 () = self.stop.cancelled() => return,
             }
         };
-        let (line, recorded) = match result {
+        let (line, recorded, ended) = match result {
             Ok(done) => {
                 let body = parse_body(&done.response);
                 let reported = done.settlement.and_then(|s| s.reported);
@@ -757,9 +787,17 @@ impl Shared {
                         attempts: done.attempts,
                     }),
                 };
+                let ended = Ended {
+                    status: Some(200),
+                    attempts: done.attempts,
+                    admission: Some(done.admission),
+                    cost: request.price.and(done.settlement.map(|s| s.cost.charged())),
+                    error: None,
+                };
                 (
                     line,
                     Recorded::Succeeded(done.admission.quota_wait, reported),
+                    ended,
                 )
             }
             Err(CallError::Admission(AdmissionError::EstimateExceedsLimit(e))) => {
@@ -800,7 +838,14 @@ impl Shared {
                         attempts: failure.attempts,
                     }),
                 };
-                (line, Recorded::Failed(failure.class))
+                let ended = Ended {
+                    status: failure.status,
+                    attempts: failure.attempts,
+                    admission: None,
+                    cost: None,
+                    error: Some(failure.class.as_str()),
+                };
+                (line, Recorded::Failed(failure.class), ended)
             }
         };
         if let Err(e) = self.writer.append(&line) {
@@ -813,6 +858,20 @@ impl Shared {
         match recorded {
             Recorded::Succeeded(wait, reported) => self.stats.succeeded(wait, reported),
             Recorded::Failed(class) => self.stats.failed(class),
+        }
+        if let Some(t) = trace.take() {
+            t.finish(CallEnd {
+                status: ended.status,
+                attempts: ended.attempts,
+                queue: ended.admission.map(|a| a.total_wait()),
+                class: Some(self.flow.priority().as_str()),
+                limited_by: ended.admission.map(|a| a.limited_by.as_str()),
+                admission: ended.admission.as_ref(),
+                tokens_estimated: Some(item.estimate.total()),
+                cost: ended.cost,
+                error: ended.error,
+                ..CallEnd::default()
+            });
         }
         if let Some(err) = &line.error
             && let Some(class) = self.abort_on.iter().find(|c| c.as_str() == err.code)
@@ -897,6 +956,15 @@ impl Shared {
 enum Recorded {
     Succeeded(Duration, Option<u64>),
     Failed(ErrorClass),
+}
+
+/// What an item's span says of its recorded line.
+struct Ended {
+    status: Option<u16>,
+    attempts: u32,
+    admission: Option<tollgate::Admission>,
+    cost: Option<u64>,
+    error: Option<&'static str>,
 }
 
 struct Failure {

@@ -12,7 +12,7 @@ use tollgate::Dimension;
 use tollgate::config::Limit;
 use tollgate_batch::input::InputErrorCode;
 use tollgate_batch::{BatchConfig, BatchError, ErrorClass, Outcome, StopReason};
-use tollgate_sim::{SimConfig, SimServer, Simulator};
+use tollgate_sim::SimServer;
 
 use common::{Dir, chat_line, never, write_lines};
 
@@ -38,17 +38,7 @@ fn limits(rpm: Option<u64>, tpm: Option<u64>) -> Vec<Limit> {
 }
 
 async fn sim(rpm: Option<u64>, tpm: Option<u64>) -> SimServer {
-    Simulator::spawn(
-        SimConfig {
-            rpm,
-            tpm,
-            window: W,
-            ..SimConfig::default()
-        },
-        "127.0.0.1:0",
-    )
-    .await
-    .expect("simulator")
+    common::sim_per_second(rpm, tpm).await
 }
 
 fn config(dir: &Dir, server: &SimServer, rpm: Option<u64>, tpm: Option<u64>) -> BatchConfig {

@@ -248,3 +248,66 @@ async fn progress_lines_and_summary_json() {
     assert!(svg.contains("requests started in the trailing 1s (limit 12)"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// proves: OBS-5 (`tollgate batch` exports traces when the standard
+// OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_SERVICE_NAME variables say so: one
+// span per item with its custom_id, each with its attempts; a variable
+// that is not a URL stops the run with an error naming it)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_variables_turn_on_batch_traces() {
+    use tollgate_telemetry::testing::{Collector, SpanKind, attempts_of, kind, string};
+    let collector = Collector::start().await;
+    let dir = scratch("otel");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/batch.jsonl");
+    let run = |endpoint: &str, output: &str| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("batch")
+            .arg("--sim")
+            .arg(&example)
+            .arg("-o")
+            .arg(dir.join(output))
+            .args(["--progress", "off"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("OTEL_SERVICE_NAME", "cli-batch");
+        cmd
+    };
+    let out = run(&collector.endpoint, "out.jsonl")
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ids: HashSet<String> = std::fs::read_to_string(&example)
+        .expect("example")
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("json");
+            v["custom_id"].as_str().expect("custom_id").to_owned()
+        })
+        .collect();
+    let all = collector.spans();
+    assert!(
+        all.iter().all(|(svc, _)| svc == "cli-batch"),
+        "OTEL_SERVICE_NAME"
+    );
+    let spans: Vec<_> = all.into_iter().map(|(_, s)| s).collect();
+    let items: Vec<_> = spans
+        .iter()
+        .filter(|s| kind(s) == SpanKind::Internal)
+        .collect();
+    let traced: HashSet<String> = items
+        .iter()
+        .filter_map(|s| string(s, "tollgate.custom_id"))
+        .collect();
+    assert_eq!(items.len(), ids.len(), "one span per item");
+    assert_eq!(traced, ids);
+    assert!(items.iter().all(|s| !attempts_of(&spans, s).is_empty()));
+
+    let out = run("collector:4318", "bad.jsonl")
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -266,7 +266,7 @@ impl Drop for SseBody {
             // The stream's span ends with its last event or its error
             // (SPEC OBS-5).
             if let Some(trace) = log.record.trace.take() {
-                trace.finish(&log.record);
+                trace.finish(&log.record.call_end());
             }
         }
     }

@@ -145,13 +145,7 @@ async fn a_key_removed_by_reload_is_refused_at_once() {
 async fn an_invalid_file_leaves_the_old_configuration_running() {
     // The test runtime is single-threaded: the server's tasks log into
     // this thread's subscriber.
-    let logs = Logs::default();
-    let _subscriber = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let (logs, _subscriber) = Logs::capture();
     let sim = fast_sim().await;
     let base = sim.openai_base_url();
     let (gw, path) = Gateway::start_file(&config(&base, 100, 100, true)).await;

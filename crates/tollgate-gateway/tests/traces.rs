@@ -1,5 +1,6 @@
 //! OpenTelemetry traces (SPEC OBS-5), end to end: a real gateway exports
-//! over OTLP/HTTP to a collector the test runs (axum on 127.0.0.1:0,
+//! over OTLP/HTTP to a collector the test runs
+//! (`tollgate_telemetry::testing::Collector`: axum on 127.0.0.1:0,
 //! decoding `ExportTraceServiceRequest` with the protocol's own prost
 //! types), in front of a real simulator or the scripted upstream.
 //!
@@ -9,90 +10,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use common::upstream::{End, Reply, Scripted, chunk};
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
-use parking_lot::Mutex;
-use prost::Message;
 use tokio::net::TcpListener;
-
-/// An OTLP/HTTP trace receiver: every request body as received.
-struct Collector {
-    endpoint: String,
-    bodies: Arc<Mutex<Vec<Bytes>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn receive(State(bodies): State<Arc<Mutex<Vec<Bytes>>>>, body: Bytes) -> Vec<u8> {
-    bodies.lock().push(body);
-    ExportTraceServiceResponse::default().encode_to_vec()
-}
-
-impl Collector {
-    async fn start() -> Collector {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new()
-            .route("/v1/traces", post(receive))
-            .with_state(Arc::clone(&bodies));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Collector {
-            endpoint,
-            bodies,
-            task,
-        }
-    }
-
-    /// Every span received so far, with its service name.
-    fn spans(&self) -> Vec<(String, Span)> {
-        let mut out = Vec::new();
-        for body in self.bodies.lock().iter() {
-            let request = ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP protobuf");
-            for rs in request.resource_spans {
-                let service = rs
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
-                    .and_then(|a| a.value.as_ref()?.value.clone());
-                let service = match service {
-                    Some(Any::StringValue(s)) => s,
-                    _ => String::new(),
-                };
-                for ss in rs.scope_spans {
-                    out.extend(ss.spans.into_iter().map(|s| (service.clone(), s)));
-                }
-            }
-        }
-        out
-    }
-
-    /// Every byte the gateway exported.
-    fn raw(&self) -> Vec<u8> {
-        self.bodies.lock().iter().flat_map(|b| b.to_vec()).collect()
-    }
-}
+use tollgate_telemetry::testing::*;
 
 /// The `[telemetry]` table exporting to `endpoint`.
 fn telemetry(endpoint: &str, extra: &str) -> String {
@@ -152,60 +75,11 @@ async fn spans_until(
     .await
 }
 
-fn attr<'s>(span: &'s Span, key: &str) -> Option<&'s Any> {
-    span.attributes
-        .iter()
-        .find(|a| a.key == key)
-        .and_then(|a| a.value.as_ref()?.value.as_ref())
-}
-
-fn string(span: &Span, key: &str) -> Option<String> {
-    match attr(span, key) {
-        Some(Any::StringValue(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-fn int(span: &Span, key: &str) -> Option<i64> {
-    match attr(span, key) {
-        Some(Any::IntValue(i)) => Some(*i),
-        _ => None,
-    }
-}
-
-fn double(span: &Span, key: &str) -> Option<f64> {
-    match attr(span, key) {
-        Some(Any::DoubleValue(d)) => Some(*d),
-        _ => None,
-    }
-}
-
-fn kind(span: &Span) -> SpanKind {
-    SpanKind::try_from(span.kind).unwrap_or(SpanKind::Unspecified)
-}
-
-fn is_error(span: &Span) -> bool {
-    span.status.as_ref().map(|s| s.code) == Some(StatusCode::Error as i32)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn calls(spans: &[Span]) -> Vec<&Span> {
     spans
         .iter()
         .filter(|s| kind(s) == SpanKind::Server)
         .collect()
-}
-
-fn attempts_of<'s>(spans: &'s [Span], call: &Span) -> Vec<&'s Span> {
-    let mut out: Vec<&Span> = spans
-        .iter()
-        .filter(|s| kind(s) == SpanKind::Client && s.parent_span_id == call.span_id)
-        .collect();
-    out.sort_by_key(|s| int(s, "tollgate.attempt"));
-    out
 }
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -480,7 +354,7 @@ async fn unreachable_collector_fails_no_call_and_counts_dropped_spans() {
     assert!(value >= 24.0, "{line}");
 }
 
-// proves: OBS-5 (a bad [telemetry] setting is a located configuration error at reload too; the running gateway stays)
+// proves: OBS-5 (a bad [telemetry] setting — an unparsable endpoint, an unknown protocol, a ratio outside 0..1, an unknown key — is a located configuration error at reload too; the running gateway stays)
 #[tokio::test]
 async fn bad_telemetry_refused_at_reload_with_its_location() {
     let collector = Collector::start().await;
@@ -494,15 +368,32 @@ async fn bad_telemetry_refused_at_reload_with_its_location() {
         "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{good}"
     ))
     .await;
-    for (bad, field) in [
-        ("sample_ratio = 1.5", "telemetry.sample_ratio"),
-        ("protocol = \"grpc/carrier-pigeon\"", "telemetry.protocol"),
-        ("colour = \"blue\"", "telemetry.colour"),
+    let bad_endpoint = |e: &str| format!("[telemetry]\nendpoint = \"{e}\"\n");
+    for (table, field) in [
+        (
+            telemetry(&collector.endpoint, "sample_ratio = 1.5"),
+            "telemetry.sample_ratio",
+        ),
+        (
+            telemetry(&collector.endpoint, "sample_ratio = -0.5"),
+            "telemetry.sample_ratio",
+        ),
+        (
+            telemetry(&collector.endpoint, "protocol = \"grpc/carrier-pigeon\""),
+            "telemetry.protocol",
+        ),
+        (
+            telemetry(&collector.endpoint, "colour = \"blue\""),
+            "telemetry.colour",
+        ),
+        (bad_endpoint("not a url"), "telemetry.endpoint"),
+        (bad_endpoint("collector:4318"), "telemetry.endpoint"),
+        (bad_endpoint("http://"), "telemetry.endpoint"),
     ] {
+        let bad = &table;
         let text = format!(
-            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{}",
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{table}",
             two_models(&sim.openai_base_url(), "", ""),
-            telemetry(&collector.endpoint, bad)
         );
         rewrite(&path, &text);
         let (status, body) = reload(&gw).await;
@@ -512,5 +403,48 @@ async fn bad_telemetry_refused_at_reload_with_its_location() {
     }
     let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
     assert_eq!(resp.status(), 200, "the running configuration stays");
+    let _ = std::fs::remove_file(&path);
+}
+
+// proves: OBS-5, GW-15 (a reload that changes [telemetry] keeps the running exporter — spans still go to the collector named at start, none to the new one — and warns that the change applies at restart)
+#[tokio::test]
+async fn reload_changing_telemetry_applies_at_restart_and_says_so() {
+    // The test runtime is single-threaded: the server's tasks log into
+    // this thread's subscriber.
+    let (logs, _subscriber) = Logs::capture();
+    let first = Collector::start().await;
+    let second = Collector::start().await;
+    let sim = fast_sim().await;
+    let file = |endpoint: &str| {
+        format!(
+            "[server]\nadmin_key_env = \"CARGO_PKG_NAME\"\n{}\n{}",
+            two_models(&sim.openai_base_url(), "", ""),
+            telemetry(endpoint, "")
+        )
+    };
+    let (gw, path) = Gateway::start_file(&file(&first.endpoint)).await;
+    rewrite(&path, &file(&second.endpoint));
+    let (status, body) = reload(&gw).await;
+    assert_eq!(status, 200, "{body}");
+    let text = logs.text();
+    let warning = text
+        .lines()
+        .find(|l| l.contains("apply only after a restart"))
+        .unwrap_or_else(|| panic!("no restart warning: {text}"));
+    assert!(warning.contains("telemetry"), "{warning}");
+    let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("chat", false)).await;
+    assert_eq!(resp.status(), 200);
+    spans_until(
+        &gw,
+        &first,
+        "the call's spans at the first collector",
+        |s| !calls(s).is_empty(),
+    )
+    .await;
+    assert!(
+        second.spans().is_empty(),
+        "the new endpoint takes effect only at a restart"
+    );
+    gw.wait_idle().await;
     let _ = std::fs::remove_file(&path);
 }

@@ -135,3 +135,19 @@ pub fn http_config(dir: &Dir, server: &tollgate_sim::SimServer) -> tollgate_batc
         },
     )
 }
+
+/// The strict simulator on 127.0.0.1 with 1-second windows of `rpm`
+/// requests and `tpm` tokens.
+pub async fn sim_per_second(rpm: Option<u64>, tpm: Option<u64>) -> tollgate_sim::SimServer {
+    tollgate_sim::Simulator::spawn(
+        tollgate_sim::SimConfig {
+            rpm,
+            tpm,
+            window: std::time::Duration::from_secs(1),
+            ..tollgate_sim::SimConfig::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+    .expect("simulator")
+}

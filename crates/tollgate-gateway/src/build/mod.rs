@@ -133,9 +133,11 @@ pub fn build_with(
     // Made at start, kept across reloads (`[telemetry]` needs a restart).
     let telemetry = match previous {
         Some(p) => p.telemetry.clone(),
-        None => Telemetry::start(&config.telemetry).map_err(|source| BuildFailure::Telemetry {
-            origin: config.origin.clone(),
-            source,
+        None => Telemetry::start(&config.telemetry, "tollgate-gateway").map_err(|source| {
+            BuildFailure::Telemetry {
+                origin: config.origin.clone(),
+                source,
+            }
         })?,
     };
 
@@ -277,7 +279,7 @@ pub fn build_with(
                         &provider.wire.flavor.gen_ai_provider_name(&provider.name),
                         &provider.base_url,
                         &d.upstream_model,
-                        &d.name,
+                        Some(&d.name),
                     ),
                 ),
             )

@@ -147,7 +147,7 @@ impl Exchange {
             self.record.total = self.arrived.elapsed();
             self.log.write(&self.record);
             if let Some(trace) = self.record.trace.take() {
-                trace.finish(&self.record);
+                trace.finish(&self.record.call_end());
             }
         }
     }

@@ -676,6 +676,19 @@ pub async fn read_sse_from(
 pub struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl Logs {
+    /// Captures this thread's log output until the guard is dropped (on
+    /// a single-threaded test runtime the server's tasks log here too).
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        (logs, guard)
+    }
+
     /// Everything written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()

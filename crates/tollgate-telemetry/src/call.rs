@@ -1,5 +1,6 @@
-//! The spans of one client call: the call's SERVER span and one CLIENT
-//! span per upstream attempt (SPEC OBS-5).
+//! The spans of one call: the call's span (SERVER for a gateway client's
+//! call, INTERNAL for a batch item) and one CLIENT span per upstream
+//! attempt (SPEC OBS-5).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -11,12 +12,11 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracer;
 use parking_lot::Mutex;
-use tollgate::Usage;
 use tollgate::lifecycle::ProviderError;
+use tollgate::{Admission, Usage};
 
 use super::Telemetry;
 use super::semconv as sc;
-use crate::access_log::Record;
 
 /// The W3C trace-context header.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -35,15 +35,20 @@ pub struct AttemptTarget {
     /// The model name sent upstream (`gen_ai.request.model` of the
     /// attempt, and its `gen_ai.response.model` once it answered).
     pub upstream_model: Arc<str>,
-    /// The configured deployment.
-    pub deployment: Arc<str>,
+    /// The configured deployment (the gateway's; a batch run has none).
+    pub deployment: Option<Arc<str>>,
 }
 
 impl AttemptTarget {
     /// The target of a deployment named `deployment` sending
     /// `upstream_model` to `base_url` of a provider known to the
     /// conventions as `provider`.
-    pub fn new(provider: &str, base_url: &str, upstream_model: &str, deployment: &str) -> Self {
+    pub fn new(
+        provider: &str,
+        base_url: &str,
+        upstream_model: &str,
+        deployment: Option<&str>,
+    ) -> Self {
         let uri = base_url.parse::<http::Uri>().ok();
         let port = uri.as_ref().and_then(|u| {
             u.port_u16().or(match u.scheme_str() {
@@ -57,7 +62,7 @@ impl AttemptTarget {
             address: uri.as_ref().and_then(|u| u.host()).map(Arc::from),
             port,
             upstream_model: Arc::from(upstream_model),
-            deployment: Arc::from(deployment),
+            deployment: deployment.map(Arc::from),
         }
     }
 }
@@ -112,10 +117,10 @@ impl Injector for Carrier {
 }
 
 impl Telemetry {
-    /// The span of a call of `operation` (a `gen_ai.operation.name`) on
-    /// `route` whose head arrived at `start`, continuing the trace of the
-    /// request's `traceparent` if it has a valid one; `None` when tracing
-    /// is off.
+    /// The span of a client call of `operation` (a `gen_ai.operation.name`)
+    /// on `route` whose head arrived at `start`, continuing the trace of
+    /// the request's `traceparent` if it has a valid one; `None` when
+    /// tracing is off.
     pub fn call(
         &self,
         headers: &HeaderMap,
@@ -123,16 +128,52 @@ impl Telemetry {
         route: &'static str,
         start: SystemTime,
     ) -> Option<CallTrace> {
-        let tracer = self.tracer()?;
+        self.tracer()?;
         let parent = TraceContextPropagator::new().extract(&Headers(headers));
+        self.begin(parent, SpanKind::Server, operation, route, start, None)
+    }
+
+    /// The span of a batch item `custom_id`, a call of `operation` on
+    /// `route` taken at `start`: the root of its own trace; `None` when
+    /// tracing is off.
+    pub fn item(
+        &self,
+        custom_id: &str,
+        operation: &'static str,
+        route: &'static str,
+        start: SystemTime,
+    ) -> Option<CallTrace> {
+        let attribute = KeyValue::new(sc::TOLLGATE_CUSTOM_ID, custom_id.to_owned());
+        self.begin(
+            Context::new(),
+            SpanKind::Internal,
+            operation,
+            route,
+            start,
+            Some(attribute),
+        )
+    }
+
+    fn begin(
+        &self,
+        parent: Context,
+        kind: SpanKind,
+        operation: &'static str,
+        route: &'static str,
+        start: SystemTime,
+        extra: Option<KeyValue>,
+    ) -> Option<CallTrace> {
+        let tracer = self.tracer()?;
+        let mut attributes = vec![
+            KeyValue::new(sc::GEN_AI_OPERATION_NAME, operation),
+            KeyValue::new(sc::TOLLGATE_ROUTE, route),
+        ];
+        attributes.extend(extra);
         let span = tracer
             .span_builder(operation)
-            .with_kind(SpanKind::Server)
+            .with_kind(kind)
             .with_start_time(start)
-            .with_attributes([
-                KeyValue::new(sc::GEN_AI_OPERATION_NAME, operation),
-                KeyValue::new(sc::TOLLGATE_ROUTE, route),
-            ])
+            .with_attributes(attributes)
             .start_with_context(tracer, &parent);
         Some(CallTrace(Arc::new(Inner {
             tracer: tracer.clone(),
@@ -142,6 +183,41 @@ impl Telemetry {
             streaming: Mutex::new(None),
         })))
     }
+}
+
+/// What a call's span says when it ends: what the caller recorded of the
+/// call (the gateway's access-log record, the batch runner's output
+/// line). Unknown values are left out of the span.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CallEnd<'a> {
+    /// The HTTP status sent (gateway) or recorded (batch).
+    pub status: Option<u16>,
+    /// Whether the response was a stream.
+    pub stream: bool,
+    /// Attempts that reached an upstream.
+    pub attempts: u32,
+    /// All admission waiting of the call.
+    pub queue: Option<Duration>,
+    /// The gateway's request id.
+    pub request_id: Option<&'a str>,
+    /// The tenant's name.
+    pub tenant: Option<&'a str>,
+    /// The deployment of the last attempt.
+    pub deployment: Option<&'a str>,
+    /// The priority class the call was admitted in.
+    pub class: Option<&'static str>,
+    /// The limits that kept the call waiting (`none` if it did not wait).
+    pub limited_by: Option<&'static str>,
+    /// How the served attempt was admitted.
+    pub admission: Option<&'a Admission>,
+    /// Tokens reserved for the call.
+    pub tokens_estimated: Option<u64>,
+    /// What the call cost, in micro-dollars.
+    pub cost: Option<u64>,
+    /// What the upstream reported.
+    pub usage: Option<Usage>,
+    /// The error class that ended the call, if it failed.
+    pub error: Option<&'a str>,
 }
 
 fn millis(d: Duration) -> f64 {
@@ -168,13 +244,16 @@ impl CallTrace {
         let i = &*self.0;
         let mut attributes = vec![
             KeyValue::new(sc::GEN_AI_OPERATION_NAME, i.operation),
-            KeyValue::new(sc::GEN_AI_REQUEST_MODEL, target.upstream_model.to_string()),
-            KeyValue::new(sc::GEN_AI_PROVIDER_NAME, target.provider.to_string()),
-            KeyValue::new(sc::TOLLGATE_DEPLOYMENT, target.deployment.to_string()),
+            // The target's `Arc<str>`s are shared, not copied, per span.
+            KeyValue::new(sc::GEN_AI_REQUEST_MODEL, Arc::clone(&target.upstream_model)),
+            KeyValue::new(sc::GEN_AI_PROVIDER_NAME, Arc::clone(&target.provider)),
             KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(number)),
         ];
+        if let Some(d) = &target.deployment {
+            attributes.push(KeyValue::new(sc::TOLLGATE_DEPLOYMENT, Arc::clone(d)));
+        }
         if let Some(a) = &target.address {
-            attributes.push(KeyValue::new(sc::SERVER_ADDRESS, a.to_string()));
+            attributes.push(KeyValue::new(sc::SERVER_ADDRESS, Arc::clone(a)));
         }
         if let Some(p) = target.port {
             attributes.push(KeyValue::new(sc::SERVER_PORT, i64::from(p)));
@@ -200,33 +279,37 @@ impl CallTrace {
     }
 
     /// Ends the call's span (and the span of the attempt whose stream it
-    /// relayed) with what `record`, the call's access-log record, says.
-    pub fn finish(&self, record: &Record) {
+    /// relayed) with what `end` says.
+    pub fn finish(&self, end: &CallEnd<'_>) {
         if let Some(mut attempt) = self.0.streaming.lock().take() {
-            match &record.error {
-                Some(e) => attempt.fail(e.clone(), None),
-                None => attempt.succeed(record.usage),
+            match end.error {
+                Some(e) => attempt.fail(e.to_owned(), None),
+                None => attempt.succeed(end.usage),
             }
         }
         let span = self.0.cx.span();
         let mut a = vec![
-            KeyValue::new(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(record.status)),
-            KeyValue::new(sc::TOLLGATE_STREAM, record.stream),
-            KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(record.attempts)),
-            KeyValue::new(sc::TOLLGATE_QUEUE_MS, millis(record.queue)),
-            KeyValue::new(sc::TOLLGATE_REQUEST_ID, record.request_id.clone()),
+            KeyValue::new(sc::TOLLGATE_STREAM, end.stream),
+            KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(end.attempts)),
         ];
-        let name =
-            |key, v: &Option<Arc<str>>| v.as_deref().map(|n| KeyValue::new(key, n.to_owned()));
-        a.extend(name(sc::TOLLGATE_TENANT, &record.tenant));
-        a.extend(name(sc::TOLLGATE_DEPLOYMENT, &record.deployment));
-        a.extend(record.class.map(|c| KeyValue::new(sc::TOLLGATE_CLASS, c)));
+        let text = |key, v: Option<&str>| v.map(|t| KeyValue::new(key, t.to_owned()));
         a.extend(
-            record
-                .limited_by
+            end.status
+                .map(|s| KeyValue::new(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(s))),
+        );
+        a.extend(
+            end.queue
+                .map(|q| KeyValue::new(sc::TOLLGATE_QUEUE_MS, millis(q))),
+        );
+        a.extend(text(sc::TOLLGATE_REQUEST_ID, end.request_id));
+        a.extend(text(sc::TOLLGATE_TENANT, end.tenant));
+        a.extend(text(sc::TOLLGATE_DEPLOYMENT, end.deployment));
+        a.extend(end.class.map(|c| KeyValue::new(sc::TOLLGATE_CLASS, c)));
+        a.extend(
+            end.limited_by
                 .map(|l| KeyValue::new(sc::TOLLGATE_LIMITED_BY, l)),
         );
-        if let Some(adm) = &record.admission {
+        if let Some(adm) = end.admission {
             a.push(KeyValue::new(
                 sc::TOLLGATE_QUOTA_WAIT_MS,
                 millis(adm.quota_wait),
@@ -237,19 +320,17 @@ impl CallTrace {
             ));
         }
         a.extend(
-            record
-                .tokens_estimated
+            end.tokens_estimated
                 .map(|t| KeyValue::new(sc::TOLLGATE_TOKENS_ESTIMATED, t as i64)),
         );
         a.extend(
-            record
-                .cost
+            end.cost
                 .map(|c| KeyValue::new(sc::TOLLGATE_COST_USD, c as f64 / 1e6)),
         );
-        a.extend(usage_attributes(record.usage));
-        if let Some(e) = &record.error {
-            a.push(KeyValue::new(sc::ERROR_TYPE, e.clone()));
-            span.set_status(Status::error(e.clone()));
+        a.extend(usage_attributes(end.usage));
+        if let Some(e) = end.error {
+            a.push(KeyValue::new(sc::ERROR_TYPE, e.to_owned()));
+            span.set_status(Status::error(e.to_owned()));
         }
         span.set_attributes(a);
         span.end();
@@ -296,7 +377,7 @@ impl AttemptSpan {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new(
             sc::GEN_AI_RESPONSE_MODEL,
-            self.model.to_string(),
+            Arc::clone(&self.model),
         ));
         span.set_attributes(usage_attributes(usage));
         span.end();

@@ -45,10 +45,13 @@ pub const OP_EMBEDDINGS: &str = "embeddings";
 pub const TOLLGATE_TENANT: &str = "tollgate.tenant";
 /// The priority class the call was admitted in.
 pub const TOLLGATE_CLASS: &str = "tollgate.class";
-/// The gateway route (`chat`, `embeddings`, `responses`, `messages`).
+/// The route (`chat`, `embeddings`, `responses`, `messages`; a batch
+/// item's `chat` or `embeddings`).
 pub const TOLLGATE_ROUTE: &str = "tollgate.route";
 /// The request id.
 pub const TOLLGATE_REQUEST_ID: &str = "tollgate.request_id";
+/// A batch item's `custom_id` (the batch runner's call spans).
+pub const TOLLGATE_CUSTOM_ID: &str = "tollgate.custom_id";
 /// The configured deployment.
 pub const TOLLGATE_DEPLOYMENT: &str = "tollgate.deployment";
 /// Whether the response was a stream.

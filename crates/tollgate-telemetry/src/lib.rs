@@ -1,23 +1,33 @@
-//! OpenTelemetry traces over OTLP/HTTP (SPEC OBS-5), off unless an
-//! endpoint is configured (`[telemetry] endpoint`, else
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`).
+//! # tollgate-telemetry
 //!
-//! One SERVER span per client call and one CLIENT span per upstream
-//! attempt, named and attributed per [`semconv`]. The values come from
-//! what the gateway already records for the access line (the call span
-//! ends where that line is written) and from the attempt the engine hands
-//! the provider; nothing is measured twice. A client's W3C `traceparent`
+//! OpenTelemetry traces over OTLP/HTTP (SPEC OBS-5) for the gateway and
+//! the batch runner, off unless an endpoint is configured
+//! ([`TelemetryConfig::endpoint`], the gateway's `[telemetry] endpoint`,
+//! else `OTEL_EXPORTER_OTLP_ENDPOINT`).
+//!
+//! One span per call (SERVER for a gateway client's call, INTERNAL for a
+//! batch item) and one CLIENT span per upstream attempt, named and
+//! attributed per [`semconv`]. The call span's values come from what the
+//! caller already records (the gateway's access line, the batch runner's
+//! output line: [`CallEnd`]) and from the attempt the engine hands the
+//! provider; nothing is measured twice. A client's W3C `traceparent`
 //! continues its trace, and each attempt sends its own upstream.
 //!
-//! Exporting never slows a call: see [`queue`](self) — ended spans go to a
-//! bounded queue and a full one drops (and counts) them.
+//! Exporting never slows a call: ended spans go to a bounded queue and a
+//! full one drops (and counts) them (`tollgate_telemetry_spans_dropped_total`).
 //!
-//! The tracer is the gateway's own (no global provider is installed), made
-//! once at start and kept across reloads: `[telemetry]` needs a restart.
+//! The tracer is the process's own (no global provider is installed), made
+//! once at start; the gateway keeps it across reloads (`[telemetry]` needs
+//! a restart).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod call;
+pub mod config;
 mod queue;
 pub mod semconv;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::sync::Arc;
 
@@ -27,10 +37,11 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _};
 
-pub use call::{AttemptSpan, AttemptTarget, CallTrace, TRACEPARENT};
+pub use call::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, TRACEPARENT};
+pub use config::{OtlpProtocol, TelemetryConfig};
 pub use queue::DROPPED_METRIC;
 
-use crate::config::{TelemetryConfig, check_endpoint};
+use crate::config::check_endpoint;
 
 /// The standard variable naming the collector when the file does not.
 pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -63,6 +74,9 @@ pub struct Resolved {
 /// The export target of `config`, the file's settings first, then the
 /// variables `env` returns (`std::env::var` in the gateway); `None` when
 /// no endpoint is set anywhere (tracing off).
+///
+/// # Errors
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is not a usable URL.
 pub fn resolve(
     config: &TelemetryConfig,
     env: impl Fn(&str) -> Option<String>,
@@ -89,7 +103,7 @@ pub fn resolve(
     }))
 }
 
-/// The gateway's tracer, or nothing when tracing is off. Cloning shares it.
+/// The process's tracer, or nothing when tracing is off. Cloning shares it.
 #[derive(Debug, Clone, Default)]
 pub struct Telemetry(Option<Arc<Exporting>>);
 
@@ -114,16 +128,25 @@ impl Telemetry {
         Telemetry(None)
     }
 
-    /// Tracing as `config` and the process environment say. Starts the
-    /// export task on the current tokio runtime; without one, tracing is
-    /// off (with a warning).
-    pub fn start(config: &TelemetryConfig) -> Result<Self, TelemetryError> {
-        Self::start_with(config, |name| std::env::var(name).ok())
+    /// Tracing as `config` and the process environment say, the spans'
+    /// instrumentation scope named `scope` (the crate tracing, e.g.
+    /// `tollgate-gateway`). Starts the export task on the current tokio
+    /// runtime; without one, tracing is off (with a warning).
+    ///
+    /// # Errors
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is not a usable URL, or the exporter
+    /// cannot be built.
+    pub fn start(config: &TelemetryConfig, scope: &'static str) -> Result<Self, TelemetryError> {
+        Self::start_with(config, scope, |name| std::env::var(name).ok())
     }
 
     /// [`Telemetry::start`] with the environment read through `env`.
+    ///
+    /// # Errors
+    /// As [`Telemetry::start`].
     pub fn start_with(
         config: &TelemetryConfig,
+        scope: &'static str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, TelemetryError> {
         let Some(target) = resolve(config, env)? else {
@@ -161,7 +184,7 @@ impl Telemetry {
             ))))
             .with_resource(resource)
             .build();
-        let scope = InstrumentationScope::builder("tollgate-gateway")
+        let scope = InstrumentationScope::builder(scope)
             .with_version(env!("CARGO_PKG_VERSION"))
             .with_schema_url(semconv::SCHEMA_URL)
             .build();

@@ -1,5 +1,5 @@
 //! The export queue: ended spans wait in a bounded channel and a task on
-//! the gateway's runtime sends them in batches (SPEC OBS-5).
+//! the process's runtime sends them in batches (SPEC OBS-5).
 //!
 //! A call never waits for telemetry: ending a span is one `try_send`; a
 //! full queue (a slow or unreachable collector) drops the span, and a
