@@ -47,11 +47,18 @@ fn write_input(path: &PathBuf, prefix: &str, n: usize) {
 }
 
 async fn sim() -> SimServer {
+    sim_on(W, SimConfig::default().ttft).await
+}
+
+/// The strict simulator with the account's limits per `window`, answering
+/// after `ttft`.
+async fn sim_on(window: Duration, ttft: Duration) -> SimServer {
     Simulator::spawn(
         SimConfig {
             rpm: Some(RPM),
             tpm: Some(TPM),
-            window: W,
+            window,
+            ttft,
             ..SimConfig::default()
         },
         "127.0.0.1:0",
@@ -69,6 +76,18 @@ fn config(
     redis: Option<&RedisServer>,
     n: usize,
 ) -> BatchConfig {
+    config_on(dir, name, sim, redis, n, W)
+}
+
+/// [`config`] with the limits per `window`.
+fn config_on(
+    dir: &std::path::Path,
+    name: &str,
+    sim: &SimServer,
+    redis: Option<&RedisServer>,
+    n: usize,
+    window: Duration,
+) -> BatchConfig {
     let input = dir.join(format!("{name}.in.jsonl"));
     write_input(&input, name, n);
     let mut c = BatchConfig::new(
@@ -80,8 +99,8 @@ fn config(
         },
     );
     c.limits = vec![
-        Limit::new(Dimension::Requests, RPM, W),
-        Limit::new(Dimension::Tokens, TPM, W),
+        Limit::new(Dimension::Requests, RPM, window),
+        Limit::new(Dimension::Tokens, TPM, window),
     ];
     c.concurrency = 16;
     c.item_timeout = Some(Duration::from_secs(30));
@@ -142,10 +161,41 @@ async fn two_runs_share_one_budget_through_redis() {
     server.shutdown().await.expect("shutdown");
 
     // The contrast: per-process limits let each run spend the whole budget.
-    let server = sim().await;
-    let (a, b) = tokio::join!(
-        tollgate_batch::run(config(&d, "c", &server, None, n), never()),
-        tollgate_batch::run(config(&d, "d", &server, None, n), never()),
+    // Each run may send RPM items at once under its own limits (a window
+    // of a minute) and its concurrency, and the provider answers only
+    // after 3 s, so no answer's `x-ratelimit-remaining-*` can hold a run
+    // back (Q-14 feedback, which separate processes do learn from) before
+    // both have sent their RPM: twice the account's limit in one provider
+    // window, however slowly a loaded machine runs them. (On 1 s windows
+    // with quick answers, feedback and a slow machine kept two runs under
+    // the limit together once in about 100 runs.) Both runs stop once the
+    // provider has refused a call.
+    let long = Duration::from_secs(60);
+    let server = sim_on(long, Duration::from_secs(3)).await;
+    let blind = |name| {
+        let mut c = config_on(&d, name, &server, None, RPM as usize, long);
+        c.concurrency = RPM;
+        c
+    };
+    let (refused_tx, refused_rx) = tokio::sync::watch::channel(false);
+    // Bounded: were nothing refused, the runs would end and the assertion
+    // below would say so.
+    let watcher = async {
+        let _ = tokio::time::timeout(Duration::from_secs(30), async {
+            while server.stats().rejected_429.total() == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let _ = refused_tx.send(true);
+    };
+    let refused = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|refused| *refused).await;
+    };
+    let (a, b, ()) = tokio::join!(
+        tollgate_batch::run(blind("c"), refused(refused_rx.clone())),
+        tollgate_batch::run(blind("d"), refused(refused_rx)),
+        watcher,
     );
     a.expect("run c");
     b.expect("run d");
