@@ -66,42 +66,44 @@ impl Encoder {
             };
             put_bytes(2, &self.span, &mut self.scopes[i].1);
         }
-        // ResourceSpans { resource = 1, scope_spans = 2 }
-        let mut resource_spans = Vec::with_capacity(
-            self.scopes
-                .iter()
-                .map(|(_, b)| b.len() + 256)
-                .sum::<usize>()
-                + self.resource.len(),
-        );
-        put_bytes(1, &self.resource, &mut resource_spans);
-        let mut scope_spans = Vec::new();
-        for (scope, bytes) in self.scopes.iter().filter(|(_, b)| !b.is_empty()) {
-            // ScopeSpans { scope = 1, spans = 2, schema_url = 3 }
-            scope_spans.clear();
-            let mut message = Vec::new();
-            put_str(1, scope.name(), &mut message);
-            if let Some(v) = scope.version() {
-                put_str(2, v, &mut message);
-            }
-            for kv in scope.attributes() {
-                put_kv(3, kv, &mut message);
-            }
-            put_bytes(1, &message, &mut scope_spans);
-            scope_spans.extend_from_slice(bytes);
-            if let Some(url) = scope.schema_url() {
-                put_str(3, url, &mut scope_spans);
-            }
-            put_bytes(2, &scope_spans, &mut resource_spans);
-        }
-        if let Some(url) = &self.schema_url {
-            put_str(3, url, &mut resource_spans);
-        }
+        // The outer messages' lengths first, so that each span's bytes
+        // are copied once more, into the body.
+        // ScopeSpans { scope = 1, spans = 2, schema_url = 3 }
+        let scopes: Vec<(Vec<u8>, &[u8], &str, usize)> = self
+            .scopes
+            .iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(scope, spans)| {
+                let mut message = Vec::new();
+                put_str(1, scope.name(), &mut message);
+                put_str(2, scope.version().unwrap_or_default(), &mut message);
+                for kv in scope.attributes() {
+                    put_kv(3, kv, &mut message);
+                }
+                let url = scope.schema_url().unwrap_or_default();
+                let len = bytes_len(1, message.len()) + spans.len() + str_len(3, url);
+                (message, spans.as_slice(), url, len)
+            })
+            .collect();
+        // ResourceSpans { resource = 1, scope_spans = 2, schema_url = 3 }
+        let url = self.schema_url.as_deref().unwrap_or_default();
+        let resource_spans = bytes_len(1, self.resource.len())
+            + scopes.iter().map(|s| bytes_len(2, s.3)).sum::<usize>()
+            + str_len(3, url);
         // ExportTraceServiceRequest { resource_spans = 1 }
-        let mut request = Vec::with_capacity(
-            resource_spans.len() + encoded_len_varint(resource_spans.len() as u64) + 1,
-        );
-        put_bytes(1, &resource_spans, &mut request);
+        let mut request = Vec::with_capacity(bytes_len(1, resource_spans));
+        encode_key(1, WireType::LengthDelimited, &mut request);
+        encode_varint(resource_spans as u64, &mut request);
+        put_bytes(1, &self.resource, &mut request);
+        for (message, spans, url, len) in &scopes {
+            encode_key(2, WireType::LengthDelimited, &mut request);
+            encode_varint(*len as u64, &mut request);
+            put_bytes(1, message, &mut request);
+            request.extend_from_slice(spans);
+            put_str(3, url, &mut request);
+        }
+        put_str(3, url, &mut request);
+        debug_assert_eq!(request.len(), request.capacity());
         request
     }
 }
