@@ -22,6 +22,12 @@ use super::semconv as sc;
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
+/// Room for every attribute a call span can end with (begin's, the
+/// requested model, [`CallEnd`]'s), so the span's list grows no more.
+const CALL_ATTRIBUTES: usize = 20;
+/// The same for an attempt span (start's, and its outcome's).
+const ATTEMPT_ATTRIBUTES: usize = 14;
+
 /// What an attempt span says about its deployment, made once per
 /// deployment at build.
 #[derive(Debug, Clone)]
@@ -164,10 +170,9 @@ impl Telemetry {
         extra: Option<KeyValue>,
     ) -> Option<CallTrace> {
         let tracer = self.tracer()?;
-        let mut attributes = vec![
-            KeyValue::new(sc::GEN_AI_OPERATION_NAME, operation),
-            KeyValue::new(sc::TOLLGATE_ROUTE, route),
-        ];
+        let mut attributes = Vec::with_capacity(CALL_ATTRIBUTES);
+        attributes.push(KeyValue::new(sc::GEN_AI_OPERATION_NAME, operation));
+        attributes.push(KeyValue::new(sc::TOLLGATE_ROUTE, route));
         attributes.extend(extra);
         let span = tracer
             .span_builder(operation)
@@ -229,7 +234,7 @@ impl CallTrace {
     pub fn requested(&self, model: &str) {
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(sc::GEN_AI_REQUEST_MODEL, model.to_owned()));
-        span.update_name(format!("{} {model}", self.0.operation));
+        span.update_name([self.0.operation, " ", model].concat());
     }
 
     /// Starts the span of attempt `number` (from 1, across the call's
@@ -242,13 +247,14 @@ impl CallTrace {
         deadline_left: Option<Duration>,
     ) -> AttemptSpan {
         let i = &*self.0;
-        let mut attributes = vec![
+        let mut attributes = Vec::with_capacity(ATTEMPT_ATTRIBUTES);
+        attributes.extend([
             KeyValue::new(sc::GEN_AI_OPERATION_NAME, i.operation),
             // The target's `Arc<str>`s are shared, not copied, per span.
             KeyValue::new(sc::GEN_AI_REQUEST_MODEL, Arc::clone(&target.upstream_model)),
             KeyValue::new(sc::GEN_AI_PROVIDER_NAME, Arc::clone(&target.provider)),
             KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(number)),
-        ];
+        ]);
         if let Some(d) = &target.deployment {
             attributes.push(KeyValue::new(sc::TOLLGATE_DEPLOYMENT, Arc::clone(d)));
         }
@@ -266,7 +272,7 @@ impl CallTrace {
         }
         let span = i
             .tracer
-            .span_builder(format!("{} {}", i.operation, target.upstream_model))
+            .span_builder([i.operation, " ", &target.upstream_model].concat())
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(&i.tracer, &i.cx);

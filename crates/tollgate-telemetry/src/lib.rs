@@ -24,6 +24,8 @@
 
 mod call;
 pub mod config;
+mod encode;
+mod export;
 mod queue;
 pub mod semconv;
 #[cfg(feature = "testing")]
@@ -33,9 +35,8 @@ use std::sync::Arc;
 
 use opentelemetry::InstrumentationScope;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
 pub use call::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, TRACEPARENT};
 pub use config::{OtlpProtocol, TelemetryConfig};
@@ -103,6 +104,17 @@ pub fn resolve(
     }))
 }
 
+/// The compression `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` (else
+/// `OTEL_EXPORTER_OTLP_COMPRESSION`) asks for, if it asks for one
+/// (`gzip`, `zstd`): not supported, as it was not with the SDK's exporter
+/// as built here.
+fn compression(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let value = env("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION"))?;
+    let value = value.trim().to_ascii_lowercase();
+    matches!(value.as_str(), "gzip" | "zstd").then_some(value)
+}
+
 /// The process's tracer, or nothing when tracing is off. Cloning shares it.
 #[derive(Debug, Clone, Default)]
 pub struct Telemetry(Option<Arc<Exporting>>);
@@ -149,7 +161,7 @@ impl Telemetry {
         scope: &'static str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, TelemetryError> {
-        let Some(target) = resolve(config, env)? else {
+        let Some(target) = resolve(config, &env)? else {
             return Ok(Self::off());
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -159,14 +171,17 @@ impl Telemetry {
         let resource = Resource::builder_empty()
             .with_service_name(target.service_name.clone())
             .build();
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(target.traces_url.clone())
-            .with_timeout(config.export_timeout)
-            .build()
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
-        exporter.set_resource(&resource);
+        if let Some(c) = compression(&env) {
+            return Err(TelemetryError::Exporter(format!(
+                "compression {c:?} is not supported (only \"none\")"
+            )));
+        }
+        let exporter = export::OtlpHttp::new(
+            target.traces_url.clone(),
+            &resource,
+            export::env_headers(&env),
+        )
+        .map_err(TelemetryError::Exporter)?;
         let queue = queue::Queue::spawn(
             exporter,
             queue::Batching {

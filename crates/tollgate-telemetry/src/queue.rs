@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::export::OtlpHttp;
 
 /// The metric counting spans never exported.
 pub const DROPPED_METRIC: &str = "tollgate_telemetry_spans_dropped_total";
@@ -68,8 +70,8 @@ pub(super) struct Queue {
 
 impl Queue {
     /// The queue and its export task, spawned on `runtime`.
-    pub(super) fn spawn<E: SpanExporter + 'static>(
-        exporter: E,
+    pub(super) fn spawn(
+        exporter: OtlpHttp,
         batching: Batching,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
@@ -116,8 +118,8 @@ impl SpanProcessor for Queue {
 
 /// Collects spans and sends a batch when it is full, when the oldest span
 /// waited `delay`, at a flush, and when the queue closes.
-async fn export_loop<E: SpanExporter>(
-    exporter: E,
+async fn export_loop(
+    mut exporter: OtlpHttp,
     mut rx: mpsc::Receiver<Message>,
     batching: Batching,
     dropped: Dropped,
@@ -130,7 +132,7 @@ async fn export_loop<E: SpanExporter>(
             Some(at) => match tokio::time::timeout_at(at, rx.recv()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    send(&exporter, &mut batch, batching.timeout, &dropped).await;
+                    send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
                     due = None;
                     continue;
                 }
@@ -138,7 +140,7 @@ async fn export_loop<E: SpanExporter>(
         };
         match message {
             None => {
-                send(&exporter, &mut batch, batching.timeout, &dropped).await;
+                send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
                 return;
             }
             Some(Message::Span(span)) => {
@@ -147,12 +149,12 @@ async fn export_loop<E: SpanExporter>(
                 }
                 batch.push(*span);
                 if batch.len() >= batching.batch_size {
-                    send(&exporter, &mut batch, batching.timeout, &dropped).await;
+                    send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
                     due = None;
                 }
             }
             Some(Message::Flush(done)) => {
-                send(&exporter, &mut batch, batching.timeout, &dropped).await;
+                send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
                 due = None;
                 let _ = done.send(());
             }
@@ -162,8 +164,8 @@ async fn export_loop<E: SpanExporter>(
 
 /// Sends `batch` (emptied), counting its spans dropped if the export fails
 /// or takes longer than `timeout`.
-async fn send<E: SpanExporter>(
-    exporter: &E,
+async fn send(
+    exporter: &mut OtlpHttp,
     batch: &mut Vec<SpanData>,
     timeout: Duration,
     dropped: &Dropped,
@@ -171,9 +173,11 @@ async fn send<E: SpanExporter>(
     if batch.is_empty() {
         return;
     }
-    let spans = std::mem::take(batch);
-    let n = spans.len();
-    match tokio::time::timeout(timeout, exporter.export(spans)).await {
+    let n = batch.len();
+    let sent = tokio::time::timeout(timeout, exporter.export(batch)).await;
+    // The batch's memory is kept for the next one.
+    batch.clear();
+    match sent {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(error = %e, spans = n, "trace export failed; spans dropped");
