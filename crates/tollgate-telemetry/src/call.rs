@@ -1,22 +1,26 @@
 //! The spans of one call: the call's span (SERVER for a gateway client's
 //! call, INTERNAL for a batch item) and one CLIENT span per upstream
 //! attempt (SPEC OBS-5).
+//!
+//! A span is the crate's own [`Record`], filled on the request path with
+//! the values the caller already holds (names as `&'static str` or shared
+//! `Arc<str>`, no concatenation) and pushed to the export buffer when it
+//! ends. A span the sampler leaves out records nothing but still has its
+//! ids: the `traceparent` sent upstream names it, unsampled.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracer;
 use parking_lot::Mutex;
 use tollgate::lifecycle::ProviderError;
 use tollgate::{Admission, Usage};
 
 use super::Telemetry;
 use super::semconv as sc;
+use crate::queue::Buffer;
+use crate::span::{self, Kind, Record, Text, Value, owned};
+use crate::w3c;
 
 /// The W3C trace-context header.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -77,48 +81,58 @@ impl AttemptTarget {
 #[derive(Clone)]
 pub struct CallTrace(Arc<Inner>);
 
+/// What a span's children and its `traceparent` need of it.
+#[derive(Clone)]
+struct Ids {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    /// Recorded and exported (the W3C `sampled` flag).
+    sampled: bool,
+    /// The client's `tracestate`, passed on.
+    trace_state: Option<Arc<str>>,
+}
+
 struct Inner {
-    tracer: SdkTracer,
-    /// The client's context with the call span in it.
-    cx: Context,
+    buffer: Arc<Buffer>,
+    ids: Ids,
     operation: &'static str,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The call's span while it is open and sampled.
+    record: Option<Record>,
     /// Why the last attempt failed: the next one's retry cause.
-    last_error: Mutex<Option<&'static str>>,
+    last_error: Option<&'static str>,
     /// The attempt whose stream is being relayed: it ends with the call.
-    streaming: Mutex<Option<AttemptSpan>>,
+    streaming: Option<AttemptSpan>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // As the SDK's spans did: a call span never finished ends when
+        // its trace is dropped, after the attempt it was relaying.
+        let state = self.state.get_mut();
+        drop(state.streaming.take());
+        if let Some(mut record) = state.record.take() {
+            record.end = span::now();
+            self.buffer.push(record);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl std::fmt::Debug for CallTrace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids = &self.0.ids;
         f.debug_struct("CallTrace")
-            .field("span", &self.0.cx.span().span_context())
+            .field("trace_id", &hex(&ids.trace_id))
+            .field("span_id", &hex(&ids.span_id))
+            .field("sampled", &ids.sampled)
             .finish_non_exhaustive()
-    }
-}
-
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(HeaderName::as_str).collect()
-    }
-}
-
-#[derive(Default)]
-struct Carrier(Vec<(HeaderName, HeaderValue)>);
-
-impl Injector for Carrier {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(key.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            self.0.push((k, v));
-        }
     }
 }
 
@@ -134,9 +148,15 @@ impl Telemetry {
         route: &'static str,
         start: SystemTime,
     ) -> Option<CallTrace> {
-        self.tracer()?;
-        let parent = TraceContextPropagator::new().extract(&Headers(headers));
-        self.begin(parent, SpanKind::Server, operation, route, start, None)
+        self.exporting()?;
+        let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        let parent = text(&TRACEPARENT)
+            .and_then(w3c::parse_traceparent)
+            .map(|p| {
+                let state = text(&TRACESTATE).and_then(w3c::tracestate);
+                (p, state)
+            });
+        self.begin(parent, Kind::Server, operation, route, start, None)
     }
 
     /// The span of a batch item `custom_id`, a call of `operation` on
@@ -149,43 +169,83 @@ impl Telemetry {
         route: &'static str,
         start: SystemTime,
     ) -> Option<CallTrace> {
-        let attribute = KeyValue::new(sc::TOLLGATE_CUSTOM_ID, custom_id.to_owned());
         self.begin(
-            Context::new(),
-            SpanKind::Internal,
+            None,
+            Kind::Internal,
             operation,
             route,
             start,
-            Some(attribute),
+            Some(custom_id),
         )
     }
 
     fn begin(
         &self,
-        parent: Context,
-        kind: SpanKind,
+        parent: Option<(w3c::Parent, Option<Arc<str>>)>,
+        kind: Kind,
         operation: &'static str,
         route: &'static str,
         start: SystemTime,
-        extra: Option<KeyValue>,
+        custom_id: Option<&str>,
     ) -> Option<CallTrace> {
-        let tracer = self.tracer()?;
-        let mut attributes = Vec::with_capacity(CALL_ATTRIBUTES);
-        attributes.push(KeyValue::new(sc::GEN_AI_OPERATION_NAME, operation));
-        attributes.push(KeyValue::new(sc::TOLLGATE_ROUTE, route));
-        attributes.extend(extra);
-        let span = tracer
-            .span_builder(operation)
-            .with_kind(kind)
-            .with_start_time(start)
-            .with_attributes(attributes)
-            .start_with_context(tracer, &parent);
+        let exporting = self.exporting()?;
+        let span_id = w3c::span_id();
+        // ParentBased(TraceIdRatioBased): a valid parent's flag decides,
+        // the ratio a new trace.
+        let (ids, parent_id) = match parent {
+            Some((p, trace_state)) => (
+                Ids {
+                    trace_id: p.trace_id,
+                    span_id,
+                    sampled: p.sampled,
+                    trace_state,
+                },
+                Some(p.span_id),
+            ),
+            None => {
+                let trace_id = w3c::trace_id();
+                let sampled = w3c::sampled_root(exporting.sample_ratio, &trace_id);
+                let ids = Ids {
+                    trace_id,
+                    span_id,
+                    sampled,
+                    trace_state: None,
+                };
+                (ids, None)
+            }
+        };
+        let record = ids.sampled.then(|| {
+            let mut attributes = Vec::with_capacity(CALL_ATTRIBUTES);
+            attributes.push((sc::GEN_AI_OPERATION_NAME, Value::from(operation)));
+            attributes.push((sc::TOLLGATE_ROUTE, Value::from(route)));
+            if let Some(id) = custom_id {
+                attributes.push((sc::TOLLGATE_CUSTOM_ID, owned(id)));
+            }
+            Record {
+                trace_id: ids.trace_id,
+                span_id,
+                parent_id: parent_id.unwrap_or_default(),
+                parent_remote: parent_id.is_some(),
+                flags: 1,
+                trace_state: ids.trace_state.clone(),
+                kind,
+                operation,
+                model: None,
+                start: span::nanos(start),
+                end: 0,
+                attributes,
+                error: None,
+            }
+        });
         Some(CallTrace(Arc::new(Inner {
-            tracer: tracer.clone(),
-            cx: parent.with_span(span),
+            buffer: Arc::clone(exporting.queue.buffer()),
+            ids,
             operation,
-            last_error: Mutex::new(None),
-            streaming: Mutex::new(None),
+            state: Mutex::new(State {
+                record,
+                last_error: None,
+                streaming: None,
+            }),
         })))
     }
 }
@@ -232,9 +292,14 @@ fn millis(d: Duration) -> f64 {
 impl CallTrace {
     /// Names the call after the model the client asked for.
     pub fn requested(&self, model: &str) {
-        let span = self.0.cx.span();
-        span.set_attribute(KeyValue::new(sc::GEN_AI_REQUEST_MODEL, model.to_owned()));
-        span.update_name([self.0.operation, " ", model].concat());
+        let mut state = self.0.state.lock();
+        if let Some(record) = &mut state.record {
+            let model: Arc<str> = Arc::from(model);
+            record
+                .attributes
+                .push((sc::GEN_AI_REQUEST_MODEL, Value::from(Arc::clone(&model))));
+            record.model = Some(model);
+        }
     }
 
     /// Starts the span of attempt `number` (from 1, across the call's
@@ -247,39 +312,61 @@ impl CallTrace {
         deadline_left: Option<Duration>,
     ) -> AttemptSpan {
         let i = &*self.0;
-        let mut attributes = Vec::with_capacity(ATTEMPT_ATTRIBUTES);
-        attributes.extend([
-            KeyValue::new(sc::GEN_AI_OPERATION_NAME, i.operation),
+        let ids = Ids {
+            span_id: w3c::span_id(),
+            ..i.ids.clone()
+        };
+        let record = ids.sampled.then(|| {
+            let mut a = Vec::with_capacity(ATTEMPT_ATTRIBUTES);
             // The target's `Arc<str>`s are shared, not copied, per span.
-            KeyValue::new(sc::GEN_AI_REQUEST_MODEL, Arc::clone(&target.upstream_model)),
-            KeyValue::new(sc::GEN_AI_PROVIDER_NAME, Arc::clone(&target.provider)),
-            KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(number)),
-        ]);
-        if let Some(d) = &target.deployment {
-            attributes.push(KeyValue::new(sc::TOLLGATE_DEPLOYMENT, Arc::clone(d)));
-        }
-        if let Some(a) = &target.address {
-            attributes.push(KeyValue::new(sc::SERVER_ADDRESS, Arc::clone(a)));
-        }
-        if let Some(p) = target.port {
-            attributes.push(KeyValue::new(sc::SERVER_PORT, i64::from(p)));
-        }
-        if let Some(left) = deadline_left {
-            attributes.push(KeyValue::new(sc::TOLLGATE_DEADLINE_LEFT_MS, millis(left)));
-        }
-        if let Some(cause) = *i.last_error.lock() {
-            attributes.push(KeyValue::new(sc::TOLLGATE_RETRY_CAUSE, cause));
-        }
-        let span = i
-            .tracer
-            .span_builder([i.operation, " ", &target.upstream_model].concat())
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&i.tracer, &i.cx);
+            a.extend([
+                (sc::GEN_AI_OPERATION_NAME, Value::from(i.operation)),
+                (
+                    sc::GEN_AI_REQUEST_MODEL,
+                    Value::from(Arc::clone(&target.upstream_model)),
+                ),
+                (
+                    sc::GEN_AI_PROVIDER_NAME,
+                    Value::from(Arc::clone(&target.provider)),
+                ),
+                (sc::TOLLGATE_ATTEMPT, Value::from(i64::from(number))),
+            ]);
+            if let Some(d) = &target.deployment {
+                a.push((sc::TOLLGATE_DEPLOYMENT, Value::from(Arc::clone(d))));
+            }
+            if let Some(addr) = &target.address {
+                a.push((sc::SERVER_ADDRESS, Value::from(Arc::clone(addr))));
+            }
+            if let Some(p) = target.port {
+                a.push((sc::SERVER_PORT, Value::from(i64::from(p))));
+            }
+            if let Some(left) = deadline_left {
+                a.push((sc::TOLLGATE_DEADLINE_LEFT_MS, Value::from(millis(left))));
+            }
+            if let Some(cause) = i.state.lock().last_error {
+                a.push((sc::TOLLGATE_RETRY_CAUSE, Value::from(cause)));
+            }
+            Record {
+                trace_id: ids.trace_id,
+                span_id: ids.span_id,
+                parent_id: i.ids.span_id,
+                parent_remote: false,
+                flags: 1,
+                trace_state: ids.trace_state.clone(),
+                kind: Kind::Client,
+                operation: i.operation,
+                model: Some(Arc::clone(&target.upstream_model)),
+                start: span::now(),
+                end: 0,
+                attributes: a,
+                error: None,
+            }
+        });
         AttemptSpan {
-            cx: i.cx.with_span(span),
+            ids,
+            record,
+            buffer: Arc::clone(&i.buffer),
             call: Arc::downgrade(&self.0),
-            model: Arc::clone(&target.upstream_model),
             ended: false,
         }
     }
@@ -287,81 +374,87 @@ impl CallTrace {
     /// Ends the call's span (and the span of the attempt whose stream it
     /// relayed) with what `end` says.
     pub fn finish(&self, end: &CallEnd<'_>) {
-        if let Some(mut attempt) = self.0.streaming.lock().take() {
+        let streaming = self.0.state.lock().streaming.take();
+        if let Some(mut attempt) = streaming {
             match end.error {
-                Some(e) => attempt.fail(e.to_owned(), None),
+                Some(e) => attempt.fail(Text::Shared(Arc::from(e)), None),
                 None => attempt.succeed(end.usage),
             }
         }
-        let span = self.0.cx.span();
-        let mut a = vec![
-            KeyValue::new(sc::TOLLGATE_STREAM, end.stream),
-            KeyValue::new(sc::TOLLGATE_ATTEMPT, i64::from(end.attempts)),
+        let Some(mut r) = self.0.state.lock().record.take() else {
+            return;
+        };
+        let a = &mut r.attributes;
+        a.push((sc::TOLLGATE_STREAM, Value::from(end.stream)));
+        a.push((sc::TOLLGATE_ATTEMPT, Value::from(i64::from(end.attempts))));
+        if let Some(s) = end.status {
+            a.push((sc::HTTP_RESPONSE_STATUS_CODE, Value::from(i64::from(s))));
+        }
+        if let Some(q) = end.queue {
+            a.push((sc::TOLLGATE_QUEUE_MS, Value::from(millis(q))));
+        }
+        let texts = [
+            (sc::TOLLGATE_REQUEST_ID, end.request_id),
+            (sc::TOLLGATE_TENANT, end.tenant),
+            (sc::TOLLGATE_DEPLOYMENT, end.deployment),
         ];
-        let text = |key, v: Option<&str>| v.map(|t| KeyValue::new(key, t.to_owned()));
-        a.extend(
-            end.status
-                .map(|s| KeyValue::new(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(s))),
-        );
-        a.extend(
-            end.queue
-                .map(|q| KeyValue::new(sc::TOLLGATE_QUEUE_MS, millis(q))),
-        );
-        a.extend(text(sc::TOLLGATE_REQUEST_ID, end.request_id));
-        a.extend(text(sc::TOLLGATE_TENANT, end.tenant));
-        a.extend(text(sc::TOLLGATE_DEPLOYMENT, end.deployment));
-        a.extend(end.class.map(|c| KeyValue::new(sc::TOLLGATE_CLASS, c)));
-        a.extend(
-            end.limited_by
-                .map(|l| KeyValue::new(sc::TOLLGATE_LIMITED_BY, l)),
-        );
+        for (key, text) in texts {
+            if let Some(t) = text {
+                a.push((key, owned(t)));
+            }
+        }
+        if let Some(c) = end.class {
+            a.push((sc::TOLLGATE_CLASS, Value::from(c)));
+        }
+        if let Some(l) = end.limited_by {
+            a.push((sc::TOLLGATE_LIMITED_BY, Value::from(l)));
+        }
         if let Some(adm) = end.admission {
-            a.push(KeyValue::new(
+            a.push((
                 sc::TOLLGATE_QUOTA_WAIT_MS,
-                millis(adm.quota_wait),
+                Value::from(millis(adm.quota_wait)),
             ));
-            a.push(KeyValue::new(
+            a.push((
                 sc::TOLLGATE_CONCURRENCY_WAIT_MS,
-                millis(adm.concurrency_wait),
+                Value::from(millis(adm.concurrency_wait)),
             ));
         }
-        a.extend(
-            end.tokens_estimated
-                .map(|t| KeyValue::new(sc::TOLLGATE_TOKENS_ESTIMATED, t as i64)),
-        );
-        a.extend(
-            end.cost
-                .map(|c| KeyValue::new(sc::TOLLGATE_COST_USD, c as f64 / 1e6)),
-        );
-        a.extend(usage_attributes(end.usage));
-        if let Some(e) = end.error {
-            a.push(KeyValue::new(sc::ERROR_TYPE, e.to_owned()));
-            span.set_status(Status::error(e.to_owned()));
+        if let Some(t) = end.tokens_estimated {
+            a.push((sc::TOLLGATE_TOKENS_ESTIMATED, Value::from(t as i64)));
         }
-        span.set_attributes(a);
-        span.end();
+        if let Some(c) = end.cost {
+            a.push((sc::TOLLGATE_COST_USD, Value::from(c as f64 / 1e6)));
+        }
+        push_usage(a, end.usage);
+        if let Some(e) = end.error {
+            let e = Text::Shared(Arc::from(e));
+            a.push((sc::ERROR_TYPE, Value::Text(e.clone())));
+            r.error = Some(e);
+        }
+        r.end = span::now();
+        self.0.buffer.push(r);
     }
 }
 
-fn usage_attributes(usage: Option<Usage>) -> impl Iterator<Item = KeyValue> {
+fn push_usage(a: &mut Vec<(&'static str, Value)>, usage: Option<Usage>) {
     let u = usage.unwrap_or(Usage::UNKNOWN);
-    [
-        u.input()
-            .map(|n| KeyValue::new(sc::GEN_AI_USAGE_INPUT_TOKENS, n as i64)),
-        u.output()
-            .map(|n| KeyValue::new(sc::GEN_AI_USAGE_OUTPUT_TOKENS, n as i64)),
-    ]
-    .into_iter()
-    .flatten()
+    if let Some(n) = u.input() {
+        a.push((sc::GEN_AI_USAGE_INPUT_TOKENS, Value::from(n as i64)));
+    }
+    if let Some(n) = u.output() {
+        a.push((sc::GEN_AI_USAGE_OUTPUT_TOKENS, Value::from(n as i64)));
+    }
 }
 
 /// The span of one upstream attempt. Dropped without an outcome (the
 /// attempt was abandoned: its timeout, the deadline, the client left) it
 /// ends with `error.type = cancelled`.
 pub struct AttemptSpan {
-    cx: Context,
-    call: std::sync::Weak<Inner>,
-    model: Arc<str>,
+    ids: Ids,
+    /// The span while it is open and sampled.
+    record: Option<Record>,
+    buffer: Arc<Buffer>,
+    call: Weak<Inner>,
     ended: bool,
 }
 
@@ -369,24 +462,31 @@ impl AttemptSpan {
     /// The `traceparent` (and `tracestate`) headers naming this attempt,
     /// for the upstream request.
     pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
-        let mut carrier = Carrier::default();
-        TraceContextPropagator::new().inject_context(&self.cx, &mut carrier);
-        carrier
-            .0
-            .into_iter()
-            .filter(|(k, _)| *k == TRACEPARENT || *k == TRACESTATE)
-            .collect()
+        let ids = &self.ids;
+        let traceparent = w3c::traceparent(&ids.trace_id, &ids.span_id, ids.sampled);
+        let mut out = Vec::with_capacity(2);
+        if let Ok(v) = HeaderValue::from_bytes(&traceparent) {
+            out.push((TRACEPARENT, v));
+        }
+        // As OpenTelemetry's propagator did: `tracestate` always, empty
+        // when the client sent none.
+        let state = match &ids.trace_state {
+            Some(s) => HeaderValue::from_str(s).ok(),
+            None => Some(HeaderValue::from_static("")),
+        };
+        out.extend(state.map(|v| (TRACESTATE, v)));
+        out
     }
 
     /// The upstream answered; a one-shot attempt ends here with `usage`.
     pub fn succeed(&mut self, usage: Option<Usage>) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new(
-            sc::GEN_AI_RESPONSE_MODEL,
-            Arc::clone(&self.model),
-        ));
-        span.set_attributes(usage_attributes(usage));
-        span.end();
+        if let Some(mut r) = self.record.take() {
+            let model = r.model.clone().map_or(Value::from(""), Value::from);
+            r.attributes.push((sc::GEN_AI_RESPONSE_MODEL, model));
+            push_usage(&mut r.attributes, usage);
+            r.end = span::now();
+            self.buffer.push(r);
+        }
         self.ended = true;
     }
 
@@ -394,26 +494,30 @@ impl AttemptSpan {
     /// retry cause.
     pub fn failed(mut self, error: &ProviderError) {
         if let Some(call) = self.call.upgrade() {
-            *call.last_error.lock() = Some(error.kind.as_str());
+            call.state.lock().last_error = Some(error.kind.as_str());
         }
-        self.fail(error.kind.as_str().to_owned(), error.status);
+        self.fail(Text::Static(error.kind.as_str()), error.status);
     }
 
     /// A stream began: its span stays open until the call's ends.
     pub fn streaming(self) {
         if let Some(call) = self.call.upgrade() {
-            *call.streaming.lock() = Some(self);
+            call.state.lock().streaming = Some(self);
         }
     }
 
-    fn fail(&mut self, kind: String, status: Option<u16>) {
-        let span = self.cx.span();
-        if let Some(s) = status {
-            span.set_attribute(KeyValue::new(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(s)));
+    fn fail(&mut self, kind: Text, status: Option<u16>) {
+        if let Some(mut r) = self.record.take() {
+            if let Some(s) = status {
+                r.attributes
+                    .push((sc::HTTP_RESPONSE_STATUS_CODE, Value::from(i64::from(s))));
+            }
+            r.attributes
+                .push((sc::ERROR_TYPE, Value::Text(kind.clone())));
+            r.error = Some(kind);
+            r.end = span::now();
+            self.buffer.push(r);
         }
-        span.set_attribute(KeyValue::new(sc::ERROR_TYPE, kind.clone()));
-        span.set_status(Status::error(kind));
-        span.end();
         self.ended = true;
     }
 }
@@ -421,7 +525,197 @@ impl AttemptSpan {
 impl Drop for AttemptSpan {
     fn drop(&mut self) {
         if !self.ended {
-            self.fail("cancelled".to_owned(), None);
+            self.fail(Text::Static("cancelled"), None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use http::{HeaderMap, HeaderValue};
+
+    use crate::testing::{Collector, SpanKind, hex, kind};
+    use crate::{AttemptTarget, CallEnd, Telemetry, TelemetryConfig};
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+    async fn telemetry(collector: &Collector, sample_ratio: f64) -> Telemetry {
+        Telemetry::start_with(
+            &TelemetryConfig {
+                endpoint: Some(collector.endpoint.clone()),
+                sample_ratio,
+                ..TelemetryConfig::default()
+            },
+            "tollgate-test",
+            |_| None,
+        )
+        .expect("telemetry")
+    }
+
+    fn client(traceparent: Option<&str>, tracestate: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(tp) = traceparent {
+            h.insert("traceparent", HeaderValue::from_str(tp).expect("header"));
+        }
+        if let Some(ts) = tracestate {
+            h.insert("tracestate", HeaderValue::from_str(ts).expect("header"));
+        }
+        h
+    }
+
+    /// One call with one attempt; the attempt's upstream headers.
+    fn one_call(t: &Telemetry, headers: &HeaderMap) -> (String, String) {
+        let target = AttemptTarget::new("openai", "http://127.0.0.1:9/v1", "up-model", None);
+        let call = t
+            .call(headers, "chat", "chat", SystemTime::now())
+            .expect("on");
+        call.requested("model");
+        let mut attempt = call.attempt(&target, 1, Some(Duration::from_secs(1)));
+        let sent = attempt.headers();
+        attempt.succeed(None);
+        call.finish(&CallEnd::default());
+        let get = |name: &str| {
+            sent.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.to_str().expect("ASCII").to_owned())
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        (get("traceparent"), get("tracestate"))
+    }
+
+    /// The parts of a traceparent.
+    fn parts(tp: &str) -> Vec<&str> {
+        let p: Vec<&str> = tp.split('-').collect();
+        assert_eq!((p.len(), p[0], tp.len()), (4, "00", 55), "{tp}");
+        p
+    }
+
+    /// proves: OBS-5 (sampling: a client's sampled traceparent is recorded
+    /// whatever the ratio, continuing its trace and passing its tracestate
+    /// on; an unsampled one is not recorded but upstream still gets the
+    /// trace with a fresh span id and flags 00)
+    #[tokio::test]
+    async fn the_clients_sampled_flag_decides() {
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 0.0).await;
+        let (tp, ts) = one_call(
+            &t,
+            &client(
+                Some(&format!("00-{TRACE}-{CLIENT_SPAN}-01")),
+                Some("congo=t61rcWkgMzE, rojo=1"),
+            ),
+        );
+        let p = parts(&tp);
+        assert_eq!((p[1], p[3]), (TRACE, "01"));
+        assert_eq!(ts, "congo=t61rcWkgMzE,rojo=1");
+        t.flush().await;
+        let spans: Vec<_> = collector.spans().into_iter().map(|(_, s)| s).collect();
+        assert_eq!(spans.len(), 2, "{spans:#?}");
+        let call = spans
+            .iter()
+            .find(|s| kind(s) == SpanKind::Server)
+            .expect("call");
+        let attempt = spans
+            .iter()
+            .find(|s| kind(s) == SpanKind::Client)
+            .expect("attempt");
+        assert_eq!(hex(&call.trace_id), TRACE);
+        assert_eq!(hex(&call.parent_span_id), CLIENT_SPAN);
+        assert_eq!(call.flags, 0x301, "sampled, parent remote");
+        assert_eq!(call.trace_state, "congo=t61rcWkgMzE,rojo=1");
+        assert_eq!(call.name, "chat model");
+        assert_eq!(attempt.parent_span_id, call.span_id);
+        assert_eq!(attempt.flags, 0x101, "sampled, parent local");
+        assert_eq!(attempt.trace_state, call.trace_state);
+        assert_eq!(attempt.name, "chat up-model");
+        assert_eq!(hex(&attempt.span_id), p[2], "upstream names the attempt");
+
+        // Unsampled by the client, at ratio 1: nothing recorded.
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 1.0).await;
+        let (tp, ts) = one_call(
+            &t,
+            &client(Some(&format!("00-{TRACE}-{CLIENT_SPAN}-00")), Some("k=v")),
+        );
+        let p = parts(&tp);
+        assert_eq!((p[1], p[3]), (TRACE, "00"));
+        assert_ne!(p[2], CLIENT_SPAN);
+        assert_ne!(p[2], "0".repeat(16));
+        assert_eq!(ts, "k=v");
+        t.flush().await;
+        assert!(collector.spans().is_empty());
+        assert_eq!(t.dropped(), 0, "not sampled is not dropped");
+    }
+
+    /// proves: OBS-5 (a new trace is recorded at ratio 1 and not at 0;
+    /// either way each attempt sends a traceparent of its own, and an
+    /// invalid client traceparent or a tracestate without it is ignored)
+    #[tokio::test]
+    async fn new_traces_follow_the_ratio() {
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 0.0).await;
+        let mut traces = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let (tp, ts) = one_call(&t, &client(None, None));
+            let p = parts(&tp);
+            assert_eq!(p[3], "00");
+            assert_eq!(ts, "", "an empty tracestate, as before");
+            assert!(traces.insert(p[1].to_owned()), "a new trace per call");
+        }
+        t.flush().await;
+        assert!(collector.spans().is_empty());
+
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 1.0).await;
+        let invalid = format!("00-{}-{CLIENT_SPAN}-01", TRACE.to_uppercase());
+        let (tp, ts) = one_call(&t, &client(Some(&invalid), Some("k=v")));
+        let p = parts(&tp);
+        assert_ne!(p[1], TRACE);
+        assert_eq!((p[3], ts.as_str()), ("01", ""));
+        t.flush().await;
+        let spans: Vec<_> = collector.spans().into_iter().map(|(_, s)| s).collect();
+        assert_eq!(spans.len(), 2);
+        let call = spans
+            .iter()
+            .find(|s| kind(s) == SpanKind::Server)
+            .expect("call");
+        assert!(call.parent_span_id.is_empty(), "a root");
+        assert_eq!(call.flags, 0x101);
+        assert_eq!(call.trace_state, "");
+        assert_eq!(hex(&call.trace_id), p[1]);
+    }
+
+    /// proves: OBS-5 (a call span never finished is still exported when
+    /// its trace is dropped, after the stream attempt it relayed, which
+    /// ends `cancelled`)
+    #[tokio::test]
+    async fn an_unfinished_call_ends_when_dropped() {
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 1.0).await;
+        let target = AttemptTarget::new("openai", "https://api.example/v1", "m", Some("d"));
+        let call = t
+            .item("item-1", "chat", "chat", SystemTime::now())
+            .expect("on");
+        call.attempt(&target, 1, None).streaming();
+        drop(call);
+        t.flush().await;
+        let spans: Vec<_> = collector.spans().into_iter().map(|(_, s)| s).collect();
+        assert_eq!(spans.len(), 2, "{spans:#?}");
+        assert_eq!(kind(&spans[0]), SpanKind::Client);
+        assert_eq!(
+            crate::testing::string(&spans[0], "error.type").as_deref(),
+            Some("cancelled")
+        );
+        assert_eq!(crate::testing::int(&spans[0], "server.port"), Some(443));
+        assert_eq!(kind(&spans[1]), SpanKind::Internal);
+        assert_eq!(
+            crate::testing::string(&spans[1], "tollgate.custom_id").as_deref(),
+            Some("item-1")
+        );
+        assert!(spans[0].end_time_unix_nano <= spans[1].end_time_unix_nano);
     }
 }

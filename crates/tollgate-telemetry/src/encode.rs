@@ -1,214 +1,148 @@
 //! Ended spans straight to the bytes of an OTLP `ExportTraceServiceRequest`
 //! (opentelemetry-proto's `trace.proto`, `collector/trace/v1`), written
-//! with `prost::encoding` from the SDK's `SpanData` as it is: no
+//! with `prost::encoding` from the crate's own [`Record`]s: no
 //! intermediate protobuf structs, no copy of a key or a value before it
-//! is written (issue 25).
+//! is written (issue 25). The resource (`service.name`) and the
+//! instrumentation scope are the process's, encoded once.
 //!
-//! Covers what this crate's spans carry (attributes of booleans, integers,
-//! doubles and strings, events, links, status, the W3C ids and flags);
-//! array attribute values, which it never sets, are left out.
+//! What is written is what OpenTelemetry's SDK exporter wrote for the
+//! same spans (the tests compare the two): ids, name, kind, times,
+//! attributes (booleans, integers, doubles, strings), the status (always
+//! present), the W3C flags with the "has is-remote" bits.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
-use opentelemetry::{InstrumentationScope, Key, KeyValue, Value};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SpanData;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
-/// The encoder of one process's export requests: its resource encoded
-/// once, and the buffers reused from batch to batch.
-#[derive(Debug, Default)]
+use crate::span::{Record, Text, Value};
+
+/// The encoder of one process's export requests: its resource and scope
+/// encoded once, and the buffers reused from batch to batch.
+#[derive(Debug)]
 pub(crate) struct Encoder {
     /// The `Resource` message's bytes (its attributes).
     resource: Vec<u8>,
-    /// The resource's schema URL.
-    schema_url: Option<String>,
+    /// The `InstrumentationScope` message's bytes.
+    scope: Vec<u8>,
+    /// The scope's schema URL.
+    scope_schema_url: String,
     /// One span's bytes while its length is not known yet.
     span: Vec<u8>,
-    /// The spans of each scope (all of a process's spans share one).
-    scopes: Vec<(InstrumentationScope, Vec<u8>)>,
+    /// The batch's spans, each as `ScopeSpans.spans` (field 2).
+    spans: Vec<u8>,
 }
 
 impl Encoder {
-    /// An encoder for spans of `resource`.
-    pub(crate) fn new(resource: &Resource) -> Self {
-        let mut bytes = Vec::new();
-        for (key, value) in resource.iter() {
-            put_key_value(1, key, value, &mut bytes);
-        }
+    /// An encoder for spans of service `service_name`, of the scope
+    /// `scope` at `version` with `schema_url`.
+    pub(crate) fn new(service_name: &str, scope: &str, version: &str, schema_url: &str) -> Self {
+        let mut resource = Vec::new();
+        put_attribute(
+            1,
+            "service.name",
+            &Value::Text(Text::Owned(service_name.into())),
+            &mut resource,
+        );
+        // InstrumentationScope { name = 1, version = 2 }
+        let mut scope_bytes = Vec::new();
+        put_str(1, scope, &mut scope_bytes);
+        put_str(2, version, &mut scope_bytes);
         Encoder {
-            resource: bytes,
-            schema_url: resource.schema_url().map(str::to_owned),
-            ..Encoder::default()
+            resource,
+            scope: scope_bytes,
+            scope_schema_url: schema_url.to_owned(),
+            span: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
     /// The request exporting `spans`.
-    pub(crate) fn request(&mut self, spans: &[SpanData]) -> Vec<u8> {
-        for (_, bytes) in &mut self.scopes {
-            bytes.clear();
-        }
+    pub(crate) fn request(&mut self, spans: &[Record]) -> Vec<u8> {
+        self.spans.clear();
         for span in spans {
             self.span.clear();
             put_span(span, &mut self.span);
-            let i = match self
-                .scopes
-                .iter()
-                .position(|(s, _)| *s == span.instrumentation_scope)
-            {
-                Some(i) => i,
-                None => {
-                    self.scopes
-                        .push((span.instrumentation_scope.clone(), Vec::new()));
-                    self.scopes.len() - 1
-                }
-            };
-            put_bytes(2, &self.span, &mut self.scopes[i].1);
+            put_bytes(2, &self.span, &mut self.spans);
         }
         // The outer messages' lengths first, so that each span's bytes
         // are copied once more, into the body.
         // ScopeSpans { scope = 1, spans = 2, schema_url = 3 }
-        let scopes: Vec<(Vec<u8>, &[u8], &str, usize)> = self
-            .scopes
-            .iter()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|(scope, spans)| {
-                let mut message = Vec::new();
-                put_str(1, scope.name(), &mut message);
-                put_str(2, scope.version().unwrap_or_default(), &mut message);
-                for kv in scope.attributes() {
-                    put_kv(3, kv, &mut message);
-                }
-                let url = scope.schema_url().unwrap_or_default();
-                let len = bytes_len(1, message.len()) + spans.len() + str_len(3, url);
-                (message, spans.as_slice(), url, len)
-            })
-            .collect();
-        // ResourceSpans { resource = 1, scope_spans = 2, schema_url = 3 }
-        let url = self.schema_url.as_deref().unwrap_or_default();
+        let scope_spans = if self.spans.is_empty() {
+            0
+        } else {
+            bytes_len(1, self.scope.len()) + self.spans.len() + str_len(3, &self.scope_schema_url)
+        };
+        // ResourceSpans { resource = 1, scope_spans = 2 } (no schema URL)
         let resource_spans = bytes_len(1, self.resource.len())
-            + scopes.iter().map(|s| bytes_len(2, s.3)).sum::<usize>()
-            + str_len(3, url);
+            + if scope_spans == 0 {
+                0
+            } else {
+                bytes_len(2, scope_spans)
+            };
         // ExportTraceServiceRequest { resource_spans = 1 }
         let mut request = Vec::with_capacity(bytes_len(1, resource_spans));
         encode_key(1, WireType::LengthDelimited, &mut request);
         encode_varint(resource_spans as u64, &mut request);
         put_bytes(1, &self.resource, &mut request);
-        for (message, spans, url, len) in &scopes {
+        if scope_spans != 0 {
             encode_key(2, WireType::LengthDelimited, &mut request);
-            encode_varint(*len as u64, &mut request);
-            put_bytes(1, message, &mut request);
-            request.extend_from_slice(spans);
-            put_str(3, url, &mut request);
+            encode_varint(scope_spans as u64, &mut request);
+            put_bytes(1, &self.scope, &mut request);
+            request.extend_from_slice(&self.spans);
+            put_str(3, &self.scope_schema_url, &mut request);
         }
-        put_str(3, url, &mut request);
         debug_assert_eq!(request.len(), request.capacity());
         request
     }
 }
 
-fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// `Span` (trace/v1) of `span`.
-fn put_span(span: &SpanData, buf: &mut Vec<u8>) {
-    let cx = &span.span_context;
-    put_ids(cx, buf);
-    if span.parent_span_id != SpanId::INVALID {
-        put_bytes(4, &span.parent_span_id.to_bytes(), buf);
+fn put_span(span: &Record, buf: &mut Vec<u8>) {
+    put_bytes(1, &span.trace_id, buf);
+    put_bytes(2, &span.span_id, buf);
+    put_str(3, span.trace_state.as_deref().unwrap_or_default(), buf);
+    if span.parent_id != [0; 8] {
+        put_bytes(4, &span.parent_id, buf);
     }
-    put_str(5, &span.name, buf);
-    let kind: u64 = match span.span_kind {
-        SpanKind::Internal => 1,
-        SpanKind::Server => 2,
-        SpanKind::Client => 3,
-        SpanKind::Producer => 4,
-        SpanKind::Consumer => 5,
-    };
-    put_varint(6, kind, buf);
-    put_fixed64(7, nanos(span.start_time), buf);
-    put_fixed64(8, nanos(span.end_time), buf);
-    for kv in &span.attributes {
-        put_kv(9, kv, buf);
+    // The name: operation, then " " and the model, without a copy.
+    encode_key(5, WireType::LengthDelimited, buf);
+    encode_varint(span.name_len() as u64, buf);
+    buf.extend_from_slice(span.operation.as_bytes());
+    if let Some(model) = &span.model {
+        buf.push(b' ');
+        buf.extend_from_slice(model.as_bytes());
     }
-    put_varint(10, u64::from(span.dropped_attributes_count), buf);
-    for event in span.events.iter() {
-        // Event { time_unix_nano = 1, name = 2, attributes = 3, dropped = 4 }
-        let mut e = Vec::new();
-        put_fixed64(1, nanos(event.timestamp), &mut e);
-        put_str(2, &event.name, &mut e);
-        for kv in &event.attributes {
-            put_kv(3, kv, &mut e);
-        }
-        put_varint(4, u64::from(event.dropped_attributes_count), &mut e);
-        put_bytes(11, &e, buf);
+    put_varint(6, span.kind as u64, buf);
+    put_fixed64(7, span.start, buf);
+    put_fixed64(8, span.end, buf);
+    for (key, value) in &span.attributes {
+        put_attribute(9, key, value, buf);
     }
-    put_varint(12, u64::from(span.events.dropped_count), buf);
-    for link in span.links.iter() {
-        // Link { trace_id = 1, span_id = 2, trace_state = 3, attributes = 4,
-        // dropped = 5, flags = 6 }
-        let mut l = Vec::new();
-        put_ids(&link.span_context, &mut l);
-        for kv in &link.attributes {
-            put_kv(4, kv, &mut l);
-        }
-        put_varint(5, u64::from(link.dropped_attributes_count), &mut l);
-        put_fixed32(
-            6,
-            flags(link.span_context.is_remote(), &link.span_context),
-            &mut l,
-        );
-        put_bytes(13, &l, buf);
-    }
-    put_varint(14, u64::from(span.links.dropped_count), buf);
     // Status { message = 2, code = 3 }: always present, as the SDK's
-    // exporter sends it.
-    let (code, message): (u64, &str) = match &span.status {
-        Status::Unset => (0, ""),
-        Status::Ok => (1, ""),
-        Status::Error { description } => (2, description),
+    // exporter sent it (code 0 unset, 2 error).
+    let (code, message): (u64, &str) = match &span.error {
+        None => (0, ""),
+        Some(description) => (2, description.as_str()),
     };
     let status_len = str_len(2, message) + varint_len(3, code);
     encode_key(15, WireType::LengthDelimited, buf);
     encode_varint(status_len as u64, buf);
     put_str(2, message, buf);
     put_varint(3, code, buf);
-    put_fixed32(16, flags(span.parent_span_is_remote, cx), buf);
+    // The W3C flags plus `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` (0x100)
+    // and, if the parent is remote, `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`
+    // (0x200).
+    let flags = u32::from(span.flags) | 0x100 | if span.parent_remote { 0x200 } else { 0 };
+    put_fixed32(16, flags, buf);
 }
 
-/// `trace_id = 1`, `span_id = 2`, `trace_state = 3` (Span and Link alike).
-fn put_ids(cx: &SpanContext, buf: &mut Vec<u8>) {
-    put_bytes(1, &cx.trace_id().to_bytes(), buf);
-    put_bytes(2, &cx.span_id().to_bytes(), buf);
-    let state = cx.trace_state().header();
-    put_str(3, &state, buf);
-}
-
-/// The W3C flags plus `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` (0x100) and,
-/// if `remote`, `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK` (0x200).
-fn flags(remote: bool, cx: &SpanContext) -> u32 {
-    u32::from(cx.trace_flags().to_u8()) | 0x100 | if remote { 0x200 } else { 0 }
-}
-
-/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`; an array
-/// value (never set by this crate) is left out.
-fn put_kv(tag: u32, kv: &KeyValue, buf: &mut Vec<u8>) {
-    put_key_value(tag, &kv.key, &kv.value, buf);
-}
-
-fn put_key_value(tag: u32, key: &Key, value: &Value, buf: &mut Vec<u8>) {
+/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`.
+fn put_attribute(tag: u32, key: &str, value: &Value, buf: &mut Vec<u8>) {
     // AnyValue { string = 1, bool = 2, int = 3, double = 4 }
     let value_len = match value {
-        Value::String(s) => bytes_len(1, s.as_str().len()),
+        Value::Text(s) => bytes_len(1, s.as_str().len()),
         Value::Bool(_) => key_len(2) + 1,
         Value::I64(i) => key_len(3) + encoded_len_varint(*i as u64),
         Value::F64(_) => key_len(4) + 8,
-        _ => return,
     };
-    let key = key.as_str();
     let len = bytes_len(1, key.len()) + bytes_len(2, value_len);
     encode_key(tag, WireType::LengthDelimited, buf);
     encode_varint(len as u64, buf);
@@ -216,7 +150,7 @@ fn put_key_value(tag: u32, key: &Key, value: &Value, buf: &mut Vec<u8>) {
     encode_key(2, WireType::LengthDelimited, buf);
     encode_varint(value_len as u64, buf);
     match value {
-        Value::String(s) => put_bytes(1, s.as_str().as_bytes(), buf),
+        Value::Text(s) => put_bytes(1, s.as_str().as_bytes(), buf),
         Value::Bool(b) => {
             encode_key(2, WireType::Varint, buf);
             encode_varint(u64::from(*b), buf);
@@ -229,7 +163,6 @@ fn put_key_value(tag: u32, key: &Key, value: &Value, buf: &mut Vec<u8>) {
             encode_key(4, WireType::SixtyFourBit, buf);
             buf.extend_from_slice(&d.to_le_bytes());
         }
-        _ => {}
     }
 }
 
@@ -291,13 +224,15 @@ fn put_fixed32(tag: u32, v: u32, buf: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
+    use std::sync::Arc;
     use std::time::{Duration, UNIX_EPOCH};
 
     use opentelemetry::trace::{
-        Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+        SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
     };
     use opentelemetry::{InstrumentationScope, KeyValue};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
     use opentelemetry_sdk::Resource;
@@ -305,123 +240,160 @@ mod tests {
     use prost::Message;
 
     use super::Encoder;
+    use crate::span::{Kind, Record, Text, Value};
 
-    fn context(trace: u128, span: u64, remote: bool, state: &str) -> SpanContext {
-        SpanContext::new(
-            TraceId::from(trace),
-            SpanId::from(span),
-            TraceFlags::SAMPLED,
-            remote,
-            state.parse::<TraceState>().expect("trace state"),
-        )
+    const SCHEMA: &str = "https://opentelemetry.io/schemas/1.37.0";
+
+    fn record(kind: Kind, parent: u64, remote: bool, error: Option<Text>) -> Record {
+        Record {
+            trace_id: 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c_u128.to_be_bytes(),
+            span_id: 0xb7ad_6b71_6920_3331_u64.to_be_bytes(),
+            parent_id: parent.to_be_bytes(),
+            parent_remote: remote,
+            flags: 1,
+            trace_state: remote.then(|| Arc::from("vendor=a,other=b")),
+            kind,
+            operation: "chat",
+            model: (kind != Kind::Internal).then(|| Arc::from("gpt-4o-mini")),
+            start: 1_764_000_000_000_000_000,
+            end: 1_764_000_000_001_234_567,
+            attributes: vec![
+                ("gen_ai.operation.name", Value::from("chat")),
+                (
+                    "gen_ai.request.model",
+                    Value::from(Arc::<str>::from("gpt-4o")),
+                ),
+                ("tollgate.tenant", Value::Text(Text::Owned("team-ä".into()))),
+                ("tollgate.stream", Value::Bool(false)),
+                ("tollgate.attempt", Value::I64(2)),
+                ("tollgate.tokens_estimated", Value::I64(-7)),
+                ("tollgate.queue_ms", Value::F64(0.125)),
+                ("tollgate.cost_usd", Value::F64(0.0)),
+                ("empty", Value::from("")),
+            ],
+            error,
+        }
     }
 
-    fn span(
-        scope: &InstrumentationScope,
-        kind: SpanKind,
-        parent: u64,
-        remote: bool,
-        status: Status,
-    ) -> SpanData {
-        let start = UNIX_EPOCH;
-        let mut events = SpanEvents::default();
-        events.events = vec![Event::new(
-            "first-byte",
-            start + Duration::from_micros(5),
-            vec![KeyValue::new("k", 1_i64)],
-            1,
-        )];
-        events.dropped_count = 2;
-        let mut links = SpanLinks::default();
-        links.links = vec![Link::new(
-            context(7, 9, true, ""),
-            vec![KeyValue::new("why", "batch")],
-            4,
-        )];
-        links.dropped_count = 5;
+    /// The same span as the OpenTelemetry SDK held it.
+    fn sdk(r: &Record, scope: &InstrumentationScope) -> SpanData {
+        let state = r.trace_state.as_deref().unwrap_or_default();
+        let at = |n: u64| UNIX_EPOCH + Duration::from_nanos(n);
         SpanData {
-            span_context: context(
-                0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c,
-                0xb7ad_6b71_6920_3331,
+            span_context: SpanContext::new(
+                TraceId::from_bytes(r.trace_id),
+                SpanId::from_bytes(r.span_id),
+                TraceFlags::new(r.flags),
                 false,
-                "vendor=a,other=b",
+                state.parse::<TraceState>().expect("trace state"),
             ),
-            parent_span_id: SpanId::from(parent),
-            parent_span_is_remote: remote,
-            span_kind: kind,
-            name: Cow::Owned("chat gpt-4o-mini".to_owned()),
-            start_time: start,
-            end_time: start + Duration::from_nanos(1_234_567),
-            attributes: vec![
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("tollgate.tenant", "team-ä".to_owned()),
-                KeyValue::new("tollgate.stream", false),
-                KeyValue::new("tollgate.attempt", 2_i64),
-                KeyValue::new("tollgate.tokens_estimated", -7_i64),
-                KeyValue::new("tollgate.queue_ms", 0.125),
-                KeyValue::new("tollgate.cost_usd", 0.0),
-                KeyValue::new("empty", ""),
-            ],
-            dropped_attributes_count: 3,
-            events,
-            links,
-            status,
+            parent_span_id: SpanId::from_bytes(r.parent_id),
+            parent_span_is_remote: r.parent_remote,
+            span_kind: match r.kind {
+                Kind::Internal => SpanKind::Internal,
+                Kind::Server => SpanKind::Server,
+                Kind::Client => SpanKind::Client,
+            },
+            name: Cow::Owned(match &r.model {
+                Some(m) => format!("{} {m}", r.operation),
+                None => r.operation.to_owned(),
+            }),
+            start_time: at(r.start),
+            end_time: at(r.end),
+            attributes: r
+                .attributes
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::Text(t) => KeyValue::new(*k, t.as_str().to_owned()),
+                    Value::I64(i) => KeyValue::new(*k, *i),
+                    Value::F64(d) => KeyValue::new(*k, *d),
+                    Value::Bool(b) => KeyValue::new(*k, *b),
+                })
+                .collect(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: match &r.error {
+                None => Status::Unset,
+                Some(e) => Status::error(e.as_str().to_owned()),
+            },
             instrumentation_scope: scope.clone(),
         }
     }
 
-    // proves: OBS-5 (the spans exported are exactly what the SDK's own
-    // OTLP exporter sent: every id, name, kind, time, attribute, event,
-    // link, status and flag, under the same resource and scopes)
+    /// proves: OBS-5 (the spans exported are exactly what the OpenTelemetry
+    /// SDK's own OTLP exporter sent for the same spans: every id, name,
+    /// kind, time, attribute, status, trace state and flag, under the
+    /// same resource and scope)
     #[test]
     fn request_decodes_to_what_the_sdk_exporter_built() {
-        let gateway = InstrumentationScope::builder("tollgate-gateway")
+        let scope = InstrumentationScope::builder("tollgate-gateway")
             .with_version("0.1.0")
-            .with_schema_url("https://opentelemetry.io/schemas/1.37.0")
-            .build();
-        let other = InstrumentationScope::builder("other")
-            .with_attributes([KeyValue::new("scope.attr", true)])
+            .with_schema_url(SCHEMA)
             .build();
         let resource = Resource::builder_empty()
             .with_service_name("tollgate-test")
             .build();
-        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(1_764_000_000 + s);
-        let mut spans = vec![
-            span(&gateway, SpanKind::Server, 0x1111, true, Status::Unset),
-            span(
-                &gateway,
-                SpanKind::Client,
+        let mut records = vec![
+            record(Kind::Server, 0x1111, true, None),
+            record(
+                Kind::Client,
+                0x2222,
+                false,
+                Some(Text::Static("rate_limited")),
+            ),
+            record(Kind::Internal, 0, false, None),
+            record(
+                Kind::Server,
                 0,
                 false,
-                Status::error("rate_limited"),
+                Some(Text::Shared(Arc::from("stream_failed"))),
             ),
-            span(&other, SpanKind::Internal, 0x2222, false, Status::Ok),
-            span(&gateway, SpanKind::Producer, 0, false, Status::Unset),
-            span(&other, SpanKind::Consumer, 0, false, Status::Unset),
         ];
-        for (i, s) in spans.iter_mut().enumerate() {
-            s.start_time = at(i as u64);
-            s.end_time = at(i as u64 + 1);
+        for (i, r) in records.iter_mut().enumerate() {
+            r.span_id[0] = i as u8;
+            r.start += i as u64;
         }
-        let mut encoder = Encoder::new(&resource);
-        let ours = ExportTraceServiceRequest::decode(encoder.request(&spans).as_slice())
-            .expect("a valid request");
-        let theirs = ExportTraceServiceRequest {
+        let mut encoder = Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA);
+        let theirs = |records: &[Record]| ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
-                spans.clone(),
+                records.iter().map(|r| sdk(r, &scope)).collect(),
                 &ResourceAttributesWithSchema::from(&resource),
             ),
         };
-        assert_eq!(ours, theirs);
+        let ours = ExportTraceServiceRequest::decode(encoder.request(&records).as_slice())
+            .expect("a valid request");
+        assert_eq!(ours, theirs(&records));
+
+        // A few fields by hand, so that the comparison is not with itself.
+        let spans = &ours.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 4);
+        assert_eq!(spans[0].name, "chat gpt-4o-mini");
+        assert_eq!(spans[2].name, "chat");
+        assert_eq!(spans[0].flags, 0x301, "sampled, has-is-remote, is-remote");
+        assert_eq!(spans[1].flags, 0x101, "sampled, has-is-remote");
+        assert_eq!(spans[0].trace_state, "vendor=a,other=b");
+        assert_eq!(spans[0].parent_span_id, 0x1111_u64.to_be_bytes());
+        assert!(spans[2].parent_span_id.is_empty(), "a root has no parent");
+        assert_eq!(spans[1].kind, 3);
+        let status = spans[1].status.as_ref().expect("status");
+        assert_eq!((status.code, status.message.as_str()), (2, "rate_limited"));
+        assert_eq!(spans[0].status.as_ref().map(|s| s.code), Some(0));
+        assert_eq!(
+            spans[0].attributes[2]
+                .value
+                .as_ref()
+                .and_then(|v| v.value.clone()),
+            Some(Any::StringValue("team-ä".to_owned()))
+        );
+        assert_eq!(
+            ours.resource_spans[0].scope_spans[0].schema_url, SCHEMA,
+            "the semantic conventions' schema"
+        );
+
         // The encoder's reused buffers leave nothing of one batch in the next.
-        let ours = ExportTraceServiceRequest::decode(encoder.request(&spans[2..3]).as_slice())
+        let ours = ExportTraceServiceRequest::decode(encoder.request(&records[2..3]).as_slice())
             .expect("a valid request");
-        let theirs = ExportTraceServiceRequest {
-            resource_spans: group_spans_by_resource_and_scope(
-                spans[2..3].to_vec(),
-                &ResourceAttributesWithSchema::from(&resource),
-            ),
-        };
-        assert_eq!(ours, theirs);
+        assert_eq!(ours, theirs(&records[2..3]));
     }
 }

@@ -3,10 +3,10 @@
 //! `<endpoint>/v1/traces`, on the export task (SPEC OBS-5).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SpanData;
 
 use crate::encode::Encoder;
+use crate::queue::Export;
+use crate::span::Record;
 
 /// Sends batches to one collector. Owned by the export task.
 #[derive(Debug)]
@@ -17,16 +17,12 @@ pub(crate) struct OtlpHttp {
 }
 
 impl OtlpHttp {
-    /// An exporter of `resource`'s spans to `url` (the full
-    /// `.../v1/traces`), each request with `headers` too.
+    /// An exporter of spans to `url` (the full `.../v1/traces`), encoded
+    /// by `encoder`, each request with `headers` too.
     ///
     /// # Errors
     /// The HTTP client cannot be built.
-    pub(crate) fn new(
-        url: String,
-        resource: &Resource,
-        headers: HeaderMap,
-    ) -> Result<Self, String> {
+    pub(crate) fn new(url: String, encoder: Encoder, headers: HeaderMap) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .default_headers(headers)
             .build()
@@ -34,7 +30,7 @@ impl OtlpHttp {
         Ok(OtlpHttp {
             client,
             url,
-            encoder: Encoder::new(resource),
+            encoder,
         })
     }
 
@@ -43,7 +39,7 @@ impl OtlpHttp {
     ///
     /// # Errors
     /// The request failed or the collector did not answer 2xx.
-    pub(crate) async fn export(&mut self, spans: &[SpanData]) -> Result<(), String> {
+    async fn send(&mut self, spans: &[Record]) -> Result<(), String> {
         let body = self.encoder.request(spans);
         let response = self
             .client
@@ -61,6 +57,12 @@ impl OtlpHttp {
         } else {
             Err(format!("the collector answered {status}"))
         }
+    }
+}
+
+impl Export for OtlpHttp {
+    fn export(&mut self, spans: &[Record]) -> impl Future<Output = Result<(), String>> + Send {
+        self.send(spans)
     }
 }
 

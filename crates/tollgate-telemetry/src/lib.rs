@@ -16,6 +16,14 @@
 //! Exporting never slows a call: ended spans go to a bounded queue and a
 //! full one drops (and counts) them (`tollgate_telemetry_spans_dropped_total`).
 //!
+//! Spans are the crate's own records, not OpenTelemetry SDK objects: the
+//! request path fills a compact record per span (ids, times, the
+//! attribute values it already holds) and pushes it to a bounded buffer;
+//! the export task wakes per batch, not per span, and encodes the records
+//! straight to OTLP protobuf. `traceparent` and `tracestate` are read and
+//! written by hand, sampling is OpenTelemetry's
+//! `ParentBased(TraceIdRatioBased(sample_ratio))`.
+//!
 //! The tracer is the process's own (no global provider is installed), made
 //! once at start; the gateway keeps it across reloads (`[telemetry]` needs
 //! a restart).
@@ -28,15 +36,12 @@ mod encode;
 mod export;
 mod queue;
 pub mod semconv;
+mod span;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod w3c;
 
 use std::sync::Arc;
-
-use opentelemetry::InstrumentationScope;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
 pub use call::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, TRACEPARENT};
 pub use config::{OtlpProtocol, TelemetryConfig};
@@ -106,8 +111,8 @@ pub fn resolve(
 
 /// The compression `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` (else
 /// `OTEL_EXPORTER_OTLP_COMPRESSION`) asks for, if it asks for one
-/// (`gzip`, `zstd`): not supported, as it was not with the SDK's exporter
-/// as built here.
+/// (`gzip`, `zstd`): not supported (it was not with the OpenTelemetry
+/// SDK's exporter as this crate built it either).
 fn compression(env: impl Fn(&str) -> Option<String>) -> Option<String> {
     let value = env("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
         .or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION"))?;
@@ -119,19 +124,13 @@ fn compression(env: impl Fn(&str) -> Option<String>) -> Option<String> {
 #[derive(Debug, Clone, Default)]
 pub struct Telemetry(Option<Arc<Exporting>>);
 
+/// Tracing on. Dropped with the last [`Telemetry`] clone: the queue's
+/// task then sends what it holds and ends.
 #[derive(Debug)]
 struct Exporting {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
+    /// New traces recorded, 0 to 1.
+    sample_ratio: f64,
     queue: queue::Queue,
-}
-
-impl Drop for Exporting {
-    fn drop(&mut self) {
-        // The queue's task ends once the last sender (held by the
-        // provider's processor) is gone, after sending what it holds.
-        let _ = self.provider.shutdown();
-    }
 }
 
 impl Telemetry {
@@ -168,17 +167,20 @@ impl Telemetry {
             tracing::warn!("no async runtime: traces are not exported");
             return Ok(Self::off());
         };
-        let resource = Resource::builder_empty()
-            .with_service_name(target.service_name.clone())
-            .build();
         if let Some(c) = compression(&env) {
             return Err(TelemetryError::Exporter(format!(
                 "compression {c:?} is not supported (only \"none\")"
             )));
         }
+        let encoder = encode::Encoder::new(
+            &target.service_name,
+            scope,
+            env!("CARGO_PKG_VERSION"),
+            semconv::SCHEMA_URL,
+        );
         let exporter = export::OtlpHttp::new(
             target.traces_url.clone(),
-            &resource,
+            encoder,
             export::env_headers(&env),
         )
         .map_err(TelemetryError::Exporter)?;
@@ -192,26 +194,13 @@ impl Telemetry {
             },
             &runtime,
         );
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(queue.clone())
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                config.sample_ratio,
-            ))))
-            .with_resource(resource)
-            .build();
-        let scope = InstrumentationScope::builder(scope)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .with_schema_url(semconv::SCHEMA_URL)
-            .build();
-        let tracer = provider.tracer_with_scope(scope);
         tracing::info!(
             endpoint = %target.traces_url,
             service = %target.service_name,
             "exporting traces over OTLP/HTTP"
         );
         Ok(Telemetry(Some(Arc::new(Exporting {
-            provider,
-            tracer,
+            sample_ratio: config.sample_ratio,
             queue,
         }))))
     }
@@ -234,7 +223,7 @@ impl Telemetry {
         self.0.as_ref().map_or(0, |e| e.queue.dropped().get())
     }
 
-    fn tracer(&self) -> Option<&SdkTracer> {
-        self.0.as_ref().map(|e| &e.tracer)
+    fn exporting(&self) -> Option<&Exporting> {
+        self.0.as_deref()
     }
 }

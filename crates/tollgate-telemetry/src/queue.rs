@@ -1,31 +1,34 @@
-//! The export queue: ended spans wait in a bounded channel and a task on
-//! the process's runtime sends them in batches (SPEC OBS-5).
+//! The export queue (SPEC OBS-5): ended spans wait in a bounded buffer
+//! and a task on the process's runtime sends them in batches.
 //!
-//! A call never waits for telemetry: ending a span is one `try_send`; a
-//! full queue (a slow or unreachable collector) drops the span, and a
-//! failed or timed-out export drops its batch. Both are counted in
-//! `tollgate_telemetry_spans_dropped_total`. The SDK's own batch processor
-//! drops alike but does not expose the count, hence this one.
+//! A call never waits for telemetry and never wakes the export task for
+//! one span: ending a span is a push under a short lock. The task wakes
+//! when a batch is full (`batch_size`), when the oldest waiting span has
+//! waited `schedule_delay`, at a flush, and when the telemetry is dropped
+//! (it then sends what it holds and ends). A full buffer (`queue_size`
+//! spans: a slow or unreachable collector) drops the span, and a failed
+//! or timed-out export drops its batch. Both are counted in
+//! `tollgate_telemetry_spans_dropped_total` and [`Telemetry::dropped`](crate::Telemetry::dropped).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use opentelemetry::Context;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
-use tokio::sync::{mpsc, oneshot};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
-use crate::export::OtlpHttp;
+use crate::span::Record;
+
+/// What sends a batch: the OTLP/HTTP exporter (or a test's stand-in).
+pub(crate) trait Export: Send + 'static {
+    /// Sends `spans` once.
+    fn export(&mut self, spans: &[Record]) -> impl Future<Output = Result<(), String>> + Send;
+}
 
 /// The metric counting spans never exported.
 pub const DROPPED_METRIC: &str = "tollgate_telemetry_spans_dropped_total";
-
-enum Message {
-    Span(Box<SpanData>),
-    /// Export everything queued before it, then answer.
-    Flush(oneshot::Sender<()>),
-}
 
 /// Spans dropped so far; clones share the count.
 #[derive(Debug, Clone)]
@@ -61,103 +64,175 @@ pub(super) struct Batching {
     pub timeout: Duration,
 }
 
-/// The span processor: the sending end of the queue.
-#[derive(Debug, Clone)]
-pub(super) struct Queue {
-    tx: mpsc::Sender<Message>,
+/// The spans waiting for export.
+#[derive(Debug)]
+struct Pending {
+    /// Oldest first: a batch is taken from the front without moving the
+    /// rest.
+    records: VecDeque<Record>,
+    /// When the oldest of `records` was pushed.
+    since: Option<Instant>,
+    /// The telemetry was dropped: nothing more is taken.
+    closed: bool,
+}
+
+/// Where ended spans go; shared by the telemetry, every call's spans and
+/// the export task.
+#[derive(Debug)]
+pub(crate) struct Buffer {
+    pending: Mutex<Pending>,
+    queue_size: usize,
+    batch_size: usize,
+    /// Wakes the task: a batch is full.
+    full: Notify,
     dropped: Dropped,
+}
+
+impl Buffer {
+    /// Queues an ended span for export; drops it (counted) if
+    /// `queue_size` spans already wait. Wakes the export task only when
+    /// this span fills a batch.
+    pub(crate) fn push(&self, record: Record) {
+        let mut p = self.pending.lock();
+        if p.closed {
+            // Ended after the telemetry was dropped: nothing exports it
+            // any more (as with the SDK after its shutdown).
+            return;
+        }
+        if p.records.len() >= self.queue_size {
+            drop(p);
+            self.dropped.add(1);
+            return;
+        }
+        if p.records.is_empty() {
+            p.since = Some(Instant::now());
+        }
+        p.records.push_back(record);
+        let full = p.records.len() == self.batch_size;
+        drop(p);
+        if full {
+            self.full.notify_one();
+        }
+    }
+
+    /// Moves the next batch into `batch` (empty): a full one, or if `any`
+    /// whatever waits, at most `batch_size`. Whether it took any.
+    fn take(&self, batch: &mut Vec<Record>, any: bool) -> bool {
+        let mut p = self.pending.lock();
+        let n = p.records.len();
+        if n == 0 || (!any && n < self.batch_size) {
+            return false;
+        }
+        batch.extend(p.records.drain(..n.min(self.batch_size)));
+        if p.records.is_empty() {
+            p.since = None;
+        }
+        // Else the rest is younger than `since`: it is sent no later.
+        true
+    }
+
+    /// When the oldest waiting span is due, if one waits.
+    fn due(&self, delay: Duration) -> Option<Instant> {
+        self.pending.lock().since.map(|s| s + delay)
+    }
+
+    fn close(&self) {
+        self.pending.lock().closed = true;
+    }
+}
+
+/// The telemetry's end of the queue. Dropping it ends the export task
+/// once it has sent what it holds.
+#[derive(Debug)]
+pub(super) struct Queue {
+    buffer: Arc<Buffer>,
+    flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
 impl Queue {
     /// The queue and its export task, spawned on `runtime`.
     pub(super) fn spawn(
-        exporter: OtlpHttp,
+        exporter: impl Export,
         batching: Batching,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
-        let (tx, rx) = mpsc::channel(batching.queue_size);
-        let dropped = Dropped::new();
-        runtime.spawn(export_loop(exporter, rx, batching, dropped.clone()));
-        Queue { tx, dropped }
+        let buffer = Arc::new(Buffer {
+            pending: Mutex::new(Pending {
+                records: VecDeque::new(),
+                since: None,
+                closed: false,
+            }),
+            queue_size: batching.queue_size,
+            batch_size: batching.batch_size.max(1),
+            full: Notify::new(),
+            dropped: Dropped::new(),
+        });
+        let (flushes, rx) = mpsc::unbounded_channel();
+        runtime.spawn(export_loop(exporter, Arc::clone(&buffer), rx, batching));
+        Queue { buffer, flushes }
+    }
+
+    /// Where spans are pushed.
+    pub(super) fn buffer(&self) -> &Arc<Buffer> {
+        &self.buffer
     }
 
     pub(super) fn dropped(&self) -> &Dropped {
-        &self.dropped
+        &self.buffer.dropped
     }
 
     /// Exports every span ended before the call; `false` if the export
     /// task is gone.
     pub(super) async fn flush(&self) -> bool {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(Message::Flush(done)).await.is_err() {
+        if self.flushes.send(done).is_err() {
             return false;
         }
         wait.await.is_ok()
     }
 }
 
-impl SpanProcessor for Queue {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, span: SpanData) {
-        if self.tx.try_send(Message::Span(Box::new(span))).is_err() {
-            self.dropped.add(1);
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        // Synchronous callers cannot wait on the runtime; `Telemetry::flush`
-        // is the asynchronous flush.
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-}
-
-/// Collects spans and sends a batch when it is full, when the oldest span
-/// waited `delay`, at a flush, and when the queue closes.
+/// Sends a batch when one is full, when the oldest span waited `delay`,
+/// at a flush, and, before it ends, when the telemetry is dropped.
 async fn export_loop(
-    mut exporter: OtlpHttp,
-    mut rx: mpsc::Receiver<Message>,
+    mut exporter: impl Export,
+    buffer: Arc<Buffer>,
+    mut flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     batching: Batching,
-    dropped: Dropped,
 ) {
-    let mut batch: Vec<SpanData> = Vec::with_capacity(batching.batch_size);
-    let mut due: Option<tokio::time::Instant> = None;
+    let mut batch: Vec<Record> = Vec::new();
     loop {
-        let message = match due {
-            None => rx.recv().await,
-            Some(at) => match tokio::time::timeout_at(at, rx.recv()).await {
-                Ok(m) => m,
-                Err(_) => {
-                    send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
-                    due = None;
-                    continue;
-                }
-            },
-        };
-        match message {
-            None => {
-                send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
-                return;
+        while buffer.take(&mut batch, false) {
+            send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
+        }
+        let due = buffer.due(batching.delay);
+        if due.is_some_and(|at| at <= Instant::now()) {
+            while buffer.take(&mut batch, true) {
+                send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
             }
-            Some(Message::Span(span)) => {
-                if batch.is_empty() {
-                    due = Some(tokio::time::Instant::now() + batching.delay);
+            continue;
+        }
+        // Idle, the task looks again after `delay`: a span pushed meanwhile
+        // did not wake it.
+        let wake = due.unwrap_or_else(|| Instant::now() + batching.delay);
+        tokio::select! {
+            biased;
+            flush = flushes.recv() => {
+                if flush.is_none() {
+                    buffer.close();
                 }
-                batch.push(*span);
-                if batch.len() >= batching.batch_size {
-                    send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
-                    due = None;
+                while buffer.take(&mut batch, true) {
+                    send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
+                }
+                match flush {
+                    Some(done) => {
+                        let _ = done.send(());
+                    }
+                    None => return,
                 }
             }
-            Some(Message::Flush(done)) => {
-                send(&mut exporter, &mut batch, batching.timeout, &dropped).await;
-                due = None;
-                let _ = done.send(());
-            }
+            () = buffer.full.notified() => {}
+            () = tokio::time::sleep_until(wake) => {}
         }
     }
 }
@@ -165,8 +240,8 @@ async fn export_loop(
 /// Sends `batch` (emptied), counting its spans dropped if the export fails
 /// or takes longer than `timeout`.
 async fn send(
-    exporter: &mut OtlpHttp,
-    batch: &mut Vec<SpanData>,
+    exporter: &mut impl Export,
+    batch: &mut Vec<Record>,
     timeout: Duration,
     dropped: &Dropped,
 ) {
@@ -187,5 +262,232 @@ async fn send(
             tracing::debug!(spans = n, "trace export timed out; spans dropped");
             dropped.add(n);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::{Semaphore, mpsc};
+    use tokio::time::Instant;
+
+    use super::{Batching, Export, Queue};
+    use crate::span::{Kind, Record};
+
+    /// A stand-in collector: reports each batch's size and when it came;
+    /// waits for a permit of `gate` first if there is one; fails if told.
+    struct Fake {
+        batches: mpsc::UnboundedSender<(Instant, usize)>,
+        gate: Option<Arc<Semaphore>>,
+        fail: bool,
+    }
+
+    impl Export for Fake {
+        async fn export(&mut self, spans: &[Record]) -> Result<(), String> {
+            if let Some(gate) = &self.gate {
+                gate.acquire().await.map_err(|e| e.to_string())?.forget();
+            }
+            let _ = self.batches.send((Instant::now(), spans.len()));
+            if self.fail {
+                Err("refused".to_owned())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn record(i: u8) -> Record {
+        Record {
+            trace_id: [i; 16],
+            span_id: [i; 8],
+            parent_id: [0; 8],
+            parent_remote: false,
+            flags: 1,
+            trace_state: None,
+            kind: Kind::Internal,
+            operation: "chat",
+            model: None,
+            start: 1,
+            end: 2,
+            attributes: Vec::new(),
+            error: None,
+        }
+    }
+
+    struct Setup {
+        queue: Queue,
+        batches: mpsc::UnboundedReceiver<(Instant, usize)>,
+    }
+
+    fn setup(
+        queue_size: usize,
+        batch_size: usize,
+        gate: Option<Arc<Semaphore>>,
+        fail: bool,
+    ) -> Setup {
+        let (tx, batches) = mpsc::unbounded_channel();
+        let queue = Queue::spawn(
+            Fake {
+                batches: tx,
+                gate,
+                fail,
+            },
+            Batching {
+                queue_size,
+                batch_size,
+                delay: Duration::from_secs(1),
+                timeout: Duration::from_secs(10),
+            },
+            &tokio::runtime::Handle::current(),
+        );
+        Setup { queue, batches }
+    }
+
+    /// proves: OBS-5 (a full batch is exported at once, without waiting
+    /// for the schedule delay; spans short of a batch wait for it)
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_is_exported_at_once() {
+        let mut s = setup(100, 4, None, false);
+        let t0 = Instant::now();
+        for i in 0..3 {
+            s.queue.buffer().push(record(i));
+        }
+        // Three of four: nothing before the delay.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(900), s.batches.recv())
+                .await
+                .is_err()
+        );
+        s.queue.buffer().push(record(3));
+        let (at, n) = s.batches.recv().await.expect("a batch");
+        assert_eq!(n, 4);
+        assert_eq!(
+            at - t0,
+            Duration::from_millis(900),
+            "sent when full, not at the delay"
+        );
+        // Nine more: two full batches at once, one left for the delay.
+        for i in 0..9 {
+            s.queue.buffer().push(record(i));
+        }
+        let t1 = Instant::now();
+        for _ in 0..2 {
+            let (at, n) = s.batches.recv().await.expect("a batch");
+            assert_eq!((at, n), (t1, 4));
+        }
+        let (at, n) = s.batches.recv().await.expect("the rest");
+        assert_eq!((at - t1, n), (Duration::from_secs(1), 1));
+        assert_eq!(s.queue.dropped().get(), 0);
+    }
+
+    /// proves: OBS-5 (a span short of a batch waits `schedule_delay`
+    /// from when it ended, no longer)
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_batch_is_exported_after_the_delay() {
+        let mut s = setup(100, 512, None, false);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t0 = Instant::now();
+        s.queue.buffer().push(record(1));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        s.queue.buffer().push(record(2));
+        let (at, n) = s.batches.recv().await.expect("a batch");
+        assert_eq!((at - t0, n), (Duration::from_secs(1), 2));
+        // Idle, nothing is sent.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), s.batches.recv())
+                .await
+                .is_err()
+        );
+        s.queue.buffer().push(record(3));
+        let t1 = Instant::now();
+        let (at, n) = s.batches.recv().await.expect("a batch");
+        assert_eq!((at - t1, n), (Duration::from_secs(1), 1));
+    }
+
+    /// proves: OBS-5 (`flush` exports every span ended before it, in
+    /// batches of at most `batch_size`, before it returns)
+    #[tokio::test(start_paused = true)]
+    async fn flush_exports_everything_ended_before_it() {
+        let mut s = setup(100, 10, None, false);
+        for i in 0..25 {
+            s.queue.buffer().push(record(i));
+        }
+        let t0 = Instant::now();
+        assert!(s.queue.flush().await);
+        assert_eq!(Instant::now(), t0, "no delay waited");
+        let mut sizes = Vec::new();
+        while let Ok((_, n)) = s.batches.try_recv() {
+            sizes.push(n);
+        }
+        assert_eq!(sizes.iter().sum::<usize>(), 25, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= 10), "{sizes:?}");
+        // Nothing waits: a second flush sends nothing.
+        assert!(s.queue.flush().await);
+        assert!(s.batches.try_recv().is_err());
+    }
+
+    /// proves: OBS-5 (a full queue drops new spans and counts them; a
+    /// failed or timed-out export drops and counts its batch; a call
+    /// never waits)
+    #[tokio::test(start_paused = true)]
+    async fn full_queue_and_failed_exports_drop_and_count() {
+        // The collector holds the first batch until let go.
+        let gate = Arc::new(Semaphore::new(0));
+        let mut s = setup(3, 1, Some(Arc::clone(&gate)), false);
+        s.queue.buffer().push(record(0));
+        // The task took it and waits on the collector.
+        while s.queue.buffer().pending.lock().records.len() == 1 {
+            tokio::task::yield_now().await;
+        }
+        for i in 1..=5 {
+            s.queue.buffer().push(record(i));
+        }
+        assert_eq!(s.queue.dropped().get(), 2, "3 wait, 2 dropped");
+        gate.add_permits(100);
+        assert!(s.queue.flush().await);
+        let mut sent = 0;
+        while let Ok((_, n)) = s.batches.try_recv() {
+            sent += n;
+        }
+        assert_eq!(sent, 4);
+        assert_eq!(s.queue.dropped().get(), 2);
+
+        // Refused exports: each batch counted.
+        let mut s = setup(100, 2, None, true);
+        for i in 0..5 {
+            s.queue.buffer().push(record(i));
+        }
+        assert!(s.queue.flush().await);
+        assert_eq!(s.queue.dropped().get(), 5);
+        while s.batches.try_recv().is_ok() {}
+
+        // An export that never answers: dropped at `export_timeout`.
+        let s = setup(100, 2, Some(Arc::new(Semaphore::new(0))), false);
+        s.queue.buffer().push(record(0));
+        let t0 = Instant::now();
+        assert!(s.queue.flush().await);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(10));
+        assert_eq!(s.queue.dropped().get(), 1);
+    }
+
+    /// proves: OBS-5 (when the telemetry is dropped, the export task sends
+    /// what it holds and ends; spans ended after that are not exported)
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_queue_sends_what_it_holds() {
+        let Setup { queue, mut batches } = setup(100, 512, None, false);
+        let buffer = Arc::clone(queue.buffer());
+        for i in 0..3 {
+            buffer.push(record(i));
+        }
+        let t0 = Instant::now();
+        drop(queue);
+        let (at, n) = batches.recv().await.expect("the last batch");
+        assert_eq!((at, n), (t0, 3));
+        assert!(batches.recv().await.is_none(), "the task ended");
+        buffer.push(record(9));
+        assert!(buffer.pending.lock().records.is_empty());
+        assert_eq!(buffer.dropped.get(), 0);
     }
 }

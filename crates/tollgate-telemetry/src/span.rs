@@ -1,0 +1,138 @@
+//! The crate's own span record (SPEC OBS-5): what an ended span exports,
+//! kept as plain values (ids as bytes, times as Unix nanoseconds, names
+//! and attribute keys as the `&'static str`s and shared `Arc<str>`s they
+//! already are) and encoded to OTLP only on the export task.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A text value: a constant, a shared name, or a copy of the caller's.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Text {
+    /// A constant (`chat`, an error kind).
+    Static(&'static str),
+    /// A name shared with its deployment or call.
+    Shared(Arc<str>),
+    /// A copy of a value the caller only lent.
+    Owned(Box<str>),
+}
+
+impl Text {
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Text::Static(s) => s,
+            Text::Shared(s) => s,
+            Text::Owned(s) => s,
+        }
+    }
+}
+
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    /// A string.
+    Text(Text),
+    /// An integer.
+    I64(i64),
+    /// A double.
+    F64(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl From<&'static str> for Value {
+    fn from(s: &'static str) -> Self {
+        Value::Text(Text::Static(s))
+    }
+}
+
+impl From<Arc<str>> for Value {
+    fn from(s: Arc<str>) -> Self {
+        Value::Text(Text::Shared(s))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::I64(i)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(d: f64) -> Self {
+        Value::F64(d)
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::Bool(b)
+    }
+}
+
+/// A copy of `s`, for a value the caller only lends.
+pub(crate) fn owned(s: &str) -> Value {
+    Value::Text(Text::Owned(Box::from(s)))
+}
+
+/// The span kinds this crate records (OTLP's numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A batch item.
+    Internal = 1,
+    /// A gateway client's call.
+    Server = 2,
+    /// An upstream attempt.
+    Client = 3,
+}
+
+/// One recorded (sampled) span.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Record {
+    /// The trace.
+    pub trace_id: [u8; 16],
+    /// The span.
+    pub span_id: [u8; 8],
+    /// Its parent; all zeros for a root.
+    pub parent_id: [u8; 8],
+    /// Whether the parent is a client's (from `traceparent`).
+    pub parent_remote: bool,
+    /// The W3C trace flags (`01`: sampled).
+    pub flags: u8,
+    /// The client's `tracestate`, if it sent a valid one.
+    pub trace_state: Option<Arc<str>>,
+    /// SERVER, CLIENT or INTERNAL.
+    pub kind: Kind,
+    /// The name's first part (`gen_ai.operation.name`).
+    pub operation: &'static str,
+    /// The name's second part after a space, once known (the model).
+    pub model: Option<Arc<str>>,
+    /// Start, Unix nanoseconds.
+    pub start: u64,
+    /// End, Unix nanoseconds.
+    pub end: u64,
+    /// Attributes in the order they were set.
+    pub attributes: Vec<(&'static str, Value)>,
+    /// `Some(description)`: the span's status is an error.
+    pub error: Option<Text>,
+}
+
+impl Record {
+    /// The span's name: the operation, then a space and the model if
+    /// known.
+    pub(crate) fn name_len(&self) -> usize {
+        self.operation.len() + self.model.as_ref().map_or(0, |m| 1 + m.len())
+    }
+}
+
+/// `t` in Unix nanoseconds (0 before 1970, saturated past 2554).
+pub(crate) fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Now, in Unix nanoseconds.
+pub(crate) fn now() -> u64 {
+    nanos(SystemTime::now())
+}
