@@ -19,18 +19,12 @@ use tollgate::{Admission, Usage};
 use super::Telemetry;
 use super::semconv as sc;
 use crate::queue::Buffer;
-use crate::span::{self, Kind, Record, Text, Value, owned};
+use crate::span::{self, Kind, Record, Text, Value};
 use crate::w3c;
 
 /// The W3C trace-context header.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
-
-/// Room for every attribute a call span can end with (begin's, the
-/// requested model, [`CallEnd`]'s), so the span's list grows no more.
-const CALL_ATTRIBUTES: usize = 20;
-/// The same for an attempt span (start's, and its outcome's).
-const ATTEMPT_ATTRIBUTES: usize = 14;
 
 /// What an attempt span says about its deployment, made once per
 /// deployment at build.
@@ -214,14 +208,12 @@ impl Telemetry {
                 (ids, None)
             }
         };
+        let buffer = exporting.queue.buffer();
         let record = ids.sampled.then(|| {
-            let mut attributes = Vec::with_capacity(CALL_ATTRIBUTES);
+            let (mut attributes, text) = buffer.parts();
             attributes.push((sc::GEN_AI_OPERATION_NAME, Value::from(operation)));
             attributes.push((sc::TOLLGATE_ROUTE, Value::from(route)));
-            if let Some(id) = custom_id {
-                attributes.push((sc::TOLLGATE_CUSTOM_ID, owned(id)));
-            }
-            Record {
+            let mut record = Record {
                 trace_id: ids.trace_id,
                 span_id,
                 parent_id: parent_id.unwrap_or_default(),
@@ -235,10 +227,16 @@ impl Telemetry {
                 end: 0,
                 attributes,
                 error: None,
+                text,
+            };
+            if let Some(id) = custom_id {
+                let id = record.owned(id);
+                record.attributes.push((sc::TOLLGATE_CUSTOM_ID, id));
             }
+            record
         });
         Some(CallTrace(Arc::new(Inner {
-            buffer: Arc::clone(exporting.queue.buffer()),
+            buffer: Arc::clone(buffer),
             ids,
             operation,
             state: Mutex::new(State {
@@ -294,10 +292,10 @@ impl CallTrace {
     pub fn requested(&self, model: &str) {
         let mut state = self.0.state.lock();
         if let Some(record) = &mut state.record {
-            let model: Arc<str> = Arc::from(model);
+            let model = record.own(model);
             record
                 .attributes
-                .push((sc::GEN_AI_REQUEST_MODEL, Value::from(Arc::clone(&model))));
+                .push((sc::GEN_AI_REQUEST_MODEL, Value::Text(model.clone())));
             record.model = Some(model);
         }
     }
@@ -317,7 +315,7 @@ impl CallTrace {
             ..i.ids.clone()
         };
         let record = ids.sampled.then(|| {
-            let mut a = Vec::with_capacity(ATTEMPT_ATTRIBUTES);
+            let (mut a, text) = i.buffer.parts();
             // The target's `Arc<str>`s are shared, not copied, per span.
             a.extend([
                 (sc::GEN_AI_OPERATION_NAME, Value::from(i.operation)),
@@ -355,11 +353,12 @@ impl CallTrace {
                 trace_state: ids.trace_state.clone(),
                 kind: Kind::Client,
                 operation: i.operation,
-                model: Some(Arc::clone(&target.upstream_model)),
+                model: Some(Text::Shared(Arc::clone(&target.upstream_model))),
                 start: span::now(),
                 end: 0,
                 attributes: a,
                 error: None,
+                text,
             }
         });
         AttemptSpan {
@@ -377,14 +376,14 @@ impl CallTrace {
         let streaming = self.0.state.lock().streaming.take();
         if let Some(mut attempt) = streaming {
             match end.error {
-                Some(e) => attempt.fail(Text::Shared(Arc::from(e)), None),
+                Some(e) => attempt.fail(Err(e), None),
                 None => attempt.succeed(end.usage),
             }
         }
         let Some(mut r) = self.0.state.lock().record.take() else {
             return;
         };
-        let a = &mut r.attributes;
+        let mut a = std::mem::take(&mut r.attributes);
         a.push((sc::TOLLGATE_STREAM, Value::from(end.stream)));
         a.push((sc::TOLLGATE_ATTEMPT, Value::from(i64::from(end.attempts))));
         if let Some(s) = end.status {
@@ -400,7 +399,7 @@ impl CallTrace {
         ];
         for (key, text) in texts {
             if let Some(t) = text {
-                a.push((key, owned(t)));
+                a.push((key, r.owned(t)));
             }
         }
         if let Some(c) = end.class {
@@ -425,12 +424,13 @@ impl CallTrace {
         if let Some(c) = end.cost {
             a.push((sc::TOLLGATE_COST_USD, Value::from(c as f64 / 1e6)));
         }
-        push_usage(a, end.usage);
+        push_usage(&mut a, end.usage);
         if let Some(e) = end.error {
-            let e = Text::Shared(Arc::from(e));
+            let e = r.own(e);
             a.push((sc::ERROR_TYPE, Value::Text(e.clone())));
             r.error = Some(e);
         }
+        r.attributes = a;
         r.end = span::now();
         self.0.buffer.push(r);
     }
@@ -481,8 +481,9 @@ impl AttemptSpan {
     /// The upstream answered; a one-shot attempt ends here with `usage`.
     pub fn succeed(&mut self, usage: Option<Usage>) {
         if let Some(mut r) = self.record.take() {
-            let model = r.model.clone().map_or(Value::from(""), Value::from);
-            r.attributes.push((sc::GEN_AI_RESPONSE_MODEL, model));
+            let model = r.model.clone().unwrap_or(Text::Static(""));
+            r.attributes
+                .push((sc::GEN_AI_RESPONSE_MODEL, Value::Text(model)));
             push_usage(&mut r.attributes, usage);
             r.end = span::now();
             self.buffer.push(r);
@@ -496,7 +497,7 @@ impl AttemptSpan {
         if let Some(call) = self.call.upgrade() {
             call.state.lock().last_error = Some(error.kind.as_str());
         }
-        self.fail(Text::Static(error.kind.as_str()), error.status);
+        self.fail(Ok(error.kind.as_str()), error.status);
     }
 
     /// A stream began: its span stays open until the call's ends.
@@ -506,8 +507,14 @@ impl AttemptSpan {
         }
     }
 
-    fn fail(&mut self, kind: Text, status: Option<u16>) {
+    /// Ends the span with error `kind`: a constant, or (`Err`) a value
+    /// copied.
+    fn fail(&mut self, kind: Result<&'static str, &str>, status: Option<u16>) {
         if let Some(mut r) = self.record.take() {
+            let kind = match kind {
+                Ok(constant) => Text::Static(constant),
+                Err(lent) => r.own(lent),
+            };
             if let Some(s) = status {
                 r.attributes
                     .push((sc::HTTP_RESPONSE_STATUS_CODE, Value::from(i64::from(s))));
@@ -525,7 +532,7 @@ impl AttemptSpan {
 impl Drop for AttemptSpan {
     fn drop(&mut self) {
         if !self.ended {
-            self.fail(Text::Static("cancelled"), None);
+            self.fail(Ok("cancelled"), None);
         }
     }
 }

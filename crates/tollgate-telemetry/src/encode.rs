@@ -38,7 +38,8 @@ impl Encoder {
         put_attribute(
             1,
             "service.name",
-            &Value::Text(Text::Owned(service_name.into())),
+            &Value::Text(Text::Shared(service_name.into())),
+            "",
             &mut resource,
         );
         // InstrumentationScope { name = 1, version = 2 }
@@ -103,10 +104,14 @@ fn put_span(span: &Record, buf: &mut Vec<u8>) {
         put_bytes(4, &span.parent_id, buf);
     }
     // The name: operation, then " " and the model, without a copy.
+    let model = span.model();
     encode_key(5, WireType::LengthDelimited, buf);
-    encode_varint(span.name_len() as u64, buf);
+    encode_varint(
+        (span.operation.len() + model.map_or(0, |m| 1 + m.len())) as u64,
+        buf,
+    );
     buf.extend_from_slice(span.operation.as_bytes());
-    if let Some(model) = &span.model {
+    if let Some(model) = model {
         buf.push(b' ');
         buf.extend_from_slice(model.as_bytes());
     }
@@ -114,13 +119,13 @@ fn put_span(span: &Record, buf: &mut Vec<u8>) {
     put_fixed64(7, span.start, buf);
     put_fixed64(8, span.end, buf);
     for (key, value) in &span.attributes {
-        put_attribute(9, key, value, buf);
+        put_attribute(9, key, value, &span.text, buf);
     }
     // Status { message = 2, code = 3 }: always present, as the SDK's
     // exporter sent it (code 0 unset, 2 error).
     let (code, message): (u64, &str) = match &span.error {
         None => (0, ""),
-        Some(description) => (2, description.as_str()),
+        Some(description) => (2, description.as_str(&span.text)),
     };
     let status_len = str_len(2, message) + varint_len(3, code);
     encode_key(15, WireType::LengthDelimited, buf);
@@ -134,11 +139,12 @@ fn put_span(span: &Record, buf: &mut Vec<u8>) {
     put_fixed32(16, flags, buf);
 }
 
-/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`.
-fn put_attribute(tag: u32, key: &str, value: &Value, buf: &mut Vec<u8>) {
+/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`; `own` is
+/// the text of the value's record.
+fn put_attribute(tag: u32, key: &str, value: &Value, own: &str, buf: &mut Vec<u8>) {
     // AnyValue { string = 1, bool = 2, int = 3, double = 4 }
     let value_len = match value {
-        Value::Text(s) => bytes_len(1, s.as_str().len()),
+        Value::Text(s) => bytes_len(1, s.as_str(own).len()),
         Value::Bool(_) => key_len(2) + 1,
         Value::I64(i) => key_len(3) + encoded_len_varint(*i as u64),
         Value::F64(_) => key_len(4) + 8,
@@ -150,7 +156,7 @@ fn put_attribute(tag: u32, key: &str, value: &Value, buf: &mut Vec<u8>) {
     encode_key(2, WireType::LengthDelimited, buf);
     encode_varint(value_len as u64, buf);
     match value {
-        Value::Text(s) => put_bytes(1, s.as_str().as_bytes(), buf),
+        Value::Text(s) => put_bytes(1, s.as_str(own).as_bytes(), buf),
         Value::Bool(b) => {
             encode_key(2, WireType::Varint, buf);
             encode_varint(u64::from(*b), buf);
@@ -244,8 +250,8 @@ mod tests {
 
     const SCHEMA: &str = "https://opentelemetry.io/schemas/1.37.0";
 
-    fn record(kind: Kind, parent: u64, remote: bool, error: Option<Text>) -> Record {
-        Record {
+    fn record(kind: Kind, parent: u64, remote: bool, error: Option<&'static str>) -> Record {
+        let mut r = Record {
             trace_id: 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c_u128.to_be_bytes(),
             span_id: 0xb7ad_6b71_6920_3331_u64.to_be_bytes(),
             parent_id: parent.to_be_bytes(),
@@ -254,7 +260,7 @@ mod tests {
             trace_state: remote.then(|| Arc::from("vendor=a,other=b")),
             kind,
             operation: "chat",
-            model: (kind != Kind::Internal).then(|| Arc::from("gpt-4o-mini")),
+            model: None,
             start: 1_764_000_000_000_000_000,
             end: 1_764_000_000_001_234_567,
             attributes: vec![
@@ -263,7 +269,10 @@ mod tests {
                     "gen_ai.request.model",
                     Value::from(Arc::<str>::from("gpt-4o")),
                 ),
-                ("tollgate.tenant", Value::Text(Text::Owned("team-ä".into()))),
+                (
+                    "tollgate.deployment",
+                    Value::from(Arc::<str>::from("primary")),
+                ),
                 ("tollgate.stream", Value::Bool(false)),
                 ("tollgate.attempt", Value::I64(2)),
                 ("tollgate.tokens_estimated", Value::I64(-7)),
@@ -271,8 +280,22 @@ mod tests {
                 ("tollgate.cost_usd", Value::F64(0.0)),
                 ("empty", Value::from("")),
             ],
-            error,
+            error: None,
+            text: String::new(),
+        };
+        if kind != Kind::Internal {
+            r.model = Some(r.own("gpt-4o-mini"));
         }
+        let tenant = r.owned("team-ä");
+        r.attributes.push(("tollgate.tenant", tenant));
+        r.error = error.map(|e| {
+            if kind == Kind::Client {
+                Text::Static(e)
+            } else {
+                r.own(e)
+            }
+        });
+        r
     }
 
     /// The same span as the OpenTelemetry SDK held it.
@@ -294,7 +317,7 @@ mod tests {
                 Kind::Server => SpanKind::Server,
                 Kind::Client => SpanKind::Client,
             },
-            name: Cow::Owned(match &r.model {
+            name: Cow::Owned(match r.model() {
                 Some(m) => format!("{} {m}", r.operation),
                 None => r.operation.to_owned(),
             }),
@@ -304,7 +327,7 @@ mod tests {
                 .attributes
                 .iter()
                 .map(|(k, v)| match v {
-                    Value::Text(t) => KeyValue::new(*k, t.as_str().to_owned()),
+                    Value::Text(t) => KeyValue::new(*k, t.as_str(&r.text).to_owned()),
                     Value::I64(i) => KeyValue::new(*k, *i),
                     Value::F64(d) => KeyValue::new(*k, *d),
                     Value::Bool(b) => KeyValue::new(*k, *b),
@@ -315,7 +338,7 @@ mod tests {
             links: SpanLinks::default(),
             status: match &r.error {
                 None => Status::Unset,
-                Some(e) => Status::error(e.as_str().to_owned()),
+                Some(e) => Status::error(e.as_str(&r.text).to_owned()),
             },
             instrumentation_scope: scope.clone(),
         }
@@ -336,19 +359,9 @@ mod tests {
             .build();
         let mut records = vec![
             record(Kind::Server, 0x1111, true, None),
-            record(
-                Kind::Client,
-                0x2222,
-                false,
-                Some(Text::Static("rate_limited")),
-            ),
+            record(Kind::Client, 0x2222, false, Some("rate_limited")),
             record(Kind::Internal, 0, false, None),
-            record(
-                Kind::Server,
-                0,
-                false,
-                Some(Text::Shared(Arc::from("stream_failed"))),
-            ),
+            record(Kind::Server, 0, false, Some("stream_failed")),
         ];
         for (i, r) in records.iter_mut().enumerate() {
             r.span_id[0] = i as u8;
@@ -380,10 +393,11 @@ mod tests {
         assert_eq!((status.code, status.message.as_str()), (2, "rate_limited"));
         assert_eq!(spans[0].status.as_ref().map(|s| s.code), Some(0));
         assert_eq!(
-            spans[0].attributes[2]
-                .value
-                .as_ref()
-                .and_then(|v| v.value.clone()),
+            spans[0]
+                .attributes
+                .iter()
+                .find(|a| a.key == "tollgate.tenant")
+                .and_then(|a| a.value.as_ref()?.value.clone()),
             Some(Any::StringValue("team-ä".to_owned()))
         );
         assert_eq!(

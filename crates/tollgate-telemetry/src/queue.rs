@@ -19,7 +19,17 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::span::Record;
+use crate::span::{Record, Value};
+
+/// A span's attribute list.
+pub(crate) type Attributes = Vec<(&'static str, Value)>;
+
+/// Room for every attribute a span can end with (a call span's 20 at
+/// most), so that its list never grows.
+pub(crate) const ATTRIBUTES: usize = 20;
+/// Room for the copies of a call's values (its model, request id, tenant,
+/// deployment) in most cases.
+const TEXT: usize = 96;
 
 /// What sends a batch: the OTLP/HTTP exporter (or a test's stand-in).
 pub(crate) trait Export: Send + 'static {
@@ -86,6 +96,12 @@ pub(crate) struct Buffer {
     /// Wakes the task: a batch is full.
     full: Notify,
     dropped: Dropped,
+    /// Exported spans' attribute lists and text buffers, emptied, for new
+    /// spans: no allocation per span on the request path, no free of a
+    /// request path's allocation on the export task.
+    spare: Mutex<Vec<(Attributes, String)>>,
+    /// The most kept in `spare`.
+    spare_max: usize,
 }
 
 impl Buffer {
@@ -113,6 +129,31 @@ impl Buffer {
         if full {
             self.full.notify_one();
         }
+    }
+
+    /// An empty attribute list and text buffer for a new span.
+    pub(crate) fn parts(&self) -> (Attributes, String) {
+        self.spare
+            .lock()
+            .pop()
+            .unwrap_or_else(|| (Vec::with_capacity(ATTRIBUTES), String::with_capacity(TEXT)))
+    }
+
+    /// Empties `batch` (sent), keeping its spans' lists and buffers for
+    /// new spans (up to `spare_max`); `parts` is the task's own vector.
+    fn recycle(&self, batch: &mut Vec<Record>, parts: &mut Vec<(Attributes, String)>) {
+        let room = self.spare_max.saturating_sub(self.spare.lock().len());
+        for (i, record) in batch.drain(..).enumerate() {
+            if i < room {
+                let (mut attributes, mut text) = (record.attributes, record.text);
+                attributes.clear();
+                text.clear();
+                parts.push((attributes, text));
+            }
+        }
+        let mut spare = self.spare.lock();
+        let room = self.spare_max.saturating_sub(spare.len());
+        spare.extend(parts.drain(..).take(room));
     }
 
     /// Moves the next batch into `batch` (empty): a full one, or if `any`
@@ -166,6 +207,8 @@ impl Queue {
             batch_size: batching.batch_size.max(1),
             full: Notify::new(),
             dropped: Dropped::new(),
+            spare: Mutex::new(Vec::new()),
+            spare_max: batching.queue_size.min(2 * batching.batch_size.max(1)),
         });
         let (flushes, rx) = mpsc::unbounded_channel();
         runtime.spawn(export_loop(exporter, Arc::clone(&buffer), rx, batching));
@@ -201,14 +244,29 @@ async fn export_loop(
     batching: Batching,
 ) {
     let mut batch: Vec<Record> = Vec::new();
+    let mut parts = Vec::new();
     loop {
         while buffer.take(&mut batch, false) {
-            send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
+            send(
+                &mut exporter,
+                &mut batch,
+                &mut parts,
+                batching.timeout,
+                &buffer,
+            )
+            .await;
         }
         let due = buffer.due(batching.delay);
         if due.is_some_and(|at| at <= Instant::now()) {
             while buffer.take(&mut batch, true) {
-                send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
+                send(
+                    &mut exporter,
+                    &mut batch,
+                    &mut parts,
+                    batching.timeout,
+                    &buffer,
+                )
+                .await;
             }
             continue;
         }
@@ -222,7 +280,7 @@ async fn export_loop(
                     buffer.close();
                 }
                 while buffer.take(&mut batch, true) {
-                    send(&mut exporter, &mut batch, batching.timeout, &buffer.dropped).await;
+                    send(&mut exporter, &mut batch, &mut parts, batching.timeout, &buffer).await;
                 }
                 match flush {
                     Some(done) => {
@@ -242,16 +300,19 @@ async fn export_loop(
 async fn send(
     exporter: &mut impl Export,
     batch: &mut Vec<Record>,
+    parts: &mut Vec<(Attributes, String)>,
     timeout: Duration,
-    dropped: &Dropped,
+    buffer: &Buffer,
 ) {
     if batch.is_empty() {
         return;
     }
     let n = batch.len();
     let sent = tokio::time::timeout(timeout, exporter.export(batch)).await;
-    // The batch's memory is kept for the next one.
-    batch.clear();
+    // The batch's memory is kept for the next one, its spans' for new
+    // spans.
+    buffer.recycle(batch, parts);
+    let dropped = &buffer.dropped;
     match sent {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -313,6 +374,7 @@ mod tests {
             end: 2,
             attributes: Vec::new(),
             error: None,
+            text: String::new(),
         }
     }
 
@@ -489,5 +551,29 @@ mod tests {
         buffer.push(record(9));
         assert!(buffer.pending.lock().records.is_empty());
         assert_eq!(buffer.dropped.get(), 0);
+    }
+
+    /// proves: OBS-5 (memory stays bounded: exported spans' attribute
+    /// lists and text buffers are kept emptied for new spans, at most
+    /// twice a batch of them)
+    #[tokio::test(start_paused = true)]
+    async fn exported_spans_buffers_are_reused_within_a_bound() {
+        let mut s = setup(100, 4, None, false);
+        for i in 0..12 {
+            let mut r = record(i);
+            let (attributes, text) = s.queue.buffer().parts();
+            r.attributes = attributes;
+            r.text = text;
+            let v = r.owned("team-a");
+            r.attributes.push(("tollgate.tenant", v));
+            s.queue.buffer().push(r);
+        }
+        assert!(s.queue.flush().await);
+        while s.batches.try_recv().is_ok() {}
+        assert_eq!(s.queue.buffer().spare.lock().len(), 8, "2 × batch_size");
+        let (attributes, text) = s.queue.buffer().parts();
+        assert!(attributes.is_empty() && text.is_empty());
+        assert!(attributes.capacity() >= super::ATTRIBUTES);
+        assert_eq!(s.queue.buffer().spare.lock().len(), 7);
     }
 }

@@ -6,24 +6,33 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A text value: a constant, a shared name, or a copy of the caller's.
+/// A text value: a constant, a shared name, or a copy of a value the
+/// caller only lent, kept in its record's own [`Record::text`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Text {
     /// A constant (`chat`, an error kind).
     Static(&'static str),
-    /// A name shared with its deployment or call.
+    /// A name shared with its deployment.
     Shared(Arc<str>),
-    /// A copy of a value the caller only lent.
-    Owned(Box<str>),
+    /// Bytes `start..start + len` of the record's `text`.
+    Own {
+        /// Where it starts.
+        start: u32,
+        /// Its length.
+        len: u32,
+    },
 }
 
 impl Text {
-    /// The text.
-    pub(crate) fn as_str(&self) -> &str {
+    /// The text, `own` being its record's [`Record::text`].
+    pub(crate) fn as_str<'a>(&'a self, own: &'a str) -> &'a str {
         match self {
             Text::Static(s) => s,
             Text::Shared(s) => s,
-            Text::Owned(s) => s,
+            Text::Own { start, len } => {
+                let start = *start as usize;
+                own.get(start..start + *len as usize).unwrap_or_default()
+            }
         }
     }
 }
@@ -71,11 +80,6 @@ impl From<bool> for Value {
     }
 }
 
-/// A copy of `s`, for a value the caller only lends.
-pub(crate) fn owned(s: &str) -> Value {
-    Value::Text(Text::Owned(Box::from(s)))
-}
-
 /// The span kinds this crate records (OTLP's numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -107,7 +111,7 @@ pub(crate) struct Record {
     /// The name's first part (`gen_ai.operation.name`).
     pub operation: &'static str,
     /// The name's second part after a space, once known (the model).
-    pub model: Option<Arc<str>>,
+    pub model: Option<Text>,
     /// Start, Unix nanoseconds.
     pub start: u64,
     /// End, Unix nanoseconds.
@@ -116,13 +120,31 @@ pub(crate) struct Record {
     pub attributes: Vec<(&'static str, Value)>,
     /// `Some(description)`: the span's status is an error.
     pub error: Option<Text>,
+    /// The copies of the caller's values ([`Text::Own`]): one buffer per
+    /// span, reused from span to span.
+    pub text: String,
 }
 
 impl Record {
-    /// The span's name: the operation, then a space and the model if
-    /// known.
-    pub(crate) fn name_len(&self) -> usize {
-        self.operation.len() + self.model.as_ref().map_or(0, |m| 1 + m.len())
+    /// The model part of the span's name, if known.
+    pub(crate) fn model(&self) -> Option<&str> {
+        self.model.as_ref().map(|m| m.as_str(&self.text))
+    }
+
+    /// A copy of `s` in the span's own text.
+    pub(crate) fn own(&mut self, s: &str) -> Text {
+        match (u32::try_from(self.text.len()), u32::try_from(s.len())) {
+            (Ok(start), Ok(len)) if start.checked_add(len).is_some() => {
+                self.text.push_str(s);
+                Text::Own { start, len }
+            }
+            _ => Text::Shared(Arc::from(s)),
+        }
+    }
+
+    /// `s` copied as an attribute value.
+    pub(crate) fn owned(&mut self, s: &str) -> Value {
+        Value::Text(self.own(s))
     }
 }
 
