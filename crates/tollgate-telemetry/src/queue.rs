@@ -204,7 +204,9 @@ impl Queue {
                 closed: false,
             }),
             queue_size: batching.queue_size,
-            batch_size: batching.batch_size.max(1),
+            // A batch is at most the queue (as the gateway's settings
+            // cap it), else a full batch would never be reached.
+            batch_size: batching.batch_size.clamp(1, batching.queue_size.max(1)),
             full: Notify::new(),
             dropped: Dropped::new(),
             spare: Mutex::new(Vec::new()),
@@ -272,7 +274,9 @@ async fn export_loop(
         }
         // Idle, the task looks again after `delay`: a span pushed meanwhile
         // did not wake it.
-        let wake = due.unwrap_or_else(|| Instant::now() + batching.delay);
+        // (At least a millisecond: a zero delay must not spin.)
+        let idle = batching.delay.max(Duration::from_millis(1));
+        let wake = due.unwrap_or_else(|| Instant::now() + idle);
         tokio::select! {
             biased;
             flush = flushes.recv() => {
