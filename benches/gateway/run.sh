@@ -42,6 +42,9 @@ STREAM_DURATION=${STREAM_DURATION:-15s}
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}   # closed loop, connections
 MAX_DURATION=${MAX_DURATION:-10s}
 SKIP_BUILD=${SKIP_BUILD:-0}
+# The cargo profile built and run: `dist` (release plus LTO, the build to
+# deploy; see Cargo.toml), or `release`.
+PROFILE=${PROFILE:-dist}
 # Which loads to run: fixed (one-shot open loop), stream, max (closed loop).
 SECTIONS=${SECTIONS:-fixed stream max}
 # Another gateway binary run beside the first as path "baseline".
@@ -94,15 +97,15 @@ require_free_ports "$SIM_PORT" "$GW_PORT" "$NGINX_PORT" "$BASE_PORT" "$OTEL_PORT
 command -v nginx >/dev/null || { echo "nginx not found (apt-get install -y nginx)" >&2; exit 1; }
 
 if [[ $SKIP_BUILD != 1 ]]; then
-  cargo build --release -p tollgate-cli -p tollgate-loadgen
+  cargo build --profile "$PROFILE" -p tollgate-cli -p tollgate-loadgen
   if (( OTEL )); then
-    cargo build --release -p tollgate-telemetry --example otlp_sink
+    cargo build --profile "$PROFILE" -p tollgate-telemetry --example otlp_sink
   fi
 fi
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-TOLLGATE=${TOLLGATE:-$TARGET/release/tollgate}  # another gateway binary to compare
-LOADGEN=$TARGET/release/tollgate-loadgen
-SINK=$TARGET/release/examples/otlp_sink
+TOLLGATE=${TOLLGATE:-$TARGET/$PROFILE/tollgate}  # another gateway binary to compare
+LOADGEN=$TARGET/$PROFILE/tollgate-loadgen
+SINK=$TARGET/$PROFILE/examples/otlp_sink
 
 # --- servers -------------------------------------------------------------
 "$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
