@@ -112,7 +112,9 @@ impl Buffer {
         let mut p = self.pending.lock();
         if p.closed {
             // Ended after the telemetry was dropped: nothing exports it
-            // any more (as with the SDK after its shutdown).
+            // any more; counted like any span never exported.
+            drop(p);
+            self.dropped.add(1);
             return;
         }
         if p.records.len() >= self.queue_size {
@@ -144,7 +146,11 @@ impl Buffer {
     fn recycle(&self, batch: &mut Vec<Record>, parts: &mut Vec<(Attributes, String)>) {
         let room = self.spare_max.saturating_sub(self.spare.lock().len());
         for (i, record) in batch.drain(..).enumerate() {
-            if i < room {
+            // A span with unusually long values (a batch item's id from
+            // its input file) does not keep its large buffers alive.
+            let small = record.attributes.capacity() <= 4 * ATTRIBUTES
+                && record.text.capacity() <= 4 * TEXT;
+            if i < room && small {
                 let (mut attributes, mut text) = (record.attributes, record.text);
                 attributes.clear();
                 text.clear();
@@ -165,10 +171,10 @@ impl Buffer {
             return false;
         }
         batch.extend(p.records.drain(..n.min(self.batch_size)));
-        if p.records.is_empty() {
-            p.since = None;
-        }
-        // Else the rest is younger than `since`: it is sent no later.
+        // What is left waits at most one more delay from now: under a
+        // steady load, at most one partial batch per delay (as the SDK's
+        // batch processor sends), never a run of small ones.
+        p.since = (!p.records.is_empty()).then(Instant::now);
         true
     }
 
@@ -260,7 +266,7 @@ async fn export_loop(
         }
         let due = buffer.due(batching.delay);
         if due.is_some_and(|at| at <= Instant::now()) {
-            while buffer.take(&mut batch, true) {
+            if buffer.take(&mut batch, true) {
                 send(
                     &mut exporter,
                     &mut batch,
@@ -347,10 +353,13 @@ mod tests {
         batches: mpsc::UnboundedSender<(Instant, usize)>,
         gate: Option<Arc<Semaphore>>,
         fail: bool,
+        /// How long each export takes.
+        latency: Duration,
     }
 
     impl Export for Fake {
         async fn export(&mut self, spans: &[Record]) -> Result<(), String> {
+            tokio::time::sleep(self.latency).await;
             if let Some(gate) = &self.gate {
                 gate.acquire().await.map_err(|e| e.to_string())?.forget();
             }
@@ -399,6 +408,7 @@ mod tests {
                 batches: tx,
                 gate,
                 fail,
+                latency: Duration::ZERO,
             },
             Batching {
                 queue_size,
@@ -446,6 +456,47 @@ mod tests {
         let (at, n) = s.batches.recv().await.expect("the rest");
         assert_eq!((at - t1, n), (Duration::from_secs(1), 1));
         assert_eq!(s.queue.dropped().get(), 0);
+    }
+
+    /// proves: OBS-5 (under a steady load and a slow collector, spans go
+    /// in full batches, with at most one partial batch per schedule
+    /// delay: the export task does not fall into sending a run of small
+    /// batches once the oldest span's delay has passed)
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_load_is_sent_in_full_batches() {
+        let (tx, mut batches) = mpsc::unbounded_channel();
+        let queue = Queue::spawn(
+            Fake {
+                batches: tx,
+                gate: None,
+                fail: false,
+                latency: Duration::from_millis(100),
+            },
+            Batching {
+                queue_size: 1000,
+                batch_size: 50,
+                delay: Duration::from_secs(1),
+                timeout: Duration::from_secs(10),
+            },
+            &tokio::runtime::Handle::current(),
+        );
+        // A span, then after 0.9 s one every 30 ms for 6 s, each export
+        // taking 100 ms: spans keep arriving while the first one's delay
+        // passes and while every export is under way.
+        queue.buffer().push(record(0));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        for i in 1..=200_u32 {
+            queue.buffer().push(record((i % 250) as u8));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert!(queue.flush().await);
+        let mut sizes = Vec::new();
+        while let Ok((_, n)) = batches.try_recv() {
+            sizes.push(n);
+        }
+        assert_eq!(sizes.iter().sum::<usize>(), 201);
+        // One partial batch per delay over the 7 s, plus the flush's.
+        assert!(sizes.len() <= 8, "{} batches: {sizes:?}", sizes.len());
     }
 
     /// proves: OBS-5 (a span short of a batch waits `schedule_delay`
@@ -539,7 +590,8 @@ mod tests {
     }
 
     /// proves: OBS-5 (when the telemetry is dropped, the export task sends
-    /// what it holds and ends; spans ended after that are not exported)
+    /// what it holds and ends; spans ended after that are not exported,
+    /// and counted as dropped)
     #[tokio::test(start_paused = true)]
     async fn dropping_the_queue_sends_what_it_holds() {
         let Setup { queue, mut batches } = setup(100, 512, None, false);
@@ -554,7 +606,7 @@ mod tests {
         assert!(batches.recv().await.is_none(), "the task ended");
         buffer.push(record(9));
         assert!(buffer.pending.lock().records.is_empty());
-        assert_eq!(buffer.dropped.get(), 0);
+        assert_eq!(buffer.dropped.get(), 1, "a span never exported is counted");
     }
 
     /// proves: OBS-5 (memory stays bounded: exported spans' attribute

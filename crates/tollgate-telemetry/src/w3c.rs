@@ -170,26 +170,21 @@ pub(crate) fn sampled_root(ratio: f64, trace_id: &[u8; 16]) -> bool {
 }
 
 thread_local! {
-    /// A splitmix64 state per thread, seeded from the standard library's
-    /// random hash keys.
-    static RNG: Cell<u64> = Cell::new(seed());
+    /// Per thread: random SipHash keys (the standard library's, drawn from
+    /// the operating system) and a counter. An id is the keyed hash of the
+    /// next count, so the ids a provider sees upstream do not reveal what
+    /// this thread's next ids (other tenants' calls) will be.
+    static IDS: (RandomState, Cell<u64>) = (RandomState::new(), Cell::new(0));
 }
 
-fn seed() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(0x5eed);
-    h.finish()
-}
-
-/// The next 64 random bits of this thread (splitmix64).
+/// The next 64 random bits of this thread.
 fn next_u64() -> u64 {
-    RNG.with(|state| {
-        let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-        state.set(s);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    IDS.with(|(keys, count)| {
+        let n = count.get().wrapping_add(1);
+        count.set(n);
+        let mut h = keys.build_hasher();
+        h.write_u64(n);
+        h.finish()
     })
 }
 
