@@ -246,36 +246,23 @@ impl Queue {
 /// Sends a batch when one is full, when the oldest span waited `delay`,
 /// at a flush, and, before it ends, when the telemetry is dropped.
 async fn export_loop(
-    mut exporter: impl Export,
+    exporter: impl Export,
     buffer: Arc<Buffer>,
     mut flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     batching: Batching,
 ) {
-    let mut batch: Vec<Record> = Vec::new();
-    let mut parts = Vec::new();
+    let mut out = Outbox {
+        exporter,
+        buffer: Arc::clone(&buffer),
+        batch: Vec::new(),
+        parts: Vec::new(),
+        timeout: batching.timeout,
+    };
     loop {
-        while buffer.take(&mut batch, false) {
-            send(
-                &mut exporter,
-                &mut batch,
-                &mut parts,
-                batching.timeout,
-                &buffer,
-            )
-            .await;
-        }
+        while out.send_next(false).await {}
         let due = buffer.due(batching.delay);
         if due.is_some_and(|at| at <= Instant::now()) {
-            if buffer.take(&mut batch, true) {
-                send(
-                    &mut exporter,
-                    &mut batch,
-                    &mut parts,
-                    batching.timeout,
-                    &buffer,
-                )
-                .await;
-            }
+            out.send_next(true).await;
             continue;
         }
         // Idle, the task looks again after `delay`: a span pushed meanwhile
@@ -289,9 +276,7 @@ async fn export_loop(
                 if flush.is_none() {
                     buffer.close();
                 }
-                while buffer.take(&mut batch, true) {
-                    send(&mut exporter, &mut batch, &mut parts, batching.timeout, &buffer).await;
-                }
+                while out.send_next(true).await {}
                 match flush {
                     Some(done) => {
                         let _ = done.send(());
@@ -302,6 +287,35 @@ async fn export_loop(
             () = buffer.full.notified() => {}
             () = tokio::time::sleep_until(wake) => {}
         }
+    }
+}
+
+/// The export task's sending side: the exporter and the memory it reuses
+/// from batch to batch.
+struct Outbox<E> {
+    exporter: E,
+    buffer: Arc<Buffer>,
+    batch: Vec<Record>,
+    parts: Vec<(Attributes, String)>,
+    timeout: Duration,
+}
+
+impl<E: Export> Outbox<E> {
+    /// Takes the next batch (a full one, or if `any` whatever waits) and
+    /// sends it; whether there was one.
+    async fn send_next(&mut self, any: bool) -> bool {
+        if !self.buffer.take(&mut self.batch, any) {
+            return false;
+        }
+        send(
+            &mut self.exporter,
+            &mut self.batch,
+            &mut self.parts,
+            self.timeout,
+            &self.buffer,
+        )
+        .await;
+        true
     }
 }
 
