@@ -44,34 +44,40 @@ use tollgate::{AdmissionController, Call, LimitSnapshot, ScopeId, TokenEstimate}
 
 use crate::tenants::TenantSlot;
 
-/// The header names of one dimension: limit, remaining, reset.
+/// The header names of one dimension: limit, remaining, reset (constants:
+/// no name is parsed per response).
 fn names(dimension: Dimension) -> [HeaderName; 3] {
+    const REQUESTS: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ];
+    const TOKENS: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ];
+    const INPUT_TOKENS: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-input-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-input-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-input-tokens"),
+    ];
+    const OUTPUT_TOKENS: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-output-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-output-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-output-tokens"),
+    ];
+    const USD: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-usd"),
+        HeaderName::from_static("x-ratelimit-remaining-usd"),
+        HeaderName::from_static("x-ratelimit-reset-usd"),
+    ];
     match dimension {
-        Dimension::Requests => [
-            HeaderName::from_static("x-ratelimit-limit-requests"),
-            HeaderName::from_static("x-ratelimit-remaining-requests"),
-            HeaderName::from_static("x-ratelimit-reset-requests"),
-        ],
-        Dimension::Tokens => [
-            HeaderName::from_static("x-ratelimit-limit-tokens"),
-            HeaderName::from_static("x-ratelimit-remaining-tokens"),
-            HeaderName::from_static("x-ratelimit-reset-tokens"),
-        ],
-        Dimension::InputTokens => [
-            HeaderName::from_static("x-ratelimit-limit-input-tokens"),
-            HeaderName::from_static("x-ratelimit-remaining-input-tokens"),
-            HeaderName::from_static("x-ratelimit-reset-input-tokens"),
-        ],
-        Dimension::OutputTokens => [
-            HeaderName::from_static("x-ratelimit-limit-output-tokens"),
-            HeaderName::from_static("x-ratelimit-remaining-output-tokens"),
-            HeaderName::from_static("x-ratelimit-reset-output-tokens"),
-        ],
-        Dimension::Cost => [
-            HeaderName::from_static("x-ratelimit-limit-usd"),
-            HeaderName::from_static("x-ratelimit-remaining-usd"),
-            HeaderName::from_static("x-ratelimit-reset-usd"),
-        ],
+        Dimension::Requests => REQUESTS,
+        Dimension::Tokens => TOKENS,
+        Dimension::InputTokens => INPUT_TOKENS,
+        Dimension::OutputTokens => OUTPUT_TOKENS,
+        Dimension::Cost => USD,
     }
 }
 

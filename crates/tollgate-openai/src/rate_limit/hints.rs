@@ -62,6 +62,39 @@ pub struct RateLimitHints {
     pub output_tokens: DimensionHints,
 }
 
+/// The headers [`RateLimitHints::from_headers`] reads, by position: each
+/// dimension's limit, remaining and reset follow one another.
+pub(super) const NAMES: [&str; 20] = [
+    "retry-after",
+    "retry-after-ms",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+];
+const RETRY_AFTER: usize = 0;
+const RETRY_AFTER_MS: usize = 1;
+const OPENAI_REQUESTS: usize = 2;
+const OPENAI_TOKENS: usize = 5;
+const ANTHROPIC_REQUESTS: usize = 8;
+const ANTHROPIC_TOKENS: usize = 11;
+const ANTHROPIC_INPUT_TOKENS: usize = 14;
+const ANTHROPIC_OUTPUT_TOKENS: usize = 17;
+
 impl RateLimitHints {
     /// Reads every known rate-limit header. `now` is the wall-clock time of
     /// the response, used to turn absolute dates (HTTP-date `retry-after`,
@@ -69,55 +102,44 @@ impl RateLimitHints {
     /// not UTF-8 or invalid leave their field `None`; when a header is
     /// repeated, the first value counts.
     pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Self {
-        let get = |name: &str| -> Option<&str> {
-            headers
-                .get(name)
-                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        // One pass over the response's headers, the names matched as they
+        // are (no name is parsed or hashed per lookup: this runs for every
+        // upstream response). Only the first value of a name is looked at,
+        // as `HeaderMap::get` would.
+        let mut seen = [false; NAMES.len()];
+        let mut value: [Option<&str>; NAMES.len()] = [None; NAMES.len()];
+        for (name, v) in headers {
+            let name = name.as_str();
+            if !(name.starts_with("x-ratelimit-")
+                || name.starts_with("anthropic-ratelimit-")
+                || name.starts_with("retry-after"))
+            {
+                continue;
+            }
+            if let Some(i) = NAMES.iter().position(|n| *n == name)
+                && !std::mem::replace(&mut seen[i], true)
+            {
+                value[i] = std::str::from_utf8(v.as_bytes()).ok();
+            }
+        }
+        let get = |i: usize| value[i];
+        let openai = |at: usize| DimensionHints {
+            limit: get(at).and_then(parse::count),
+            remaining: get(at + 1).and_then(parse::count),
+            reset: get(at + 2).and_then(parse::go_duration),
         };
-        // The names are spelled out: no name is formatted per response.
-        let openai = |[limit, remaining, reset]: [&str; 3]| DimensionHints {
-            limit: get(limit).and_then(parse::count),
-            remaining: get(remaining).and_then(parse::count),
-            reset: get(reset).and_then(parse::go_duration),
-        };
-        let anthropic = |[limit, remaining, reset]: [&str; 3]| DimensionHints {
-            limit: get(limit).and_then(parse::count),
-            remaining: get(remaining).and_then(parse::count),
-            reset: get(reset).and_then(|v| parse::rfc3339_until(v, now)),
+        let anthropic = |at: usize| DimensionHints {
+            limit: get(at).and_then(parse::count),
+            remaining: get(at + 1).and_then(parse::count),
+            reset: get(at + 2).and_then(|v| parse::rfc3339_until(v, now)),
         };
         RateLimitHints {
-            retry_after: get("retry-after").and_then(|v| parse::retry_after(v, now)),
-            retry_after_ms: get("retry-after-ms").and_then(parse::retry_after_ms),
-            requests: openai([
-                "x-ratelimit-limit-requests",
-                "x-ratelimit-remaining-requests",
-                "x-ratelimit-reset-requests",
-            ])
-            .or(anthropic([
-                "anthropic-ratelimit-requests-limit",
-                "anthropic-ratelimit-requests-remaining",
-                "anthropic-ratelimit-requests-reset",
-            ])),
-            tokens: openai([
-                "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-tokens",
-                "x-ratelimit-reset-tokens",
-            ])
-            .or(anthropic([
-                "anthropic-ratelimit-tokens-limit",
-                "anthropic-ratelimit-tokens-remaining",
-                "anthropic-ratelimit-tokens-reset",
-            ])),
-            input_tokens: anthropic([
-                "anthropic-ratelimit-input-tokens-limit",
-                "anthropic-ratelimit-input-tokens-remaining",
-                "anthropic-ratelimit-input-tokens-reset",
-            ]),
-            output_tokens: anthropic([
-                "anthropic-ratelimit-output-tokens-limit",
-                "anthropic-ratelimit-output-tokens-remaining",
-                "anthropic-ratelimit-output-tokens-reset",
-            ]),
+            retry_after: get(RETRY_AFTER).and_then(|v| parse::retry_after(v, now)),
+            retry_after_ms: get(RETRY_AFTER_MS).and_then(parse::retry_after_ms),
+            requests: openai(OPENAI_REQUESTS).or(anthropic(ANTHROPIC_REQUESTS)),
+            tokens: openai(OPENAI_TOKENS).or(anthropic(ANTHROPIC_TOKENS)),
+            input_tokens: anthropic(ANTHROPIC_INPUT_TOKENS),
+            output_tokens: anthropic(ANTHROPIC_OUTPUT_TOKENS),
         }
     }
 

@@ -305,6 +305,66 @@ fn openai_wins_over_anthropic_field_by_field_and_first_value_counts() {
     assert_eq!(hints.retry_after, Some(secs(4)));
 }
 
+// proves: RT-3 (the first value of a repeated header counts, even when
+// it is not text: a later value never stands in for it)
+#[test]
+fn a_first_value_that_is_not_text_is_not_replaced_by_a_later_one() {
+    let mut h = HeaderMap::new();
+    let name = HeaderName::from_static("x-ratelimit-limit-requests");
+    h.append(&name, HeaderValue::from_bytes(b"\xff7").expect("value"));
+    h.append(&name, HeaderValue::from_static("7"));
+    h.append(
+        "x-ratelimit-remaining-requests",
+        HeaderValue::from_static("3"),
+    );
+    let hints = RateLimitHints::from_headers(&h, now());
+    assert_eq!(hints.requests.limit, None);
+    assert_eq!(hints.requests.remaining, Some(3));
+}
+
+/// What `from_headers` must read: each field from the first value of its
+/// own header, found by name (the reference its one pass is checked
+/// against).
+fn by_name(h: &HeaderMap, now: SystemTime) -> RateLimitHints {
+    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    let dim = |prefix: &str, suffix: &str, anthropic: bool| {
+        let name = |part: &str| {
+            if anthropic {
+                format!("anthropic-ratelimit-{suffix}-{part}")
+            } else {
+                format!("{prefix}-{part}-{suffix}")
+            }
+        };
+        DimensionHints {
+            limit: get(&name("limit")).and_then(count),
+            remaining: get(&name("remaining")).and_then(count),
+            reset: get(&name("reset")).and_then(|v| {
+                if anthropic {
+                    rfc3339_until(v, now)
+                } else {
+                    go_duration(v)
+                }
+            }),
+        }
+    };
+    let pick = |a: DimensionHints, b: DimensionHints| DimensionHints {
+        limit: a.limit.or(b.limit),
+        remaining: a.remaining.or(b.remaining),
+        reset: a.reset.or(b.reset),
+    };
+    RateLimitHints {
+        retry_after: get("retry-after").and_then(|v| retry_after(v, now)),
+        retry_after_ms: get("retry-after-ms").and_then(retry_after_ms),
+        requests: pick(
+            dim("x-ratelimit", "requests", false),
+            dim("", "requests", true),
+        ),
+        tokens: pick(dim("x-ratelimit", "tokens", false), dim("", "tokens", true)),
+        input_tokens: dim("", "input-tokens", true),
+        output_tokens: dim("", "output-tokens", true),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
@@ -350,5 +410,24 @@ proptest! {
         let text = format!("{h}h{m}m{s}.{millis:03}s");
         let expected = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(millis);
         prop_assert_eq!(go_duration(&text), Some(expected.min(MAX_HINT)));
+    }
+
+    // proves: RT-3 (every hint header is read, from its first value, in
+    // one pass over the response's headers)
+    #[test]
+    fn one_pass_reads_what_lookups_by_name_read(
+        pairs in proptest::collection::vec((0usize..24, prop_oneof![
+            Just("7".to_owned()), Just("0".to_owned()), Just("1.5s".to_owned()),
+            Just("6m0s".to_owned()), Just("2023-11-14T22:13:30Z".to_owned()),
+            Just("nope".to_owned()), "[0-9]{1,4}(ms|s|m)?",
+        ]), 0..16),
+    ) {
+        const EXTRA: [&str; 4] = ["content-type", "x-ratelimit-limit-other", "retry-afterwards", "anthropic-ratelimit-x"];
+        let mut h = HeaderMap::new();
+        for (i, v) in &pairs {
+            let name = super::hints::NAMES.get(*i).copied().unwrap_or_else(|| EXTRA[i % EXTRA.len()]);
+            h.append(HeaderName::from_bytes(name.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
+        }
+        prop_assert_eq!(RateLimitHints::from_headers(&h, now()), by_name(&h, now()));
     }
 }
