@@ -109,6 +109,15 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
 }
 
+/// Whole milliseconds and the microseconds past them, written `12.345`.
+struct Millis(u128, u128);
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0, self.1)
+    }
+}
+
 impl Record {
     /// The line in `format`, without the line break.
     pub fn line(&self, format: LogFormat) -> String {
@@ -129,13 +138,18 @@ impl Record {
                 fn name(v: &Option<Arc<str>>) -> &str {
                     v.as_deref().unwrap_or("-")
                 }
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                // Milliseconds with three decimals, from whole microseconds
+                // (rounded): integer formatting, not a float's.
+                let ms = |d: Duration| {
+                    let micros = (d.as_nanos() + 500) / 1000;
+                    Millis(micros / 1000, micros % 1000)
+                };
                 self.time(&mut out);
                 let _ = write!(
                     out,
                     " access request_id={} route={} tenant={} model={} deployment={} \
-                     status={} error={} attempts={} stream={} queue_ms={:.3} upstream_ms={:.3} \
-                     total_ms={:.3} tokens_estimated=",
+                     status={} error={} attempts={} stream={} queue_ms={} upstream_ms={} \
+                     total_ms={} tokens_estimated=",
                     self.request_id,
                     self.route,
                     name(&self.tenant),
@@ -313,6 +327,16 @@ mod tests {
              deployment=- status=200 error=- attempts=1 stream=false queue_ms=1.500 \
              upstream_ms=2.250 total_ms=4.000 tokens_estimated=12 tokens_reported=- \
              limited_by=none cost_reserved_usd=0.0015 cost_usd=- class=standard"
+        );
+        // Times are rounded to the microsecond; long ones keep every digit.
+        let mut odd = record();
+        odd.queue = Duration::from_nanos(1_234_567);
+        odd.upstream = Duration::from_nanos(499);
+        odd.total = Duration::from_secs(90_061) + Duration::from_nanos(999_999_500);
+        let line = odd.line(LogFormat::Text);
+        assert!(
+            line.contains(" queue_ms=1.235 upstream_ms=0.000 total_ms=90062000.000 "),
+            "{line}"
         );
         let json = record().line(LogFormat::Json);
         assert!(
