@@ -11,15 +11,16 @@ use futures_util::StreamExt;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Response, Uri};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
 
 use super::classify::{body_error, declared_message, sanitize, send_error, status_error};
 use super::config::{BuildError, HttpProviderBuilder};
-use super::dialect::usage_of;
-use super::request::{Endpoint, UpstreamRequest};
-use super::stream::{BodyStream, ChunkStream, parse_object};
+use super::dialect::usage_of_raw;
+use super::members::members;
+use super::request::{Endpoint, REQUEST_ID, UpstreamRequest};
+use super::stream::{BodyStream, ChunkStream, parse_object, raw_value};
 use super::transport::{BodyChunks, BodyError, HttpClient, SendError};
 use crate::sse::SseDecoder;
 
@@ -228,7 +229,7 @@ impl HttpProvider {
         let budget = budgets_of(response.headers());
         let request_id = response
             .headers()
-            .get("x-request-id")
+            .get(&REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let body = within(
@@ -523,12 +524,13 @@ async fn within<T>(
 
 /// The members of a one-shot body the provider looks at (the body itself
 /// is returned unchanged).
+/// Both are borrowed as raw text and read only when present.
 #[derive(Deserialize)]
-struct BodyProbe {
-    #[serde(default)]
-    usage: Option<Value>,
-    #[serde(default)]
-    error: Option<Value>,
+struct BodyProbe<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
 }
 
 /// The usage of a 2xx one-shot body (SPEC Q-6), its top-level `usage` read
@@ -541,18 +543,31 @@ pub(super) fn one_shot_usage(
     secret: Option<&str>,
     endpoint: Endpoint,
 ) -> Result<tollgate::Usage, ProviderError> {
-    let probe: BodyProbe = parse_object(body).map_err(|reason| ProviderError {
+    let protocol = |reason: String| ProviderError {
         status: Some(status),
         ..ProviderError::new(
             ErrorKind::Protocol,
             format!("upstream response body is not a JSON object: {reason}"),
         )
-    })?;
-    let usage = probe
-        .usage
-        .filter(|u| !u.is_null())
-        .map_or(tollgate::Usage::UNKNOWN, |raw| usage_of(endpoint, raw));
-    if let Some(error) = probe.error.filter(|e| !e.is_null()) {
+    };
+    // The one-pass reader when the body is text it can decide on, else
+    // serde_json (which also words the error).
+    let found = std::str::from_utf8(body).ok().and_then(members);
+    let (usage, error) = match found {
+        Some(m) => (m.usage, m.error),
+        None => {
+            let probe: BodyProbe<'_> = parse_object(body).map_err(protocol)?;
+            (
+                probe.usage.map(RawValue::get),
+                probe.error.map(RawValue::get),
+            )
+        }
+    };
+    let usage = match usage {
+        Some(raw) => usage_of_raw(endpoint, raw).map_err(protocol)?,
+        None => tollgate::Usage::UNKNOWN,
+    };
+    if let Some(error) = raw_value(error).map_err(protocol)?.filter(|e| !e.is_null()) {
         let message = declared_message(&serde_json::json!({ "error": error }))
             .unwrap_or_else(|| "upstream declared an error".to_owned());
         return Err(ProviderError {
@@ -714,6 +729,24 @@ mod tests {
             usage("[1]").expect_err("protocol").kind,
             ErrorKind::Protocol
         );
+        // A repeated counter: the last one counts, as in a whole parse.
+        assert_eq!(
+            usage(r#"{"usage":{"total_tokens":3,"total_tokens":9}}"#)
+                .expect("usage")
+                .total(),
+            Some(9)
+        );
+        // A number no parse can hold is a broken body, wherever it is.
+        for body in [
+            r#"{"usage":{"total_tokens":1e999}}"#,
+            r#"{"error":{"code":1e999}}"#,
+        ] {
+            assert_eq!(
+                usage(body).expect_err("protocol").kind,
+                ErrorKind::Protocol,
+                "{body}"
+            );
+        }
         let err = usage(r#"{"error":{"message":"overloaded"}}"#).expect_err("declared");
         assert_eq!(
             (err.kind, err.message.as_str()),

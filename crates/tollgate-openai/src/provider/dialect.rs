@@ -37,7 +37,7 @@ use tollgate::Counter;
 
 use super::classify::declared_message;
 use super::request::Endpoint;
-use super::stream::{engine_usage, parse_object};
+use super::stream::{engine_usage, parse_object, raw_value};
 use crate::wire;
 
 /// The streaming protocol an upstream endpoint speaks.
@@ -216,6 +216,23 @@ pub(super) fn usage_of(endpoint: Endpoint, raw: Value) -> tollgate::Usage {
         Dialect::Messages => anthropic_usage(&raw),
         Dialect::Chat | Dialect::Responses => engine_usage(raw),
     }
+}
+
+/// [`usage_of`] a `usage` member kept as raw text (`null` is unknown
+/// usage). OpenAI's counters are read straight from the text; what that
+/// typed read refuses (a repeated key, a value of another shape) is read
+/// through a `Value` as a whole-body parse would, so the result is the
+/// same either way. An invalid member (a number out of range) is an
+/// error.
+pub(super) fn usage_of_raw(endpoint: Endpoint, raw: &str) -> Result<tollgate::Usage, String> {
+    if Dialect::of(endpoint) != Dialect::Messages
+        && let Ok(usage) = serde_json::from_str::<wire::Usage>(raw)
+    {
+        return Ok(usage.to_engine());
+    }
+    Ok(raw_value(Some(raw))?
+        .filter(|u| !u.is_null())
+        .map_or(tollgate::Usage::UNKNOWN, |u| usage_of(endpoint, u)))
 }
 
 impl Endpoint {

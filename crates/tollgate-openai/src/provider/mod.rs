@@ -16,6 +16,7 @@ mod client;
 mod config;
 mod dialect;
 mod h1;
+mod members;
 mod request;
 mod shard;
 mod stream;

@@ -4,6 +4,9 @@ use bytes::Bytes;
 
 use crate::wire::{ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest};
 
+/// `x-request-id`, both ways (SPEC GW-14).
+pub(super) const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
 /// The upstream API an [`UpstreamRequest`] is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -86,7 +89,7 @@ impl UpstreamRequest {
     /// logs can be matched with the gateway's (SPEC GW-14).
     #[must_use]
     pub fn with_request_id(self, id: http::HeaderValue) -> Self {
-        self.with_header(http::HeaderName::from_static("x-request-id"), id)
+        self.with_header(REQUEST_ID, id)
     }
 
     /// Sends `name: value` with the request, replacing a header of that

@@ -58,6 +58,8 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::time::Sleep;
+
+use super::members::{Members, members};
 use tollgate::lifecycle::{ErrorKind, ProviderError, StreamEvent};
 
 use super::classify::{declared_message, describe, sanitize};
@@ -385,13 +387,8 @@ where
 
     /// A data event: `data` is its payload, `frame` its wire form.
     fn on_data_event(&mut self, data: &str, frame: impl FnOnce() -> Bytes) {
-        let members = parse_object_str::<ChunkProbe<'_>>(data).and_then(|probe| {
-            Ok((
-                probe.choices,
-                raw_value(probe.usage)?,
-                raw_value(probe.error)?,
-            ))
-        });
+        let members = chunk_members(data)
+            .and_then(|m| Ok((m.choices, raw_value(m.usage)?, raw_value(m.error)?)));
         let (choices, usage, error) = match members {
             Ok(members) => members,
             Err(reason) => {
@@ -676,9 +673,23 @@ fn any_element<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error>
 /// A raw member as a `Value`: parsed exactly as a member of a whole
 /// parse would be (numbers in range, escapes paired, nesting bounded;
 /// repeated keys, last one wins), so borrowing it first changes nothing.
-fn raw_value(raw: Option<&RawValue>) -> Result<Option<Value>, String> {
-    raw.map(|r| serde_json::from_str::<Value>(r.get()).map_err(|err| err.to_string()))
+pub(super) fn raw_value(raw: Option<&str>) -> Result<Option<Value>, String> {
+    raw.map(|r| serde_json::from_str::<Value>(r).map_err(|err| err.to_string()))
         .transpose()
+}
+
+/// The `choices`, `usage` and `error` members of an event's JSON, which
+/// must be an object: the one-pass reader's answer, else serde_json's
+/// (which also words the error).
+fn chunk_members(data: &str) -> Result<Members<'_>, String> {
+    if let Some(found) = members(data) {
+        return Ok(found);
+    }
+    parse_object_str::<ChunkProbe<'_>>(data).map(|p| Members {
+        choices: p.choices,
+        usage: p.usage.map(RawValue::get),
+        error: p.error.map(RawValue::get),
+    })
 }
 
 /// A raw OpenAI `usage` value (chat or Responses counter names) in the
@@ -693,7 +704,7 @@ pub(super) fn engine_usage(raw: Value) -> tollgate::Usage {
 /// Parses `json` as `T`, which must come from a JSON object (serde would
 /// also accept an array for a struct). The error names the position of the
 /// fault, never the content.
-pub(super) fn parse_object<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, String> {
+pub(super) fn parse_object<'a, T: Deserialize<'a>>(json: &'a [u8]) -> Result<T, String> {
     let first = json.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return Err("expected an object".to_owned());
