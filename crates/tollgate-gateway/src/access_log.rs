@@ -202,28 +202,32 @@ impl Record {
         out
     }
 
-    /// The head's wall-clock time in RFC 3339 with milliseconds (nothing
-    /// when unknown). The text up to the second is formatted once per
-    /// second and thread.
+    /// The head's wall-clock time in RFC 3339 with milliseconds: nothing
+    /// when unknown or not writable in that format (before 1970, after
+    /// 9999). The text up to the second is formatted once per second and
+    /// thread.
     fn time(&self, out: &mut String) {
         thread_local! {
             /// The second last formatted here and its text (`…T22:13:20.`).
             static SECOND: std::cell::RefCell<(u64, String)> =
                 const { std::cell::RefCell::new((u64::MAX, String::new())) };
         }
-        let Some(t) = self.at else {
-            return;
-        };
-        let Ok(since) = t.duration_since(SystemTime::UNIX_EPOCH) else {
-            let _ = write!(out, "{}", humantime::format_rfc3339_millis(t));
+        /// 10000-01-01T00:00:00Z, the first instant RFC 3339 cannot write.
+        const YEAR_10000: u64 = 253_402_300_800;
+        let Some(since) = self
+            .at
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .filter(|d| d.as_secs() < YEAR_10000)
+        else {
             return;
         };
         SECOND.with_borrow_mut(|(second, text)| {
             if *second != since.as_secs() {
-                let whole = humantime::format_rfc3339_seconds(t).to_string();
-                // `2023-11-14T22:13:20Z` without its `Z`, then the point.
                 text.clear();
-                text.push_str(whole.strip_suffix('Z').unwrap_or(&whole));
+                let t = SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs());
+                // `2023-11-14T22:13:20Z` without its `Z`, then the point.
+                let _ = write!(text, "{}", humantime::format_rfc3339_seconds(t));
+                text.pop();
                 text.push('.');
                 *second = since.as_secs();
             }
@@ -374,6 +378,23 @@ mod tests {
         assert!(at(1_700_000_001_005).starts_with("2023-11-14T22:13:21.005Z access"));
         assert!(at(1_700_000_000_007).starts_with("2023-11-14T22:13:20.007Z access"));
         assert!(at(0).starts_with("1970-01-01T00:00:00.000Z access"));
+        // A clock RFC 3339 cannot write leaves the time out, never panics.
+        assert!(at(253_402_300_799_999).starts_with("9999-12-31T23:59:59.999Z access"));
+        for t in [
+            SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
+            SystemTime::UNIX_EPOCH - Duration::from_secs(1),
+        ] {
+            let mut r = record();
+            r.at = Some(t);
+            assert!(
+                r.line(LogFormat::Text)
+                    .starts_with(" access request_id=req-1")
+            );
+            assert!(
+                r.line(LogFormat::Json)
+                    .starts_with("{\"kind\":\"access\",\"time\":\"\",")
+            );
+        }
         // Times are rounded to the microsecond; long ones keep every digit.
         let mut odd = record();
         odd.queue = Duration::from_nanos(1_234_567);
