@@ -670,9 +670,11 @@ fn any_element<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error>
     d.deserialize_option(AnyElement)
 }
 
-/// A raw member as a `Value`: parsed exactly as a member of a whole
-/// parse would be (numbers in range, escapes paired, nesting bounded;
-/// repeated keys, last one wins), so borrowing it first changes nothing.
+/// A raw member as a `Value`: parsed as a member of a whole parse would be
+/// (numbers in range, escapes paired, repeated keys: the last one wins),
+/// except that its nesting is bounded from the member down (serde_json's
+/// 128 levels), not from the whole event: one level more than a whole
+/// parse would allow.
 pub(super) fn raw_value(raw: Option<&str>) -> Result<Option<Value>, String> {
     raw.map(|r| serde_json::from_str::<Value>(r).map_err(|err| err.to_string()))
         .transpose()
