@@ -7,6 +7,8 @@
 #   benches/gateway/instructions.sh                     # one-shot, target/dist/tollgate
 #   MODE=stream benches/gateway/instructions.sh
 #   TOLLGATE=/path/to/other/tollgate benches/gateway/instructions.sh
+#   TELEMETRY=1 benches/gateway/instructions.sh         # [telemetry] on, every
+#       span exported to tollgate-telemetry's example otlp_sink (port 18196)
 #   callgrind_annotate --inclusive=yes <work dir>/callgrind.out.*   # where they go
 #
 # The simulator runs natively on port 18191, the gateway under callgrind on
@@ -18,13 +20,15 @@
 # `rep movsb` copy counts each byte, so large moves of futures weigh more
 # here than in time. Needs: valgrind (Debian: apt-get install -y valgrind),
 # curl, python3, and `cargo build --profile dist -p tollgate-cli -p
-# tollgate-loadgen`.
+# tollgate-loadgen` (and `-p tollgate-telemetry --example otlp_sink`).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TOLLGATE=${TOLLGATE:-$ROOT/target/dist/tollgate}
 LOADGEN=${LOADGEN:-$ROOT/target/dist/tollgate-loadgen}
 MODE=${MODE:-oneshot}
+TELEMETRY=${TELEMETRY:-0}
+SINK=${SINK:-$ROOT/target/dist/examples/otlp_sink}
 DURATION=${DURATION:-20s}
 SIM_PORT=18191
 PORT=18192
@@ -33,8 +37,10 @@ WORK=$(mktemp -d /tmp/tollgate-instructions.XXXXXX)
 "$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
 SIM=$!
 GW=
+SINK_PID=
 cleanup() {
   [[ -n $GW ]] && kill "$GW" 2>/dev/null || true
+  [[ -n $SINK_PID ]] && kill "$SINK_PID" 2>/dev/null || true
   kill "$SIM" 2>/dev/null || true
   wait 2>/dev/null || true
 }
@@ -43,6 +49,12 @@ trap cleanup EXIT
 sed -e "s/^\[server\]\$/[server]\nconnection_threads = 2/" \
   -e "s/127.0.0.1:18182/127.0.0.1:$PORT/" -e "s/127.0.0.1:18181/127.0.0.1:$SIM_PORT/" \
   "$ROOT/benches/gateway/gateway.toml" >"$WORK/gateway.toml"
+if [[ $TELEMETRY == 1 ]]; then
+  "$SINK" 127.0.0.1:18196 >"$WORK/sink.log" 2>&1 &
+  SINK_PID=$!
+  printf '\n[telemetry]\nendpoint = "http://127.0.0.1:18196"\nservice_name = "bench"\n' \
+    >>"$WORK/gateway.toml"
+fi
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/callgrind.out" \
   "$TOLLGATE" serve --config "$WORK/gateway.toml" >"$WORK/gateway.log" 2>"$WORK/valgrind.log" &
 GW=$!

@@ -140,36 +140,64 @@ fn put_span(span: &Record, buf: &mut Vec<u8>) {
 }
 
 /// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`; `own` is
-/// the text of the value's record.
+/// the text of the value's record. Written byte by byte into room reserved
+/// once (a span has a few dozen of these: they are most of an export's
+/// work).
 fn put_attribute(tag: u32, key: &str, value: &Value, own: &str, buf: &mut Vec<u8>) {
     // AnyValue { string = 1, bool = 2, int = 3, double = 4 }
+    let text = match value {
+        Value::Text(s) => s.as_str(own),
+        _ => "",
+    };
     let value_len = match value {
-        Value::Text(s) => bytes_len(1, s.as_str(own).len()),
+        Value::Text(_) => bytes_len(1, text.len()),
         Value::Bool(_) => key_len(2) + 1,
         Value::I64(i) => key_len(3) + encoded_len_varint(*i as u64),
         Value::F64(_) => key_len(4) + 8,
     };
     let len = bytes_len(1, key.len()) + bytes_len(2, value_len);
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(len as u64, buf);
-    put_bytes(1, key.as_bytes(), buf);
-    encode_key(2, WireType::LengthDelimited, buf);
-    encode_varint(value_len as u64, buf);
+    buf.reserve(len + 2 * MAX_VARINT);
+    push_varint(u64::from(tag << 3 | LEN), buf);
+    push_varint(len as u64, buf);
+    buf.push(1 << 3 | LEN as u8);
+    push_varint(key.len() as u64, buf);
+    buf.extend_from_slice(key.as_bytes());
+    buf.push(2 << 3 | LEN as u8);
+    push_varint(value_len as u64, buf);
     match value {
-        Value::Text(s) => put_bytes(1, s.as_str(own).as_bytes(), buf),
+        Value::Text(_) => {
+            buf.push(1 << 3 | LEN as u8);
+            push_varint(text.len() as u64, buf);
+            buf.extend_from_slice(text.as_bytes());
+        }
         Value::Bool(b) => {
-            encode_key(2, WireType::Varint, buf);
-            encode_varint(u64::from(*b), buf);
+            buf.push(2 << 3);
+            buf.push(u8::from(*b));
         }
         Value::I64(i) => {
-            encode_key(3, WireType::Varint, buf);
-            encode_varint(*i as u64, buf);
+            buf.push(3 << 3);
+            push_varint(*i as u64, buf);
         }
         Value::F64(d) => {
-            encode_key(4, WireType::SixtyFourBit, buf);
+            buf.push(4 << 3 | 1);
             buf.extend_from_slice(&d.to_le_bytes());
         }
     }
+}
+
+/// The length-delimited wire type.
+const LEN: u32 = 2;
+
+/// The longest varint (a `u64`'s).
+const MAX_VARINT: usize = 10;
+
+/// Appends `v` as a varint, as `prost::encoding::encode_varint` does.
+fn push_varint(mut v: u64, buf: &mut Vec<u8>) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
 }
 
 fn bytes_len(tag: u32, len: usize) -> usize {
@@ -279,6 +307,8 @@ mod tests {
                 ("tollgate.queue_ms", Value::F64(0.125)),
                 ("tollgate.cost_usd", Value::F64(0.0)),
                 ("empty", Value::from("")),
+                // Lengths of two varint bytes.
+                ("long", Value::from(Arc::<str>::from("x".repeat(300)))),
             ],
             error: None,
             text: String::new(),
