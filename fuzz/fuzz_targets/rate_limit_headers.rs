@@ -6,30 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use tollgate_openai::rate_limit::{MAX_HINT, RateLimitHints, parse};
-
-const NAMES: [&str; 20] = [
-    "retry-after",
-    "retry-after-ms",
-    "x-ratelimit-limit-requests",
-    "x-ratelimit-remaining-requests",
-    "x-ratelimit-reset-requests",
-    "x-ratelimit-limit-tokens",
-    "x-ratelimit-remaining-tokens",
-    "x-ratelimit-reset-tokens",
-    "anthropic-ratelimit-requests-limit",
-    "anthropic-ratelimit-requests-remaining",
-    "anthropic-ratelimit-requests-reset",
-    "anthropic-ratelimit-tokens-limit",
-    "anthropic-ratelimit-tokens-remaining",
-    "anthropic-ratelimit-tokens-reset",
-    "anthropic-ratelimit-input-tokens-limit",
-    "anthropic-ratelimit-input-tokens-remaining",
-    "anthropic-ratelimit-input-tokens-reset",
-    "anthropic-ratelimit-output-tokens-limit",
-    "anthropic-ratelimit-output-tokens-remaining",
-    "anthropic-ratelimit-output-tokens-reset",
-];
+use tollgate_openai::rate_limit::{HEADER_NAMES as NAMES, MAX_HINT, RateLimitHints, parse};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&clock, rest)) = data.split_first() else {

@@ -62,9 +62,10 @@ pub struct RateLimitHints {
     pub output_tokens: DimensionHints,
 }
 
-/// The headers [`RateLimitHints::from_headers`] reads, by position: each
-/// dimension's limit, remaining and reset follow one another.
-pub(super) const NAMES: [&str; 20] = [
+/// The headers [`RateLimitHints::from_headers`] reads (lowercase), by
+/// position: each dimension's limit, remaining and reset follow one
+/// another.
+pub const HEADER_NAMES: [&str; 20] = [
     "retry-after",
     "retry-after-ms",
     "x-ratelimit-limit-requests",
@@ -106,8 +107,8 @@ impl RateLimitHints {
         // are (no name is parsed or hashed per lookup: this runs for every
         // upstream response). Only the first value of a name is looked at,
         // as `HeaderMap::get` would.
-        let mut seen = [false; NAMES.len()];
-        let mut value: [Option<&str>; NAMES.len()] = [None; NAMES.len()];
+        let mut seen = [false; HEADER_NAMES.len()];
+        let mut value: [Option<&str>; HEADER_NAMES.len()] = [None; HEADER_NAMES.len()];
         for (name, v) in headers {
             let name = name.as_str();
             if !(name.starts_with("x-ratelimit-")
@@ -116,7 +117,7 @@ impl RateLimitHints {
             {
                 continue;
             }
-            if let Some(i) = NAMES.iter().position(|n| *n == name)
+            if let Some(i) = HEADER_NAMES.iter().position(|n| *n == name)
                 && !std::mem::replace(&mut seen[i], true)
             {
                 value[i] = std::str::from_utf8(v.as_bytes()).ok();

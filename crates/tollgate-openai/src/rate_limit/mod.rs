@@ -15,7 +15,7 @@
 mod hints;
 pub mod parse;
 
-pub use hints::{DimensionHints, RateLimitHints};
+pub use hints::{DimensionHints, HEADER_NAMES, RateLimitHints};
 pub use parse::MAX_HINT;
 
 #[cfg(test)]

@@ -428,7 +428,7 @@ proptest! {
         const EXTRA: [&str; 4] = ["content-type", "x-ratelimit-limit-other", "retry-afterwards", "anthropic-ratelimit-x"];
         let mut h = HeaderMap::new();
         for (i, v) in &pairs {
-            let name = super::hints::NAMES.get(*i).copied().unwrap_or_else(|| EXTRA[i % EXTRA.len()]);
+            let name = HEADER_NAMES.get(*i).copied().unwrap_or_else(|| EXTRA[i % EXTRA.len()]);
             h.append(HeaderName::from_bytes(name.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
         }
         prop_assert_eq!(RateLimitHints::from_headers(&h, now()), by_name(&h, now()));
