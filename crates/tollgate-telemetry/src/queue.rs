@@ -416,22 +416,30 @@ mod tests {
         gate: Option<Arc<Semaphore>>,
         fail: bool,
     ) -> Setup {
+        let batching = Batching {
+            queue_size,
+            batch_size,
+            delay: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
+        };
+        spawn(batching, Duration::ZERO, gate, fail)
+    }
+
+    /// A queue exporting to a [`Fake`] whose exports take `latency`.
+    fn spawn(
+        batching: Batching,
+        latency: Duration,
+        gate: Option<Arc<Semaphore>>,
+        fail: bool,
+    ) -> Setup {
         let (tx, batches) = mpsc::unbounded_channel();
-        let queue = Queue::spawn(
-            Fake {
-                batches: tx,
-                gate,
-                fail,
-                latency: Duration::ZERO,
-            },
-            Batching {
-                queue_size,
-                batch_size,
-                delay: Duration::from_secs(1),
-                timeout: Duration::from_secs(10),
-            },
-            &tokio::runtime::Handle::current(),
-        );
+        let fake = Fake {
+            batches: tx,
+            gate,
+            fail,
+            latency,
+        };
+        let queue = Queue::spawn(fake, batching, &tokio::runtime::Handle::current());
         Setup { queue, batches }
     }
 
@@ -478,22 +486,13 @@ mod tests {
     /// batches once the oldest span's delay has passed)
     #[tokio::test(start_paused = true)]
     async fn a_steady_load_is_sent_in_full_batches() {
-        let (tx, mut batches) = mpsc::unbounded_channel();
-        let queue = Queue::spawn(
-            Fake {
-                batches: tx,
-                gate: None,
-                fail: false,
-                latency: Duration::from_millis(100),
-            },
-            Batching {
-                queue_size: 1000,
-                batch_size: 50,
-                delay: Duration::from_secs(1),
-                timeout: Duration::from_secs(10),
-            },
-            &tokio::runtime::Handle::current(),
-        );
+        let batching = Batching {
+            queue_size: 1000,
+            batch_size: 50,
+            delay: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
+        };
+        let Setup { queue, mut batches } = spawn(batching, Duration::from_millis(100), None, false);
         // A span, then after 0.9 s one every 30 ms for 6 s, each export
         // taking 100 ms: spans keep arriving while the first one's delay
         // passes and while every export is under way.
@@ -611,22 +610,13 @@ mod tests {
     async fn spans_from_many_threads_are_exported_or_counted() {
         const THREADS: u32 = 8;
         const EACH: u32 = 2_000;
-        let (tx, mut batches) = mpsc::unbounded_channel();
-        let queue = Queue::spawn(
-            Fake {
-                batches: tx,
-                gate: None,
-                fail: false,
-                latency: Duration::from_millis(1),
-            },
-            Batching {
-                queue_size: 64,
-                batch_size: 16,
-                delay: Duration::from_millis(5),
-                timeout: Duration::from_secs(10),
-            },
-            &tokio::runtime::Handle::current(),
-        );
+        let batching = Batching {
+            queue_size: 64,
+            batch_size: 16,
+            delay: Duration::from_millis(5),
+            timeout: Duration::from_secs(10),
+        };
+        let Setup { queue, mut batches } = spawn(batching, Duration::from_millis(1), None, false);
         let buffer = Arc::clone(queue.buffer());
         let pushers: Vec<_> = (0..THREADS)
             .map(|t| {
