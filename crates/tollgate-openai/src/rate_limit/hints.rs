@@ -107,8 +107,8 @@ impl RateLimitHints {
         // are (no name is parsed or hashed per lookup: this runs for every
         // upstream response). Only the first value of a name is looked at,
         // as `HeaderMap::get` would.
-        let mut seen = [false; HEADER_NAMES.len()];
-        let mut value: [Option<&str>; HEADER_NAMES.len()] = [None; HEADER_NAMES.len()];
+        // Per name: `None` until seen, then its first value if it is text.
+        let mut first: [Option<Option<&str>>; HEADER_NAMES.len()] = [None; HEADER_NAMES.len()];
         for (name, v) in headers {
             let name = name.as_str();
             if !(name.starts_with("x-ratelimit-")
@@ -118,12 +118,12 @@ impl RateLimitHints {
                 continue;
             }
             if let Some(i) = HEADER_NAMES.iter().position(|n| *n == name)
-                && !std::mem::replace(&mut seen[i], true)
+                && first[i].is_none()
             {
-                value[i] = std::str::from_utf8(v.as_bytes()).ok();
+                first[i] = Some(std::str::from_utf8(v.as_bytes()).ok());
             }
         }
-        let get = |i: usize| value[i];
+        let get = |i: usize| first[i].flatten();
         let openai = |at: usize| DimensionHints {
             limit: get(at).and_then(parse::count),
             remaining: get(at + 1).and_then(parse::count),
