@@ -351,37 +351,12 @@ impl<'a> Scan<'a> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use serde::Deserialize;
-    use serde_json::value::RawValue;
 
     use super::*;
 
-    /// What the provider parses with serde_json when this pass cannot
-    /// decide (the same probe as the stream's).
-    #[derive(Deserialize)]
-    struct Probe<'a> {
-        #[serde(default, deserialize_with = "non_empty")]
-        choices: bool,
-        #[serde(default, borrow)]
-        usage: Option<&'a RawValue>,
-        #[serde(default, borrow)]
-        error: Option<&'a RawValue>,
-    }
-
-    fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-        Ok(Option::<Vec<serde::de::IgnoredAny>>::deserialize(d)?.is_some_and(|v| !v.is_empty()))
-    }
-
+    /// What serde_json reads: the stream's own fallback.
     fn by_serde(text: &str) -> Option<Members<'_>> {
-        if text.trim_start_matches(is_ws_char).as_bytes().first() != Some(&b'{') {
-            return None;
-        }
-        let p: Probe<'_> = serde_json::from_str(text).ok()?;
-        Some(Members {
-            choices: p.choices,
-            usage: p.usage.map(RawValue::get),
-            error: p.error.map(RawValue::get),
-        })
+        crate::provider::stream::probed_members(text).ok()
     }
 
     // proves: LC-4, Q-6 (the members a stream event and a body are judged

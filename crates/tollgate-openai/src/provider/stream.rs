@@ -684,9 +684,15 @@ pub(super) fn raw_value(raw: Option<&str>) -> Result<Option<Value>, String> {
 /// must be an object: the one-pass reader's answer, else serde_json's
 /// (which also words the error).
 fn chunk_members(data: &str) -> Result<Members<'_>, String> {
-    if let Some(found) = members(data) {
-        return Ok(found);
+    match members(data) {
+        Some(found) => Ok(found),
+        None => probed_members(data),
     }
+}
+
+/// The same members as serde_json reads them (the one-pass reader's
+/// fallback, and the reference its tests compare it with).
+pub(super) fn probed_members(data: &str) -> Result<Members<'_>, String> {
     parse_object_str::<ChunkProbe<'_>>(data).map(|p| Members {
         choices: p.choices,
         usage: p.usage.map(RawValue::get),
