@@ -74,7 +74,7 @@ load 5s >/dev/null
 callgrind_control -i on "$GW" >/dev/null
 load "$DURATION" >"$WORK/loadgen.json"
 callgrind_control -i off "$GW" >/dev/null
-callgrind_control -d "$GW" >/dev/null
+callgrind_control -d "$GW" >/dev/null 2>&1
 sleep 1
 kill -INT "$GW"
 wait "$GW" 2>/dev/null || true
