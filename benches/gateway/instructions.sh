@@ -71,9 +71,9 @@ load() {
     "${FLAGS[@]}" --duration "$1"
 }
 load 5s >/dev/null
-callgrind_control -i on "$GW" >/dev/null
+callgrind_control -i on "$GW" >/dev/null 2>&1
 load "$DURATION" >"$WORK/loadgen.json"
-callgrind_control -i off "$GW" >/dev/null
+callgrind_control -i off "$GW" >/dev/null 2>&1
 callgrind_control -d "$GW" >/dev/null 2>&1
 sleep 1
 kill -INT "$GW"
