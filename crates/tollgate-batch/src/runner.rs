@@ -1,7 +1,6 @@
 //! The run: validation, resume, the worker pool over one `Supervisor`
 //! (SPEC BATCH-2, BATCH-3, BATCH-5, BATCH-6, ADM-8).
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -78,15 +77,18 @@ impl Provider for BatchProvider {
         let stats = Arc::clone(&self.stats);
         let at = self.epoch.elapsed();
         let estimate = request.estimate.total();
-        let (span, upstream) = match &request.trace {
+        let (span, headers) = match &request.trace {
             Some(trace) => {
-                let (span, sent) = trace.attempt(&attempt, &request.upstream);
-                (Some(span), sent)
+                let (span, headers) = trace.attempt(&attempt);
+                (Some(span), headers)
             }
-            None => (None, Cow::Borrowed(&request.upstream)),
+            None => (None, Vec::new()),
         };
         async move {
-            let result = Provider::call(&self.http, &upstream, attempt).await;
+            let result = self
+                .http
+                .call_with(&request.upstream, &headers, attempt)
+                .await;
             let usage = match &result {
                 Ok(reply) => reply.usage,
                 Err(e) => {

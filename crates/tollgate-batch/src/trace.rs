@@ -6,13 +6,12 @@
 //! [`crate::BatchConfig::telemetry`]); an unreachable collector drops
 //! spans, never delays an item.
 
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use http::{HeaderName, HeaderValue};
 use tollgate::Usage;
 use tollgate::lifecycle::{AttemptContext, ProviderError};
-use tollgate_openai::UpstreamRequest;
 use tollgate_openai::provider::Endpoint;
 use tollgate_telemetry::semconv as sc;
 use tollgate_telemetry::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, Telemetry};
@@ -57,25 +56,21 @@ impl ItemTrace {
         })))
     }
 
-    /// The span of attempt `attempt` and the request as sent, with the
-    /// span's `traceparent`.
-    pub(crate) fn attempt<'r>(
+    /// The span of attempt `attempt` and the headers it adds to the
+    /// request: its `traceparent`.
+    pub(crate) fn attempt(
         &self,
         attempt: &AttemptContext,
-        upstream: &'r UpstreamRequest,
-    ) -> (Attempt, Cow<'r, UpstreamRequest>) {
+    ) -> (Attempt, Vec<(HeaderName, HeaderValue)>) {
         let left = attempt.deadline.remaining(tollgate::clock::Instant::now());
         let span = self.0.call.attempt(&self.0.target, attempt.attempt, left);
-        let mut sent = upstream.clone();
-        for (name, value) in span.headers() {
-            sent = sent.with_header(name, value);
-        }
+        let headers = span.headers().collect();
         (
             Attempt {
                 span,
                 item: Arc::clone(&self.0),
             },
-            Cow::Owned(sent),
+            headers,
         )
     }
 

@@ -1,11 +1,11 @@
 //! The gateway's view of an upstream: the HTTP provider, with each
 //! request carrying its own token estimate.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use tollgate::TokenEstimate;
 use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
 use tollgate_openai::provider::ChunkStream;
@@ -79,24 +79,21 @@ impl GatewayProvider {
         }
     }
 
-    /// The attempt's span (when the call is traced) and the request as
-    /// sent: with the span's `traceparent` when there is one.
-    fn traced<'r>(
+    /// The attempt's span (when the call is traced) and the headers it
+    /// adds to the request: its `traceparent`.
+    fn traced(
         &self,
-        request: &'r GatewayRequest,
+        request: &GatewayRequest,
         number: u32,
         attempt: &AttemptContext,
-    ) -> (Option<AttemptSpan>, Cow<'r, UpstreamRequest>) {
+    ) -> (Option<AttemptSpan>, Vec<(HeaderName, HeaderValue)>) {
         let Some(trace) = &request.trace else {
-            return (None, Cow::Borrowed(&request.upstream));
+            return (None, Vec::new());
         };
         let left = attempt.deadline.remaining(tollgate::clock::Instant::now());
         let span = trace.attempt(&self.target, number, left);
-        let mut upstream = request.upstream.clone();
-        for (name, value) in span.headers() {
-            upstream = upstream.with_header(name, value);
-        }
-        (Some(span), Cow::Owned(upstream))
+        let headers = span.headers().collect();
+        (Some(span), headers)
     }
 
     fn count<T>(&self, result: &Result<T, ProviderError>, started: &Started) {
@@ -120,10 +117,13 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
         let number = request.started.bump();
-        let (span, upstream) = self.traced(request, number, &attempt);
+        let (span, headers) = self.traced(request, number, &attempt);
         let started = request.started.clone();
         async move {
-            let result = Provider::call(&self.http, &upstream, attempt).await;
+            let result = self
+                .http
+                .call_with(&request.upstream, &headers, attempt)
+                .await;
             self.count(&result, &started);
             match (span, &result) {
                 (Some(mut span), Ok(reply)) => span.succeed(Some(reply.usage)),
@@ -140,10 +140,13 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
         let number = request.started.bump();
-        let (span, upstream) = self.traced(request, number, &attempt);
+        let (span, headers) = self.traced(request, number, &attempt);
         let started = request.started.clone();
         async move {
-            let result = Provider::stream(&self.http, &upstream, attempt).await;
+            let result = self
+                .http
+                .stream_with(&request.upstream, &headers, attempt)
+                .await;
             self.count(&result, &started);
             match (span, &result) {
                 (Some(span), Ok(_)) => span.streaming(),

@@ -272,7 +272,7 @@ async fn stream_span_ends_with_its_last_event() {
     gw.wait_idle().await;
 }
 
-// proves: OBS-5 (a stream cut mid-answer ends its spans with the error)
+// proves: OBS-5 (a stream cut mid-answer ends its spans with the error; the stream's upstream request carries its attempt's traceparent)
 #[tokio::test]
 async fn cut_stream_span_carries_the_error() {
     let collector = Collector::start().await;
@@ -302,6 +302,22 @@ async fn cut_stream_span_carries_the_error() {
     assert_eq!(attempts.len(), 1, "{spans:#?}");
     assert!(is_error(attempts[0]));
     assert_eq!(string(attempts[0], "error.type"), Some(error));
+    // The stream's upstream request carried its attempt's traceparent.
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    let tp = seen[0]
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .expect("traceparent upstream");
+    assert_eq!(
+        tp,
+        format!(
+            "00-{}-{}-01",
+            hex(&attempts[0].trace_id),
+            hex(&attempts[0].span_id)
+        )
+    );
     let text = String::from_utf8_lossy(&collector.raw()).into_owned();
     assert!(
         !text.contains("Hello") && !text.contains("wor"),

@@ -75,7 +75,9 @@ fn main() {
             .expect("on");
         call.requested("gpt-4o-mini");
         let mut attempt = call.attempt(&target, 1, Some(Duration::from_secs(30)));
-        std::hint::black_box(attempt.headers());
+        attempt.headers().for_each(|h| {
+            std::hint::black_box(h);
+        });
         let usage = Some(Usage::from_io(12, 34));
         attempt.succeed(usage);
         let id = format!("req-{i:08}");

@@ -18,8 +18,9 @@ use tollgate::{Admission, Usage};
 
 use super::Telemetry;
 use super::semconv as sc;
+use crate::encode::put_attribute;
 use crate::queue::Buffer;
-use crate::span::{self, Kind, Record, Text, Value};
+use crate::span::{self, Kind, Record, Text};
 use crate::w3c;
 
 /// The W3C trace-context header.
@@ -27,26 +28,23 @@ pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// What an attempt span says about its deployment, made once per
-/// deployment at build.
+/// deployment at build: the model's name and the deployment's attributes,
+/// encoded once for all its spans.
 #[derive(Debug, Clone)]
 pub struct AttemptTarget {
-    /// `gen_ai.provider.name`.
-    pub provider: Arc<str>,
-    /// `server.address`.
-    pub address: Option<Arc<str>>,
-    /// `server.port`.
-    pub port: Option<u16>,
-    /// The model name sent upstream (`gen_ai.request.model` of the
-    /// attempt, and its `gen_ai.response.model` once it answered).
-    pub upstream_model: Arc<str>,
-    /// The configured deployment (the gateway's; a batch run has none).
-    pub deployment: Option<Arc<str>>,
+    /// The model name sent upstream (the span's name).
+    upstream_model: Arc<str>,
+    /// `gen_ai.request.model` (the upstream model), `gen_ai.provider.name`,
+    /// `tollgate.deployment`, `server.address`, `server.port`, encoded.
+    attributes: Box<[u8]>,
+    /// `gen_ai.response.model` (the upstream model), encoded.
+    response_model: Arc<[u8]>,
 }
 
 impl AttemptTarget {
-    /// The target of a deployment named `deployment` sending
-    /// `upstream_model` to `base_url` of a provider known to the
-    /// conventions as `provider`.
+    /// The target of a deployment named `deployment` (the gateway's; a
+    /// batch run has none) sending `upstream_model` to `base_url` of a
+    /// provider known to the conventions as `provider`.
     pub fn new(
         provider: &str,
         base_url: &str,
@@ -61,12 +59,32 @@ impl AttemptTarget {
                 _ => None,
             })
         });
+        let mut attributes = Vec::new();
+        put_attribute(
+            sc::GEN_AI_REQUEST_MODEL,
+            upstream_model.into(),
+            &mut attributes,
+        );
+        put_attribute(sc::GEN_AI_PROVIDER_NAME, provider.into(), &mut attributes);
+        if let Some(d) = deployment {
+            put_attribute(sc::TOLLGATE_DEPLOYMENT, d.into(), &mut attributes);
+        }
+        if let Some(host) = uri.as_ref().and_then(|u| u.host()) {
+            put_attribute(sc::SERVER_ADDRESS, host.into(), &mut attributes);
+        }
+        if let Some(p) = port {
+            put_attribute(sc::SERVER_PORT, i64::from(p).into(), &mut attributes);
+        }
+        let mut response_model = Vec::new();
+        put_attribute(
+            sc::GEN_AI_RESPONSE_MODEL,
+            upstream_model.into(),
+            &mut response_model,
+        );
         AttemptTarget {
-            provider: Arc::from(provider),
-            address: uri.as_ref().and_then(|u| u.host()).map(Arc::from),
-            port,
             upstream_model: Arc::from(upstream_model),
-            deployment: deployment.map(Arc::from),
+            attributes: attributes.into(),
+            response_model: response_model.into(),
         }
     }
 }
@@ -210,9 +228,7 @@ impl Telemetry {
         };
         let buffer = exporting.queue.buffer();
         let record = ids.sampled.then(|| {
-            let (mut attributes, text) = buffer.parts();
-            attributes.push((sc::GEN_AI_OPERATION_NAME, Value::from(operation)));
-            attributes.push((sc::TOLLGATE_ROUTE, Value::from(route)));
+            let (attributes, text) = buffer.parts();
             let mut record = Record {
                 trace_id: ids.trace_id,
                 span_id,
@@ -229,9 +245,10 @@ impl Telemetry {
                 error: None,
                 text,
             };
+            record.set(sc::GEN_AI_OPERATION_NAME, operation);
+            record.set(sc::TOLLGATE_ROUTE, route);
             if let Some(id) = custom_id {
-                let id = record.owned(id);
-                record.attributes.push((sc::TOLLGATE_CUSTOM_ID, id));
+                record.set(sc::TOLLGATE_CUSTOM_ID, id);
             }
             record
         });
@@ -283,8 +300,14 @@ pub struct CallEnd<'a> {
     pub error: Option<&'a str>,
 }
 
+/// `d` in milliseconds, rounded to the microsecond (in integers: no
+/// floating-point rounding per attribute).
 fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
+    let micros = d
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from((d.subsec_nanos() + 500) / 1_000));
+    micros as f64 / 1e3
 }
 
 impl CallTrace {
@@ -292,11 +315,8 @@ impl CallTrace {
     pub fn requested(&self, model: &str) {
         let mut state = self.0.state.lock();
         if let Some(record) = &mut state.record {
-            let model = record.own(model);
-            record
-                .attributes
-                .push((sc::GEN_AI_REQUEST_MODEL, Value::Text(model.clone())));
-            record.model = Some(model);
+            record.set(sc::GEN_AI_REQUEST_MODEL, model);
+            record.model = Some(record.own(model));
         }
     }
 
@@ -315,36 +335,8 @@ impl CallTrace {
             ..i.ids.clone()
         };
         let record = ids.sampled.then(|| {
-            let (mut a, text) = i.buffer.parts();
-            // The target's `Arc<str>`s are shared, not copied, per span.
-            a.extend([
-                (sc::GEN_AI_OPERATION_NAME, Value::from(i.operation)),
-                (
-                    sc::GEN_AI_REQUEST_MODEL,
-                    Value::from(Arc::clone(&target.upstream_model)),
-                ),
-                (
-                    sc::GEN_AI_PROVIDER_NAME,
-                    Value::from(Arc::clone(&target.provider)),
-                ),
-                (sc::TOLLGATE_ATTEMPT, Value::from(i64::from(number))),
-            ]);
-            if let Some(d) = &target.deployment {
-                a.push((sc::TOLLGATE_DEPLOYMENT, Value::from(Arc::clone(d))));
-            }
-            if let Some(addr) = &target.address {
-                a.push((sc::SERVER_ADDRESS, Value::from(Arc::clone(addr))));
-            }
-            if let Some(p) = target.port {
-                a.push((sc::SERVER_PORT, Value::from(i64::from(p))));
-            }
-            if let Some(left) = deadline_left {
-                a.push((sc::TOLLGATE_DEADLINE_LEFT_MS, Value::from(millis(left))));
-            }
-            if let Some(cause) = i.state.lock().last_error {
-                a.push((sc::TOLLGATE_RETRY_CAUSE, Value::from(cause)));
-            }
-            Record {
+            let (attributes, text) = i.buffer.parts();
+            let mut r = Record {
                 trace_id: ids.trace_id,
                 span_id: ids.span_id,
                 parent_id: i.ids.span_id,
@@ -356,14 +348,25 @@ impl CallTrace {
                 model: Some(Text::Shared(Arc::clone(&target.upstream_model))),
                 start: span::now(),
                 end: 0,
-                attributes: a,
+                attributes,
                 error: None,
                 text,
+            };
+            r.set(sc::GEN_AI_OPERATION_NAME, i.operation);
+            r.attributes.extend_from_slice(&target.attributes);
+            r.set(sc::TOLLGATE_ATTEMPT, i64::from(number));
+            if let Some(left) = deadline_left {
+                r.set(sc::TOLLGATE_DEADLINE_LEFT_MS, millis(left));
             }
+            if let Some(cause) = i.state.lock().last_error {
+                r.set(sc::TOLLGATE_RETRY_CAUSE, cause);
+            }
+            r
         });
         AttemptSpan {
             ids,
             record,
+            response_model: Arc::clone(&target.response_model),
             buffer: Arc::clone(&i.buffer),
             call: Arc::downgrade(&self.0),
             ended: false,
@@ -373,76 +376,69 @@ impl CallTrace {
     /// Ends the call's span (and the span of the attempt whose stream it
     /// relayed) with what `end` says.
     pub fn finish(&self, end: &CallEnd<'_>) {
-        let streaming = self.0.state.lock().streaming.take();
+        let (streaming, record) = {
+            let mut state = self.0.state.lock();
+            (state.streaming.take(), state.record.take())
+        };
         if let Some(mut attempt) = streaming {
             match end.error {
                 Some(e) => attempt.fail(Err(e), None),
                 None => attempt.succeed(end.usage),
             }
         }
-        let Some(mut r) = self.0.state.lock().record.take() else {
+        let Some(mut r) = record else {
             return;
         };
-        let mut a = std::mem::take(&mut r.attributes);
-        a.push((sc::TOLLGATE_STREAM, Value::from(end.stream)));
-        a.push((sc::TOLLGATE_ATTEMPT, Value::from(i64::from(end.attempts))));
+        r.set(sc::TOLLGATE_STREAM, end.stream);
+        r.set(sc::TOLLGATE_ATTEMPT, i64::from(end.attempts));
         if let Some(s) = end.status {
-            a.push((sc::HTTP_RESPONSE_STATUS_CODE, Value::from(i64::from(s))));
+            r.set(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(s));
         }
         if let Some(q) = end.queue {
-            a.push((sc::TOLLGATE_QUEUE_MS, Value::from(millis(q))));
+            r.set(sc::TOLLGATE_QUEUE_MS, millis(q));
         }
         let texts = [
             (sc::TOLLGATE_REQUEST_ID, end.request_id),
             (sc::TOLLGATE_TENANT, end.tenant),
             (sc::TOLLGATE_DEPLOYMENT, end.deployment),
+            (sc::TOLLGATE_CLASS, end.class),
+            (sc::TOLLGATE_LIMITED_BY, end.limited_by),
         ];
         for (key, text) in texts {
             if let Some(t) = text {
-                a.push((key, r.owned(t)));
+                r.set(key, t);
             }
         }
-        if let Some(c) = end.class {
-            a.push((sc::TOLLGATE_CLASS, Value::from(c)));
-        }
-        if let Some(l) = end.limited_by {
-            a.push((sc::TOLLGATE_LIMITED_BY, Value::from(l)));
-        }
         if let Some(adm) = end.admission {
-            a.push((
-                sc::TOLLGATE_QUOTA_WAIT_MS,
-                Value::from(millis(adm.quota_wait)),
-            ));
-            a.push((
+            r.set(sc::TOLLGATE_QUOTA_WAIT_MS, millis(adm.quota_wait));
+            r.set(
                 sc::TOLLGATE_CONCURRENCY_WAIT_MS,
-                Value::from(millis(adm.concurrency_wait)),
-            ));
+                millis(adm.concurrency_wait),
+            );
         }
         if let Some(t) = end.tokens_estimated {
-            a.push((sc::TOLLGATE_TOKENS_ESTIMATED, Value::from(t as i64)));
+            r.set(sc::TOLLGATE_TOKENS_ESTIMATED, t as i64);
         }
         if let Some(c) = end.cost {
-            a.push((sc::TOLLGATE_COST_USD, Value::from(c as f64 / 1e6)));
+            r.set(sc::TOLLGATE_COST_USD, c as f64 / 1e6);
         }
-        push_usage(&mut a, end.usage);
+        set_usage(&mut r, end.usage);
         if let Some(e) = end.error {
-            let e = r.own(e);
-            a.push((sc::ERROR_TYPE, Value::Text(e.clone())));
-            r.error = Some(e);
+            r.set(sc::ERROR_TYPE, e);
+            r.error = Some(r.own(e));
         }
-        r.attributes = a;
         r.end = span::now();
         self.0.buffer.push(r);
     }
 }
 
-fn push_usage(a: &mut Vec<(&'static str, Value)>, usage: Option<Usage>) {
+fn set_usage(r: &mut Record, usage: Option<Usage>) {
     let u = usage.unwrap_or(Usage::UNKNOWN);
     if let Some(n) = u.input() {
-        a.push((sc::GEN_AI_USAGE_INPUT_TOKENS, Value::from(n as i64)));
+        r.set(sc::GEN_AI_USAGE_INPUT_TOKENS, n as i64);
     }
     if let Some(n) = u.output() {
-        a.push((sc::GEN_AI_USAGE_OUTPUT_TOKENS, Value::from(n as i64)));
+        r.set(sc::GEN_AI_USAGE_OUTPUT_TOKENS, n as i64);
     }
 }
 
@@ -453,6 +449,8 @@ pub struct AttemptSpan {
     ids: Ids,
     /// The span while it is open and sampled.
     record: Option<Record>,
+    /// Its target's `gen_ai.response.model`, encoded.
+    response_model: Arc<[u8]>,
     buffer: Arc<Buffer>,
     call: Weak<Inner>,
     ended: bool,
@@ -461,31 +459,27 @@ pub struct AttemptSpan {
 impl AttemptSpan {
     /// The `traceparent` (and `tracestate`) headers naming this attempt,
     /// for the upstream request.
-    pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+    pub fn headers(&self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + use<> {
         let ids = &self.ids;
         let traceparent = w3c::traceparent(&ids.trace_id, &ids.span_id, ids.sampled);
-        let mut out = Vec::with_capacity(2);
-        if let Ok(v) = HeaderValue::from_bytes(&traceparent) {
-            out.push((TRACEPARENT, v));
-        }
+        let traceparent = HeaderValue::from_bytes(&traceparent)
+            .ok()
+            .map(|v| (TRACEPARENT, v));
         // The client's `tracestate`, when it sent one; none is sent empty
         // (W3C: accept empty ones, avoid sending them).
         let state = ids.trace_state.as_deref().filter(|s| !s.is_empty());
-        out.extend(
-            state
-                .and_then(|s| HeaderValue::from_str(s).ok())
-                .map(|v| (TRACESTATE, v)),
-        );
-        out
+        let state = state
+            .and_then(|s| HeaderValue::from_str(s).ok())
+            .map(|v| (TRACESTATE, v));
+        // (Chained options: an exact length for the caller to make room.)
+        traceparent.into_iter().chain(state)
     }
 
     /// The upstream answered; a one-shot attempt ends here with `usage`.
     pub fn succeed(&mut self, usage: Option<Usage>) {
         if let Some(mut r) = self.record.take() {
-            let model = r.model.clone().unwrap_or(Text::Static(""));
-            r.attributes
-                .push((sc::GEN_AI_RESPONSE_MODEL, Value::Text(model)));
-            push_usage(&mut r.attributes, usage);
+            r.attributes.extend_from_slice(&self.response_model);
+            set_usage(&mut r, usage);
             r.end = span::now();
             self.buffer.push(r);
         }
@@ -512,17 +506,15 @@ impl AttemptSpan {
     /// copied.
     fn fail(&mut self, kind: Result<&'static str, &str>, status: Option<u16>) {
         if let Some(mut r) = self.record.take() {
-            let kind = match kind {
+            if let Some(s) = status {
+                r.set(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(s));
+            }
+            let (Ok(text) | Err(text)) = kind;
+            r.set(sc::ERROR_TYPE, text);
+            r.error = Some(match kind {
                 Ok(constant) => Text::Static(constant),
                 Err(lent) => r.own(lent),
-            };
-            if let Some(s) = status {
-                r.attributes
-                    .push((sc::HTTP_RESPONSE_STATUS_CODE, Value::from(i64::from(s))));
-            }
-            r.attributes
-                .push((sc::ERROR_TYPE, Value::Text(kind.clone())));
-            r.error = Some(kind);
+            });
             r.end = span::now();
             self.buffer.push(r);
         }
@@ -582,7 +574,7 @@ mod tests {
             .expect("on");
         call.requested("model");
         let mut attempt = call.attempt(&target, 1, Some(Duration::from_secs(1)));
-        let sent = attempt.headers();
+        let sent: Vec<_> = attempt.headers().collect();
         attempt.succeed(None);
         call.finish(&CallEnd::default());
         let get = |name: &str| {

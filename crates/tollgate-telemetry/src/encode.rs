@@ -12,7 +12,7 @@
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
-use crate::span::{Record, Text, Value};
+use crate::span::{Record, Value};
 
 /// The encoder of one process's export requests: its resource and scope
 /// encoded once, and the buffers reused from batch to batch.
@@ -24,10 +24,8 @@ pub(crate) struct Encoder {
     scope: Vec<u8>,
     /// The scope's schema URL.
     scope_schema_url: String,
-    /// One span's bytes while its length is not known yet.
-    span: Vec<u8>,
-    /// The batch's spans, each as `ScopeSpans.spans` (field 2).
-    spans: Vec<u8>,
+    /// The batch's spans' layouts.
+    lens: Vec<Layout>,
 }
 
 impl Encoder {
@@ -35,13 +33,7 @@ impl Encoder {
     /// `scope` at `version` with `schema_url`.
     pub(crate) fn new(service_name: &str, scope: &str, version: &str, schema_url: &str) -> Self {
         let mut resource = Vec::new();
-        put_attribute(
-            1,
-            "service.name",
-            &Value::Text(Text::Shared(service_name.into())),
-            "",
-            &mut resource,
-        );
+        put_key_value(1, "service.name", Value::Str(service_name), &mut resource);
         // InstrumentationScope { name = 1, version = 2 }
         let mut scope_bytes = Vec::new();
         put_str(1, scope, &mut scope_bytes);
@@ -50,26 +42,21 @@ impl Encoder {
             resource,
             scope: scope_bytes,
             scope_schema_url: schema_url.to_owned(),
-            span: Vec::new(),
-            spans: Vec::new(),
+            lens: Vec::new(),
         }
     }
 
-    /// The request exporting `spans`.
+    /// The request exporting `spans`, each span written once, straight
+    /// into the body (the lengths of every message are computed first).
     pub(crate) fn request(&mut self, spans: &[Record]) -> Vec<u8> {
-        self.spans.clear();
-        for span in spans {
-            self.span.clear();
-            put_span(span, &mut self.span);
-            put_bytes(2, &self.span, &mut self.spans);
-        }
-        // The outer messages' lengths first, so that each span's bytes
-        // are copied once more, into the body.
+        self.lens.clear();
+        self.lens.extend(spans.iter().map(Layout::of));
+        let spans_len: usize = self.lens.iter().map(|l| bytes_len(2, l.len)).sum();
         // ScopeSpans { scope = 1, spans = 2, schema_url = 3 }
-        let scope_spans = if self.spans.is_empty() {
+        let scope_spans = if spans.is_empty() {
             0
         } else {
-            bytes_len(1, self.scope.len()) + self.spans.len() + str_len(3, &self.scope_schema_url)
+            bytes_len(1, self.scope.len()) + spans_len + str_len(3, &self.scope_schema_url)
         };
         // ResourceSpans { resource = 1, scope_spans = 2 } (no schema URL)
         let resource_spans = bytes_len(1, self.resource.len())
@@ -87,7 +74,11 @@ impl Encoder {
             encode_key(2, WireType::LengthDelimited, &mut request);
             encode_varint(scope_spans as u64, &mut request);
             put_bytes(1, &self.scope, &mut request);
-            request.extend_from_slice(&self.spans);
+            for (span, layout) in spans.iter().zip(&self.lens) {
+                encode_key(2, WireType::LengthDelimited, &mut request);
+                encode_varint(layout.len as u64, &mut request);
+                put_span(span, layout, &mut request);
+            }
             put_str(3, &self.scope_schema_url, &mut request);
         }
         debug_assert_eq!(request.len(), request.capacity());
@@ -95,110 +86,173 @@ impl Encoder {
     }
 }
 
-/// `Span` (trace/v1) of `span`.
-fn put_span(span: &Record, buf: &mut Vec<u8>) {
+/// What a span's encoding needs twice, for its length and its bytes.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// The `Span` message's length.
+    len: usize,
+    /// The name's length: operation, then " " and the model.
+    name: usize,
+    /// The `Status` message's length.
+    status: usize,
+}
+
+impl Layout {
+    fn of(span: &Record) -> Layout {
+        let name = span.operation.len() + span.model().map_or(0, |m| 1 + m.len());
+        let (code, message) = status(span);
+        let status = str_len(2, message) + varint_len(3, code);
+        let len = bytes_len(1, 16)
+            + bytes_len(2, 8)
+            + str_len(3, span.trace_state.as_deref().unwrap_or_default())
+            + if span.parent_id == [0; 8] {
+                0
+            } else {
+                bytes_len(4, 8)
+            }
+            + bytes_len(5, name)
+            + varint_len(6, span.kind as u64)
+            + fixed_len(7, span.start, 8)
+            + fixed_len(8, span.end, 8)
+            + span.attributes.len()
+            + bytes_len(15, status)
+            + fixed_len(16, u64::from(flags(span)), 4);
+        Layout { len, name, status }
+    }
+}
+
+/// `Status { message = 2, code = 3 }`'s values: always present, as the
+/// SDK's exporter sent it (code 0 unset, 2 error).
+fn status(span: &Record) -> (u64, &str) {
+    match &span.error {
+        None => (0, ""),
+        Some(description) => (2, span.str(description)),
+    }
+}
+
+/// The W3C flags plus `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` (0x100) and,
+/// if the parent is remote, `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK` (0x200).
+fn flags(span: &Record) -> u32 {
+    u32::from(span.flags) | 0x100 | if span.parent_remote { 0x200 } else { 0 }
+}
+
+/// `Span` (trace/v1) of `span`, laid out as `layout` says.
+fn put_span(span: &Record, layout: &Layout, buf: &mut Vec<u8>) {
     put_bytes(1, &span.trace_id, buf);
     put_bytes(2, &span.span_id, buf);
     put_str(3, span.trace_state.as_deref().unwrap_or_default(), buf);
     if span.parent_id != [0; 8] {
         put_bytes(4, &span.parent_id, buf);
     }
-    // The name: operation, then " " and the model, without a copy.
-    let model = span.model();
     encode_key(5, WireType::LengthDelimited, buf);
-    encode_varint(
-        (span.operation.len() + model.map_or(0, |m| 1 + m.len())) as u64,
-        buf,
-    );
+    encode_varint(layout.name as u64, buf);
     buf.extend_from_slice(span.operation.as_bytes());
-    if let Some(model) = model {
+    if let Some(model) = span.model() {
         buf.push(b' ');
         buf.extend_from_slice(model.as_bytes());
     }
     put_varint(6, span.kind as u64, buf);
     put_fixed64(7, span.start, buf);
     put_fixed64(8, span.end, buf);
-    for (key, value) in &span.attributes {
-        put_attribute(9, key, value, &span.text, buf);
-    }
-    // Status { message = 2, code = 3 }: always present, as the SDK's
-    // exporter sent it (code 0 unset, 2 error).
-    let (code, message): (u64, &str) = match &span.error {
-        None => (0, ""),
-        Some(description) => (2, description.as_str(&span.text)),
-    };
-    let status_len = str_len(2, message) + varint_len(3, code);
+    buf.extend_from_slice(&span.attributes);
+    let (code, message) = status(span);
     encode_key(15, WireType::LengthDelimited, buf);
-    encode_varint(status_len as u64, buf);
+    encode_varint(layout.status as u64, buf);
     put_str(2, message, buf);
     put_varint(3, code, buf);
-    // The W3C flags plus `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` (0x100)
-    // and, if the parent is remote, `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`
-    // (0x200).
-    let flags = u32::from(span.flags) | 0x100 | if span.parent_remote { 0x200 } else { 0 };
-    put_fixed32(16, flags, buf);
+    put_fixed32(16, flags(span), buf);
 }
 
-/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`; `own` is
-/// the text of the value's record. Written byte by byte into room reserved
-/// once (a span has a few dozen of these: they are most of an export's
-/// work).
-fn put_attribute(tag: u32, key: &str, value: &Value, own: &str, buf: &mut Vec<u8>) {
+/// Span attribute `key` = `value`, as a `Span.attributes` field (9).
+///
+/// A span has a few dozen of these, written on the request path, so the
+/// usual case (every length under 128) appends a few heads of fixed size
+/// and the two texts or the number; inlined where `key` is a
+/// constant, the key's copy is a few moves. Anything else goes through
+/// [`put_key_value`].
+#[inline(always)]
+pub(crate) fn put_attribute(key: &str, value: Value<'_>, buf: &mut Vec<u8>) {
+    const FIELD: u8 = 9 << 3 | LEN as u8;
+    const KEY: u8 = 1 << 3 | LEN as u8;
+    const VALUE: u8 = 2 << 3 | LEN as u8;
+    // KeyValue's length without the value's: the key's field.
+    let k = 2 + key.len();
+    match value {
+        Value::Str(s) if k + 4 + s.len() < 128 => {
+            let v = 2 + s.len();
+            buf.reserve(k + 4 + v);
+            buf.extend_from_slice(&[FIELD, (k + 2 + v) as u8, KEY, key.len() as u8]);
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(&[VALUE, v as u8, 1 << 3 | LEN as u8, s.len() as u8]);
+            buf.extend_from_slice(s.as_bytes());
+        }
+        Value::I64(i) if k + 13 < 128 => {
+            let n = encoded_len_varint(i as u64);
+            buf.reserve(k + 5 + n);
+            buf.extend_from_slice(&[FIELD, (k + 3 + n) as u8, KEY, key.len() as u8]);
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(&[VALUE, (1 + n) as u8, 3 << 3]);
+            encode_varint(i as u64, buf);
+        }
+        Value::F64(d) if k + 11 < 128 => {
+            buf.reserve(k + 13);
+            buf.extend_from_slice(&[FIELD, (k + 11) as u8, KEY, key.len() as u8]);
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(&[VALUE, 9, 4 << 3 | 1]);
+            buf.extend_from_slice(&d.to_le_bytes());
+        }
+        Value::Bool(b) if k + 4 < 128 => {
+            buf.reserve(k + 6);
+            buf.extend_from_slice(&[FIELD, (k + 4) as u8, KEY, key.len() as u8]);
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(&[VALUE, 2, 2 << 3, u8::from(b)]);
+        }
+        _ => put_key_value(9, key, value, buf),
+    }
+}
+
+/// `KeyValue { key = 1, value = 2 (AnyValue) }` as field `tag`, any
+/// lengths.
+fn put_key_value(tag: u32, key: &str, value: Value<'_>, buf: &mut Vec<u8>) {
     // AnyValue { string = 1, bool = 2, int = 3, double = 4 }
-    let text = match value {
-        Value::Text(s) => s.as_str(own),
-        _ => "",
-    };
     let value_len = match value {
-        Value::Text(_) => bytes_len(1, text.len()),
+        Value::Str(s) => bytes_len(1, s.len()),
         Value::Bool(_) => key_len(2) + 1,
-        Value::I64(i) => key_len(3) + encoded_len_varint(*i as u64),
+        Value::I64(i) => key_len(3) + encoded_len_varint(i as u64),
         Value::F64(_) => key_len(4) + 8,
     };
     let len = bytes_len(1, key.len()) + bytes_len(2, value_len);
-    buf.reserve(len + 2 * MAX_VARINT);
-    push_varint(u64::from(tag << 3 | LEN), buf);
-    push_varint(len as u64, buf);
-    buf.push(1 << 3 | LEN as u8);
-    push_varint(key.len() as u64, buf);
-    buf.extend_from_slice(key.as_bytes());
-    buf.push(2 << 3 | LEN as u8);
-    push_varint(value_len as u64, buf);
+    buf.reserve(bytes_len(tag, len));
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(len as u64, buf);
+    put_str_always(1, key, buf);
+    encode_key(2, WireType::LengthDelimited, buf);
+    encode_varint(value_len as u64, buf);
     match value {
-        Value::Text(_) => {
-            buf.push(1 << 3 | LEN as u8);
-            push_varint(text.len() as u64, buf);
-            buf.extend_from_slice(text.as_bytes());
-        }
+        Value::Str(s) => put_str_always(1, s, buf),
         Value::Bool(b) => {
-            buf.push(2 << 3);
-            buf.push(u8::from(*b));
+            encode_key(2, WireType::Varint, buf);
+            buf.push(u8::from(b));
         }
         Value::I64(i) => {
-            buf.push(3 << 3);
-            push_varint(*i as u64, buf);
+            encode_key(3, WireType::Varint, buf);
+            encode_varint(i as u64, buf);
         }
         Value::F64(d) => {
-            buf.push(4 << 3 | 1);
+            encode_key(4, WireType::SixtyFourBit, buf);
             buf.extend_from_slice(&d.to_le_bytes());
         }
     }
 }
 
+/// A string field written even when empty (inside a message that is
+/// written, as the SDK's exporter does for keys and string values).
+fn put_str_always(tag: u32, s: &str, buf: &mut Vec<u8>) {
+    put_bytes(tag, s.as_bytes(), buf);
+}
+
 /// The length-delimited wire type.
 const LEN: u32 = 2;
-
-/// The longest varint (a `u64`'s).
-const MAX_VARINT: usize = 10;
-
-/// Appends `v` as a varint, as `prost::encoding::encode_varint` does.
-fn push_varint(mut v: u64, buf: &mut Vec<u8>) {
-    while v >= 0x80 {
-        buf.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
 
 fn bytes_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
@@ -211,6 +265,11 @@ fn str_len(tag: u32, s: &str) -> usize {
     } else {
         bytes_len(tag, s.len())
     }
+}
+
+/// A proto3 fixed field's length (`size` bytes); zero is not written.
+fn fixed_len(tag: u32, v: u64, size: usize) -> usize {
+    if v == 0 { 0 } else { key_len(tag) + size }
 }
 
 /// A proto3 varint field's length; zero is not written.
@@ -273,12 +332,20 @@ mod tests {
     use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
     use prost::Message;
 
-    use super::Encoder;
+    use proptest::prelude::*;
+
+    use super::{Encoder, put_attribute, put_key_value};
     use crate::span::{Kind, Record, Text, Value};
 
     const SCHEMA: &str = "https://opentelemetry.io/schemas/1.37.0";
 
-    fn record(kind: Kind, parent: u64, remote: bool, error: Option<&'static str>) -> Record {
+    /// A span as the encoder has it, and its attributes as the SDK's.
+    fn record(
+        kind: Kind,
+        parent: u64,
+        remote: bool,
+        error: Option<&'static str>,
+    ) -> (Record, Vec<KeyValue>) {
         let mut r = Record {
             trace_id: 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c_u128.to_be_bytes(),
             span_id: 0xb7ad_6b71_6920_3331_u64.to_be_bytes(),
@@ -291,33 +358,39 @@ mod tests {
             model: None,
             start: 1_764_000_000_000_000_000,
             end: 1_764_000_000_001_234_567,
-            attributes: vec![
-                ("gen_ai.operation.name", Value::from("chat")),
-                (
-                    "gen_ai.request.model",
-                    Value::from(Arc::<str>::from("gpt-4o")),
-                ),
-                (
-                    "tollgate.deployment",
-                    Value::from(Arc::<str>::from("primary")),
-                ),
-                ("tollgate.stream", Value::Bool(false)),
-                ("tollgate.attempt", Value::I64(2)),
-                ("tollgate.tokens_estimated", Value::I64(-7)),
-                ("tollgate.queue_ms", Value::F64(0.125)),
-                ("tollgate.cost_usd", Value::F64(0.0)),
-                ("empty", Value::from("")),
-                // Lengths of two varint bytes.
-                ("long", Value::from(Arc::<str>::from("x".repeat(300)))),
-            ],
+            attributes: Vec::new(),
             error: None,
             text: String::new(),
         };
+        let long = "x".repeat(300);
+        let attributes = [
+            ("gen_ai.operation.name", Value::from("chat")),
+            ("gen_ai.request.model", Value::from("gpt-4o")),
+            ("tollgate.deployment", Value::from("primary")),
+            ("tollgate.stream", Value::Bool(false)),
+            ("tollgate.attempt", Value::I64(2)),
+            ("tollgate.tokens_estimated", Value::I64(-7)),
+            ("tollgate.big", Value::I64(i64::MAX)),
+            ("tollgate.queue_ms", Value::F64(0.125)),
+            ("tollgate.cost_usd", Value::F64(0.0)),
+            ("empty", Value::from("")),
+            // Lengths of two varint bytes.
+            ("long", Value::from(long.as_str())),
+            ("tollgate.tenant", Value::from("team-ä")),
+        ];
+        let mut sdk = Vec::new();
+        for (key, value) in attributes {
+            r.set(key, value);
+            sdk.push(match value {
+                Value::Str(s) => KeyValue::new(key, s.to_owned()),
+                Value::I64(i) => KeyValue::new(key, i),
+                Value::F64(d) => KeyValue::new(key, d),
+                Value::Bool(b) => KeyValue::new(key, b),
+            });
+        }
         if kind != Kind::Internal {
             r.model = Some(r.own("gpt-4o-mini"));
         }
-        let tenant = r.owned("team-ä");
-        r.attributes.push(("tollgate.tenant", tenant));
         r.error = error.map(|e| {
             if kind == Kind::Client {
                 Text::Static(e)
@@ -325,11 +398,11 @@ mod tests {
                 r.own(e)
             }
         });
-        r
+        (r, sdk)
     }
 
     /// The same span as the OpenTelemetry SDK held it.
-    fn sdk(r: &Record, scope: &InstrumentationScope) -> SpanData {
+    fn sdk((r, attributes): &(Record, Vec<KeyValue>), scope: &InstrumentationScope) -> SpanData {
         let state = r.trace_state.as_deref().unwrap_or_default();
         let at = |n: u64| UNIX_EPOCH + Duration::from_nanos(n);
         SpanData {
@@ -353,22 +426,13 @@ mod tests {
             }),
             start_time: at(r.start),
             end_time: at(r.end),
-            attributes: r
-                .attributes
-                .iter()
-                .map(|(k, v)| match v {
-                    Value::Text(t) => KeyValue::new(*k, t.as_str(&r.text).to_owned()),
-                    Value::I64(i) => KeyValue::new(*k, *i),
-                    Value::F64(d) => KeyValue::new(*k, *d),
-                    Value::Bool(b) => KeyValue::new(*k, *b),
-                })
-                .collect(),
+            attributes: attributes.clone(),
             dropped_attributes_count: 0,
             events: SpanEvents::default(),
             links: SpanLinks::default(),
             status: match &r.error {
                 None => Status::Unset,
-                Some(e) => Status::error(e.as_str(&r.text).to_owned()),
+                Some(e) => Status::error(r.str(e).to_owned()),
             },
             instrumentation_scope: scope.clone(),
         }
@@ -393,18 +457,19 @@ mod tests {
             record(Kind::Internal, 0, false, None),
             record(Kind::Server, 0, false, Some("stream_failed")),
         ];
-        for (i, r) in records.iter_mut().enumerate() {
+        for (i, (r, _)) in records.iter_mut().enumerate() {
             r.span_id[0] = i as u8;
             r.start += i as u64;
         }
         let mut encoder = Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA);
-        let theirs = |records: &[Record]| ExportTraceServiceRequest {
+        let theirs = |records: &[(Record, Vec<KeyValue>)]| ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
                 records.iter().map(|r| sdk(r, &scope)).collect(),
                 &ResourceAttributesWithSchema::from(&resource),
             ),
         };
-        let ours = ExportTraceServiceRequest::decode(encoder.request(&records).as_slice())
+        let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
+        let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice())
             .expect("a valid request");
         assert_eq!(ours, theirs(&records));
 
@@ -436,8 +501,150 @@ mod tests {
         );
 
         // The encoder's reused buffers leave nothing of one batch in the next.
-        let ours = ExportTraceServiceRequest::decode(encoder.request(&records[2..3]).as_slice())
-            .expect("a valid request");
+        let ours =
+            ExportTraceServiceRequest::decode(encoder.request(&[records[2].0.clone()]).as_slice())
+                .expect("a valid request");
         assert_eq!(ours, theirs(&records[2..3]));
+    }
+
+    fn value() -> impl Strategy<Value = Owned> {
+        prop_oneof![
+            ".{0,130}".prop_map(Owned::Str),
+            any::<i64>().prop_map(Owned::I64),
+            (-3_i64..200).prop_map(Owned::I64),
+            any::<f64>().prop_map(Owned::F64),
+            any::<bool>().prop_map(Owned::Bool),
+        ]
+    }
+
+    #[derive(Debug, Clone)]
+    enum Owned {
+        Str(String),
+        I64(i64),
+        F64(f64),
+        Bool(bool),
+    }
+
+    proptest! {
+        /// proves: OBS-5 (an attribute is written as the `KeyValue` it
+        /// names, whatever its lengths: the short form for lengths under
+        /// 128 gives the same bytes as the general one, and prost decodes
+        /// them to the same key and value)
+        #[test]
+        fn attributes_encode_as_their_key_value(key in "[a-z._]{0,140}", v in value()) {
+            let value = match &v {
+                Owned::Str(s) => Value::Str(s),
+                Owned::I64(i) => Value::I64(*i),
+                Owned::F64(d) => Value::F64(*d),
+                Owned::Bool(b) => Value::Bool(*b),
+            };
+            let mut short = vec![7];
+            put_attribute(&key, value, &mut short);
+            let mut general = vec![7];
+            put_key_value(9, &key, value, &mut general);
+            prop_assert_eq!(&short, &general);
+            // As a span's attributes field: decoded back.
+            let span = opentelemetry_proto::tonic::trace::v1::Span::decode(&short[1..])
+                .expect("a valid span field");
+            prop_assert_eq!(span.attributes.len(), 1);
+            let kv = &span.attributes[0];
+            prop_assert_eq!(&kv.key, &key);
+            let got = kv.value.as_ref().and_then(|a| a.value.clone());
+            let want = match v {
+                Owned::Str(s) => Any::StringValue(s),
+                Owned::I64(i) => Any::IntValue(i),
+                Owned::F64(d) => Any::DoubleValue(d),
+                Owned::Bool(b) => Any::BoolValue(b),
+            };
+            match (got, want) {
+                (Some(Any::DoubleValue(a)), Any::DoubleValue(b)) => {
+                    prop_assert_eq!(a.to_bits(), b.to_bits());
+                }
+                (got, want) => prop_assert_eq!(got, Some(want)),
+            }
+        }
+    }
+
+    /// Attribute keys: short ones, and one whose length alone needs two
+    /// varint bytes.
+    const KEYS: &[&str] = &[
+        "a",
+        "tollgate.tenant",
+        "gen_ai.usage.input_tokens",
+        concat!(
+            "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk",
+            "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+        ),
+    ];
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![Just(Kind::Internal), Just(Kind::Server), Just(Kind::Client)]
+    }
+
+    proptest! {
+        /// proves: OBS-5 (whatever a batch's spans hold, each span's
+        /// length computed before it is written is the length written:
+        /// the request decodes to exactly what the SDK's exporter built)
+        #[test]
+        fn any_batch_decodes_to_what_the_sdk_exporter_built(
+            spans in proptest::collection::vec(
+                (
+                    kind(),
+                    any::<u64>(),
+                    any::<bool>(),
+                    prop::sample::select(vec!["", "vendor=a", "a=1,b=2"]),
+                    proptest::option::of(".{0,140}"),
+                    proptest::option::of(".{0,140}"),
+                    prop::sample::select(vec![0_u64, 1, u64::MAX]),
+                    proptest::collection::vec((prop::sample::select(KEYS), value()), 0..6),
+                ),
+                0..4,
+            )
+        ) {
+            let scope = InstrumentationScope::builder("tollgate-gateway")
+                .with_version("0.1.0")
+                .with_schema_url(SCHEMA)
+                .build();
+            let resource = Resource::builder_empty()
+                .with_service_name("tollgate-test")
+                .build();
+            let mut records = Vec::new();
+            for (i, (kind, parent, remote, state, model, error, end, attributes)) in
+                spans.into_iter().enumerate()
+            {
+                let (mut r, _) = record(kind, parent, remote, None);
+                r.span_id[0] = i as u8;
+                r.trace_state = (!state.is_empty() || remote).then(|| Arc::from(state));
+                r.attributes.clear();
+                r.text.clear();
+                r.model = model.map(|m| r.own(&m));
+                r.error = error.map(|e| r.own(&e));
+                r.end = end;
+                let mut sdk = Vec::new();
+                for (key, v) in attributes {
+                    let (value, kv) = match &v {
+                        Owned::Str(s) => (Value::Str(s), KeyValue::new(key, s.clone())),
+                        Owned::I64(i) => (Value::I64(*i), KeyValue::new(key, *i)),
+                        // (NaN is not equal to itself in the comparison.)
+                        Owned::F64(d) if d.is_nan() => (Value::F64(0.5), KeyValue::new(key, 0.5)),
+                        Owned::F64(d) => (Value::F64(*d), KeyValue::new(key, *d)),
+                        Owned::Bool(b) => (Value::Bool(*b), KeyValue::new(key, *b)),
+                    };
+                    r.set(key, value);
+                    sdk.push(kv);
+                }
+                records.push((r, sdk));
+            }
+            let mut encoder = Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA);
+            let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
+            let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice());
+            let theirs = ExportTraceServiceRequest {
+                resource_spans: group_spans_by_resource_and_scope(
+                    records.iter().map(|r| sdk(r, &scope)).collect(),
+                    &ResourceAttributesWithSchema::from(&resource),
+                ),
+            };
+            prop_assert_eq!(ours.ok(), Some(theirs));
+        }
     }
 }

@@ -19,17 +19,17 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::span::{Record, Value};
+use crate::span::Record;
 
-/// A span's attribute list.
-pub(crate) type Attributes = Vec<(&'static str, Value)>;
+/// A span's encoded attributes.
+pub(crate) type Attributes = Vec<u8>;
 
-/// Room for every attribute a span can end with (a call span's 20 at
-/// most), so that its list never grows.
-pub(crate) const ATTRIBUTES: usize = 20;
-/// Room for the copies of a call's values (its model, request id, tenant,
-/// deployment) in most cases.
-const TEXT: usize = 96;
+/// Bytes for the attributes a span ends with in most cases (a gateway
+/// call span's 20 take about 700), so that its buffer seldom grows.
+pub(crate) const ATTRIBUTES: usize = 1024;
+/// Room for the copies of a span's name and error (the model a client
+/// asked for, an error's text) in most cases.
+const TEXT: usize = 64;
 
 /// What sends a batch: the OTLP/HTTP exporter (or a test's stand-in).
 pub(crate) trait Export: Send + 'static {
@@ -679,8 +679,7 @@ mod tests {
             let (attributes, text) = s.queue.buffer().parts();
             r.attributes = attributes;
             r.text = text;
-            let v = r.owned("team-a");
-            r.attributes.push(("tollgate.tenant", v));
+            r.set("tollgate.tenant", "team-a");
             s.queue.buffer().push(r);
         }
         assert!(s.queue.flush().await);

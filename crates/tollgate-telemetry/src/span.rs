@@ -1,7 +1,9 @@
 //! The crate's own span record (SPEC OBS-5): what an ended span exports,
-//! kept as plain values (ids as bytes, times as Unix nanoseconds, names
-//! and attribute keys as the `&'static str`s and shared `Arc<str>`s they
-//! already are) and encoded to OTLP only on the export task.
+//! kept as plain values (ids as bytes, times as Unix nanoseconds, the name
+//! as the `&'static str` and shared `Arc<str>` it already is). Attributes
+//! are written as OTLP `KeyValue` bytes when they are set, once: no list
+//! of values to keep, copy or free, and the export task only copies them
+//! into its request.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -37,11 +39,11 @@ impl Text {
     }
 }
 
-/// An attribute's value.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+/// An attribute's value, lent for as long as it takes to encode it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Value<'a> {
     /// A string.
-    Text(Text),
+    Str(&'a str),
     /// An integer.
     I64(i64),
     /// A double.
@@ -50,31 +52,25 @@ pub(crate) enum Value {
     Bool(bool),
 }
 
-impl From<&'static str> for Value {
-    fn from(s: &'static str) -> Self {
-        Value::Text(Text::Static(s))
+impl<'a> From<&'a str> for Value<'a> {
+    fn from(s: &'a str) -> Self {
+        Value::Str(s)
     }
 }
 
-impl From<Arc<str>> for Value {
-    fn from(s: Arc<str>) -> Self {
-        Value::Text(Text::Shared(s))
-    }
-}
-
-impl From<i64> for Value {
+impl From<i64> for Value<'_> {
     fn from(i: i64) -> Self {
         Value::I64(i)
     }
 }
 
-impl From<f64> for Value {
+impl From<f64> for Value<'_> {
     fn from(d: f64) -> Self {
         Value::F64(d)
     }
 }
 
-impl From<bool> for Value {
+impl From<bool> for Value<'_> {
     fn from(b: bool) -> Self {
         Value::Bool(b)
     }
@@ -116,12 +112,13 @@ pub(crate) struct Record {
     pub start: u64,
     /// End, Unix nanoseconds.
     pub end: u64,
-    /// Attributes in the order they were set.
-    pub attributes: Vec<(&'static str, Value)>,
+    /// Attributes in the order they were set, already encoded: each an
+    /// OTLP `Span.attributes` field (a `KeyValue`).
+    pub attributes: Vec<u8>,
     /// `Some(description)`: the span's status is an error.
     pub error: Option<Text>,
-    /// The copies of the caller's values ([`Text::Own`]): one buffer per
-    /// span, reused from span to span.
+    /// The copies of the caller's text for the name and the status
+    /// ([`Text::Own`]): one buffer per span, reused from span to span.
     pub text: String,
 }
 
@@ -142,9 +139,15 @@ impl Record {
         }
     }
 
-    /// `s` copied as an attribute value.
-    pub(crate) fn owned(&mut self, s: &str) -> Value {
-        Value::Text(self.own(s))
+    /// Sets attribute `key` to `value` (encoded now, copied once).
+    #[inline]
+    pub(crate) fn set<'a>(&mut self, key: &'static str, value: impl Into<Value<'a>>) {
+        crate::encode::put_attribute(key, value.into(), &mut self.attributes);
+    }
+
+    /// The text of `t`, one of this record's.
+    pub(crate) fn str<'a>(&'a self, t: &'a Text) -> &'a str {
+        t.as_str(&self.text)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue, Response, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, Uri};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -109,13 +109,14 @@ impl HttpProvider {
     async fn send(
         &self,
         request: &UpstreamRequest,
+        for_attempt: &[(HeaderName, HeaderValue)],
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> Result<Response<BodyChunks>, ProviderError> {
         let send = self.inner.client.post(
             self.url(request.endpoint()),
             &self.inner.one_shot_headers,
-            request.headers(),
+            [request.headers(), for_attempt],
             request.body().clone(),
         );
         let read = self.inner.client.read_timeout();
@@ -128,13 +129,14 @@ impl HttpProvider {
     async fn send_stream(
         &self,
         request: &UpstreamRequest,
+        for_attempt: &[(HeaderName, HeaderValue)],
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> Result<Response<BodyChunks>, ProviderError> {
         let send = self.inner.client.post_stream(
             self.url(request.endpoint()),
             &self.inner.stream_headers,
-            request.headers(),
+            [request.headers(), for_attempt],
             request.body().clone(),
         );
         let read = self.inner.client.read_timeout();
@@ -212,6 +214,7 @@ impl HttpProvider {
     async fn one_shot(
         &self,
         request: &UpstreamRequest,
+        for_attempt: &[(HeaderName, HeaderValue)],
         attempt: AttemptContext,
     ) -> Result<Reply<Bytes>, ProviderError> {
         if request.is_stream() {
@@ -221,7 +224,7 @@ impl HttpProvider {
             ));
         }
         let (deadline, timeout) = attempt_deadline(attempt);
-        let response = self.send(request, deadline, timeout).await?;
+        let response = self.send(request, for_attempt, deadline, timeout).await?;
         let status = response.status();
         if !status.is_success() {
             return Err(self.status_error(response, deadline, timeout).await);
@@ -249,6 +252,7 @@ impl HttpProvider {
     async fn open_stream(
         &self,
         request: &UpstreamRequest,
+        for_attempt: &[(HeaderName, HeaderValue)],
         attempt: AttemptContext,
     ) -> Result<ChunkStream, ProviderError> {
         if !request.is_stream() {
@@ -258,7 +262,9 @@ impl HttpProvider {
             ));
         }
         let (deadline, timeout) = attempt_deadline(attempt);
-        let response = self.send_stream(request, deadline, timeout).await?;
+        let response = self
+            .send_stream(request, for_attempt, deadline, timeout)
+            .await?;
         if !response.status().is_success() {
             return Err(self.status_error(response, deadline, timeout).await);
         }
@@ -295,6 +301,31 @@ fn budgets_of(headers: &http::HeaderMap) -> tollgate::lifecycle::Budgets {
     crate::rate_limit::RateLimitHints::from_headers(headers, std::time::SystemTime::now()).budgets()
 }
 
+impl HttpProvider {
+    /// [`Provider::call`] with `headers` added for this attempt only (a
+    /// trace's `traceparent`), after the request's own: the request itself
+    /// is shared by every attempt and not copied.
+    pub fn call_with<'a>(
+        &'a self,
+        request: &'a UpstreamRequest,
+        headers: &'a [(HeaderName, HeaderValue)],
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send + 'a {
+        self.one_shot(request, headers, attempt)
+    }
+
+    /// [`Provider::stream`] with `headers` added for this attempt only, as
+    /// [`HttpProvider::call_with`].
+    pub fn stream_with<'a>(
+        &'a self,
+        request: &'a UpstreamRequest,
+        headers: &'a [(HeaderName, HeaderValue)],
+        attempt: AttemptContext,
+    ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send + 'a {
+        self.open_stream(request, headers, attempt)
+    }
+}
+
 impl Provider for HttpProvider {
     type Request = UpstreamRequest;
     type Response = Bytes;
@@ -309,7 +340,7 @@ impl Provider for HttpProvider {
         request: &UpstreamRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
-        self.one_shot(request, attempt)
+        self.one_shot(request, &[], attempt)
     }
 
     /// # Cancel safety
@@ -320,7 +351,7 @@ impl Provider for HttpProvider {
         request: &UpstreamRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
-        self.open_stream(request, attempt)
+        self.open_stream(request, &[], attempt)
     }
 
     fn stream_budget(&self, stream: &ChunkStream) -> tollgate::lifecycle::Budgets {

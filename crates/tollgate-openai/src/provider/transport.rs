@@ -262,7 +262,7 @@ impl HttpClient {
         &self,
         uri: &Uri,
         headers: &HeaderMap,
-        extra: &[(HeaderName, HeaderValue)],
+        extra: [&[(HeaderName, HeaderValue)]; 2],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
         let sent = self.pooled.get().request(post(uri, headers, extra, body));
@@ -282,7 +282,7 @@ impl HttpClient {
         &self,
         uri: &Uri,
         headers: &HeaderMap,
-        extra: &[(HeaderName, HeaderValue)],
+        extra: [&[(HeaderName, HeaderValue)]; 2],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<DrivenBody>, SendError>> + Send + 'static {
         self.streams.send(post(uri, headers, extra, body))
@@ -337,14 +337,14 @@ impl Pooled {
 fn post(
     uri: &Uri,
     headers: &HeaderMap,
-    extra: &[(HeaderName, HeaderValue)],
+    extra: [&[(HeaderName, HeaderValue)]; 2],
     body: Bytes,
 ) -> Request<Full<Bytes>> {
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = uri.clone();
     *request.headers_mut() = headers.clone();
-    for (name, value) in extra {
+    for (name, value) in extra.into_iter().flatten() {
         request.headers_mut().insert(name.clone(), value.clone());
     }
     request

@@ -336,7 +336,7 @@ async fn requests_carry_host_and_origin_form() {
             .parse()
             .expect("uri"),
         &HeaderMap::new(),
-        &[],
+        [&[], &[]],
         Bytes::from_static(b"{}"),
     );
     let _pending = tokio::spawn(send);
