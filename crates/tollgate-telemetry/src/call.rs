@@ -35,8 +35,11 @@ pub struct AttemptTarget {
     /// The model name sent upstream (the span's name).
     upstream_model: Arc<str>,
     /// `gen_ai.request.model` (the upstream model), `gen_ai.provider.name`,
-    /// `tollgate.deployment`, `server.address`, `server.port`, encoded.
-    attributes: Box<[u8]>,
+    /// then `tollgate.deployment`, `server.address`, `server.port`,
+    /// encoded; the attempt's number goes between the two parts.
+    attributes: Arc<[u8]>,
+    /// Where the second part of `attributes` starts.
+    split: usize,
     /// `gen_ai.response.model` (the upstream model), encoded.
     response_model: Arc<[u8]>,
 }
@@ -66,6 +69,7 @@ impl AttemptTarget {
             &mut attributes,
         );
         put_attribute(sc::GEN_AI_PROVIDER_NAME, provider.into(), &mut attributes);
+        let split = attributes.len();
         if let Some(d) = deployment {
             put_attribute(sc::TOLLGATE_DEPLOYMENT, d.into(), &mut attributes);
         }
@@ -84,6 +88,7 @@ impl AttemptTarget {
         AttemptTarget {
             upstream_model: Arc::from(upstream_model),
             attributes: attributes.into(),
+            split,
             response_model: response_model.into(),
         }
     }
@@ -352,9 +357,14 @@ impl CallTrace {
                 error: None,
                 text,
             };
+            let (first, second) = target
+                .attributes
+                .split_at_checked(target.split)
+                .unwrap_or((&target.attributes, &[]));
             r.set(sc::GEN_AI_OPERATION_NAME, i.operation);
-            r.attributes.extend_from_slice(&target.attributes);
+            r.attributes.extend_from_slice(first);
             r.set(sc::TOLLGATE_ATTEMPT, i64::from(number));
+            r.attributes.extend_from_slice(second);
             if let Some(left) = deadline_left {
                 r.set(sc::TOLLGATE_DEADLINE_LEFT_MS, millis(left));
             }

@@ -507,6 +507,33 @@ mod tests {
         assert_eq!(ours, theirs(&records[2..3]));
     }
 
+    /// proves: OBS-5 (at the short form's bounds, a text attribute whose
+    /// `KeyValue` is 127 bytes long and one of 128 and more, with keys
+    /// and values on both sides of 128, are written as the general form
+    /// writes them and decode to their key and value)
+    #[test]
+    fn attributes_at_the_short_forms_bounds() {
+        for key_len in [0, 1, 60, 121, 122, 123, 126, 127, 128, 130] {
+            for value_len in [0, 1, 60, 120, 121, 122, 123, 127, 128, 130] {
+                let key = "k".repeat(key_len);
+                let value = "v".repeat(value_len);
+                let mut short = Vec::new();
+                put_attribute(&key, Value::Str(&value), &mut short);
+                let mut general = Vec::new();
+                put_key_value(9, &key, Value::Str(&value), &mut general);
+                assert_eq!(short, general, "key {key_len}, value {value_len}");
+                let span = opentelemetry_proto::tonic::trace::v1::Span::decode(short.as_slice())
+                    .expect("a valid span field");
+                let kv = &span.attributes[0];
+                assert_eq!(kv.key, key);
+                assert_eq!(
+                    kv.value.as_ref().and_then(|a| a.value.clone()),
+                    Some(Any::StringValue(value))
+                );
+            }
+        }
+    }
+
     fn value() -> impl Strategy<Value = Owned> {
         prop_oneof![
             ".{0,130}".prop_map(Owned::Str),

@@ -305,6 +305,10 @@ impl HttpProvider {
     /// [`Provider::call`] with `headers` added for this attempt only (a
     /// trace's `traceparent`), after the request's own: the request itself
     /// is shared by every attempt and not copied.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the request; nothing keeps running.
     pub fn call_with<'a>(
         &'a self,
         request: &'a UpstreamRequest,
@@ -316,6 +320,10 @@ impl HttpProvider {
 
     /// [`Provider::stream`] with `headers` added for this attempt only, as
     /// [`HttpProvider::call_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the request; nothing keeps running.
     pub fn stream_with<'a>(
         &'a self,
         request: &'a UpstreamRequest,

@@ -332,8 +332,9 @@ impl Pooled {
     }
 }
 
-/// A `POST` of `body` to `uri` with `headers`, then `extra` (the request
-/// id, forwarded headers), each replacing a header of its name.
+/// A `POST` of `body` to `uri` with `headers`, then `extra` (the
+/// request's own: its id, forwarded headers; then the attempt's: its
+/// `traceparent`), each replacing a header of its name.
 fn post(
     uri: &Uri,
     headers: &HeaderMap,
