@@ -157,3 +157,74 @@ async fn unreachable_collector_fails_no_item() {
     assert_eq!(report.summary.failed, 0, "{:?}", report.summary);
     assert_eq!(attempts_recorded(&dir).len(), 20);
 }
+
+/// An upstream that answers every chat completion and keeps each
+/// request's `traceparent`.
+async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::http::HeaderMap;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |headers: HeaderMap| {
+            let kept = std::sync::Arc::clone(&kept);
+            async move {
+                let tp = headers
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("none")
+                    .to_owned();
+                kept.lock().expect("lock").push(tp);
+                (
+                    [("content-type", "application/json")],
+                    r#"{"id":"c","object":"chat.completion","created":0,"model":"sim-chat","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#,
+                )
+            }
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+// proves: OBS-5 (the batch runner: each attempt's upstream request carries the traceparent naming that attempt's span)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_sends_its_own_traceparent_upstream() {
+    let collector = Collector::start().await;
+    let dir = Dir::new("traces-upstream");
+    let (base_url, seen) = recording_upstream().await;
+    let n = 3;
+    let lines: Vec<Value> = (0..n)
+        .map(|i| chat_line(&format!("item-{i}"), "Tell me a secret.", 4))
+        .collect();
+    write_lines(&dir.path("in.jsonl"), &lines);
+    let mut c = BatchConfig::new(
+        dir.path("in.jsonl"),
+        Some(dir.path("out.jsonl")),
+        tollgate_batch::Target::Http {
+            base_url,
+            api_key: None,
+        },
+    );
+    c.concurrency = 1;
+    c.telemetry.endpoint = Some(collector.endpoint.clone());
+    c.telemetry.schedule_delay = Duration::from_millis(20);
+    let report = tollgate_batch::run(c, never()).await.expect("run");
+    assert_eq!(report.outcome, Outcome::Complete);
+
+    let mut sent = seen.lock().expect("lock").clone();
+    let mut named: Vec<String> = collector
+        .spans()
+        .into_iter()
+        .map(|(_, s)| s)
+        .filter(|s| kind(s) == SpanKind::Client)
+        .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
+        .collect();
+    sent.sort();
+    named.sort();
+    assert_eq!(sent.len(), n);
+    assert_eq!(sent, named, "one traceparent per attempt, naming its span");
+}

@@ -85,7 +85,7 @@ fn calls(spans: &[Span]) -> Vec<&Span> {
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_PARENT: &str = "00f067aa0ba902b7";
 
-// proves: OBS-5 (a call span continuing the client's traceparent, one child span per upstream attempt, GenAI and tollgate attributes, traceparent upstream per attempt, no prompt or completion exported)
+// proves: OBS-5 (a call span continuing the client's traceparent, one child span per upstream attempt, GenAI and tollgate attributes, traceparent upstream per attempt with the client's tracestate, no prompt or completion exported)
 #[tokio::test]
 async fn retried_call_is_one_span_with_a_child_per_attempt() {
     let collector = Collector::start().await;
@@ -103,6 +103,7 @@ async fn retried_call_is_one_span_with_a_child_per_attempt() {
             "traceparent",
             format!("00-{CLIENT_TRACE}-{CLIENT_PARENT}-01"),
         )
+        .header("tracestate", "vendor=a, other=b")
         .json(&chat("chat", false))
         .send()
         .await
@@ -205,6 +206,11 @@ async fn retried_call_is_one_span_with_a_child_per_attempt() {
             .and_then(|v| v.to_str().ok())
             .expect("traceparent upstream");
         assert_eq!(tp, format!("00-{CLIENT_TRACE}-{}-01", hex(&a.span_id)));
+        // And the client's tracestate, passed on (members trimmed).
+        assert_eq!(
+            s.headers.get("tracestate").and_then(|v| v.to_str().ok()),
+            Some("vendor=a,other=b")
+        );
     }
 
     // Neither the prompt nor the completion is exported.
