@@ -380,13 +380,7 @@ mod tests {
         ];
         let mut sdk = Vec::new();
         for (key, value) in attributes {
-            r.set(key, value);
-            sdk.push(match value {
-                Value::Str(s) => KeyValue::new(key, s.to_owned()),
-                Value::I64(i) => KeyValue::new(key, i),
-                Value::F64(d) => KeyValue::new(key, d),
-                Value::Bool(b) => KeyValue::new(key, b),
-            });
+            set(&mut r, &mut sdk, key, value);
         }
         if kind != Kind::Internal {
             r.model = Some(r.own("gpt-4o-mini"));
@@ -402,6 +396,48 @@ mod tests {
     }
 
     /// The same span as the OpenTelemetry SDK held it.
+    /// Sets `key` to `value` on the record and in the SDK's attributes.
+    fn set(r: &mut Record, sdk: &mut Vec<KeyValue>, key: &'static str, value: Value<'_>) {
+        r.set(key, value);
+        sdk.push(match value {
+            Value::Str(s) => KeyValue::new(key, s.to_owned()),
+            Value::I64(i) => KeyValue::new(key, i),
+            Value::F64(d) => KeyValue::new(key, d),
+            Value::Bool(b) => KeyValue::new(key, b),
+        });
+    }
+
+    /// Our request for `records` (decoded) and the one the SDK's exporter
+    /// built for the same spans, under the same resource and scope.
+    fn both(
+        encoder: &mut Encoder,
+        records: &[(Record, Vec<KeyValue>)],
+    ) -> (
+        Result<ExportTraceServiceRequest, prost::DecodeError>,
+        ExportTraceServiceRequest,
+    ) {
+        let scope = InstrumentationScope::builder("tollgate-gateway")
+            .with_version("0.1.0")
+            .with_schema_url(SCHEMA)
+            .build();
+        let resource = Resource::builder_empty()
+            .with_service_name("tollgate-test")
+            .build();
+        let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
+        let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice());
+        let theirs = ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(
+                records.iter().map(|r| sdk(r, &scope)).collect(),
+                &ResourceAttributesWithSchema::from(&resource),
+            ),
+        };
+        (ours, theirs)
+    }
+
+    fn encoder() -> Encoder {
+        Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA)
+    }
+
     fn sdk((r, attributes): &(Record, Vec<KeyValue>), scope: &InstrumentationScope) -> SpanData {
         let state = r.trace_state.as_deref().unwrap_or_default();
         let at = |n: u64| UNIX_EPOCH + Duration::from_nanos(n);
@@ -444,13 +480,6 @@ mod tests {
     /// same resource and scope)
     #[test]
     fn request_decodes_to_what_the_sdk_exporter_built() {
-        let scope = InstrumentationScope::builder("tollgate-gateway")
-            .with_version("0.1.0")
-            .with_schema_url(SCHEMA)
-            .build();
-        let resource = Resource::builder_empty()
-            .with_service_name("tollgate-test")
-            .build();
         let mut records = vec![
             record(Kind::Server, 0x1111, true, None),
             record(Kind::Client, 0x2222, false, Some("rate_limited")),
@@ -461,17 +490,10 @@ mod tests {
             r.span_id[0] = i as u8;
             r.start += i as u64;
         }
-        let mut encoder = Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA);
-        let theirs = |records: &[(Record, Vec<KeyValue>)]| ExportTraceServiceRequest {
-            resource_spans: group_spans_by_resource_and_scope(
-                records.iter().map(|r| sdk(r, &scope)).collect(),
-                &ResourceAttributesWithSchema::from(&resource),
-            ),
-        };
-        let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
-        let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice())
-            .expect("a valid request");
-        assert_eq!(ours, theirs(&records));
+        let mut encoder = encoder();
+        let (ours, theirs) = both(&mut encoder, &records);
+        let ours = ours.expect("a valid request");
+        assert_eq!(ours, theirs);
 
         // A few fields by hand, so that the comparison is not with itself.
         let spans = &ours.resource_spans[0].scope_spans[0].spans;
@@ -501,10 +523,8 @@ mod tests {
         );
 
         // The encoder's reused buffers leave nothing of one batch in the next.
-        let ours =
-            ExportTraceServiceRequest::decode(encoder.request(&[records[2].0.clone()]).as_slice())
-                .expect("a valid request");
-        assert_eq!(ours, theirs(&records[2..3]));
+        let (ours, theirs) = both(&mut encoder, &records[2..3]);
+        assert_eq!(ours.expect("a valid request"), theirs);
     }
 
     /// proves: OBS-5 (at the short form's bounds, a text attribute whose
@@ -628,13 +648,6 @@ mod tests {
                 0..4,
             )
         ) {
-            let scope = InstrumentationScope::builder("tollgate-gateway")
-                .with_version("0.1.0")
-                .with_schema_url(SCHEMA)
-                .build();
-            let resource = Resource::builder_empty()
-                .with_service_name("tollgate-test")
-                .build();
             let mut records = Vec::new();
             for (i, (kind, parent, remote, state, model, error, end, attributes)) in
                 spans.into_iter().enumerate()
@@ -648,29 +661,20 @@ mod tests {
                 r.error = error.map(|e| r.own(&e));
                 r.end = end;
                 let mut sdk = Vec::new();
-                for (key, v) in attributes {
-                    let (value, kv) = match &v {
-                        Owned::Str(s) => (Value::Str(s), KeyValue::new(key, s.clone())),
-                        Owned::I64(i) => (Value::I64(*i), KeyValue::new(key, *i)),
+                for (key, v) in &attributes {
+                    let value = match v {
+                        Owned::Str(s) => Value::Str(s),
+                        Owned::I64(i) => Value::I64(*i),
                         // (NaN is not equal to itself in the comparison.)
-                        Owned::F64(d) if d.is_nan() => (Value::F64(0.5), KeyValue::new(key, 0.5)),
-                        Owned::F64(d) => (Value::F64(*d), KeyValue::new(key, *d)),
-                        Owned::Bool(b) => (Value::Bool(*b), KeyValue::new(key, *b)),
+                        Owned::F64(d) if d.is_nan() => Value::F64(0.5),
+                        Owned::F64(d) => Value::F64(*d),
+                        Owned::Bool(b) => Value::Bool(*b),
                     };
-                    r.set(key, value);
-                    sdk.push(kv);
+                    set(&mut r, &mut sdk, key, value);
                 }
                 records.push((r, sdk));
             }
-            let mut encoder = Encoder::new("tollgate-test", "tollgate-gateway", "0.1.0", SCHEMA);
-            let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
-            let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice());
-            let theirs = ExportTraceServiceRequest {
-                resource_spans: group_spans_by_resource_and_scope(
-                    records.iter().map(|r| sdk(r, &scope)).collect(),
-                    &ResourceAttributesWithSchema::from(&resource),
-                ),
-            };
+            let (ours, theirs) = both(&mut encoder(), &records);
             prop_assert_eq!(ours.ok(), Some(theirs));
         }
     }
