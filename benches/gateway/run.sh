@@ -22,6 +22,8 @@
 #   # OTLP/HTTP receiver that discards them (tollgate-telemetry's example
 #   # otlp_sink, port 18186), on port 18185:
 #   GATEWAY_PATHS="gateway gateway-otel nginx" benches/gateway/run.sh
+#   # (for telemetry's cost at saturation alone, benches/gateway/telemetry.sh
+#   # alternates much shorter runs: less of the machine's drift)
 #
 # Needs: cargo, nginx (Debian: apt-get install -y nginx; the service need
 # not run), curl, python3. Uses the fixed ports 18181 (simulator), 18182
