@@ -52,3 +52,21 @@ require_free_ports() {
     port_free "$port" || { echo "port $port is in use" >&2; exit 1; }
   done
 }
+
+# CPU ticks (user + system, in 1/100 s) of process $1 and its children
+# (nginx's workers), plus any other processes given.
+cpu_ticks() {
+  local total=0 pid t
+  for pid in "$@" $(pgrep -P "$1" || true); do
+    # fields 14 and 15 of /proc/PID/stat, after the ")" that ends the name
+    t=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$pid/stat")
+    total=$((total + t))
+  done
+  echo "$total"
+}
+
+# A gateway configuration's [telemetry] section: every span exported to
+# the OTLP/HTTP receiver on 127.0.0.1 port $1, as service $2.
+telemetry_section() {
+  printf '\n[telemetry]\nendpoint = "http://127.0.0.1:%s"\nservice_name = "%s"\n' "$1" "$2"
+}

@@ -147,8 +147,7 @@ if (( OTEL )); then
   wait_port $SINK_PORT
   # The gateway's configuration (its serving mode included) plus [telemetry].
   { sed "s/^listen = \"127.0.0.1:$GW_PORT\"/listen = \"127.0.0.1:$OTEL_PORT\"/" "$WORK/gateway.toml"
-    printf '\n[telemetry]\nendpoint = "http://127.0.0.1:%s"\nservice_name = "bench-gateway-otel"\n' \
-      "$SINK_PORT"
+    telemetry_section "$SINK_PORT" bench-gateway-otel
   } >"$WORK/gateway-otel.toml"
   "$TOLLGATE" serve --config "$WORK/gateway-otel.toml" >"$WORK/gateway-otel.log" 2>&1 &
   OTEL_PID=$!
@@ -168,16 +167,6 @@ if [[ -n $BASE_PID ]]; then
   grep -E '^Vm(RSS|HWM)' /proc/$BASE_PID/status >"$WORK/baseline-rss-idle.txt"
 fi
 
-# CPU seconds (user + system) of a process and its children's threads.
-cpu_ticks() {
-  local total=0 pid t
-  for pid in "$@" $(pgrep -P "$1" || true); do
-    # fields 14 and 15 of /proc/PID/stat, after the ")" that ends the name
-    t=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$pid/stat")
-    total=$((total + t))
-  done
-  echo "$total"
-}
 SIM_PID=${PIDS[0]}
 declare -A PROC=([direct]=$SIM_PID [gateway]=$GW_PID [gateway3]=$GW_PID [nginx]=$NGINX_PID
   [baseline]=${BASE_PID:-$GW_PID} [gateway-otel]=${OTEL_PID:-$GW_PID})

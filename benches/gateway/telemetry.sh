@@ -69,8 +69,7 @@ declare -A PORT=() PID=()
 serve() {
   { sed "s/^listen = \"127.0.0.1:18182\"/listen = \"127.0.0.1:$2\"/" "$HERE/gateway.toml"
     if [[ $4 == 1 ]]; then
-      printf '\n[telemetry]\nendpoint = "http://127.0.0.1:%s"\nservice_name = "bench-%s"\n' \
-        $SINK_PORT "$1"
+      telemetry_section $SINK_PORT "bench-$1"
     fi
   } >"$WORK/$1.toml"
   "$3" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
@@ -91,8 +90,6 @@ load() { # NAME DURATION OUT
   "$LOADGEN" --url "http://127.0.0.1:${PORT[$1]}/v1/chat/completions" --model sim-chat \
     --concurrency "$CONCURRENCY" --duration "$2" >"$3"
 }
-# User plus system CPU ticks of a process.
-ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
 for name in "${NAMES[@]}"; do
   load "$name" 2s /dev/null   # warm-up: connections, buffers, caches
@@ -101,9 +98,9 @@ n=${#NAMES[@]}
 for r in $(seq "$ROUNDS"); do
   for k in $(seq 0 $((n - 1))); do
     name=${NAMES[$(((r + k) % n))]}
-    t0=$(ticks "${PID[$name]}")
+    t0=$(cpu_ticks "${PID[$name]}")
     load "$name" "$RUN" "$WORK/$name-$r.json"
-    echo "$(($(ticks "${PID[$name]}") - t0))" >"$WORK/$name-$r.ticks"
+    echo "$(($(cpu_ticks "${PID[$name]}") - t0))" >"$WORK/$name-$r.ticks"
   done
 done
 

@@ -79,7 +79,6 @@ sleep 1
 
 # CPU clock ticks (1/100 s, user + system) of a process so far: fields 14
 # and 15 of /proc/PID/stat, after the ")" that ends the name.
-cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 CPU0=("$(cpu_ticks "$GW_PID")" "$(cpu_ticks "$SLOW_PID")" "$(cpu_ticks "$BULK_PID")")
 
 echo "== soak: $REQUESTS requests at $RATE/s, seed $SEED (gateway pid $GW_PID, work $WORK)"
