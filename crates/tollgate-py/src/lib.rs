@@ -41,6 +41,7 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transport::ResponseBody>()?;
     m.add_class::<simulator::SimulatorServer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    notifier::register_exit(m)?;
     // Whether this build is optimised: speed bounds (PY-7) hold only for
     // an optimised one; the test command builds without (faster, and it
     // shares the workspace's test builds).

@@ -6,9 +6,17 @@
 //! an object's own event loop through `call_soon_threadsafe`, so nothing
 //! runs on a loop from a foreign thread; a loop that has closed makes that
 //! call raise, and the error is dropped: a late job prints nothing.
+//!
+//! Once the interpreter begins to exit (an `atexit` callback, registered
+//! when the module is loaded), the thread takes the GIL no more: a wake
+//! that fires during finalization (a timer, a store's reply) would take it
+//! from a thread Python no longer lets in, and abort the process. Jobs
+//! that arrive after that are dropped without touching Python: every loop
+//! they would act on has stopped.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Mutex, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -53,14 +61,14 @@ pub(crate) fn submit(job: Job) {
 
 /// Hands `job` to the notifier thread.
 pub(crate) fn send(job: Job) {
-    static NOTIFIER: OnceLock<std::sync::Mutex<Sender<Job>>> = OnceLock::new();
+    static NOTIFIER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
     let sender = NOTIFIER.get_or_init(|| {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("tollgate-notify".into())
             .spawn(move || run(rx))
             .expect("the notifier thread starts");
-        std::sync::Mutex::new(tx)
+        Mutex::new(tx)
     });
     if let Ok(tx) = sender.lock() {
         // The receiver lives as long as the process.
@@ -74,12 +82,42 @@ fn run(rx: Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
+        // Held while this thread may be in Python: `exiting` waits for it.
+        let _in_python = IN_PYTHON.lock();
+        if EXITING.load(Ordering::Acquire) {
+            // Not dropped: a reference's release would need the GIL.
+            std::mem::forget(batch);
+            continue;
+        }
         Python::attach(|py| {
             for job in batch {
                 let _ = perform(py, job);
             }
         });
     }
+}
+
+/// The interpreter is exiting: the notifier thread takes the GIL no more.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Held by the notifier thread from its check of [`EXITING`] until it is
+/// out of Python again.
+static IN_PYTHON: Mutex<()> = Mutex::new(());
+
+/// The `atexit` callback: from now on the notifier thread leaves Python
+/// alone; returns once a batch it is running (if any) is done, the GIL
+/// released meanwhile so that the batch can finish.
+#[pyfunction]
+fn exiting(py: Python<'_>) {
+    EXITING.store(true, Ordering::Release);
+    crate::gil::detach(py, || drop(IN_PYTHON.lock()));
+}
+
+/// Registers [`exiting`] with `atexit` (at module load).
+pub(crate) fn register_exit(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    py.import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(exiting, m)?,))?;
+    Ok(())
 }
 
 fn perform(py: Python<'_>, job: Job) -> PyResult<()> {
