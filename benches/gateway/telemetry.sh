@@ -18,6 +18,8 @@
 #   ROUNDS=100 RUN=2s benches/gateway/telemetry.sh
 #   # another build's telemetry-on path beside this one's (port 18187):
 #   CANDIDATE=/path/to/other/tollgate benches/gateway/telemetry.sh
+#   # this build with other [telemetry] settings beside the defaults:
+#   CANDIDATE_SETTINGS='batch_size = 64' benches/gateway/telemetry.sh
 #
 # Needs: cargo, curl, python3. Ports 18181 (simulator), 18182, 18185,
 # 18186 and 18187 must be free. Results stay in the printed directory
@@ -34,6 +36,7 @@ CONCURRENCY=${CONCURRENCY:-64}
 SKIP_BUILD=${SKIP_BUILD:-0}
 PROFILE=${PROFILE:-dist}
 CANDIDATE=${CANDIDATE:-}
+CANDIDATE_SETTINGS=${CANDIDATE_SETTINGS:-}   # lines added to its [telemetry]
 
 SIM_PORT=18181
 OFF_PORT=18182
@@ -79,6 +82,9 @@ serve() {
   { sed "s/^listen = \"127.0.0.1:18182\"/listen = \"127.0.0.1:$2\"/" "$HERE/gateway.toml"
     if [[ $4 == 1 ]]; then
       telemetry_section $SINK_PORT "bench-$1"
+      if [[ $1 == candidate && -n $CANDIDATE_SETTINGS ]]; then
+        printf '%s\n' "$CANDIDATE_SETTINGS"
+      fi
     fi
   } >"$WORK/$1.toml"
   "$3" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
@@ -90,8 +96,8 @@ serve() {
 serve off $OFF_PORT "$TOLLGATE" 0
 serve on $ON_PORT "$TOLLGATE" 1
 NAMES=(off on)
-if [[ -n $CANDIDATE ]]; then
-  serve candidate $CANDIDATE_PORT "$CANDIDATE" 1
+if [[ -n $CANDIDATE || -n $CANDIDATE_SETTINGS ]]; then
+  serve candidate $CANDIDATE_PORT "${CANDIDATE:-$TOLLGATE}" 1
   NAMES+=(candidate)
 fi
 
