@@ -77,8 +77,7 @@ PIDS+=("$GW_PID")
 wait_port $GW_PORT
 sleep 1
 
-# CPU clock ticks (1/100 s, user + system) of a process so far: fields 14
-# and 15 of /proc/PID/stat, after the ")" that ends the name.
+# Each process's CPU ticks so far (cpu_ticks, benches/lib.sh).
 CPU0=("$(cpu_ticks "$GW_PID")" "$(cpu_ticks "$SLOW_PID")" "$(cpu_ticks "$BULK_PID")")
 
 echo "== soak: $REQUESTS requests at $RATE/s, seed $SEED (gateway pid $GW_PID, work $WORK)"
