@@ -250,3 +250,58 @@ async fn uncollected_grant_is_refunded() {
     drop(first);
     assert_idle(&c);
 }
+
+// proves: DL-5, Q-9 (a concurrency permit collected just after the call's
+// deadline starts no provider work, and the call's request unit goes back)
+#[tokio::test(start_paused = true)]
+async fn a_permit_collected_after_the_deadline_sends_nothing() {
+    use common::script::{Script, Step};
+    use tollgate::config::PoolConfig;
+    use tollgate::lifecycle::{CallError, CallOptions, Supervisor};
+    use tollgate::{Call, ScopeId};
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("m").requests(100, secs(60)))
+        .pool(PoolConfig::new("p", 1))
+        .build()
+        .unwrap();
+    let p = c.pool_id("p").unwrap();
+    let script = Script::new(vec![Step::Hang]);
+    let work = script.work.clone();
+    let sup = Supervisor::builder(c.clone(), script)
+        .pool(p)
+        .without_jitter()
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let holder = c
+        .acquire(&Call::new(ScopeId::FIRST).with_pool(p), Deadline::NONE)
+        .await
+        .unwrap();
+    let call = tokio::spawn({
+        let sup = sup.clone();
+        let options = CallOptions::deadline(Deadline::at(t0 + secs(1)));
+        async move { sup.invoke(&"a".to_string(), options).await }
+    });
+    settle().await;
+    tokio::time::advance(ms(999)).await;
+    drop(holder); // the permit goes to the waiting call at t0 + 999 ms
+    tokio::time::advance(ms(2)).await; // its task runs at t0 + 1001 ms
+    settle().await;
+    let result = call.await.unwrap();
+    assert!(
+        matches!(
+            result,
+            Err(CallError::Deadline {
+                phase: Phase::Concurrency,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    // The holder's unit stays counted; the late call's came back.
+    assert_eq!(
+        (work.started(), available(&c, Dimension::Requests)),
+        (0, 99),
+        "provider work started after the deadline, or the unit was kept"
+    );
+}

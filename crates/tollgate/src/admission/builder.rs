@@ -267,6 +267,25 @@ pub(crate) fn validate_shared(
              use a rolling window such as \"1d\"",
         ));
     }
+    // The store keeps one state per dimension and window (to the
+    // microsecond): two such limits of one scope would share it.
+    for s in &config.scopes {
+        let limits = s.limits();
+        for (j, l) in limits.iter().enumerate() {
+            let same = |k: &crate::config::Limit| {
+                k.dimension == l.dimension && k.window.as_micros() == l.window.as_micros()
+            };
+            if let Some(i) = limits[..j].iter().position(same) {
+                return Err(ConfigError::new(
+                    format!("scopes.{}.limits[{j}]", s.name()),
+                    format!(
+                        "has the same dimension and window as limits[{i}]; a shared quota \
+                         store keeps one count per dimension and window (keep the lower amount)"
+                    ),
+                ));
+            }
+        }
+    }
     if let Some(s) = config.scopes.iter().find(|s| s.learns().is_some()) {
         return Err(ConfigError::new(
             format!("scopes.{}.learn_limits", s.name()),

@@ -30,6 +30,7 @@ use crate::deadline::{Deadline, Phase};
 use crate::estimate::{TokenEstimator, validate};
 use crate::flow::Flow;
 use crate::price::Price;
+use crate::quota::RefusalCost;
 use crate::usage::Usage;
 
 /// Estimates one attempt's tokens from its request (SPEC ): any
@@ -622,6 +623,22 @@ impl<P: Provider> Supervisor<P> {
                 .await??;
             self.run_hook(inner.hooks.pre.as_ref(), options, n).await?;
             let now = clock.now();
+            if deadline.is_expired(now) {
+                // The permit (or the grant) was collected after the
+                // deadline: nothing is sent, and nothing is counted
+                // (SPEC DL-5, Q-9).
+                let mut lease = lease;
+                let phase = if lease.pool().is_some() {
+                    Phase::Concurrency
+                } else {
+                    Phase::Rate
+                };
+                let _ = lease.refused(RefusalCost::Free);
+                return Err(CallError::Deadline {
+                    phase,
+                    retry_at: None,
+                });
+            }
             // From here the request may reach the provider: however this
             // attempt ends, it is counted where the provider counts it.
             let counted = CountedLease::new(lease, now, &inner.arrival);

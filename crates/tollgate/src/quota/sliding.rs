@@ -35,6 +35,13 @@ use super::Nanos;
 /// Slots per window: bounds memory and the merge error (`window / SLOTS`).
 pub(crate) const SLOTS: u64 = 512;
 
+/// The most one entry counts (2⁵³, far above any real request, token or
+/// cost count): a provider's absurd usage report, a damaged state file's
+/// row or a debt is clamped to it, so that the sum of a window's slots
+/// and debts (never 2,048 entries of that size) does not overflow and
+/// `used` stays their sum (SPEC Q-7).
+pub(crate) const MAX_AMOUNT: u64 = 1 << 53;
+
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     opened: Nanos,
@@ -153,6 +160,7 @@ impl SlidingWindow {
     /// recording debt).
     #[inline]
     pub(crate) fn add(&mut self, amount: u64, now: Nanos, pending: bool) {
+        let amount = amount.min(MAX_AMOUNT);
         if amount == 0 {
             return;
         }
@@ -162,8 +170,8 @@ impl SlidingWindow {
         if let Some(back) = self.log.back_mut()
             && now < back.closes
         {
-            back.amount += amount;
-            back.pending += pend;
+            back.amount = back.amount.saturating_add(amount);
+            back.pending = back.pending.saturating_add(pend);
             back.expires = back.expires.max(expires);
             return;
         }
@@ -223,6 +231,7 @@ impl SlidingWindow {
     /// Replaces a leased estimate by the reported amount in the same slot
     /// (SPEC Q-5). Nothing changes once the slot aged out.
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+        let (estimate, actual) = (estimate.min(MAX_AMOUNT), actual.min(MAX_AMOUNT));
         if estimate == 0 {
             // A zero amount opened no slot: its debt is counted from its
             // own instant (the slot found by its stamp may have closed
@@ -249,6 +258,7 @@ impl SlidingWindow {
     /// or in a slot of its own between its neighbours. An amount whose
     /// window already ended at `now` is not counted.
     pub(crate) fn insert_at(&mut self, amount: u64, at: Nanos, now: Nanos) {
+        let amount = amount.min(MAX_AMOUNT);
         let expires = at.saturating_add(self.window);
         if amount == 0 || expires <= now {
             return;
@@ -266,7 +276,7 @@ impl SlidingWindow {
             && at < prev.closes
         {
             // Every later slot opened after `at` expires after `expires`.
-            prev.amount += amount;
+            prev.amount = prev.amount.saturating_add(amount);
             prev.expires = prev.expires.max(expires);
             return;
         }
@@ -306,13 +316,14 @@ impl SlidingWindow {
     /// Counts `amount` until `until` (budget a provider says is gone,
     /// SPEC Q-14). Nothing if `until` is not after `now`.
     pub(crate) fn charge_until(&mut self, amount: u64, until: Nanos, now: Nanos) {
+        let amount = amount.min(MAX_AMOUNT);
         if amount == 0 || until <= now {
             return;
         }
         self.used = self.used.saturating_add(amount);
         let at = self.debts.partition_point(|d| d.expires <= until);
         match self.debts.get_mut(at.wrapping_sub(1)) {
-            Some(d) if d.expires == until => d.amount += amount,
+            Some(d) if d.expires == until => d.amount = d.amount.saturating_add(amount),
             _ => self.debts.insert(
                 at,
                 Debt {
@@ -388,6 +399,7 @@ impl SlidingWindow {
     /// every existing reservation's stamp first, so none of them is ever
     /// located in the seed; the seed's span is empty, so nothing joins it.
     pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+        let counted = counted.min(MAX_AMOUNT);
         self.carry = self.carry.saturating_add(pending);
         self.used = self.used.saturating_add(pending);
         if counted == 0 {
@@ -429,7 +441,7 @@ impl SlidingWindow {
         let live = entries
             .iter()
             .filter(|(expires, amount)| *expires > now && *amount > 0)
-            .map(|&(expires, amount)| (expires.min(horizon), amount));
+            .map(|&(expires, amount)| (expires.min(horizon), amount.min(MAX_AMOUNT)));
         if !self.log.is_empty() {
             let total = live.fold(0u64, |sum, (_, a)| sum.saturating_add(a));
             self.add(total, now, false);
@@ -438,7 +450,9 @@ impl SlidingWindow {
         for (expires, amount) in live {
             self.used = self.used.saturating_add(amount);
             match self.log.back_mut() {
-                Some(back) if back.expires >= expires => back.amount += amount,
+                Some(back) if back.expires >= expires => {
+                    back.amount = back.amount.saturating_add(amount);
+                }
                 _ => self.log.push_back(Slot {
                     opened: 0,
                     closes: 0,

@@ -823,8 +823,8 @@ async fn settlements_reach_the_store() {
 }
 
 // proves: CFG-3 for a shared store (located errors before any work:
-// learned limits are per process, a zero timeout, zero replicas, two
-// quota stores)
+// learned limits are per process, two limits sharing one count, a zero
+// timeout, zero replicas, two quota stores)
 #[test]
 fn invalid_shared_store_settings_are_refused() {
     let store = TestStore::new(Duration::ZERO);
@@ -838,6 +838,14 @@ fn invalid_shared_store_settings_are_refused() {
     let learner = ScopeConfig::new("learner").learn_limits(60 * SECOND);
     let e = build(learner, TIMEOUT, Unavailable::FailClosed).expect_err("learned limits");
     assert_eq!(e.field, "scopes.learner.learn_limits");
+    // Two limits of one dimension and window would share the store's
+    // count (and corrupt it): refused, naming the second.
+    let twice = ScopeConfig::new("twice")
+        .requests(10, 10 * SECOND)
+        .tokens(100, 10 * SECOND)
+        .requests(2, 10 * SECOND);
+    let e = build(twice, TIMEOUT, Unavailable::FailClosed).expect_err("same window twice");
+    assert_eq!(e.field, "scopes.twice.limits[2]");
     let plain = || ScopeConfig::new(SCOPE).requests(1, SECOND);
     let e = build(plain(), Duration::ZERO, Unavailable::FailClosed).expect_err("no timeout");
     assert_eq!(e.field, "quota_store.timeout");
