@@ -262,3 +262,35 @@ async fn a_restart_keeps_a_budget_spent() {
     assert_eq!(spend(second).await.1, 5);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+// proves: DQ-8 (a damaged row of two saved entries of 2⁶³ tokens each is
+// restored without overflow and keeps the day's token limit spent)
+#[tokio::test(start_paused = true)]
+async fn huge_saved_amounts_are_restored_without_overflow() {
+    let d = dir("huge");
+    drop(StateFile::open(&d, OnUnreadable::Refuse).unwrap());
+    let until = (start() + Duration::from_secs(3_600))
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let half = 1_u64 << 63;
+    let conn = rusqlite::Connection::open(d.join(FILE_NAME)).unwrap();
+    conn.execute(
+        "INSERT INTO counted (owner, scope, dimension, amount, window_ns, period, zone, counted)
+         VALUES ('upstream', 'day', 'tokens', 1000000, 86400000000000, NULL, NULL, ?1)",
+        [format!(
+            "{{\"until\": [[{until}, {half}], [{until}, {half}]]}}"
+        )],
+    )
+    .unwrap();
+    drop(conn);
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let controller = process(1_000, start());
+    assert_eq!(file.restore("upstream", &controller), 1);
+    assert_eq!(
+        admitted_now(&controller, 1).await,
+        0,
+        "the restored tokens counted nothing"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
