@@ -305,3 +305,60 @@ async fn a_permit_collected_after_the_deadline_sends_nothing() {
         "provider work started after the deadline, or the unit was kept"
     );
 }
+
+// proves: DL-5, Q-9, Q-13 (tiny deadlines racing a pool of 2 on
+// oversubscribed threads and the real clock: every request unit counted
+// is an attempt the provider saw, no permit or reservation is left, and
+// the controller ends idle)
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn tiny_deadlines_on_threads_count_only_what_was_sent() {
+    use common::script::{Script, Step};
+    use tollgate::config::PoolConfig;
+    use tollgate::lifecycle::{CallOptions, Supervisor};
+    const LIMIT: u64 = 100_000;
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("m").requests(LIMIT, MINUTE))
+        .pool(PoolConfig::new("p", 2))
+        .build()
+        .unwrap();
+    let p = c.pool_id("p").unwrap();
+    let steps = (0..600)
+        .map(|_| Step::Reply {
+            after: ms(1),
+            usage: Usage::known(1),
+        })
+        .collect();
+    let script = Script::new(steps);
+    let work = script.work.clone();
+    let sup = Supervisor::builder(c.clone(), script)
+        .pool(p)
+        .without_jitter()
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..600u64)
+        .map(|i| {
+            let sup = sup.clone();
+            tokio::spawn(async move {
+                let deadline =
+                    Deadline::at(Instant::now() + std::time::Duration::from_micros(i % 4 * 700));
+                let _ = sup
+                    .invoke(&i.to_string(), CallOptions::deadline(deadline))
+                    .await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        tokio::time::timeout(secs(30), t)
+            .await
+            .expect("a call hung")
+            .unwrap();
+    }
+    assert_eq!(work.in_flight(), 0);
+    let used = LIMIT as i64 - available(&c, Dimension::Requests);
+    assert_eq!(
+        used,
+        i64::from(work.started()),
+        "request units counted vs attempts the provider saw"
+    );
+    assert_idle(&c);
+}
