@@ -7,6 +7,7 @@ use std::time::Duration;
 use tollgate::config::ScopeConfig;
 use tollgate::quota::{RemoteBackend, RemoteQuota, StoreError, Unavailable};
 
+use crate::carry::Opened;
 use crate::changes::{Notices, Subscriber};
 use crate::connect::{CONNECT_TIMEOUT, Conn, connect};
 use crate::error::{BuildError, bounded};
@@ -20,6 +21,8 @@ pub(crate) struct Shared {
     pub(crate) settings: RedisSettings,
     pub(crate) conn: Conn,
     pub(crate) scripts: Arc<Scripts>,
+    /// The limits each scope was last opened with (`carry.rs`).
+    pub(crate) opened: Opened,
     notices: Arc<Notices>,
     _subscriber: Subscriber,
 }
@@ -69,6 +72,7 @@ impl RedisBackend {
                 settings,
                 conn: connections.conn,
                 scripts,
+                opened: Opened::default(),
                 notices,
                 _subscriber: subscriber,
             }),

@@ -4,11 +4,12 @@
 //! lives on one Redis Cluster slot and its scripts may touch all its keys:
 //!
 //! - `{prefix:scope}:meta`: the scope's epoch and latest instant;
-//! - `{prefix:scope}:<algo>:<dimension>:<window µs>[:<tick>]`: one limit's
-//!   state, and for a sliding window `...:log`, its slot log (a list). The
-//!   limit's amount is not in the key (it is passed by the caller), its
-//!   algorithm, dimension and window are: replicas with different
-//!   configurations never read each other's state;
+//! - `{prefix:scope}:<algo>:<dimension>:<window µs>`: one limit's state,
+//!   and for a sliding window `...:log`, its slot log (a list). The
+//!   limit's amount (and a bucket's burst and tick) is not in the key (it
+//!   is passed by the caller), its algorithm, dimension and window are:
+//!   replicas with different windows never read each other's state, and
+//!   a reload that changes a window seeds the new key (`carry.rs`);
 //! - `...:pend` and `...:pendx`: the limit's pending holds (id → stamp and
 //!   amount) and their expiry instants (a sorted set). Kept per limit, so
 //!   whichever script touches a limit gives back its expired holds, even

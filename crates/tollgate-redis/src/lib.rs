@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod carry;
 mod changes;
 mod connect;
 mod error;

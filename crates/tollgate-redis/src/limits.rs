@@ -108,25 +108,24 @@ impl LimitParams {
         }
     }
 
-    /// The part of the key that tells this limit's state apart: replicas
-    /// configured differently never read each other's state.
+    /// The part of the key that tells this limit's state apart: its
+    /// algorithm, dimension and window. The amount (and a bucket's burst
+    /// and tick) are not in it: another amount reads the same count
+    /// (SPEC GW-15, DQ-8); another window or algorithm counts apart and
+    /// is seeded (see `RedisQuota`).
     pub(crate) fn key_suffix(&self) -> String {
-        let tick = if self.kind == Kind::Bucket {
-            format!(":{}", self.res)
-        } else {
-            String::new()
-        };
         format!(
-            "{}:{}:{}{tick}",
+            "{}:{}:{}",
             self.kind.code(),
             self.dimension.as_str(),
             self.window_us
         )
     }
 
-    /// The seven script arguments of this limit, with the operation's
-    /// `amount`.
-    pub(crate) fn push_args(&self, amount: u64, out: &mut Vec<String>) {
+    /// The eight script arguments of this limit, with the operation's
+    /// `amount` and the limit its state is seeded from (`source`: 1-based
+    /// among the limits passed, 0 for none).
+    pub(crate) fn push_args(&self, amount: u64, source: usize, out: &mut Vec<String>) {
         out.push(self.kind.code().to_owned());
         out.push(self.window.to_string());
         out.push(self.res.to_string());
@@ -134,6 +133,7 @@ impl LimitParams {
         out.push(self.capacity.to_string());
         out.push(dimension_code(self.dimension).to_owned());
         out.push(amount.min(MAX_EXACT).to_string());
+        out.push(source.to_string());
     }
 }
 
@@ -208,7 +208,7 @@ mod tests {
         let params = |d| LimitParams::new(d, 1_000, minute, 1_000, Algorithm::SlidingWindow);
         let code = |d| {
             let mut args = Vec::new();
-            params(d).push_args(7, &mut args);
+            params(d).push_args(7, 0, &mut args);
             (args[5].clone(), args[6].clone())
         };
         assert_eq!(code(Dimension::Tokens), ("t".to_owned(), "7".to_owned()));

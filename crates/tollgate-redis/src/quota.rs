@@ -41,11 +41,22 @@ const REDIS_TIME: u64 = u64::MAX;
 /// them: no marker on the hot path there). Its script records its answer
 /// under that name (`{prefix:scope}:op:<id>`, kept a few minutes) and a
 /// repeat of it returns that answer without changing anything.
+///
+/// A handle opened for other windows than the scope's previous handle in
+/// this backend (a reload) carries the replaced limits along for one of
+/// their windows and seeds the new ones from them (`carry.rs`).
 #[derive(Debug)]
 pub struct RedisQuota {
     shared: Arc<Shared>,
     keys: ScopeKeys,
+    /// The scope's limits (the first `own`), then the transitional ones.
     limits: Vec<LimitParams>,
+    own: usize,
+    /// Until when each transitional limit is passed to the scripts.
+    until: Vec<Instant>,
+    /// Per limit of the scope's own: the transitional limit (an index
+    /// into `limits`) its state is seeded from.
+    sources: Vec<Option<usize>>,
     algorithm: Algorithm,
     ttl_ms: u64,
     /// Judges `check` from the configuration, without a round trip.
@@ -63,13 +74,25 @@ pub struct RedisQuota {
 impl RedisQuota {
     pub(crate) fn new(shared: Arc<Shared>, scope: &ScopeConfig, notify: Arc<Notify>) -> Self {
         let mut local = LocalQuota::new(scope, Instant::now());
-        let (limits, algorithm) = LimitParams::of(scope, &mut local);
+        let (mut limits, algorithm) = LimitParams::of(scope, &mut local);
+        let own = limits.len();
+        let now = shared.settings.clock.now();
+        let carried = shared.opened.open(scope.name(), &limits, now);
+        let sources = carried.sources.iter().map(|s| s.map(|i| own + i)).collect();
+        let mut until = Vec::with_capacity(carried.transitional.len());
+        for (params, end) in carried.transitional {
+            limits.push(params);
+            until.push(end);
+        }
         let keys = ScopeKeys::new(&shared.settings.prefix, scope.name(), &limits);
         RedisQuota {
             ttl_ms: ttl_ms(&limits),
             shared,
             keys,
             limits,
+            own,
+            until,
+            sources,
             algorithm,
             local,
             notify,
@@ -152,21 +175,48 @@ impl RedisQuota {
         name: Option<OpId>,
         budget: Duration,
     ) -> Result<T, StoreError> {
-        let mut args = Vec::with_capacity(4 + 7 * self.limits.len() + extra.len());
+        self.run_on(&self.active(), op, amount, extra, name, budget)
+            .await
+    }
+
+    /// [`run`](Self::run) with the limits `active` (indices into
+    /// `limits`).
+    async fn run_on<T: FromRedisValue>(
+        &self,
+        active: &[usize],
+        op: Op,
+        amount: impl Fn(Dimension) -> u64,
+        extra: &[String],
+        name: Option<OpId>,
+        budget: Duration,
+    ) -> Result<T, StoreError> {
+        let mut args = Vec::with_capacity(4 + 8 * active.len() + extra.len());
         args.push(match self.time.load(Ordering::Relaxed) {
             REDIS_TIME => String::new(),
             t => t.to_string(),
         });
         args.push(self.ttl_ms.to_string());
         args.push(self.keys.channel.clone());
-        args.push(self.limits.len().to_string());
-        for l in &self.limits {
-            l.push_args(amount(l.dimension), &mut args);
+        args.push(active.len().to_string());
+        for (j, &i) in active.iter().enumerate() {
+            let l = &self.limits[i];
+            // The source's 1-based position among the limits passed.
+            let source = self
+                .sources
+                .get(j)
+                .copied()
+                .flatten()
+                .and_then(|s| active.iter().position(|&a| a == s))
+                .map_or(0, |p| p + 1);
+            l.push_args(amount(l.dimension), source, &mut args);
         }
         args.extend_from_slice(extra);
         let mut invocation = self.shared.scripts.get(op).prepare_invoke();
-        for k in &self.keys.keys {
-            invocation.key(k);
+        invocation.key(&self.keys.keys[0]);
+        for &i in active {
+            for k in &self.keys.keys[1 + 4 * i..5 + 4 * i] {
+                invocation.key(k);
+            }
         }
         if let Some(name) = name {
             invocation.key(self.keys.marker(name));
@@ -187,6 +237,23 @@ impl RedisQuota {
 
     fn now(&self) -> Instant {
         self.shared.settings.clock.now()
+    }
+
+    /// The limits passed to the scripts now (indices into `limits`): the
+    /// scope's own, then the transitional ones still in force.
+    fn active(&self) -> Vec<usize> {
+        let mut active: Vec<usize> = (0..self.own).collect();
+        if !self.until.is_empty() {
+            let now = self.now();
+            active.extend(
+                self.until
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &until)| until > now)
+                    .map(|(k, _)| self.own + k),
+            );
+        }
+        active
     }
 }
 
@@ -419,13 +486,16 @@ impl RemoteQuota for RedisQuota {
         budget: Duration,
     ) -> StoreFuture<'_, Result<Vec<LimitSnapshot>, StoreError>> {
         Box::pin(async move {
-            let available: Vec<i64> = self.run(Op::Snapshot, |_| 0, &[], None, budget).await?;
-            if available.len() != self.limits.len() {
+            let active = self.active();
+            let available: Vec<i64> = self
+                .run_on(&active, Op::Snapshot, |_| 0, &[], None, budget)
+                .await?;
+            if available.len() != active.len() {
                 return Err(crate::error::malformed("snapshot"));
             }
-            Ok(self
-                .limits
+            Ok(active
                 .iter()
+                .map(|&i| &self.limits[i])
                 .zip(available)
                 .map(|(l, available)| LimitSnapshot {
                     dimension: l.dimension,

@@ -16,13 +16,15 @@
 --              milliseconds (never shortens a longer life, see Lifetimes)
 -- ARGV[3]      the scope's channel (notices that quota came back)
 -- ARGV[4]      n, the number of limits
--- ARGV[5..]    7 values per limit: kind ("s" sliding, "b" bucket, "f"
+-- ARGV[5..]    8 values per limit: kind ("s" sliding, "b" bucket, "f"
 --              fixed), window (microseconds; bucket: ticks), resolution
 --              (sliding, microseconds) or tick length (bucket,
 --              microseconds), limit, capacity, dimension ("r" requests,
 --              "t" tokens, "i" input tokens, "o" output tokens), the
---              operation's amount
--- ARGV[5+7n..] the operation's own arguments
+--              operation's amount, and the limit it is seeded from when
+--              its state does not exist yet (1-based, 0 for none; see
+--              Seeds)
+-- ARGV[5+8n..] the operation's own arguments
 -- KEYS[4n+2]   the operation's marker, when it is named (SPEC DQ-6):
 --              {prefix:scope}:op:<id>, its first answer
 --
@@ -32,7 +34,7 @@
 local TTL = tonumber(ARGV[2])
 local CHANNEL = ARGV[3]
 local N = tonumber(ARGV[4])
-local OP = 5 + 7 * N
+local OP = 5 + 8 * N
 local MARKER = KEYS[4 * N + 2]
 -- How long a marker lives, in milliseconds: far longer than any retry or
 -- resend of its operation takes to arrive (the engine retries within a
@@ -49,7 +51,7 @@ local REFRESH_HOLDS = false
 local limits = {}
 local pendxs = {}
 for i = 1, N do
-  local b = 5 + 7 * (i - 1)
+  local b = 5 + 8 * (i - 1)
   limits[i] = {
     key = KEYS[4 * i - 2],
     log = KEYS[4 * i - 1],
@@ -62,6 +64,7 @@ for i = 1, N do
     cap = tonumber(ARGV[b + 4]),
     dim = ARGV[b + 5],
     amount = tonumber(ARGV[b + 6]),
+    src = tonumber(ARGV[b + 7]),
   }
   pendxs[i] = limits[i].pendx
 end
@@ -436,6 +439,16 @@ function S.available(l, s)
   return l.limit - s.u
 end
 
+-- What it counts (pending amounts included), and a fresh state seeded
+-- with what another limit counts, as admitted now (see Seeds).
+function S.counted(l, s)
+  return s.u
+end
+
+function S.seed(l, s, amount, now)
+  S.add(l, s, amount, now, false)
+end
+
 -- Provider feedback (SPEC Q-14, DQ-9). What other clients of the account
 -- hold is estimated from each answer's remaining budget and counted in
 -- the window until the provider's reset. s.d keeps the estimates in force
@@ -557,12 +570,35 @@ end
 
 local B = {}
 
-function B.load(l, raw)
-  if raw then return cmsgpack.unpack(raw) end
-  return { l = l.cap * l.window, u = 0, p = 0 }
+-- The level is kept with the tick count of the window (w) and the
+-- capacity (c) it was written under, so a reload or a replica with
+-- another amount or burst reads the same count (SPEC GW-15, DQ-8):
+-- another tick rescales the level (rounded down: counted longer), and
+-- what was taken stays taken, so the level moves by the change in
+-- capacity (a raised capacity is there at once, a lowered one may leave
+-- debt), as the in-process bucket's reconfigure does.
+-- level x to / from, rounded down (towards debt: counted longer); exact
+-- while the product stays in Lua's exact integers, one unit lower beyond.
+local function rescale(level, from, to)
+  local x = level * to
+  local q = math.floor(x / from)
+  if math.abs(x) >= 2 ^ 53 then return q - 1 end
+  if q * from > x then q = q - 1 end
+  return q
 end
 
-function B.save(b)
+function B.load(l, raw)
+  if not raw then return { l = l.cap * l.window, u = 0, p = 0 } end
+  local b = cmsgpack.unpack(raw)
+  local w, c = b.w or l.window, b.c or l.cap
+  if w ~= l.window then b.l = rescale(b.l, w, l.window) end
+  if c ~= l.cap then b.l = b.l + (l.cap - c) * l.window end
+  b.l = min(b.l, l.cap * l.window)
+  return b
+end
+
+function B.save(b, l)
+  b.w, b.c = l.window, l.cap
   return cmsgpack.pack(b)
 end
 
@@ -631,6 +667,15 @@ end
 
 function B.available(l, b)
   return math.floor(free(l, b) / l.window)
+end
+
+function B.counted(l, b)
+  local missing = max(0, l.cap * l.window - b.l)
+  return math.floor((missing + l.window - 1) / l.window) + b.p
+end
+
+function B.seed(l, b, amount, now)
+  btake(l, b, amount)
 end
 
 ------------------------------------------------------------------ fixed --
@@ -706,9 +751,27 @@ function F.available(l, f)
   return l.limit - (f.u + f.p)
 end
 
+function F.counted(l, f)
+  return f.u + f.p
+end
+
+function F.seed(l, f, amount, now)
+  f.u = f.u + amount
+end
+
 ------------------------------------------------------------------ scope --
 
 local ALGO = { s = S, b = B, f = F }
+
+-- Seeds (SPEC GW-15, DQ-8). A reload that changes a limit's window (or
+-- algorithm) gives it a key of its own; the caller then passes the limit
+-- it replaces too (a transitional limit, kept for one of its windows) and
+-- names it as the new limit's source. A source's count is what the new
+-- limit starts with, as admitted now (later than it was: counted at least
+-- as long as the new window needs it), the first time any process finds
+-- the new limit's state missing. A script that reads no clock never
+-- writes an unseeded state (see save_one): the next one that does seeds
+-- it.
 
 -- Loads every limit's state (and its algorithm) into l.algo / l.state.
 local function load()
@@ -716,7 +779,9 @@ local function load()
     local l = limits[i]
     l.algo = ALGO[l.kind]
     if not l.algo then error("tollgate: unknown limit kind " .. tostring(l.kind)) end
-    l.state = l.algo.load(l, redis.call("GET", l.key))
+    local raw = redis.call("GET", l.key)
+    l.unseeded = not raw and l.src > 0 and l.src <= N and l.src ~= i
+    l.state = l.algo.load(l, raw)
   end
 end
 
@@ -725,13 +790,22 @@ local function advance(now)
     local l = limits[i]
     l.algo.advance(l, l.state, now)
   end
+  for i = 1, N do
+    local l = limits[i]
+    if l.unseeded then
+      local src = limits[l.src]
+      l.algo.seed(l, l.state, src.algo.counted(src, src.state), now)
+      l.unseeded = false
+    end
+  end
 end
 
 -- Writes limit i's state back, expiring with the scope (see
 -- REFRESH_HOLDS).
 local function save_one(i)
   local l = limits[i]
-  write(l.key, l.algo.save(l.state))
+  if l.unseeded then return end
+  write(l.key, l.algo.save(l.state, l))
   if l.algo.touch then l.algo.touch(l, l.state) end
   if REFRESH_HOLDS then
     refresh(l.pend)
