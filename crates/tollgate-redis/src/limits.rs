@@ -124,8 +124,8 @@ impl LimitParams {
 
     /// The eight script arguments of this limit, with the operation's
     /// `amount` and the limit its state is seeded from (`source`: 1-based
-    /// among the limits passed, 0 for none).
-    pub(crate) fn push_args(&self, amount: u64, source: usize, out: &mut Vec<String>) {
+    /// among the limits passed, 0 for none, -1 for a transitional limit).
+    pub(crate) fn push_args(&self, amount: u64, source: i64, out: &mut Vec<String>) {
         out.push(self.kind.code().to_owned());
         out.push(self.window.to_string());
         out.push(self.res.to_string());

@@ -200,14 +200,18 @@ impl RedisQuota {
         args.push(active.len().to_string());
         for (j, &i) in active.iter().enumerate() {
             let l = &self.limits[i];
-            // The source's 1-based position among the limits passed.
-            let source = self
-                .sources
-                .get(j)
-                .copied()
-                .flatten()
-                .and_then(|s| active.iter().position(|&a| a == s))
-                .map_or(0, |p| p + 1);
+            // The source's 1-based position among the limits passed; -1
+            // marks a transitional limit.
+            let source = if i >= self.own {
+                -1
+            } else {
+                self.sources
+                    .get(j)
+                    .copied()
+                    .flatten()
+                    .and_then(|s| active.iter().position(|&a| a == s))
+                    .map_or(0, |p| i64::try_from(p + 1).unwrap_or(0))
+            };
             l.push_args(amount(l.dimension), source, &mut args);
         }
         args.extend_from_slice(extra);

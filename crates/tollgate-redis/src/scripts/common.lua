@@ -22,8 +22,8 @@
 --              microseconds), limit, capacity, dimension ("r" requests,
 --              "t" tokens, "i" input tokens, "o" output tokens), the
 --              operation's amount, and the limit it is seeded from when
---              its state does not exist yet (1-based, 0 for none; see
---              Seeds)
+--              its state does not exist yet (1-based, 0 for none, -1: a
+--              transitional limit itself; see Seeds)
 -- ARGV[5+8n..] the operation's own arguments
 -- KEYS[4n+2]   the operation's marker, when it is named (SPEC DQ-6):
 --              {prefix:scope}:op:<id>, its first answer

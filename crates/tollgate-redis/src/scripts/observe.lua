@@ -1,6 +1,6 @@
 -- observe: what a provider's answer said about the shared budget (SPEC
 -- Q-14, DQ-9), taken into the shortest sliding window of each reported
--- dimension (see S.observe). A limit's amount is the answered attempt's.
+-- dimension, transitional limits aside (see S.observe). A limit's amount is the answered attempt's.
 -- Arguments: the attempt's lease instant, the instant the log counts it
 -- at (after its recount), how long before the store's now its response
 -- began (microseconds; no earlier than the second), how long after the
@@ -34,7 +34,10 @@ for j = 1, k do
   local l = nil
   for i = 1, N do
     local c = limits[i]
-    if c.kind == "s" and c.dim == dim and (l == nil or c.window < l.window) then l = c end
+    -- Not a transitional limit (it goes after one of its windows).
+    if c.kind == "s" and c.dim == dim and c.src >= 0 and (l == nil or c.window < l.window) then
+      l = c
+    end
   end
   if l and remaining >= 0 then
     out[2 * j - 1], out[2 * j] = S.observe(l, l.state, remaining, l.amount, sent + slack, at, counted, reset, now)
