@@ -179,3 +179,79 @@ async fn standalone_pool_semantics() {
         AdmissionError::Closed
     );
 }
+
+// proves: Q-11, POOL-3, FAIR-2 (a granted call refused because its pool's
+// waiting line is full gives its reservation back, counted as refunded and
+// not as cost served to its class, and the early verdict of a later arrival
+// counts that room: it is judged by the instant it really gets in, not
+// refused at once)
+#[tokio::test(start_paused = true)]
+async fn a_pool_full_refund_reaches_the_early_verdict() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("account").requests(2, MINUTE))
+        .scope(ScopeConfig::new("other"))
+        .pool(PoolConfig::new("model-a", 1).max_waiting(1))
+        .build()
+        .unwrap();
+    let other = c.scope_id("other").unwrap();
+    let pool = c.pool_id("model-a").unwrap();
+    let t0 = Instant::now();
+    // The pool's permit and its one waiting place are taken (by calls of a
+    // scope without limits: they hold no request of the account).
+    let holder = c
+        .acquire(&Call::new(other).with_pool(pool), Deadline::NONE)
+        .await
+        .unwrap();
+    let c2 = c.clone();
+    let pool_waiter = tokio::spawn(async move {
+        c2.acquire(&Call::new(other).with_pool(pool), Deadline::NONE)
+            .await
+            .map(drop)
+    });
+    settle().await;
+    // The account's two requests: at t0 and t0 + 30 s.
+    let x = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    tokio::time::sleep(secs(30)).await;
+    let y = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+    let spawn = |call: Call, deadline: Deadline| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.acquire(&call, deadline)
+                .await
+                .map(|l| (Instant::now(), l))
+        })
+    };
+    // b (on the full pool) heads the queue until t0 + 60 s; d and e follow.
+    let b = spawn(plain().with_pool(pool), Deadline::NONE);
+    settle().await;
+    let d = spawn(plain(), within(secs(600)));
+    let e = spawn(plain(), within(secs(600)));
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].queued, 3);
+    tokio::time::sleep_until(t0 + secs(60)).await;
+    settle().await;
+    // At t0 + 60 s b got its request but not a place for a permit: refunded.
+    assert_eq!(
+        b.await.unwrap().map(drop).unwrap_err(),
+        AdmissionError::PoolFull { pool }
+    );
+    // d took the room b gave back; e waits for y's request (t0 + 90 s).
+    let (at, d) = d.await.unwrap().unwrap();
+    assert_eq!(at, t0 + secs(60));
+    let s = &c.snapshot().scopes[0];
+    assert_eq!(s.queued, 1);
+    // b was never admitted: it counts as a refunded reservation and
+    // not in the cost its class was served (FAIR-2, FAIR-8): x, y and d.
+    assert_eq!(s.counters.refunded_reservations, 1);
+    assert_eq!(s.counters.served_cost.iter().sum::<u64>(), 3);
+    // f can be admitted when d's request ages out, at t0 + 120 s: inside
+    // its deadline of t0 + 130 s, so it must not be refused at once.
+    let f = spawn(plain(), within(secs(70)));
+    let (at, f) = f.await.unwrap().unwrap();
+    assert_eq!(at, t0 + secs(120));
+    let (at, e) = e.await.unwrap().unwrap();
+    assert_eq!(at, t0 + secs(90));
+    drop((x, y, d, e, f, holder));
+    pool_waiter.await.unwrap().unwrap();
+    assert_idle(&c);
+}

@@ -499,7 +499,6 @@ impl ScopeState {
                 Ok(reservation) => {
                     let cost = self.cost(demand.tokens());
                     self.queue.granted(key, cost);
-                    self.queue.share.add(flow.priority, cost, now);
                     self.head_armed = None;
                     // Join the permit queue now, under the scope lock, so
                     // permits follow the grant order (SPEC ADM-4).
@@ -510,6 +509,7 @@ impl ScopeState {
                     };
                     let outcome = match permit {
                         Ok(permit) => {
+                            self.queue.share.add(flow.priority, cost, now);
                             self.pending += 1;
                             self.grants += 1;
                             Outcome::Granted {
@@ -521,8 +521,13 @@ impl ScopeState {
                             }
                         }
                         Err(e) => {
+                            // Never admitted: given back whole, with
+                            // its flow's charge, and the projection that
+                            // counted it; its class was not served.
                             self.store.refund(&reservation, now);
                             self.queue.correct(flow, cost, 0);
+                            self.counters.refunded_reservations += 1;
+                            self.invalidate_projection();
                             match e {
                                 crate::error::AdmissionError::PoolFull { .. } => Outcome::PoolFull,
                                 _ => Outcome::Closed,
