@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use tokio::time::Instant;
-use tollgate::config::{ControllerConfig, DAY, ScopeConfig};
+use tollgate::config::{ControllerConfig, DAY, MINUTE, ScopeConfig};
 use tollgate::quota::Dimension;
 use tollgate::{
-    AdmissionController, AdmissionError, Call, Deadline, Parts, Price, RefusalCost, ScopeId,
+    AdmissionController, AdmissionError, Call, Deadline, Parts, Phase, Price, RefusalCost, ScopeId,
     TokenEstimate, Usage,
 };
 
@@ -305,4 +305,65 @@ async fn a_reload_keeps_the_spend() {
 
 fn plain_call() -> Call {
     Call::new(ScopeId::FIRST)
+}
+
+// proves: BUD-4, Q-11 (a call kept past its deadline by a request limit,
+// while its budget would free room in time, fails as a rate wait with the
+// request limit's instant, not as budget_exceeded; both when it would wait
+// at the head and when it would wait behind queued calls)
+#[tokio::test(start_paused = true)]
+async fn a_request_limit_that_binds_is_not_reported_as_the_budget() {
+    let hour = secs(3_600);
+    let c = AdmissionController::new(ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("team")
+                .requests(1, hour)
+                .cost(1_000, MINUTE),
+        ],
+        ..ControllerConfig::default()
+    })
+    .unwrap();
+    let t0 = Instant::now();
+    // One request for the hour and 750 of the minute's 1000 µ$.
+    let first = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(30)))
+        .await
+        .unwrap();
+    // The budget frees room at t0 + 60 s, inside the 10 minute deadline;
+    // the request limit only at t0 + 1 h.
+    let e = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(600)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(t0 + hour),
+        }
+    );
+    assert_eq!(e.kind(), "deadline_exceeded");
+    // Behind a queued call: it would go at t0 + 2 h, for the same reason.
+    let c2 = c.clone();
+    let queued = tokio::spawn(async move {
+        c2.acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+            .await
+            .map(drop)
+    });
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].queued, 1);
+    let e = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(600)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(t0 + hour + hour),
+        }
+    );
+    assert_eq!(Instant::now(), t0, "refused at once");
+    drop(first);
+    queued.abort();
 }

@@ -12,7 +12,7 @@ use super::builder::ControllerBuilder;
 use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
 use super::pool_set::PoolSet;
-use super::scope::{Grant, PermitSlot, Scope, Waiter};
+use super::scope::{Grant, PermitSlot, Scope, ScopeState, Waiter};
 use super::settings::Settings;
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
@@ -288,13 +288,8 @@ impl Inner {
         cooling: Option<Instant>,
         budget: Option<ScopeId>,
     ) -> Result<(), AdmissionError> {
-        let late = deadline.instant().is_some_and(|d| d <= at)
-            || self
-                .settings
-                .max_wait()
-                .is_some_and(|m| at.saturating_duration_since(now) > m);
         if let Some(scope) = budget
-            && late
+            && self.late(at, now, deadline)
         {
             return Err(AdmissionError::BudgetExceeded {
                 scope,
@@ -322,6 +317,40 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Whether an admission at `at` comes after `deadline` or further than
+    /// `max_wait` from `now` (SPEC Q-11).
+    fn late(&self, at: Instant, now: Instant, deadline: Deadline) -> bool {
+        deadline.instant().is_some_and(|d| d <= at)
+            || self
+                .settings
+                .max_wait()
+                .is_some_and(|m| at.saturating_duration_since(now) > m)
+    }
+
+    /// Whether a cost limit of the scope, and not another of its limits,
+    /// is what keeps `demand` out past `deadline` or `max_wait` (SPEC
+    /// BUD-4): a budget is short of it and frees room only after every
+    /// other short limit, too late. A request or token limit that binds is
+    /// a rate wait, whatever the budget's state (OBS-4).
+    fn budget_binds(
+        &self,
+        st: &mut ScopeState,
+        demand: &Demand,
+        now: Instant,
+        deadline: Deadline,
+    ) -> bool {
+        if demand.cost == 0 {
+            return false;
+        }
+        let all = st.store.not_until(demand, now);
+        let Some(at) = all.at.filter(|_| all.limited_by.cost) else {
+            return false;
+        };
+        let rest = st.store.not_until(&demand.with_cost(0), now);
+        let cost_last = rest.limited_by.is_none() || rest.at.is_some_and(|r| r < at);
+        cost_last && self.late(at, now, deadline)
     }
 
     /// Validates the demand and either reserves at once (nobody waits) or
@@ -400,7 +429,9 @@ impl Inner {
                     }
                     let not_until = st.store.not_until(demand, now);
                     if let Some(at) = not_until.at {
-                        let budget = not_until.limited_by.cost.then_some(scope.id);
+                        let budget = (not_until.limited_by.cost
+                            && self.budget_binds(st, demand, now, deadline))
+                        .then_some(scope.id);
                         self.verdict(at, now, deadline, None, budget)?;
                     }
                     let mut waiter = Waiter::new(*demand, pool, key);
@@ -431,12 +462,14 @@ impl Inner {
         {
             // The projection committed this demand; it is not queued.
             st.invalidate_projection();
-            // A budget that cannot hold it now is what it waits for (BUD-4).
+            // A budget that cannot take it in time, even with nobody ahead,
+            // is what it waits for (BUD-4); a queue or another limit that
+            // makes it late is a rate wait.
             let waited = matches!(
                 e,
                 AdmissionError::DeadlineExceeded { .. } | AdmissionError::QuotaWaitTooLong { .. }
             );
-            if waited && demand.cost > 0 && st.store.not_until(demand, now).limited_by.cost {
+            if waited && self.budget_binds(st, demand, now, deadline) {
                 return Err(AdmissionError::BudgetExceeded {
                     scope: scope.id,
                     retry_at: e.retry_at(),
