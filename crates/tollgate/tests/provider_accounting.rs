@@ -11,7 +11,7 @@ use common::script::{Ev, Script, Step};
 use common::{available, ms, secs, settle};
 use futures_util::StreamExt;
 use tokio::time::Instant;
-use tollgate::config::{MINUTE, ScopeConfig};
+use tollgate::config::{Algorithm, MINUTE, ScopeConfig};
 use tollgate::lifecycle::{
     ARRIVAL_CAP, ARRIVAL_MEMORY, Accounting, AttemptContext, AttemptPolicy, Budgets, CallOptions,
     ErrorKind, Provider, ProviderError, Reply, StreamEvent, Supervisor,
@@ -228,6 +228,50 @@ async fn a_cancelled_attempt_stays_counted_for_the_arrival_bound() {
     call.abort();
     let _ = call.await;
     assert_eq!(next_admission_after(&c, t0).await, secs(60) + ms(500));
+}
+
+// proves: Q-15 (an attempt cancelled before its arrival bound has passed
+// stays counted until one window after the bound, not after the cancel)
+#[tokio::test(start_paused = true)]
+async fn an_attempt_cancelled_before_its_arrival_bound_is_counted_from_the_bound() {
+    let c = controller(ScopeConfig::new("m").requests(1, MINUTE));
+    let sup = supervisor(&c, vec![Step::Hang], Accounting::default());
+    let t0 = Instant::now();
+    let call = tokio::spawn({
+        let sup = sup.clone();
+        async move { sup.invoke(&"a".into(), CallOptions::default()).await }
+    });
+    settle().await;
+    // Cancelled 100 ms in: it may still arrive until the 500 ms floor.
+    tokio::time::advance(ms(100)).await;
+    call.abort();
+    let _ = call.await;
+    assert_eq!(next_admission_after(&c, t0).await, secs(60) + ms(500));
+}
+
+// proves: Q-15 (in a fixed window, an attempt cancelled before its arrival
+// bound, which lies in the next window, is counted in that window too)
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_attempt_is_counted_in_the_window_of_its_arrival_bound() {
+    let c = controller(
+        ScopeConfig::new("m")
+            .requests(1, secs(1))
+            .algorithm(Algorithm::FixedWindow),
+    );
+    let sup = supervisor(&c, vec![Step::Hang], Accounting::default());
+    let t0 = Instant::now();
+    tokio::time::advance(ms(800)).await;
+    let call = tokio::spawn({
+        let sup = sup.clone();
+        async move { sup.invoke(&"a".into(), CallOptions::default()).await }
+    });
+    settle().await;
+    // Leased at 800 ms, cancelled at 900 ms: it may arrive until 1.3 s,
+    // in the window [1 s, 2 s).
+    tokio::time::advance(ms(100)).await;
+    call.abort();
+    let _ = call.await;
+    assert_eq!(next_admission_after(&c, t0).await, secs(2));
 }
 
 async fn after_one_refusal(cost: RefusalCost) -> (i64, i64) {

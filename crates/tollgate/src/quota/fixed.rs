@@ -15,6 +15,11 @@
 //! which it starts, as a provider counting arrivals would. `used + pending`
 //! never exceeds the limit (before debt), so at most `limit` attempts start
 //! per window (SPEC Q-7).
+//!
+//! A started attempt the provider may count as late as a later window than
+//! the current one (cancelled before its arrival bound passed, SPEC Q-15)
+//! is kept *ahead*: counted again in each window up to the one holding
+//! that instant.
 
 use super::Nanos;
 use super::calendar;
@@ -66,6 +71,9 @@ pub(crate) struct FixedWindow {
     used: u64,
     /// Units held by pending reservations.
     pending: u64,
+    /// Leased amounts the provider may count as late as the instant each
+    /// is kept with, in a window after the current one (SPEC Q-15).
+    ahead: Vec<(Nanos, u64)>,
 }
 
 impl FixedWindow {
@@ -83,6 +91,7 @@ impl FixedWindow {
             end,
             used: 0,
             pending: 0,
+            ahead: Vec::new(),
         }
     }
 
@@ -97,7 +106,21 @@ impl FixedWindow {
         if now >= self.end {
             (self.start, self.end) = self.periods.of(now);
             self.used = 0;
+            if !self.ahead.is_empty() {
+                self.carry_ahead();
+            }
         }
+    }
+
+    /// Counts in the new window what may still arrive in it.
+    #[cold]
+    fn carry_ahead(&mut self) {
+        let start = self.start;
+        self.ahead.retain(|&(at, _)| at >= start);
+        self.used = self
+            .ahead
+            .iter()
+            .fold(0u64, |sum, &(_, amount)| sum.saturating_add(amount));
     }
 
     /// Whether `amount` fits now. Nothing always fits, even in debt.
@@ -147,15 +170,25 @@ impl FixedWindow {
         self.used = self.used.saturating_add(amount);
     }
 
-    /// Counts a leased amount again in the window of `at`, the latest
-    /// instant the provider can have counted it (SPEC Q-15), when that is
-    /// the current window and not the one it was counted in. Returns the
-    /// stamp that now locates it.
+    /// Counts a leased amount again in every window from the current one
+    /// to the one of `at`, the latest instant the provider can have
+    /// counted it (SPEC Q-15): in the current window unless it is counted
+    /// there already, and in each later one (`at` may lie ahead of now)
+    /// as it begins. Nothing when `at` lies before the current window.
+    /// Returns the stamp that now locates it.
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos) -> Nanos {
-        if !self.same_window(at) || self.same_window(stamp) {
+        if at < self.start || at <= stamp {
             return stamp;
         }
-        self.used = self.used.saturating_add(amount);
+        let here = self.same_window(stamp);
+        if !here {
+            self.used = self.used.saturating_add(amount);
+        }
+        if at >= self.end {
+            self.ahead.push((at, amount));
+        } else if here {
+            return stamp;
+        }
         at
     }
 
@@ -234,5 +267,28 @@ mod tests {
         assert_eq!(w.earliest(3, 70 * S), None);
         w.lease(1, 130 * S);
         assert_eq!(w.used(), 1);
+    }
+
+    // proves: Q-15 (an amount the provider may count as late as a later
+    // window is counted in every window up to that one, then no more)
+    #[test]
+    fn recount_ahead_counts_in_each_window_up_to_the_instant() {
+        let mut w = FixedWindow::new(3, Periods::Every(10 * S), 0);
+        w.add(1, false);
+        // Leased at 8 s; the provider may count it until 25 s.
+        assert_eq!(w.recount(8 * S, 1, 25 * S), 25 * S);
+        assert_eq!(w.used(), 1, "counted once in its own window");
+        w.roll(10 * S);
+        assert_eq!(w.used(), 1);
+        w.roll(20 * S);
+        assert_eq!(w.used(), 1);
+        w.roll(30 * S);
+        assert_eq!(w.used(), 0);
+        // Leased in an earlier window, counted by an instant of this one.
+        assert_eq!(w.recount(25 * S, 2, 35 * S), 35 * S);
+        assert_eq!(w.used(), 2);
+        // An instant before the current window changes nothing.
+        assert_eq!(w.recount(5 * S, 2, 15 * S), 5 * S);
+        assert_eq!(w.used(), 2);
     }
 }

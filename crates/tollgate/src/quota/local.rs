@@ -317,9 +317,14 @@ impl QuotaStore for LocalQuota {
         }
         self.version = self.version.wrapping_add(1);
         let now = self.tick(now);
-        let at = nanos(at.saturating_duration_since(self.epoch)).min(now);
+        // `at` may lie ahead of now (an attempt cancelled before its
+        // arrival bound passed): counted until one window after it, so
+        // longer, never shorter (SPEC Q-15).
+        let at = nanos(at.saturating_duration_since(self.epoch));
         if reservation.seq == 0 {
-            let counted = at.max(reservation.tick);
+            // The record of what was sent keeps the store's own time (its
+            // horizon follows the latest instant it holds).
+            let counted = at.min(now).max(reservation.tick);
             reservation.seq = self
                 .sent
                 .record(reservation.tick, counted, &reservation.demand);

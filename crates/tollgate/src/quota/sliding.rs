@@ -167,6 +167,11 @@ impl SlidingWindow {
         self.used = self.used.saturating_add(amount);
         let pend = if pending { amount } else { 0 };
         let expires = now.saturating_add(self.window);
+        if self.log.back().is_some_and(|back| now < back.opened) {
+            // A recount placed an amount ahead of `now` (SPEC Q-15): this
+            // one goes before it, where its stamp locates it.
+            return self.insert_before_back(amount, now, pend);
+        }
         if let Some(back) = self.log.back_mut()
             && now < back.closes
         {
@@ -269,6 +274,16 @@ impl SlidingWindow {
             Some(_) => {}
         }
         self.used = self.used.saturating_add(amount);
+        self.insert_before_back(amount, at, 0);
+    }
+
+    /// Puts `amount` (of which `pending` is pending), already added to
+    /// `used`, at `at`, an instant before the newest slot opened: merged
+    /// into the slot whose span holds `at`, or in a slot of its own
+    /// between its neighbours, so the log stays ordered by opening and by
+    /// expiry.
+    fn insert_before_back(&mut self, amount: u64, at: Nanos, pending: u64) {
+        let expires = at.saturating_add(self.window);
         // The first slot opened after `at`; its predecessor opened at or
         // before it.
         let next = self.log.partition_point(|s| s.opened <= at);
@@ -277,6 +292,7 @@ impl SlidingWindow {
         {
             // Every later slot opened after `at` expires after `expires`.
             prev.amount = prev.amount.saturating_add(amount);
+            prev.pending = prev.pending.saturating_add(pending);
             prev.expires = prev.expires.max(expires);
             return;
         }
@@ -295,15 +311,17 @@ impl SlidingWindow {
                 closes,
                 expires,
                 amount,
-                pending: 0,
+                pending,
             },
         );
     }
 
     /// Moves a leased reservation's amount to `at`, the latest instant the
     /// provider can have counted it (SPEC Q-15): it stays counted until one
-    /// window after `at` instead of after its lease. Returns the stamp that
-    /// now locates it.
+    /// window after `at` instead of after its lease. `at` may lie after
+    /// `now` (an attempt cancelled before its arrival bound passed): the
+    /// amount then sits in a slot opened in the future, and admissions
+    /// until then go before it. Returns the stamp that now locates it.
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
         if at <= stamp {
             return stamp;
@@ -726,7 +744,7 @@ mod tests {
 
         proptest! {
             // proves, Q-15 (amounts moved to later
-            // instants, debts until a reset, refunds and releases keep the
+            // instants, some still ahead of now, debts until a reset, refunds and releases keep the
             // log ordered and every amount counted for exactly its window,
             // up to one slot's span)
             #[test]
@@ -762,7 +780,10 @@ mod tests {
                         }
                         Op::Recount { index: i, delay } => {
                             if let Some(e) = pick(&mut entries, i, false) {
-                                let at = (e.stamp + delay).min(now);
+                                // Up to two steps ahead of `now`: an
+                                // attempt cancelled before its arrival
+                                // bound passed.
+                                let at = e.stamp + delay;
                                 let stamp = w.recount(e.stamp, e.amount, at, now);
                                 assert_eq!(stamp, at.max(e.stamp));
                                 e.stamp = stamp;

@@ -81,7 +81,9 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
 
     /// The provider counted a leased reservation no later than `at`
     /// (SPEC Q-15): it stays counted until one window after `at`, and the
-    /// reservation is restamped so that settling finds it. Stores that
+    /// reservation is restamped so that settling finds it. `at` may lie
+    /// after `now` (an attempt cancelled before its arrival bound passed):
+    /// it is still counted until one window after `at`. Stores that
     /// cannot move an amount leave it where it is (the default).
     fn recount(&mut self, reservation: &mut Reservation, at: Instant, now: Instant) {
         let _ = (reservation, at, now);
