@@ -214,3 +214,57 @@ async fn a_huge_limit_shows_as_a_lot_available() {
     );
     assert_eq!(available(&configured, Dimension::Tokens), i64::MAX);
 }
+
+/// Acquires `n` tokens by `deadline` in a task; its result is how long
+/// after `t0` it was admitted, or failed with which error.
+fn spawn_by(
+    c: &AdmissionController,
+    n: u64,
+    t0: Instant,
+    deadline: Deadline,
+) -> JoinHandle<Result<Duration, (Duration, AdmissionError)>> {
+    let c = c.clone();
+    tokio::spawn(async move {
+        match c.acquire(&tokens(n), deadline).await {
+            Ok(lease) => {
+                let at = Instant::now() - t0;
+                drop(lease);
+                Ok(at)
+            }
+            Err(e) => Err((Instant::now() - t0, e)),
+        }
+    })
+}
+
+// proves, Q-11 (the provider never answered the first attempt
+// of a learning scope: a call waiting on the provisional stand-in is
+// admitted when the stand-in's unit ages out of its window, not at its
+// deadline; a call whose deadline comes first is not refused early, since
+// an answer could lift the stand-in any moment, and fails at its deadline
+// without a retry hint)
+#[tokio::test(start_paused = true)]
+async fn without_an_answer_the_stand_in_frees_when_its_unit_ages_out() {
+    let c = learning();
+    let t0 = Instant::now();
+    // The first attempt, leased at t0, gets no answer (a connect error).
+    drop(c.acquire(&tokens(10), Deadline::NONE).await.unwrap());
+    let early = spawn_by(&c, 10, t0, Deadline::at(t0 + secs(30)));
+    settle().await;
+    assert!(!early.is_finished(), "refused early on a provisional limit");
+    let late = spawn_by(&c, 10, t0, Deadline::at(t0 + secs(600)));
+    settle().await;
+    assert_eq!(queued(&c), 2);
+    tokio::time::advance(secs(30)).await;
+    settle().await;
+    let early = early.await.unwrap();
+    assert!(
+        matches!(
+            early,
+            Err((at, AdmissionError::DeadlineExceeded { retry_at: None, .. })) if at == secs(30)
+        ),
+        "{early:?}"
+    );
+    // Nothing else happens until the unit ages out: the head's timer.
+    tokio::time::sleep_until(t0 + secs(600)).await;
+    assert_eq!(late.await.unwrap().unwrap(), MINUTE);
+}

@@ -299,10 +299,18 @@ impl<'a> SlowAcquire<'a> {
                         return Poll::Ready(Err(e));
                     }
                     wake_at = Some(wake_at.map_or(t, |d| d.min(t)));
+                } else if let Some(t) = st.recheck_at {
+                    // No instant to judge by, but one to look again
+                    // at: a provisional stand-in's unit ages out.
+                    if t <= now {
+                        st.drain(now);
+                        continue;
+                    }
+                    wake_at = Some(wake_at.map_or(t, |d| d.min(t)));
                 }
             }
             if is_head {
-                st.head_armed = st.ready_at;
+                st.head_armed = st.ready_at.or(st.recheck_at);
             }
             if let Some(w) = st.queue.get_mut(key) {
                 match &w.waker {

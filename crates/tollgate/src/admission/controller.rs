@@ -443,6 +443,10 @@ impl Inner {
                     // Alone: the head of the line.
                     st.queue.head(now);
                     st.ready_at = not_until.at;
+                    st.recheck_at = match not_until.at {
+                        None => st.store.recheck_at(demand, now),
+                        Some(_) => None,
+                    };
                     return Ok(Entered::Queued(slot));
                 }
             }

@@ -217,6 +217,7 @@ impl ScopeState {
         self.invalidate_projection();
         self.head_armed = None;
         self.ready_at = None;
+        self.recheck_at = None;
         if !self.closed {
             self.fail_unfit(now);
         }

@@ -18,7 +18,10 @@
 //!   to the head while its demand fits, each granted waiter is woken, and
 //!   the first head that does not fit holds the line with an exact
 //!   `ready_at` (SPEC Q-4) until it is granted, leaves, or a call of a
-//!   higher class arrives. Only the head arms a timer; every other waiter
+//!   higher class arrives; with no `ready_at` it may still have a
+//!   `recheck_at` (a learning scope's provisional stand-in frees then,
+//!   unless the provider answers first), a timer but never a verdict
+//!   . Only the head arms a timer; every other waiter
 //!   sleeps until woken or until its own deadline, so a refill never wakes
 //!   more than the calls it admits (no thundering herd).
 //! * A waiter whose demand can never fit (a limit went down under it: SPEC
@@ -324,6 +327,11 @@ pub(crate) struct ScopeState {
     /// When the head's demand may fit (`None`: when a pending reservation is
     /// leased or refunded).
     pub(crate) ready_at: Option<Instant>,
+    /// When the head looks again although `ready_at` tells no instant: a
+    /// provisional stand-in's unit ages out then (SPEC; see
+    /// `QuotaStore::recheck_at`). A wake-up only: never an early verdict
+    /// or a retry hint (SPEC Q-11).
+    pub(crate) recheck_at: Option<Instant>,
     /// The instant the head last armed its timer for.
     pub(crate) head_armed: Option<Instant>,
     /// Why the queue last had to wait for quota (reported to waiters that
@@ -391,6 +399,7 @@ impl Scope {
                 },
                 cooldown: Cooldown::default(),
                 ready_at: None,
+                recheck_at: None,
                 head_armed: None,
                 last_limited: LimitedBy::default(),
                 pending: 0,
@@ -483,11 +492,12 @@ impl ScopeState {
         loop {
             let Some(key) = self.queue.head(now) else {
                 self.ready_at = None;
+                self.recheck_at = None;
                 self.projection = Projection::default();
                 return;
             };
             if let Some(until) = self.cooldown.active(now) {
-                self.arm_head(key, Some(until), LimitedBy::default(), true);
+                self.arm_head(key, Some(until), None, LimitedBy::default(), true);
                 return;
             }
             let Some((demand, pool, flow)) =
@@ -552,19 +562,35 @@ impl ScopeState {
                         self.fail_waiter(key, e);
                         continue;
                     }
-                    self.arm_head(key, not_until.at, not_until.limited_by, false);
+                    let recheck = match not_until.at {
+                        None => self.store.recheck_at(&demand, now),
+                        Some(_) => None,
+                    };
+                    let limited_by = not_until.limited_by;
+                    self.arm_head(key, not_until.at, recheck, limited_by, false);
                     return;
                 }
             }
         }
     }
 
-    fn arm_head(&mut self, key: usize, at: Option<Instant>, limited_by: LimitedBy, cooldown: bool) {
+    /// Makes `key` the head that waits until `at` (a lower bound, or
+    /// `None`), looking again at `recheck` when `at` is `None` (see
+    /// `recheck_at`); wakes it when its timer must change.
+    fn arm_head(
+        &mut self,
+        key: usize,
+        at: Option<Instant>,
+        recheck: Option<Instant>,
+        limited_by: LimitedBy,
+        cooldown: bool,
+    ) {
         self.ready_at = at;
+        self.recheck_at = recheck;
         if !cooldown {
             self.last_limited = limited_by;
         }
-        let changed = self.head_armed != at;
+        let changed = self.head_armed != at.or(recheck);
         if let Some(w) = self.queue.get_mut(key) {
             w.limited_by = w.limited_by.union(limited_by);
             w.waited_for_cooldown |= cooldown;

@@ -29,6 +29,7 @@ impl AdmissionController {
                 }
             }
             st.ready_at = None;
+            st.recheck_at = None;
             st.invalidate_projection();
             drop(st);
             if let Some(shared) = &scope.shared {

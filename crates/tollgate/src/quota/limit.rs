@@ -38,7 +38,9 @@ pub(crate) struct LimitState {
     /// provider advertises.
     pub(crate) learned: bool,
     /// A stand-in until the provider first answers (SPEC Q-14): it admits,
-    /// but never tells when it frees (the provider's answer decides).
+    /// but tells no instant when it frees (the provider's answer decides,
+    /// and may come sooner: no lower bound for an early verdict, SPEC
+    /// Q-11); only [`recheck`](Self::recheck) says when its unit ages out.
     pub(crate) provisional: bool,
     /// A learned amount that two distinct answers advertised (SPEC Q-14).
     /// Until then a demand larger than it is not refused: it fits once the
@@ -164,6 +166,24 @@ impl LimitState {
         if self.provisional {
             return None;
         }
+        self.frees(amount, now)
+    }
+
+    /// When a provisional stand-in that does not hold `amount` now would
+    /// hold it if the provider never answered (its unit ages out of its
+    /// window): the instant a head waiting on it looks again (SPEC Q-4),
+    /// not a lower bound for an early verdict (see
+    /// [`provisional`](Self::provisional)). `None` for any other limit, or
+    /// when only a pending lease or refund can make room.
+    pub(crate) fn recheck(&self, amount: u64, now: Nanos) -> Option<Nanos> {
+        if !self.provisional {
+            return None;
+        }
+        self.frees(amount, now).filter(|&at| at > now)
+    }
+
+    /// The instant `amount` fits by the arithmetic alone.
+    fn frees(&self, amount: u64, now: Nanos) -> Option<Nanos> {
         let at = match &self.algo {
             Algo::Sliding(w) => w.earliest(amount, now),
             Algo::Bucket(b) => b.earliest(amount, now),

@@ -266,6 +266,21 @@ impl QuotaStore for LocalQuota {
         }
     }
 
+    fn recheck_at(&mut self, demand: &Demand, now: Instant) -> Option<Instant> {
+        let t = self.tick(now);
+        self.advance(t);
+        let mut at: Option<Nanos> = None;
+        for l in self.limits.iter().filter(|l| l.provisional) {
+            let amount = l.room(demand.amount(l.dimension()));
+            if !l.fits(amount)
+                && let Some(e) = l.recheck(amount, t)
+            {
+                at = Some(at.map_or(e, |a| a.max(e)));
+            }
+        }
+        at.map(|a| self.instant(a))
+    }
+
     fn lease(&mut self, reservation: &mut Reservation, now: Instant) {
         if reservation.hold == Hold::Leased {
             return;

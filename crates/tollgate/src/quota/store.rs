@@ -40,6 +40,19 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     /// (called after `try_reserve` failed at the same instant).
     fn not_until(&mut self, demand: &Demand, now: Instant) -> NotUntil;
 
+    /// When to look at `demand` again although [`not_until`] told no
+    /// instant: a provisional stand-in of a learning scope (SPEC Q-14)
+    /// holds it back and its unit ages out then, unless the provider's
+    /// first answer lifts it sooner. A wake-up for the head of the queue
+    /// only (SPEC Q-4), never an early verdict or a retry hint (SPEC
+    /// `None` (the default) when nothing but an event can make room.
+    ///
+    /// [`not_until`]: QuotaStore::not_until
+    fn recheck_at(&mut self, demand: &Demand, now: Instant) -> Option<Instant> {
+        let _ = (demand, now);
+        None
+    }
+
     /// [`try_reserve`](QuotaStore::try_reserve) returning the reservation or
     /// the reason.
     fn reserve(

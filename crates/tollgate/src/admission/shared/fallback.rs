@@ -57,6 +57,10 @@ impl QuotaStore for FallbackQuota {
         self.share.not_until(demand, now)
     }
 
+    fn recheck_at(&mut self, demand: &Demand, now: Instant) -> Option<Instant> {
+        self.share.recheck_at(demand, now)
+    }
+
     fn lease(&mut self, reservation: &mut Reservation, now: Instant) {
         self.share.lease(reservation, now);
     }
