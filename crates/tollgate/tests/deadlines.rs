@@ -306,6 +306,85 @@ async fn a_permit_collected_after_the_deadline_sends_nothing() {
     );
 }
 
+// proves: DL-5, DL-6, Q-9 (acquire itself hands out no lease after the
+// deadline: a permit handed over just before it but collected just after
+// fails in the concurrency phase, the permit goes back, and the
+// reservation, never leased, is refunded in full)
+#[tokio::test(start_paused = true)]
+async fn acquire_refuses_a_permit_collected_after_the_deadline() {
+    use tollgate::config::PoolConfig;
+    use tollgate::{Call, ScopeId};
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("m").requests(100, MINUTE))
+        .pool(PoolConfig::new("p", 1))
+        .build()
+        .unwrap();
+    let p = c.pool_id("p").unwrap();
+    let call = Call::new(ScopeId::FIRST).with_pool(p);
+    let t0 = Instant::now();
+    let holder = c.acquire(&call, Deadline::NONE).await.unwrap();
+    let late = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire(&call, Deadline::at(t0 + secs(1))).await.map(drop) }
+    });
+    settle().await;
+    tokio::time::advance(ms(999)).await;
+    drop(holder); // the permit goes to the waiting call at t0 + 999 ms
+    tokio::time::advance(ms(2)).await; // its task runs at t0 + 1001 ms
+    settle().await;
+    assert_eq!(
+        late.await.unwrap(),
+        Err(AdmissionError::DeadlineExceeded {
+            phase: Phase::Concurrency,
+            retry_at: None
+        })
+    );
+    // The holder's unit stays spent; the late call's came back.
+    assert_eq!(available(&c, Dimension::Requests), 99);
+    assert_idle(&c);
+    // The permit is free again.
+    drop(c.acquire(&call, within(ms(1))).await.unwrap());
+}
+
+// proves: DL-5, DL-6, Q-9 (a grant made just before the deadline but
+// collected just after gives no lease: it fails in the rate phase and the
+// reservation is refunded in full)
+#[tokio::test(start_paused = true)]
+async fn acquire_refuses_a_grant_collected_after_the_deadline() {
+    // The head waits until t0 + 999.5 ms, before its deadline: no early
+    // verdict.
+    let window = std::time::Duration::from_micros(999_500);
+    let c = build(ScopeConfig::new("m").tokens(100, window));
+    let t0 = Instant::now();
+    let mut first = c.acquire(&tokens(100), Deadline::NONE).await.unwrap();
+    let late = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.acquire(&tokens(40), Deadline::at(t0 + secs(1)))
+                .await
+                .map(drop)
+        }
+    });
+    settle().await;
+    tokio::time::advance(ms(999)).await;
+    // Known zero usage gives the tokens back and grants the waiter now...
+    first.reconcile(Usage::known(0)).unwrap();
+    assert_eq!(c.snapshot().scopes[0].pending, 1);
+    // ...which collects the grant at t0 + 1001 ms.
+    tokio::time::advance(ms(2)).await;
+    settle().await;
+    assert_eq!(
+        late.await.unwrap(),
+        Err(AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: None
+        })
+    );
+    assert_eq!(available(&c, Dimension::Tokens), 100);
+    drop(first);
+    assert_idle(&c);
+}
+
 // proves: DL-5, Q-9, Q-13 (tiny deadlines racing a pool of 2 on
 // oversubscribed threads and the real clock: every request unit counted
 // is an attempt the provider saw, no permit or reservation is left, and

@@ -328,7 +328,9 @@ impl<'a> SlowAcquire<'a> {
             let now = self.inner.clock.now();
             if self.deadline.is_expired(now) {
                 let mut st = self.scope.state.lock();
-                // A grant that landed first wins over the deadline (LC-6).
+                // A result that landed first is collected (LC-6); a grant
+                // collected now is given back by the permit stage, which
+                // starts nothing after the deadline (DL-5).
                 if st
                     .queue
                     .get(key)
@@ -385,6 +387,24 @@ impl<'a> SlowAcquire<'a> {
         self.stage = Stage::Done;
         let now = self.inner.clock.now();
         self.admission.concurrency_wait += now - granted_at;
+        if self.deadline.is_expired(now) {
+            // Handed over in time but collected after the deadline: no
+            // lease, so no provider work starts late (SPEC DL-5, DL-6);
+            // the reservation, never leased, goes back in full with the
+            // permit.
+            let mut st = self.scope.state.lock();
+            st.return_permit(self.pool, PermitSlot::Held, grant.flow);
+            st.refund_pending(&grant, now);
+            let phase = if self.admission.concurrency {
+                Phase::Concurrency
+            } else {
+                Phase::Rate
+            };
+            return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
+                phase,
+                retry_at: None,
+            }));
+        }
         // The demand travels in its grant (no copy in this future: every
         // queued waiter's task holds one).
         let demand = grant.reservation.demand;

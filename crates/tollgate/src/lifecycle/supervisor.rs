@@ -624,9 +624,10 @@ impl<P: Provider> Supervisor<P> {
             self.run_hook(inner.hooks.pre.as_ref(), options, n).await?;
             let now = clock.now();
             if deadline.is_expired(now) {
-                // The permit (or the grant) was collected after the
-                // deadline: nothing is sent, and nothing is counted
-                // (SPEC DL-5, Q-9).
+                // The deadline passed since the admission's own check (a
+                // permit or grant collected late never becomes a lease),
+                // during the pre-hook or between two clock reads: nothing
+                // is sent, and nothing is counted (SPEC DL-5, Q-9).
                 let mut lease = lease;
                 let phase = if lease.pool().is_some() {
                     Phase::Concurrency
