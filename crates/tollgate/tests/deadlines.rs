@@ -110,6 +110,67 @@ async fn early_verdict_counts_the_queue_ahead() {
     assert_eq!(Instant::now() - t0, secs(120));
 }
 
+// proves: Q-11 (the early verdict is a lower bound with a granted call
+// waiting for its permit: the projection counts that reservation from now,
+// as its earliest start, not for ever, so a call admitted in time is not
+// refused, and the instant projected is the one it is admitted at)
+#[tokio::test(start_paused = true)]
+async fn early_verdict_counts_a_pending_grant_from_now() {
+    use tollgate::config::PoolConfig;
+    use tollgate::{Call, Lease};
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("limited").requests(2, secs(10)))
+        .scope(ScopeConfig::new("other"))
+        .pool(PoolConfig::new("p", 1))
+        .build()
+        .unwrap();
+    let limited = c.scope_id("limited").unwrap();
+    let other = c.scope_id("other").unwrap();
+    let p = c.pool_id("p").unwrap();
+    let spawn = |call: Call, deadline: Deadline| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.acquire(&call, deadline)
+                .await
+                .map(|l| (Instant::now(), l))
+        })
+    };
+    let t0 = Instant::now();
+    // A holds the pool's only permit, spending nothing of `limited`.
+    let a = c
+        .acquire(&Call::new(other).with_pool(p), Deadline::NONE)
+        .await
+        .unwrap();
+    // B is granted on `limited` and waits for the permit (pending).
+    let b = spawn(Call::new(limited).with_pool(p), Deadline::NONE);
+    settle().await;
+    // X fills `limited` at t0.
+    let x = c
+        .acquire(&Call::new(limited), Deadline::NONE)
+        .await
+        .unwrap();
+    tokio::time::advance(secs(1)).await;
+    // C2 waits for X's unit to age out at t0 + 10 s.
+    let c2 = spawn(Call::new(limited), Deadline::NONE);
+    settle().await;
+    // B starts no earlier than t0 + 1 s, so its unit frees no later than
+    // t0 + 11 s: the next call could be admitted then.
+    let forecast = c.forecast(limited, None).unwrap();
+    assert_eq!(forecast.ready_at, Some(t0 + secs(11)));
+    let c3 = spawn(Call::new(limited), Deadline::at(t0 + secs(14)));
+    settle().await;
+    assert!(!c3.is_finished(), "refused at once: {:?}", c3.await);
+    // The permit frees now: B starts at t0 + 1 s.
+    drop(a);
+    let (b_at, b): (Instant, Lease) = b.await.unwrap().unwrap();
+    assert_eq!(b_at - t0, secs(1));
+    drop((b, x));
+    let (c2_at, _c2) = c2.await.unwrap().unwrap();
+    assert_eq!(c2_at - t0, secs(10));
+    let (c3_at, _c3) = c3.await.unwrap().unwrap();
+    assert_eq!(c3_at - t0, secs(11));
+}
+
 // proves: DL-6 (deadline while queued behind the head: phase queue; while at
 // the head in a cooldown: phase cooldown, at once once it cannot be met)
 #[tokio::test(start_paused = true)]

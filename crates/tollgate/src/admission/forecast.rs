@@ -23,7 +23,8 @@ pub struct Forecast {
     /// The earliest instant the demand could be admitted behind the
     /// queue as it stands (the instant of the read when it could start at
     /// once); `None` when it cannot be told (a store without projections,
-    /// or room that only a pending lease can free).
+    /// or, with nothing queued, room that only a pending lease can free;
+    /// behind a queue a pending reservation is projected as leased now).
     pub ready_at: Option<Instant>,
     /// The end of a running cooldown (SPEC CD-1), if the scope is in one.
     pub cooling_until: Option<Instant>,

@@ -120,6 +120,11 @@ impl TokenBucket {
         self.take(amount);
     }
 
+    /// Every pending reservation starts now (a projection, SPEC Q-11).
+    pub(crate) fn lease_pending(&mut self) {
+        self.lease(self.pending);
+    }
+
     /// A pending reservation is given up: as if it never was.
     pub(crate) fn release(&mut self, amount: u64) {
         self.pending = self.pending.saturating_sub(amount);

@@ -170,6 +170,13 @@ impl FixedWindow {
         self.used = self.used.saturating_add(amount);
     }
 
+    /// Every pending reservation starts now, in the current window (a
+    /// projection, SPEC Q-11).
+    pub(crate) fn lease_pending(&mut self) {
+        self.used = self.used.saturating_add(self.pending);
+        self.pending = 0;
+    }
+
     /// Counts a leased amount again in every window from the current one
     /// to the one of `at`, the latest instant the provider can have
     /// counted it (SPEC Q-15): in the current window unless it is counted

@@ -100,8 +100,20 @@ impl LimitState {
     }
 
     /// A copy of the arithmetic for projections, without the answers kept
-    /// for comparing a provider's budget.
-    pub(crate) fn projected(&self) -> Self {
+    /// for comparing a provider's budget, whose pending reservations are
+    /// leased at `now` (the store's latest instant). A projection is a
+    /// lower bound (SPEC Q-11): a granted call waiting for its permit
+    /// starts no earlier than now and so frees its room no later than one
+    /// window after now, as the calls queued ahead are assumed to go
+    /// rather than leave; held for ever it would make the verdict refuse
+    /// calls that are admitted in time.
+    pub(crate) fn projected(&self, now: Nanos) -> Self {
+        let mut algo = self.algo.clone();
+        match &mut algo {
+            Algo::Sliding(w) => w.lease_pending(now),
+            Algo::Bucket(b) => b.lease_pending(),
+            Algo::Fixed(w) => w.lease_pending(),
+        }
         LimitState {
             config: self.config,
             learned: self.learned,
@@ -110,7 +122,7 @@ impl LimitState {
             advertised_by: self.advertised_by,
             transitional: self.transitional,
             others: Others::default(),
-            algo: self.algo.clone(),
+            algo,
         }
     }
 

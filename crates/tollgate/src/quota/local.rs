@@ -473,7 +473,11 @@ impl QuotaStore for LocalQuota {
             epoch: self.epoch,
             epoch_utc: self.epoch_utc,
             latest: self.latest,
-            limits: self.limits.iter().map(LimitState::projected).collect(),
+            limits: self
+                .limits
+                .iter()
+                .map(|l| l.projected(self.latest))
+                .collect(),
             learn: self.learn,
             sent: SentLog::new(0),
             draining: self.draining,

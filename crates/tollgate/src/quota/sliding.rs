@@ -227,6 +227,20 @@ impl SlidingWindow {
         self.take(stamp, amount, pending);
     }
 
+    /// Every pending reservation starts at `now` (a projection, SPEC
+    /// the pending amounts, in their slots or carried, are counted
+    /// as leased then.
+    pub(crate) fn lease_pending(&mut self, now: Nanos) {
+        let mut pending = std::mem::take(&mut self.carry);
+        for slot in &mut self.log {
+            let p = std::mem::take(&mut slot.pending).min(slot.amount);
+            pending = pending.saturating_add(p);
+            slot.amount -= p;
+        }
+        self.used = self.used.saturating_sub(pending);
+        self.add(pending, now, false);
+    }
+
     /// Moves a pending reservation to the lease instant.
     pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
         self.take(stamp, amount, true);

@@ -175,8 +175,10 @@ pub trait QuotaStore: fmt::Debug + Send + 'static {
     }
 
     /// A detached copy used to project when queued demands will fit
-    /// (SPEC Q-11). `None` when the store cannot be copied (remote stores);
-    /// the controller then judges each demand on its own.
+    /// (SPEC Q-11), a lower bound: pending reservations in it count as
+    /// leased at the store's latest instant (their earliest start).
+    /// `None` when the store cannot be copied (remote stores); the
+    /// controller then judges each demand on its own.
     fn project(&self) -> Option<Box<dyn QuotaStore>>;
 
     /// Appends one entry per limit, brought up to `now`.
