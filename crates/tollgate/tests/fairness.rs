@@ -660,3 +660,62 @@ async fn a_preempted_grant_reenters_its_flows_line() {
     assert_eq!(at - t0, SEC * 5);
     assert_idle(&c);
 }
+
+/// One request per second, and a token limit when `tokens`: what a grant
+/// costs its flow is its tokens with it, one request without.
+fn with_tokens(tokens: bool) -> tollgate::config::ControllerConfig {
+    let scope = ScopeConfig::new("s").requests(1, SEC);
+    let scope = if tokens {
+        scope.tokens(1_000_000, MINUTE)
+    } else {
+        scope
+    };
+    tollgate::config::ControllerConfig {
+        scopes: vec![scope],
+        ..tollgate::config::ControllerConfig::default()
+    }
+}
+
+// proves: FAIR-3, FAIR-4, GW-15 (after a reload switches what a grant
+// costs from its tokens to one request, two backlogged flows of one class
+// share the grants in the new unit: neither is served more than 2 x the
+// largest reservation + 1 request ahead of the other, so none waits a
+// thousand grants to pay back one call's tokens)
+#[tokio::test(start_paused = true)]
+async fn a_reload_to_request_costs_keeps_flows_level() {
+    let c = AdmissionController::new(with_tokens(true)).unwrap();
+    let t0 = Instant::now();
+    let one = |tenant| call(flow(tenant, Priority::Standard), 1_000);
+    // Nobody waits: the fast path, charged to no flow.
+    drop(c.acquire(&one(9), Deadline::NONE).await.unwrap());
+    let log: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        for tenant in [1, 2] {
+            let (c, log) = (c.clone(), log.clone());
+            tasks.push(tokio::spawn(async move {
+                let lease = c.acquire(&one(tenant), Deadline::NONE).await;
+                log.lock().push(tenant);
+                drop(lease);
+            }));
+        }
+    }
+    settle().await;
+    // One grant a second: 1, 2, 1 by 1000 tokens each.
+    tokio::time::sleep_until(t0 + 3 * SEC).await;
+    settle().await;
+    assert_eq!(*log.lock(), [1, 2, 1]);
+    c.reconfigure(with_tokens(false)).unwrap();
+    tokio::time::sleep_until(t0 + 13 * SEC).await;
+    settle().await;
+    let after: Vec<u32> = log.lock()[3..].to_vec();
+    assert_eq!(after.len(), 10);
+    let ones = after.iter().filter(|t| **t == 1).count();
+    assert!(
+        (4..=6).contains(&ones),
+        "flow 1 got {ones} of the 10 grants after the reload: {after:?}"
+    );
+    for t in tasks {
+        t.abort();
+    }
+}

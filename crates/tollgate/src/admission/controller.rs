@@ -396,7 +396,7 @@ impl Inner {
                         generation: st.cooldown.generation,
                         order: st.grants,
                         flow: key,
-                        charged: false,
+                        charged: None,
                     };
                     st.grants += 1;
                     st.record_fast(flow, demand, now);

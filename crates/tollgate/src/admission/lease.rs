@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::controller::Inner;
 use super::cooldown::CooldownOutcome;
+use super::fair::Charged;
 use super::shared::RemoteLease;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
@@ -61,9 +62,9 @@ pub struct Lease {
     pub(crate) pool: Option<u32>,
     /// The call's flow (its permit's holder, SPEC FAIR-6).
     pub(crate) flow: Flow,
-    /// Whether the grant was charged to the flow's counter, so settlement
-    /// corrects it (FAIR-3).
-    pub(crate) charged: bool,
+    /// The cost model the grant was charged to the flow's counter under,
+    /// if it was, so settlement corrects it (FAIR-3).
+    pub(crate) charged: Option<Charged>,
     pub(crate) released: bool,
     pub(crate) reconciled: bool,
     /// Settlements of a reservation kept in a shared store (`None`: it is
@@ -150,7 +151,7 @@ impl Lease {
         }
         if let Some(remote) = &mut self.remote {
             let inner = &self.inner;
-            let charge = self.charged.then_some(self.flow);
+            let charge = self.charged.map(|c| (self.flow, c));
             return Ok(inner.reconcile_shared(
                 self.scope,
                 &self.reservation,
@@ -159,7 +160,7 @@ impl Lease {
                 remote,
             ));
         }
-        let charge = self.charged.then_some(self.flow);
+        let charge = self.charged.map(|c| (self.flow, c));
         Ok(self
             .inner
             .reconcile(self.scope, &self.reservation, usage, charge))
@@ -250,20 +251,20 @@ impl Lease {
         }
         if let Some(remote) = &mut self.remote {
             let (inner, reservation) = (&self.inner, &self.reservation);
-            let charge = (self.charged && tokens).then_some(self.flow);
+            let charge = self.charged.filter(|_| tokens);
             inner.release_refused_shared(self.scope, reservation, requests, tokens, remote);
-            if let Some(flow) = charge {
-                inner.refused_charge_shared(self.scope, flow, reservation);
+            if let Some(charged) = charge {
+                inner.refused_charge_shared(self.scope, self.flow, charged, reservation);
             }
             return Ok(());
         }
         self.inner
             .release_refused(self.scope, &self.reservation, requests, tokens);
-        if self.charged && tokens {
+        if let Some(charged) = self.charged.filter(|_| tokens) {
             // The tokens cost nothing: the flow is charged its request only.
             let zero = crate::quota::Actual::total(0);
             self.inner
-                .correct_flow(self.scope, self.flow, &self.reservation, &zero);
+                .correct_flow(self.scope, self.flow, charged, &self.reservation, &zero);
         }
         Ok(())
     }

@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::task::Waker;
 
-use super::fair::{Costs, FairQueue, room_for};
+use super::fair::{Charged, Costs, FairQueue, room_for};
 use super::pool_set::PoolSet;
 use super::shared::SharedScope;
 use crate::call::ScopeId;
@@ -83,6 +83,8 @@ pub(crate) enum Outcome {
         generation: u64,
         order: u64,
         permit: PermitSlot,
+        /// The cost model its flow was charged under.
+        charged: Charged,
     },
     /// The controller closed.
     Closed,
@@ -106,10 +108,10 @@ pub(crate) struct Grant {
     pub(crate) order: u64,
     /// The flow it was granted to.
     pub(crate) flow: FlowKey,
-    /// Whether the grant was charged to the flow's counter (FAIR-3): every
-    /// grant to a waiting call is; a fast-path grant, made while nobody
-    /// waits, is not.
-    pub(crate) charged: bool,
+    /// The cost model the grant was charged to the flow's counter under
+    /// (FAIR-3): every grant to a waiting call is charged; a fast-path
+    /// grant, made while nobody waits, is not (`None`).
+    pub(crate) charged: Option<Charged>,
 }
 
 #[derive(Debug)]
@@ -153,6 +155,7 @@ impl Waiter {
                 generation,
                 order,
                 permit,
+                charged,
             } => Some((
                 Grant {
                     reservation: Reservation {
@@ -165,7 +168,7 @@ impl Waiter {
                     generation,
                     order,
                     flow: self.flow,
-                    charged: true,
+                    charged: Some(charged),
                 },
                 permit,
             )),
@@ -466,25 +469,37 @@ impl ScopeState {
     /// Corrects the counter of `flow`, charged for `demand`, by what the
     /// grant really cost (FAIR-3): `actual` usage, `None` for a reservation
     /// given back whole.
-    pub(crate) fn correct(&mut self, flow: FlowKey, demand: &Demand, actual: Option<&Actual>) {
+    pub(crate) fn correct(
+        &mut self,
+        flow: FlowKey,
+        charged: Charged,
+        demand: &Demand,
+        actual: Option<&Actual>,
+    ) {
         // Nobody waits: no flow is kept, nothing to correct.
         if self.queue.is_empty() {
             return;
         }
         if let Some((estimated, actual)) = self.costs.correction(demand, actual) {
-            self.queue.correct(flow, estimated, actual);
+            self.queue.correct(flow, charged, estimated, actual);
         }
     }
 
     /// Takes the scheduler settings of a scope's new configuration (SPEC
     /// GW-15, FAIR-2, FAIR-3): `min_share` per class, its window and what a
-    /// grant costs. Lines and flow counters stay.
+    /// grant costs. Lines and flow counters stay, unless what a grant
+    /// costs changes: then the counters start again in the new unit (see
+    /// [`Charged`]).
     pub(crate) fn reconfigure_flows(&mut self, config: &ScopeConfig) {
         self.queue
             .reconfigure(config.min_shares(), config.share_window());
-        self.costs = Costs {
+        let costs = Costs {
             tokens: config.has_token_limit(),
         };
+        if costs != self.costs {
+            self.costs = costs;
+            self.queue.new_model();
+        }
     }
 
     /// Grants the head for as long as its demand fits; arms the next head.
@@ -528,6 +543,7 @@ impl ScopeState {
                                 generation: self.cooldown.generation,
                                 order: self.grants - 1,
                                 permit,
+                                charged: self.queue.model(),
                             }
                         }
                         Err(e) => {
@@ -535,7 +551,8 @@ impl ScopeState {
                             // its flow's charge, and the projection that
                             // counted it; its class was not served.
                             self.store.refund(&reservation, now);
-                            self.queue.correct(flow, cost, 0);
+                            let model = self.queue.model();
+                            self.queue.correct(flow, model, cost, 0);
                             self.counters.refunded_reservations += 1;
                             self.invalidate_projection();
                             match e {
@@ -638,8 +655,8 @@ impl ScopeState {
     /// the queue use the room.
     pub(crate) fn refund_pending(&mut self, grant: &Grant, now: Instant) {
         self.store.refund(&grant.reservation, now);
-        if grant.charged {
-            self.correct(grant.flow, &grant.reservation.demand, None);
+        if let Some(charged) = grant.charged {
+            self.correct(grant.flow, charged, &grant.reservation.demand, None);
         }
         self.pending = self.pending.saturating_sub(1);
         self.counters.refunded_reservations += 1;

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::controller::{AdmissionController, Inner};
+use super::fair::Charged;
 use super::lease::Lease;
 use crate::call::ScopeId;
 use crate::clock::Instant;
@@ -102,12 +103,13 @@ impl Inner {
         &self,
         scope: ScopeId,
         flow: Flow,
+        charged: Charged,
         reservation: &Reservation,
         actual: &Actual,
     ) {
         if let Some(scope) = self.scopes.get(scope.index()) {
             let mut st = scope.state.lock();
-            st.correct(flow.key(), &reservation.demand, Some(actual));
+            st.correct(flow.key(), charged, &reservation.demand, Some(actual));
         }
     }
 
@@ -116,6 +118,7 @@ impl Inner {
         &self,
         scope: ScopeId,
         flow: Flow,
+        charged: Charged,
         reservation: &Reservation,
     ) {
         if let Some(shared) = self
@@ -126,7 +129,7 @@ impl Inner {
             let zero = Actual::total(0);
             shared
                 .turn
-                .correct(flow.key(), &reservation.demand, Some(&zero));
+                .correct(flow.key(), charged, &reservation.demand, Some(&zero));
         }
     }
 
@@ -192,7 +195,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
-        charged: Option<Flow>,
+        charged: Option<(Flow, Charged)>,
     ) -> Settlement {
         let settlement = Settlement::new(&reservation.demand, usage);
         let Some(scope) = self.scopes.get(scope.index()) else {
@@ -205,8 +208,8 @@ impl Inner {
             return settlement;
         };
         st.store.reconcile(reservation, &actual);
-        if let Some(flow) = charged {
-            st.correct(flow.key(), &reservation.demand, Some(&actual));
+        if let Some((flow, charged)) = charged {
+            st.correct(flow.key(), charged, &reservation.demand, Some(&actual));
         }
         // Room given back may admit the head right now; debt only moves the
         // head's instant later, which its timer finds out by itself.

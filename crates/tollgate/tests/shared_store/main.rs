@@ -1194,3 +1194,58 @@ async fn a_slow_settlement_leaves_the_store_shared() {
     assert_eq!(Calls::get(&backend.calls.reserve), reserves + 1);
     drop(lease);
 }
+
+// proves: FAIR-3, FAIR-4, GW-15 on a shared scope (a reload that switches
+// what a turn costs from its tokens to one request starts the replica's
+// counters again in the new unit: the two flows then share the turns,
+// neither waits a thousand turns to pay back one call's tokens)
+#[tokio::test(start_paused = true)]
+async fn a_reload_to_request_costs_keeps_the_turns_level() {
+    use tollgate::Priority;
+    let store = TestStore::new(Duration::from_secs(11));
+    let with_tokens = |tokens: bool| {
+        let scope = ScopeConfig::new(SCOPE).requests(1, SECOND);
+        if tokens {
+            scope.tokens(1_000_000, Duration::from_secs(60))
+        } else {
+            scope
+        }
+    };
+    let (c, _) = replica(&store, Unavailable::FailClosed, with_tokens(true), |b| b);
+    let spent = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    let flow_call = |tenant| call(1_000).with_flow(tollgate::Flow::new(tenant, Priority::Standard));
+    let order: Arc<parking_lot::Mutex<Vec<u32>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        for tenant in [1, 2] {
+            let (c, order, call) = (c.clone(), Arc::clone(&order), flow_call(tenant));
+            tasks.push(tokio::spawn(async move {
+                drop(c.acquire(&call, Deadline::NONE).await.expect("admitted"));
+                order.lock().push(tenant);
+            }));
+        }
+    }
+    settle().await;
+    drop(spent);
+    // One turn a second: three of them by 1000 tokens each.
+    tokio::time::sleep(SECOND * 3 + SECOND / 2).await;
+    settle().await;
+    let before = order.lock().clone();
+    assert_eq!(before.len(), 3, "{before:?}");
+    let config = tollgate::config::ControllerConfig {
+        scopes: vec![with_tokens(false)],
+        ..tollgate::config::ControllerConfig::default()
+    };
+    c.reconfigure(config).expect("reload");
+    tokio::time::sleep(SECOND * 10).await;
+    settle().await;
+    let after: Vec<u32> = order.lock()[3..13].to_vec();
+    let ones = after.iter().filter(|t| **t == 1).count();
+    assert!(
+        (4..=6).contains(&ones),
+        "flow 1 got {ones} of the 10 turns after the reload: {after:?}"
+    );
+    for t in tasks {
+        t.abort();
+    }
+}

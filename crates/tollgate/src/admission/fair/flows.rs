@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::Charged;
 use super::share::ShareRecord;
 use crate::admission::queue::{Lines, NumberMap};
 use crate::clock::Instant;
@@ -80,6 +81,8 @@ pub(crate) struct FairQueue<T> {
     /// `min_share` per class, in percent (FAIR-2).
     min_share: [u8; CLASSES],
     pub(crate) share: ShareRecord,
+    /// The cost model counters are kept in (see [`Charged`]).
+    model: Charged,
 }
 
 impl<T> FairQueue<T> {
@@ -95,7 +98,42 @@ impl<T> FairQueue<T> {
             idle: 0,
             min_share,
             share: ShareRecord::new(window),
+            model: Charged(0),
         }
+    }
+
+    /// The cost model a grant made now is charged under.
+    pub(crate) fn model(&self) -> Charged {
+        self.model
+    }
+
+    /// Starts a new cost model (SPEC GW-15, FAIR-3, FAIR-4): counters in
+    /// the old unit would hold a flow back for as many grants of the new
+    /// unit as its last calls cost in the old one. Every backlogged flow
+    /// starts again at zero, in the order it became backlogged; idle flows
+    /// are forgotten; the cost admitted per class counts afresh (FAIR-2).
+    /// Lines, the head and each class's chosen call stay.
+    pub(crate) fn new_model(&mut self) {
+        self.model = Charged(self.model.0.wrapping_add(1));
+        for class in &mut self.classes {
+            class.backlogged.clear();
+            class.vtime = 0;
+        }
+        for chain in self.lines.chain_ids() {
+            let Some(c) = self.lines.chain_mut(chain) else {
+                continue;
+            };
+            c.meta.counter = 0;
+            if c.len() > 0 {
+                let entry = c.meta.entry(chain);
+                self.classes[c.meta.key.priority.index()]
+                    .backlogged
+                    .insert(entry);
+            } else {
+                self.forget(chain);
+            }
+        }
+        self.share.restart();
     }
 
     /// Takes a scope's new `min_share` per class and window (SPEC GW-15):
@@ -290,9 +328,9 @@ impl<T> FairQueue<T> {
 
     /// Corrects a flow's counter by what its granted call really cost
     /// (settlement, or a refund before the lease: `actual` 0). A flow no
-    /// longer kept is not corrected.
-    pub(crate) fn correct(&mut self, flow: FlowKey, estimated: u64, actual: u64) {
-        if estimated == actual {
+    /// longer kept, or charged under another cost model, is not corrected.
+    pub(crate) fn correct(&mut self, flow: FlowKey, charged: Charged, estimated: u64, actual: u64) {
+        if estimated == actual || charged != self.model {
             return;
         }
         let Some(&chain) = self.index.get(&flow) else {

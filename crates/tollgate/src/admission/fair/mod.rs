@@ -42,9 +42,17 @@ mod turn;
 
 use crate::quota::{Actual, Demand};
 
+/// The cost model a grant's flow was charged under (SPEC FAIR-3, GW-15).
+/// A reload that changes what a grant costs (a token limit added or
+/// removed) starts a new model: every counter in the old unit is set back
+/// to zero, and a correction of a grant charged under another model is
+/// skipped, since its charge went with the old counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Charged(pub(crate) u32);
+
 /// What a grant costs its flow (SPEC FAIR-3): its token estimate (at least
 /// 1) in a scope with a token limit, 1 per request otherwise.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Costs {
     /// The scope limits tokens.
     pub(crate) tokens: bool,

@@ -60,6 +60,15 @@ impl ShareRecord {
         }
     }
 
+    /// Starts the window empty, with the same buckets (a new cost unit);
+    /// totals are kept.
+    pub(crate) fn restart(&mut self) {
+        self.start = None;
+        self.end = None;
+        self.current = 0;
+        self.costs = [[0; CLASSES]; BUCKETS];
+    }
+
     /// Counts `cost` admitted to `class` at `now`.
     #[inline]
     pub(crate) fn add(&mut self, class: Priority, cost: u64, now: Instant) {

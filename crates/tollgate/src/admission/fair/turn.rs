@@ -23,8 +23,8 @@ use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
-use super::Costs;
 use super::flows::{FairQueue, FlowView};
+use super::{Charged, Costs};
 use crate::admission::permits::Refused;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
@@ -34,8 +34,9 @@ use crate::quota::{Actual, Demand};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Waiting,
-    /// The turn is this waiter's (charged to its flow).
-    Granted,
+    /// The turn is this waiter's (charged to its flow, under this cost
+    /// model).
+    Granted(Charged),
     /// Refused to make room for a flow under its share (FAIR-10).
     Displaced,
     Closed,
@@ -77,8 +78,9 @@ impl Turn {
         };
         let cost = self.cost(tokens);
         self.queue.granted(key, cost);
+        let model = self.queue.model();
         if let Some(w) = self.queue.get_mut(key) {
-            w.state = State::Granted;
+            w.state = State::Granted(model);
             if let Some(waker) = w.waker.take() {
                 waker.wake();
             }
@@ -92,8 +94,9 @@ impl Turn {
 pub(crate) struct TurnDone {
     pub(crate) flow: Flow,
     pub(crate) tokens: u64,
-    /// The turn came from the line (its flow was charged).
-    pub(crate) charged: bool,
+    /// The turn came from the line: the cost model its flow was charged
+    /// under.
+    pub(crate) charged: Option<Charged>,
     /// The holder took a reservation with it.
     pub(crate) reserved: bool,
 }
@@ -128,9 +131,14 @@ impl FairTurn {
         let mut t = self.turn.lock();
         t.queue
             .reconfigure(config.min_shares(), config.share_window());
-        t.costs = Costs {
+        let costs = Costs {
             tokens: config.has_token_limit(),
         };
+        if costs != t.costs {
+            // Counters in the old unit mean nothing in the new one.
+            t.costs = costs;
+            t.queue.new_model();
+        }
         t.limit = limit;
     }
 
@@ -142,8 +150,8 @@ impl FairTurn {
 
     /// Polls for the turn. `key` starts as `None`; while it is `Some` the
     /// caller waits in line and must [`cancel`](Self::cancel) if it gives
-    /// up. `Ready(Ok(charged))`: the turn is the caller's, `charged` when
-    /// it came from the line.
+    /// up. `Ready(Ok(charged))`: the turn is the caller's, `charged` (the
+    /// cost model its flow was charged under) when it came from the line.
     pub(crate) fn poll_acquire(
         &self,
         cx: &mut Context<'_>,
@@ -151,7 +159,7 @@ impl FairTurn {
         flow: Flow,
         tokens: u64,
         now: Instant,
-    ) -> Poll<Result<bool, Refused>> {
+    ) -> Poll<Result<Option<Charged>, Refused>> {
         let mut t = self.turn.lock();
         let Some(k) = *key else {
             if t.closed {
@@ -159,7 +167,7 @@ impl FairTurn {
             }
             if !t.taken && t.queue.is_empty() {
                 t.taken = true;
-                return Poll::Ready(Ok(false));
+                return Poll::Ready(Ok(None));
             }
             let mut victim = None;
             if t.queue.len() >= t.limit {
@@ -197,13 +205,13 @@ impl FairTurn {
         cx: &mut Context<'_>,
         key: &mut Option<usize>,
         k: usize,
-    ) -> Poll<Result<bool, Refused>> {
+    ) -> Poll<Result<Option<Charged>, Refused>> {
         let Some(w) = t.queue.get_mut(k) else {
             *key = None;
             return Poll::Ready(Err(Refused::Closed));
         };
         let done = match w.state {
-            State::Granted => Ok(true),
+            State::Granted(model) => Ok(Some(model)),
             State::Displaced => Err(Refused::Full),
             State::Closed => Err(Refused::Closed),
             State::Waiting if t.closed => Err(Refused::Closed),
@@ -226,8 +234,8 @@ impl FairTurn {
         let cost = t.cost(done.tokens);
         if done.reserved {
             t.queue.share.add(done.flow.priority(), cost, now);
-        } else if done.charged {
-            t.queue.correct(done.flow.key(), cost, 0);
+        } else if let Some(charged) = done.charged {
+            t.queue.correct(done.flow.key(), charged, cost, 0);
         }
         t.hand_over(now);
     }
@@ -235,15 +243,14 @@ impl FairTurn {
     /// Leaves the line; a turn handed over meanwhile passes on.
     pub(crate) fn cancel(&self, key: usize, now: Instant) {
         let mut t = self.turn.lock();
-        let granted = t
-            .queue
-            .get(key)
-            .filter(|w| w.state == State::Granted)
-            .map(|w| (w.flow, w.tokens));
+        let granted = t.queue.get(key).and_then(|w| match w.state {
+            State::Granted(model) => Some((w.flow, w.tokens, model)),
+            _ => None,
+        });
         t.queue.remove(key);
-        if let Some((flow, tokens)) = granted {
+        if let Some((flow, tokens, model)) = granted {
             let cost = t.cost(tokens);
-            t.queue.correct(flow, cost, 0);
+            t.queue.correct(flow, model, cost, 0);
             t.hand_over(now);
         }
     }
@@ -265,13 +272,19 @@ impl FairTurn {
 
     /// Corrects a charged flow by what its grant really cost (FAIR-3):
     /// `actual` usage, `None` for a reservation given back whole.
-    pub(crate) fn correct(&self, flow: FlowKey, demand: &Demand, actual: Option<&Actual>) {
+    pub(crate) fn correct(
+        &self,
+        flow: FlowKey,
+        charged: Charged,
+        demand: &Demand,
+        actual: Option<&Actual>,
+    ) {
         let mut t = self.turn.lock();
         if t.queue.is_empty() {
             return;
         }
         if let Some((estimated, actual)) = t.costs.correction(demand, actual) {
-            t.queue.correct(flow, estimated, actual);
+            t.queue.correct(flow, charged, estimated, actual);
         }
     }
 

@@ -50,7 +50,7 @@ use super::scope::{SharedScope, SharedStats};
 use super::settle::{self, LeaseOp, RemoteLease, ReserveOp};
 use crate::admission::acquire::poll_timer;
 use crate::admission::controller::{AdmissionController, Inner};
-use crate::admission::fair::TurnDone;
+use crate::admission::fair::{Charged, TurnDone};
 use crate::admission::lease::{Admission, Lease};
 use crate::admission::permits::Refused;
 use crate::admission::pool_set::refused;
@@ -147,8 +147,9 @@ pub(crate) struct SharedAcquire<'a> {
     stage: Stage,
     /// Holds the scope's turn.
     turn: bool,
-    /// The turn came from the line: the flow was charged (FAIR-3).
-    charged: bool,
+    /// The turn came from the line: the cost model its flow was charged
+    /// under (FAIR-3).
+    charged: Option<Charged>,
     timer: Option<Pin<Box<Sleep>>>,
     /// Armed before each reservation, so a refund announced while it is in
     /// flight is not missed.
@@ -195,7 +196,7 @@ impl<'a> SharedAcquire<'a> {
             },
             stage: Stage::Turn { key: None },
             turn: false,
-            charged: false,
+            charged: None,
             timer: None,
             notice: None,
             holding: false,
@@ -786,18 +787,20 @@ impl<'a> SharedAcquire<'a> {
                 reserved,
             };
             // Without a reservation the charge is taken off here.
-            self.charged &= reserved;
+            if !reserved {
+                self.charged = None;
+            }
             self.shared.turn.release(done, self.now());
         }
     }
 
     /// Refunds a grant that will not be leased (SPEC Q-9), exactly once.
     fn refund(&mut self, grant: Granted) {
-        if std::mem::replace(&mut self.charged, false) {
+        if let Some(charged) = self.charged.take() {
             let flow = self.flow.key();
             self.shared
                 .turn
-                .correct(flow, &grant.reservation.demand, None);
+                .correct(flow, charged, &grant.reservation.demand, None);
         }
         let now = self.now();
         let mut st = self.scope.state.lock();

@@ -28,6 +28,7 @@ use tokio::task::JoinHandle;
 
 use super::scope::{SharedScope, SharedStats};
 use crate::admission::controller::Inner;
+use crate::admission::fair::Charged;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::flow::Flow;
@@ -231,7 +232,7 @@ impl Inner {
         scope: ScopeId,
         reservation: &Reservation,
         usage: Usage,
-        charged: Option<Flow>,
+        charged: Option<(Flow, Charged)>,
         remote: &mut RemoteLease,
     ) -> Settlement {
         let settlement = Settlement::new(&reservation.demand, usage);
@@ -243,10 +244,10 @@ impl Inner {
         let Some(actual) = Actual::settling(&usage, &reservation.demand) else {
             return settlement;
         };
-        if let Some(flow) = charged {
+        if let Some((flow, charged)) = charged {
             shared
                 .turn
-                .correct(flow.key(), &reservation.demand, Some(&actual));
+                .correct(flow.key(), charged, &reservation.demand, Some(&actual));
         }
         let debt = actual.debt(&reservation.demand);
         if !debt && !actual.refunds(&reservation.demand) {
