@@ -758,8 +758,19 @@ async fn provider_timeout_at_the_deadline() {
     env.assert_clean().await;
 }
 
-// proves: LC-2 (a failing pre-hook fails the call before any provider
-// work; a post-hook runs after the response)
+/// Request units the scope's request limit has left now.
+fn requests_left(env: &Env) -> i64 {
+    let s = env.controller.snapshot();
+    s.scopes[0]
+        .limits
+        .iter()
+        .find(|l| l.dimension == tollgate::quota::Dimension::Requests)
+        .map_or(-1, |l| l.available)
+}
+
+// proves: LC-2, Q-9 (a failing pre-hook fails the call before any provider
+// work and gives its request unit back; a post-hook runs after the
+// response)
 async fn hooks_run_around_the_attempt() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let (pre_log, post_log) = (ran.clone(), ran.clone());
@@ -826,6 +837,7 @@ async fn hooks_run_around_the_attempt() {
         }
     );
     assert_eq!(env.work.started(), 0, "no provider work");
+    assert_eq!(requests_left(&env), 100, "nothing was sent: nothing counts");
     expect(&env, Terminal::Failed, 1).await;
     env.assert_clean().await;
 }
@@ -839,9 +851,10 @@ fn sleeping_hook(d: Duration) -> tollgate::lifecycle::Hook {
     })
 }
 
-// proves: DL-3, DL-4 (hooks run under the call's one deadline: a pre- or
-// post-hook that outlasts it fails the call at the deadline instant with
-// DeadlineExceeded{phase: hook}, although its own cap is longer)
+// proves: DL-3, DL-4, Q-9 (hooks run under the call's one deadline: a pre-
+// or post-hook that outlasts it fails the call at the deadline instant
+// with DeadlineExceeded{phase: hook}, although its own cap is longer; a
+// pre-hook's call sent nothing and its request unit is back)
 async fn hooks_run_under_the_deadline() {
     for pre in [true, false] {
         let hook = Some(sleeping_hook(secs(3_600)));
@@ -874,6 +887,7 @@ async fn hooks_run_under_the_deadline() {
         );
         assert_eq!(Instant::now() - t0, secs(2), "pre: {pre}");
         assert_eq!(env.work.started(), u32::from(!pre), "pre: {pre}");
+        assert_eq!(requests_left(&env), 99 + i64::from(pre), "pre: {pre}");
         settle().await;
         let r = env.report();
         assert_eq!(

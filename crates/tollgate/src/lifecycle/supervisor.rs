@@ -621,13 +621,14 @@ impl<P: Provider> Supervisor<P> {
             let lease = self
                 .closable(inner.controller.acquire(&call, deadline))
                 .await??;
-            self.run_hook(inner.hooks.pre.as_ref(), options, n).await?;
+            let hooked = self.run_hook(inner.hooks.pre.as_ref(), options, n).await;
             let now = clock.now();
-            if deadline.is_expired(now) {
-                // The deadline passed since the admission's own check (a
-                // permit or grant collected late never becomes a lease),
-                // during the pre-hook or between two clock reads: nothing
-                // is sent, and nothing is counted (SPEC DL-5, Q-9).
+            if hooked.is_err() || deadline.is_expired(now) {
+                // The pre-hook failed, or the deadline passed since the
+                // admission's own check (a permit or grant collected late
+                // never becomes a lease), during the pre-hook or between
+                // two clock reads: nothing is sent, and nothing is counted
+                // (SPEC LC-2, DL-5, Q-9).
                 let mut lease = lease;
                 let phase = if lease.pool().is_some() {
                     Phase::Concurrency
@@ -635,6 +636,7 @@ impl<P: Provider> Supervisor<P> {
                     Phase::Rate
                 };
                 let _ = lease.refused(RefusalCost::Free);
+                hooked?;
                 return Err(CallError::Deadline {
                     phase,
                     retry_at: None,
