@@ -367,3 +367,50 @@ async fn a_request_limit_that_binds_is_not_reported_as_the_budget() {
     drop(first);
     queued.abort();
 }
+
+// proves: BUD-4, Q-11 (a head that waited for its budget, then is kept
+// past its deadline by a request limit a reload lowered, fails as a rate
+// wait with the request limit's instant: what binds now, not what once
+// held it back)
+#[tokio::test(start_paused = true)]
+async fn a_head_once_held_by_its_budget_fails_by_the_limit_that_binds() {
+    let hour = secs(3_600);
+    let config = |requests| ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("team")
+                .requests(requests, hour)
+                .cost(1_000, MINUTE),
+        ],
+        ..ControllerConfig::default()
+    };
+    let c = AdmissionController::new(config(2)).unwrap();
+    let t0 = Instant::now();
+    // One request of two for the hour, and the minute's budget.
+    let first = c
+        .acquire(&priced(1_000, 1_000, mini()), within(secs(30)))
+        .await
+        .unwrap();
+    // Waits for the budget (t0 + 60 s), inside its 30 minute deadline.
+    let c2 = c.clone();
+    let head = tokio::spawn(async move {
+        c2.acquire(&priced(1_000, 1_000, mini()), within(secs(1_800)))
+            .await
+            .map(drop)
+    });
+    settle().await;
+    assert_eq!(c.snapshot().scopes[0].queued, 1);
+    // A reload leaves one request an hour: the head can go at t0 + 1 h,
+    // after its deadline.
+    tokio::time::sleep(secs(30)).await;
+    c.reconfigure(config(1)).unwrap();
+    let e = head.await.unwrap().unwrap_err();
+    assert_eq!(
+        e,
+        AdmissionError::DeadlineExceeded {
+            phase: Phase::Rate,
+            retry_at: Some(t0 + hour),
+        }
+    );
+    assert_eq!(Instant::now(), t0 + secs(30), "refused at the reload");
+    drop(first);
+}

@@ -287,11 +287,16 @@ impl<'a> SlowAcquire<'a> {
                         st.drain(now);
                         continue;
                     }
-                    // it cannot be admitted in time; say so now.
-                    let budget = st
+                    // it cannot be admitted in time; say so now, as
+                    // a budget refusal only when a budget is what binds
+                    // now (BUD-4), not when one once held it back.
+                    let demand = st
                         .queue
                         .get(key)
-                        .is_some_and(|w| w.limited_by.cost)
+                        .filter(|w| w.limited_by.cost)
+                        .map(|w| w.demand());
+                    let budget = demand
+                        .is_some_and(|d| self.inner.budget_binds(st, &d, now, self.deadline))
                         .then_some(self.scope.id);
                     if let Err(e) = self.inner.verdict(t, now, self.deadline, cooling, budget) {
                         st.abandon(key, now);

@@ -334,7 +334,7 @@ impl Inner {
     /// BUD-4): a budget is short of it and frees room only after every
     /// other short limit, too late. A request or token limit that binds is
     /// a rate wait, whatever the budget's state (OBS-4).
-    fn budget_binds(
+    pub(crate) fn budget_binds(
         &self,
         st: &mut ScopeState,
         demand: &Demand,
