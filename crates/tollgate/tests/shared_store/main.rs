@@ -1249,3 +1249,51 @@ async fn a_reload_to_request_costs_keeps_the_turns_level() {
         t.abort();
     }
 }
+
+// proves: DL-5, DL-6, Q-9 on a shared scope in its local fallback (a permit
+// handed over just before the deadline but collected just after gives no
+// lease: the call fails in the concurrency phase, the permit goes back and
+// the local share's reservation is refunded in full)
+#[tokio::test(start_paused = true)]
+async fn a_fallback_grant_collected_after_the_deadline_gives_no_lease() {
+    let store = TestStore::new(Duration::from_secs(17));
+    let scope = ScopeConfig::new(SCOPE).requests(40, 60 * SECOND);
+    let policy = Unavailable::FailOpenLocal { replicas: 4 };
+    let (c, _) = replica(&store, policy, scope, |b| {
+        b.pool(tollgate::config::PoolConfig::new("p", 1))
+    });
+    store.set_outage(Outage::Refuse);
+    let p = c.pool_id("p").expect("pool");
+    let pooled = || call(1).with_pool(p);
+    let t0 = Instant::now();
+    let holder = c.acquire(&pooled(), Deadline::NONE).await.expect("share");
+    let late = tokio::spawn({
+        let (c, call) = (c.clone(), pooled());
+        async move { c.acquire(&call, Deadline::at(t0 + SECOND)).await.map(drop) }
+    });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(999)).await;
+    drop(holder); // the permit goes to the waiting call at t0 + 999 ms
+    tokio::time::advance(Duration::from_millis(2)).await; // it runs at t0 + 1001 ms
+    settle().await;
+    assert_eq!(
+        late.await.expect("task"),
+        Err(AdmissionError::DeadlineExceeded {
+            phase: Phase::Concurrency,
+            retry_at: None
+        })
+    );
+    // The share is 40 / 4 = 10: the holder's unit stays spent, the late
+    // call's came back.
+    let s = c.snapshot();
+    assert_eq!(s.scopes[0].store, Some(StoreMode::LocalFallback));
+    assert_eq!(
+        s.scopes[0].available(Dimension::Requests, 60 * SECOND),
+        Some(9)
+    );
+    drop(
+        c.acquire(&pooled(), within(Duration::from_millis(1)))
+            .await
+            .expect("permit free"),
+    );
+}

@@ -645,6 +645,21 @@ impl<'a> SharedAcquire<'a> {
             self.stage = Stage::Turn { key: None };
             return Poll::Ready(Ok(None));
         }
+        if self.deadline.is_expired(now) {
+            // Collected after the deadline: no lease, so no provider work
+            // starts late (SPEC DL-5, DL-6); the reservation goes back in
+            // full with the permit.
+            self.return_grant(grant);
+            let phase = if self.admission.concurrency {
+                Phase::Concurrency
+            } else {
+                Phase::Rate
+            };
+            return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
+                phase,
+                retry_at: None,
+            }));
+        }
         let mut grant = grant;
         if grant.reservation.hold == Hold::Leased {
             return Poll::Ready(Ok(Some(self.lease(grant))));
