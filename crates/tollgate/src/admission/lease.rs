@@ -214,7 +214,9 @@ impl Lease {
     /// records when the attempt was sent and counted, to compare the
     /// provider's remaining budget with (SPEC Q-14, see
     /// [`observe_answer`](crate::AdmissionController::observe_answer)). An instant before the
-    /// lease, or after a settlement, changes nothing.
+    /// lease, or after a settlement, changes nothing. On a shared scope an
+    /// instant still ahead reaches the store when it comes (the store
+    /// counts from its own now).
     pub fn counted_by(&mut self, at: Instant) {
         if self.reconciled || at < self.reservation.stamp {
             return;

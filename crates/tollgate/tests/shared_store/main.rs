@@ -801,6 +801,9 @@ async fn settlements_reach_the_store() {
     let settlement = lease.reconcile(Usage::known(250)).expect("first");
     assert_eq!(settlement.debt, 150);
     drop(lease);
+    // The recount to an instant ahead waits for it; the
+    // reconciliation lands after it.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     settle().await;
     assert_eq!(available(&store, Dimension::Tokens), 750);
     let mut refused = c.acquire(&call(100), Deadline::NONE).await.expect("room");
@@ -1295,5 +1298,26 @@ async fn a_fallback_grant_collected_after_the_deadline_gives_no_lease() {
         c.acquire(&pooled(), within(Duration::from_millis(1)))
             .await
             .expect("permit free"),
+    );
+}
+
+// proves: Q-15 on a shared scope (an attempt counted by an instant still
+// ahead, as one cancelled before its arrival bound is, stays counted until
+// one window after that instant, not after the moment it was reported)
+#[tokio::test(start_paused = true)]
+async fn a_recount_to_an_instant_ahead_counts_from_that_instant() {
+    let store = TestStore::new(Duration::from_secs(19));
+    let scope = ScopeConfig::new(SCOPE).requests(1, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let t0 = Instant::now();
+    let mut lease = c.acquire(&call(1), Deadline::NONE).await.expect("room");
+    tokio::time::advance(Duration::from_millis(100)).await;
+    // Reported at t0 + 100 ms: it may reach the provider until t0 + 500 ms.
+    lease.counted_by(t0 + Duration::from_millis(500));
+    drop(lease);
+    c.acquire(&call(1), Deadline::NONE).await.expect("admitted");
+    assert_eq!(
+        Instant::now() - t0,
+        60 * SECOND + Duration::from_millis(500)
     );
 }

@@ -314,6 +314,14 @@ impl Inner {
             return;
         };
         remote.then(shared, *reservation, move |shared, quota, r| async move {
+            // An instant still ahead (an attempt cancelled before its
+            // arrival bound, SPEC Q-15): the store counts from its own
+            // now, so the recount waits for it (a bound is a fraction of
+            // a second; the lease's later settlements wait behind it).
+            let ahead = at.saturating_duration_since(shared.clock.now());
+            if !ahead.is_zero() {
+                tokio::time::sleep(ahead).await;
+            }
             let (op, timeout) = (OpId::new(), shared.timeout);
             let moved = retried(&shared, &*quota, |remote| {
                 let ago = shared.clock.now().saturating_duration_since(at);
