@@ -400,15 +400,7 @@ impl<'a> SlowAcquire<'a> {
             let mut st = self.scope.state.lock();
             st.return_permit(self.pool, PermitSlot::Held, grant.flow);
             st.refund_pending(&grant, now);
-            let phase = if self.admission.concurrency {
-                Phase::Concurrency
-            } else {
-                Phase::Rate
-            };
-            return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
-                phase,
-                retry_at: None,
-            }));
+            return Poll::Ready(Err(self.admission.collected_late()));
         }
         // The demand travels in its grant (no copy in this future: every
         // queued waiter's task holds one).

@@ -42,6 +42,20 @@ impl Admission {
     pub fn total_wait(&self) -> Duration {
         self.quota_wait + self.concurrency_wait
     }
+
+    /// The error of a grant or permit collected after the deadline (SPEC
+    /// DL-5, DL-6): in the phase the call last waited in.
+    pub(crate) fn collected_late(&self) -> crate::error::AdmissionError {
+        let phase = if self.concurrency {
+            crate::deadline::Phase::Concurrency
+        } else {
+            crate::deadline::Phase::Rate
+        };
+        crate::error::AdmissionError::DeadlineExceeded {
+            phase,
+            retry_at: None,
+        }
+    }
 }
 
 /// An admitted attempt.

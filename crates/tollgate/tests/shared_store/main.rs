@@ -1315,7 +1315,7 @@ async fn a_recount_to_an_instant_ahead_counts_from_that_instant() {
     // Reported at t0 + 100 ms: it may reach the provider until t0 + 500 ms.
     lease.counted_by(t0 + Duration::from_millis(500));
     drop(lease);
-    c.acquire(&call(1), Deadline::NONE).await.expect("admitted");
+    drop(c.acquire(&call(1), Deadline::NONE).await.expect("admitted"));
     assert_eq!(
         Instant::now() - t0,
         60 * SECOND + Duration::from_millis(500)

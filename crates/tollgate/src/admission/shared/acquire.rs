@@ -650,15 +650,7 @@ impl<'a> SharedAcquire<'a> {
             // starts late (SPEC DL-5, DL-6); the reservation goes back in
             // full with the permit.
             self.return_grant(grant);
-            let phase = if self.admission.concurrency {
-                Phase::Concurrency
-            } else {
-                Phase::Rate
-            };
-            return Poll::Ready(Err(AdmissionError::DeadlineExceeded {
-                phase,
-                retry_at: None,
-            }));
+            return Poll::Ready(Err(self.admission.collected_late()));
         }
         let mut grant = grant;
         if grant.reservation.hold == Hold::Leased {
