@@ -127,14 +127,7 @@ async fn early_verdict_counts_a_pending_grant_from_now() {
     let limited = c.scope_id("limited").unwrap();
     let other = c.scope_id("other").unwrap();
     let p = c.pool_id("p").unwrap();
-    let spawn = |call: Call, deadline: Deadline| {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.acquire(&call, deadline)
-                .await
-                .map(|l| (Instant::now(), l))
-        })
-    };
+    let spawn = |call: Call, deadline: Deadline| spawn_acquire(&c, call, deadline);
     let t0 = Instant::now();
     // A holds the pool's only permit, spending nothing of `limited`.
     let a = c

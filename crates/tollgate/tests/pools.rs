@@ -213,14 +213,7 @@ async fn a_pool_full_refund_reaches_the_early_verdict() {
     let x = c.acquire(&plain(), Deadline::NONE).await.unwrap();
     tokio::time::sleep(secs(30)).await;
     let y = c.acquire(&plain(), Deadline::NONE).await.unwrap();
-    let spawn = |call: Call, deadline: Deadline| {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.acquire(&call, deadline)
-                .await
-                .map(|l| (Instant::now(), l))
-        })
-    };
+    let spawn = |call: Call, deadline: Deadline| spawn_acquire(&c, call, deadline);
     // b (on the full pool) heads the queue until t0 + 60 s; d and e follow.
     let b = spawn(plain().with_pool(pool), Deadline::NONE);
     settle().await;

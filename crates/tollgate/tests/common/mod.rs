@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tollgate::quota::Dimension;
-use tollgate::{AdmissionController, Call, Deadline, ScopeId, Snapshot, TokenEstimate};
+use tollgate::{
+    AdmissionController, AdmissionError, Call, Deadline, Lease, ScopeId, Snapshot, TokenEstimate,
+};
 
 /// Lets spawned tasks run until they block (current-thread runtime).
 pub async fn settle() {
@@ -106,4 +108,19 @@ pub async fn admitted_now(controller: &AdmissionController, most: u64) -> u64 {
         n += 1;
     }
     n
+}
+
+/// Spawns `call`'s acquire on `controller`; its result carries the instant
+/// the lease was granted.
+pub fn spawn_acquire(
+    controller: &AdmissionController,
+    call: Call,
+    deadline: Deadline,
+) -> tokio::task::JoinHandle<Result<(Instant, Lease), AdmissionError>> {
+    let c = controller.clone();
+    tokio::spawn(async move {
+        c.acquire(&call, deadline)
+            .await
+            .map(|l| (Instant::now(), l))
+    })
 }
