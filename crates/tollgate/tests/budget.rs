@@ -414,3 +414,51 @@ async fn a_head_once_held_by_its_budget_fails_by_the_limit_that_binds() {
     assert_eq!(Instant::now(), t0 + secs(30), "refused at the reload");
     drop(first);
 }
+
+// proves: BUD-4, Q-11 (a spent day budget that keeps a call past its
+// deadline is a budget refusal even when a token limit only waits on a
+// granted call's permit and so tells no instant of its own)
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_binds_beside_a_limit_waiting_on_a_pending_grant() {
+    let c = AdmissionController::builder()
+        .scope(
+            ScopeConfig::new("team")
+                .tokens(100, MINUTE)
+                .cost(1_000, DAY),
+        )
+        .pool(tollgate::config::PoolConfig::new("p", 1))
+        .build()
+        .unwrap();
+    let pool = c.pool_id("p").unwrap();
+    let call = |tokens: u64, price: u64| {
+        Call::new(ScopeId::FIRST)
+            .with_pool(pool)
+            .with_estimate(TokenEstimate::new(tokens, 0))
+            .with_price(Price::new(price, 0))
+    };
+    let t0 = Instant::now();
+    // A: one token priced at the whole day's budget; it holds the permit.
+    let a = c
+        .acquire(&call(1, 1_000_000_000), Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(a.reservation().demand.cost, 1_000);
+    // B: 99 free tokens, granted and waiting for the permit.
+    let b = spawn_acquire(&c, call(99, 0), Deadline::NONE);
+    settle().await;
+    // C: the budget frees room only at t0 + 1 day, past its deadline.
+    let e = c
+        .acquire(&call(10, 10_000_000), within(secs(30)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        AdmissionError::BudgetExceeded {
+            scope: ScopeId::FIRST,
+            retry_at: Some(t0 + DAY),
+        }
+    );
+    drop(a);
+    drop(b.await.unwrap().unwrap());
+    assert_idle(&c);
+}

@@ -653,3 +653,70 @@ async fn a_slow_one_shot_answer_takes_the_gap_out() {
     // tollgate counted 1, the provider has 49 left for another 10 s.
     assert_eq!(available(&c, Dimension::Requests), 49);
 }
+
+// proves, Q-15 (an attempt counted by an instant of the next
+// window and settled above its estimate keeps its debt in the window it
+// is counted in: that window admits nothing more)
+#[tokio::test(start_paused = true)]
+async fn debt_after_a_recount_ahead_stays_counted() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let c = controller(
+            ScopeConfig::new("m")
+                .tokens(100, secs(60))
+                .algorithm(algorithm),
+        );
+        let t0 = Instant::now();
+        let mut lease = c
+            .acquire(&common::tokens(10), Deadline::NONE)
+            .await
+            .unwrap();
+        // The provider may count it as late as 70 s, in the next window.
+        lease.counted_by(t0 + secs(70));
+        // It used 100 tokens: 90 over its estimate.
+        lease.reconcile(Usage::known(100)).unwrap();
+        drop(lease);
+        settle().await;
+        assert_eq!(available(&c, Dimension::Tokens), 0, "{algorithm:?}");
+        assert!(
+            c.acquire(&common::tokens(10), common::within(secs(50)))
+                .await
+                .is_err(),
+            "{algorithm:?}: 10 more tokens admitted into a window that counts 100 of 100"
+        );
+    }
+}
+
+// proves: Q-15 (an arrival bound moved ahead twice counts the attempt
+// once in each window up to the later bound, not twice)
+#[tokio::test(start_paused = true)]
+async fn a_bound_moved_ahead_twice_counts_once() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let c = controller(
+            ScopeConfig::new("m")
+                .requests(2, secs(60))
+                .algorithm(algorithm),
+        );
+        let t0 = Instant::now();
+        let mut lease = c.acquire(&common::plain(), Deadline::NONE).await.unwrap();
+        lease.counted_by(t0 + secs(70));
+        lease.counted_by(t0 + secs(80));
+        drop(lease);
+        assert_eq!(
+            available(&c, Dimension::Requests),
+            1,
+            "{algorithm:?}, [0, 60 s)"
+        );
+        tokio::time::advance(secs(65)).await;
+        assert_eq!(
+            available(&c, Dimension::Requests),
+            1,
+            "{algorithm:?}, at 65 s"
+        );
+        tokio::time::advance(secs(100)).await;
+        assert_eq!(
+            available(&c, Dimension::Requests),
+            2,
+            "{algorithm:?}, at 165 s"
+        );
+    }
+}

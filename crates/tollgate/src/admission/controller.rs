@@ -349,7 +349,10 @@ impl Inner {
             return false;
         };
         let rest = st.store.not_until(&demand.with_cost(0), now);
-        let cost_last = rest.limited_by.is_none() || rest.at.is_some_and(|r| r < at);
+        // Another limit that tells no instant (it waits on a pending lease
+        // or a provisional stand-in) frees within a window of an event,
+        // not at a known later instant: the known-late budget binds.
+        let cost_last = rest.at.is_none_or(|r| r < at);
         cost_last && self.late(at, now, deadline)
     }
 

@@ -230,7 +230,10 @@ impl Lease {
     /// [`observe_answer`](crate::AdmissionController::observe_answer)). An instant before the
     /// lease, or after a settlement, changes nothing. On a shared scope an
     /// instant still ahead reaches the store when it comes (the store
-    /// counts from its own now).
+    /// counts from its own now), and this lease's later settlements wait
+    /// behind it: keep `at` near now, as the
+    /// [`Supervisor`](crate::lifecycle::Supervisor) does (at most
+    /// [`ARRIVAL_CAP`](crate::lifecycle::ARRIVAL_CAP) ahead).
     pub fn counted_by(&mut self, at: Instant) {
         if self.reconciled || at < self.reservation.stamp {
             return;

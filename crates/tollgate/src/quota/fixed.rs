@@ -19,7 +19,9 @@
 //! A started attempt the provider may count as late as a later window than
 //! the current one (cancelled before its arrival bound passed, SPEC Q-15)
 //! is kept *ahead*: counted again in each window up to the one holding
-//! that instant.
+//! that instant. Its stamp is then that instant, so a settlement before
+//! that window corrects the current window and the amount kept ahead,
+//! and a second recount moves it rather than counting it twice.
 
 use super::Nanos;
 use super::calendar;
@@ -159,8 +161,33 @@ impl FixedWindow {
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, pending: bool) {
         if pending {
             self.pending = self.pending.saturating_sub(amount);
-        } else if self.same_window(stamp) {
+        } else if self.counts(stamp) {
             self.used = self.used.saturating_sub(amount);
+            self.correct_ahead(stamp, amount, 0);
+        }
+    }
+
+    /// Whether a leased amount stamped `stamp` is counted in the current
+    /// window: stamped in it, or recounted to an instant of a later window
+    /// (SPEC Q-15), which counts it here and in each window up to that one.
+    fn counts(&self, stamp: Nanos) -> bool {
+        self.same_window(stamp) || stamp >= self.end
+    }
+
+    /// A recounted amount kept ahead for `stamp` now counts `actual`
+    /// instead of `estimate` in the windows still to come.
+    fn correct_ahead(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+        if stamp < self.end {
+            return;
+        }
+        let found = self
+            .ahead
+            .iter()
+            .position(|&(at, a)| at == stamp && a == estimate)
+            .or_else(|| self.ahead.iter().position(|&(at, _)| at == stamp));
+        if let Some(i) = found {
+            let entry = &mut self.ahead[i].1;
+            *entry = entry.saturating_sub(estimate).saturating_add(actual);
         }
     }
 
@@ -187,12 +214,24 @@ impl FixedWindow {
         if at < self.start || at <= stamp {
             return stamp;
         }
-        let here = self.same_window(stamp);
+        // Counted here already: stamped in this window, or kept ahead
+        // by an earlier recount (whose entry then moves to `at`).
+        let here = self.counts(stamp);
         if !here {
             self.used = self.used.saturating_add(amount);
         }
         if at >= self.end {
-            self.ahead.push((at, amount));
+            let kept = (stamp >= self.end)
+                .then(|| {
+                    self.ahead
+                        .iter()
+                        .position(|&(t, a)| t == stamp && a == amount)
+                })
+                .flatten();
+            match kept {
+                Some(i) => self.ahead[i].0 = at,
+                None => self.ahead.push((at, amount)),
+            }
         } else if here {
             return stamp;
         }
@@ -242,8 +281,9 @@ impl FixedWindow {
     }
 
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
-        if self.same_window(stamp) {
+        if self.counts(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);
+            self.correct_ahead(stamp, estimate, actual);
         }
     }
 }
