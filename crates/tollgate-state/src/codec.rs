@@ -4,8 +4,10 @@
 //! up among [`Dimension::ALL`], so a dimension added to the engine is kept
 //! with no change here. Times are nanoseconds since the Unix epoch; what a
 //! limit counts is a small JSON value: `{"until": [[t, n], ...]}` (sliding
-//! window), `{"window": [start, end, used]}` (fixed or calendar window),
-//! `{"taken": [t, n]}` (token bucket).
+//! window), `{"window": [start, end, used]}` (fixed or calendar window;
+//! with `"ahead": [[t, n], ...]` when amounts are kept for later windows),
+//! `{"taken": [t, n]}` (token bucket). A row written before `ahead` existed
+//! reads as keeping nothing ahead.
 
 use std::time::{Duration, SystemTime};
 
@@ -45,12 +47,27 @@ fn time(ns: i64) -> Result<SystemTime, String> {
 
 pub(crate) fn encode(saved: &SavedLimit) -> Row {
     let l = &saved.limit;
+    let pairs = |entries: &[(SystemTime, u64)]| {
+        entries
+            .iter()
+            .map(|(t, n)| json!([nanos(*t), n]))
+            .collect::<Vec<_>>()
+    };
     let counted = match &saved.counted {
-        Counted::Until(entries) => json!({
-            "until": entries.iter().map(|(t, n)| json!([nanos(*t), n])).collect::<Vec<_>>()
-        }),
-        Counted::Window { start, end, used } => {
-            json!({ "window": [nanos(*start), nanos(*end), used] })
+        Counted::Until(entries) => json!({ "until": pairs(entries) }),
+        Counted::Window {
+            start,
+            end,
+            used,
+            ahead,
+        } if ahead.is_empty() => json!({ "window": [nanos(*start), nanos(*end), used] }),
+        Counted::Window {
+            start,
+            end,
+            used,
+            ahead,
+        } => {
+            json!({ "window": [nanos(*start), nanos(*end), used], "ahead": pairs(ahead) })
         }
         Counted::Taken { at, taken } => json!({ "taken": [nanos(*at), taken] }),
     };
@@ -106,29 +123,24 @@ pub(crate) fn decode(row: &Row) -> Result<Decoded, String> {
 fn counted(value: &Value) -> Option<Result<Counted, String>> {
     let int = |v: &Value| v.as_i64();
     let count = |v: &Value| v.as_u64();
-    if let Some(entries) = value.get("until").and_then(Value::as_array) {
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            let [t, n] = e.as_array()?.as_slice() else {
-                return None;
-            };
-            match time(int(t)?) {
-                Ok(t) => out.push((t, count(n)?)),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        return Some(Ok(Counted::Until(out)));
+    if let Some(entries) = value.get("until") {
+        return pairs(entries).map(|r| r.map(Counted::Until));
     }
     if let Some(w) = value.get("window").and_then(Value::as_array) {
         let [start, end, used] = w.as_slice() else {
             return None;
         };
         let (start, end, used) = (int(start)?, int(end)?, count(used)?);
+        let ahead = match value.get("ahead") {
+            Some(entries) => pairs(entries)?,
+            None => Ok(Vec::new()),
+        };
         return Some(time(start).and_then(|start| {
             Ok(Counted::Window {
                 start,
                 end: time(end)?,
                 used,
+                ahead: ahead?,
             })
         }));
     }
@@ -140,6 +152,22 @@ fn counted(value: &Value) -> Option<Result<Counted, String>> {
         return Some(time(int(at)?).map(|at| Counted::Taken { at, taken }));
     }
     None
+}
+
+/// `[[t, n], ...]`: `None` if not of that shape; `Some(Err)`: a bad time.
+fn pairs(value: &Value) -> Option<Result<Vec<(SystemTime, u64)>, String>> {
+    let entries = value.as_array()?;
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let [t, n] = e.as_array()?.as_slice() else {
+            return None;
+        };
+        match time(t.as_i64()?) {
+            Ok(t) => out.push((t, n.as_u64()?)),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(out))
 }
 
 #[cfg(test)]
@@ -170,6 +198,16 @@ mod tests {
                     start: t(1),
                     end: t(2),
                     used: 4,
+                    ahead: Vec::new(),
+                },
+            });
+            round_trip(SavedLimit {
+                limit: Limit::new(dimension, 9, Duration::from_secs(60)),
+                counted: Counted::Window {
+                    start: t(1),
+                    end: t(2),
+                    used: 4,
+                    ahead: vec![(t(3), 2), (t(4), 1)],
                 },
             });
             round_trip(SavedLimit {
@@ -177,6 +215,36 @@ mod tests {
                 counted: Counted::Taken { at: t(3), taken: 1 },
             });
         }
+    }
+
+    // proves: DQ-8 (a window's row written before amounts kept ahead were
+    // saved reads as keeping none)
+    #[test]
+    fn a_window_row_without_ahead_keeps_nothing_ahead() {
+        let mut row = encode(&SavedLimit {
+            limit: Limit::new(Dimension::Requests, 7, Duration::from_secs(60)),
+            counted: Counted::Window {
+                start: SystemTime::UNIX_EPOCH,
+                end: SystemTime::UNIX_EPOCH + Duration::from_secs(60),
+                used: 3,
+                ahead: Vec::new(),
+            },
+        });
+        assert_eq!(row.counted, "{\"window\":[0,60000000000,3]}");
+        row.counted = "{\"window\": [0, 60000000000, 3]}".to_owned();
+        let Ok(Decoded::Limit(back)) = decode(&row) else {
+            panic!("not decoded");
+        };
+        assert!(
+            matches!(back.counted, Counted::Window { used: 3, ref ahead, .. } if ahead.is_empty())
+        );
+        row.counted = "{\"window\": [0, 60000000000, 3], \"ahead\": [[1]]}".to_owned();
+        assert!(
+            decode(&row)
+                .err()
+                .unwrap()
+                .starts_with("counted: unexpected")
+        );
     }
 
     // proves: DQ-8 (a malformed row is an error that says what is wrong)

@@ -57,6 +57,10 @@ fn scope(kind: Kind) -> ScopeConfig {
 enum Op {
     /// Requests at once.
     Admit(u64),
+    /// Requests at once, which the provider may count as late as this many
+    /// milliseconds ahead (an attempt cancelled before its arrival bound,
+    /// SPEC Q-15).
+    AdmitAhead(u64, u64),
     /// Time passes (milliseconds).
     Wait(u64),
     /// The process stops, and starts again this many milliseconds later.
@@ -66,6 +70,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1u64..=8).prop_map(Op::Admit),
+        1 => (1u64..=8, 1u64..=10_000).prop_map(|(n, ms)| Op::AdmitAhead(n, ms)),
         4 => (0u64..1_500_000).prop_map(Op::Wait),
         1 => (0u64..2_000_000).prop_map(Op::Restart),
     ]
@@ -134,6 +139,14 @@ proptest! {
                 Op::Admit(n) => {
                     let demand = Demand { requests: n, input: 0, output: 0, cost: 0 };
                     if p.quota.reserve(&demand, p.at(utc), Hold::Leased).is_ok() {
+                        admitted.push((utc, n));
+                    }
+                }
+                Op::AdmitAhead(n, ms) => {
+                    let demand = Demand { requests: n, input: 0, output: 0, cost: 0 };
+                    let now = p.at(utc);
+                    if let Ok(mut r) = p.quota.reserve(&demand, now, Hold::Leased) {
+                        p.quota.recount(&mut r, now + Duration::from_millis(ms), now);
                         admitted.push((utc, n));
                     }
                 }

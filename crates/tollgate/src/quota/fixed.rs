@@ -266,18 +266,71 @@ impl FixedWindow {
     }
 
     /// The current window and what it counts, pending amounts aside (SPEC
-    /// DQ-8): `(start, end, used)`.
-    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64) {
-        (self.start, self.end, self.used)
+    /// DQ-8): `(start, end, used)`, and the amounts kept ahead for later
+    /// windows (SPEC Q-15), each with its instant.
+    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64, &[(Nanos, u64)]) {
+        (self.start, self.end, self.used, &self.ahead)
     }
 
-    /// Counts `used`, saved before a restart from a window that has not
-    /// ended, in the window of `now` (which ends no earlier for a calendar
-    /// window, and later for a rolling-length one: its windows restart at
-    /// the new epoch).
-    pub(crate) fn restore(&mut self, used: u64, now: Nanos) {
+    /// Counts what was saved before a restart, at `now`: `used`, from a
+    /// window that has not ended (`None` if it has), in the window of
+    /// `now` (which ends no earlier for a calendar window, and later for a
+    /// rolling-length one: its windows restart at the new epoch); and each
+    /// amount kept ahead to an instant, counted until the saved windows'
+    /// one holding that instant ends (`saved_end` is the saved window's
+    /// end; times in ticks, negative before the epoch). A live window's
+    /// `used` counts them already.
+    pub(crate) fn restore(
+        &mut self,
+        used: Option<u64>,
+        saved_end: i128,
+        ahead: impl Iterator<Item = (i128, u64)>,
+        now: Nanos,
+    ) {
         self.roll(now);
-        self.used = self.used.saturating_add(used);
+        if let Some(used) = used {
+            self.used = self.used.saturating_add(used);
+        }
+        let start = self.unclamped_start(now);
+        for (at, amount) in ahead {
+            // The last instant it is counted at, in this process's windows.
+            let last = match self.periods {
+                // The saved windows' boundaries, not this epoch's.
+                Periods::Every(w) => {
+                    let w = i128::from(w);
+                    let ends = if at < saved_end {
+                        saved_end
+                    } else {
+                        saved_end + ((at - saved_end) / w + 1) * w
+                    };
+                    if ends <= i128::from(now) {
+                        continue;
+                    }
+                    ends - 1
+                }
+                Periods::Calendar { .. } if at < start => continue,
+                Periods::Calendar { .. } => at,
+            };
+            if used.is_none() {
+                self.used = self.used.saturating_add(amount);
+            }
+            let last = tick(last);
+            if last >= self.end {
+                self.ahead.push((last, amount));
+            }
+        }
+    }
+
+    /// The first instant of the window of `now`, negative when a calendar
+    /// period began before the scope did.
+    fn unclamped_start(&self, now: Nanos) -> i128 {
+        match self.periods {
+            Periods::Calendar { calendar, epoch } => {
+                calendar::period(&calendar, epoch + i128::from(now))
+                    .map_or(0, |(start, _)| start - epoch)
+            }
+            Periods::Every(_) => i128::from(self.start),
+        }
     }
 
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {

@@ -409,11 +409,12 @@ impl LimitState {
                 Counted::Until(w.saved().into_iter().map(|(t, a)| (utc(t), a)).collect())
             }
             Algo::Fixed(w) => {
-                let (start, end, used) = w.saved();
+                let (start, end, used, ahead) = w.saved();
                 Counted::Window {
                     start: utc(start),
                     end: utc(end),
                     used,
+                    ahead: ahead.iter().map(|&(t, a)| (utc(t), a)).collect(),
                 }
             }
             Algo::Bucket(b) => {
@@ -439,10 +440,15 @@ impl LimitState {
                     .collect();
                 w.restore(&entries, now);
             }
-            (Algo::Fixed(w), Counted::Window { end, used, .. }) => {
-                if tick(*end) > now_at {
-                    w.restore(*used, now);
-                }
+            (
+                Algo::Fixed(w),
+                Counted::Window {
+                    end, used, ahead, ..
+                },
+            ) => {
+                let live = (tick(*end) > now_at).then_some(*used);
+                let ahead = ahead.iter().map(|&(at, a)| (tick(at), a));
+                w.restore(live, tick(*end), ahead, now);
             }
             (Algo::Bucket(b), Counted::Taken { at, taken }) => {
                 let elapsed = u64::try_from(now_at - tick(*at)).unwrap_or(0);

@@ -56,6 +56,11 @@ pub enum Counted {
         end: SystemTime,
         /// What it counts.
         used: u64,
+        /// Amounts the provider may count as late as a later window (an
+        /// attempt cancelled before its arrival bound, SPEC Q-15), each
+        /// with that instant: counted in every window up to its own, and
+        /// in `used` already.
+        ahead: Vec<(SystemTime, u64)>,
     },
     /// A token bucket: the units missing from a full bucket at a UTC time
     /// (rounded up).
@@ -77,11 +82,19 @@ impl Counted {
                 .filter(|(until, _)| *until > now)
                 .map(|(_, a)| *a)
                 .fold(0u64, u64::saturating_add),
-            Counted::Window { end, used, .. } => {
+            Counted::Window {
+                end, used, ahead, ..
+            } => {
                 if *end > now {
                     *used
                 } else {
-                    0
+                    // The window ended; what is kept ahead to an instant
+                    // still to come may yet arrive.
+                    ahead
+                        .iter()
+                        .filter(|(at, _)| *at > now)
+                        .map(|(_, a)| *a)
+                        .fold(0u64, u64::saturating_add)
                 }
             }
             Counted::Taken { taken, .. } => *taken,

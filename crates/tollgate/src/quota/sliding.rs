@@ -463,13 +463,20 @@ impl SlidingWindow {
     }
 
     /// Counts amounts saved before a restart, each until its expiry
-    /// (`entries` in expiry order; never beyond one window from `now`).
+    /// (`entries` in expiry order). An expiry is believed up to one window
+    /// after `now` plus the larger of one window and the arrival cap (an
+    /// amount recounted to an instant ahead, SPEC Q-15, is counted until
+    /// one window after that instant); further is a clock that went back,
+    /// and counts until that horizon.
     /// Into an empty log they go as slots of their own that nothing joins
     /// or is located in (opened at the epoch, with an empty span), so each
     /// frees at its own expiry; next to amounts already counted they are
     /// counted as admitted at `now`, which is longer.
     pub(crate) fn restore(&mut self, entries: &[(Nanos, u64)], now: Nanos) {
-        let horizon = now.saturating_add(self.window);
+        let ahead = self
+            .window
+            .max(super::limit::nanos(crate::lifecycle::ARRIVAL_CAP));
+        let horizon = now.saturating_add(self.window).saturating_add(ahead);
         let live = entries
             .iter()
             .filter(|(expires, amount)| *expires > now && *amount > 0)
