@@ -9,24 +9,28 @@
 //! remembers the limits each scope was last opened with, and the new
 //! handle
 //!
-//! * keeps each replaced limit as a *transitional* one for one of its
-//!   windows: passed to every script with the new limits, it still counts
-//!   and bounds new admissions, so no window that holds admissions from
-//!   before the reload admits more than either configuration would;
-//! * names it as the *source* of each new limit of its dimension (the one
-//!   whose window covers the new window best): the first script to find
-//!   the new limit's state missing seeds it with what the source counts,
-//!   as admitted then (`common.lua`, Seeds), so a longer window cannot
-//!   admit its whole amount again.
+//! * names a limit in force before (kept or replaced) as the *source* of
+//!   each new limit of its dimension (the one whose window covers the new
+//!   window best, as the in-process store chooses): the first script to
+//!   find the new limit's state missing seeds it with what the source
+//!   counts, as admitted then (`common.lua`, Seeds), so a longer window
+//!   cannot admit its whole amount again;
+//! * keeps each replaced limit that is such a source as a *transitional*
+//!   one for one of its windows: passed to every script with the new
+//!   limits, it still counts and bounds new admissions, so no window that
+//!   holds admissions from before the reload admits more than either
+//!   configuration would. A replaced limit that seeds nothing (its
+//!   dimension no longer limited) goes, as in the in-process store.
+//!
+//! A new limit whose window is at least as long as its replaced source's
+//! also keeps counting at least what the source counts, at every operation
+//! (`common.lua`, Seeds): an idempotent floor, not a second seed, so a
+//! window reloaded back to one whose key still lives, a call settled
+//! through a handle opened before the reload and a replica not reloaded
+//! yet are all counted in the longer window.
 //!
 //! Within one process only: a process started with other windows than the
-//! one before it has nothing to carry (docs/redis.md, "Reloads"). And a
-//! seed lands only on a missing state: a window reloaded back to one
-//! whose key still lives is not seeded with what the window between
-//! admitted (that one bounds new admissions for one of its windows, then
-//! goes; seeding a live key would add the same count once per replica).
-//! Left so: flipping a window back and forth within one window is not a
-//! change anyone makes on purpose.
+//! one before it has nothing to carry (docs/redis.md, "Reloads").
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,8 +58,9 @@ struct Entry {
 pub(crate) struct Carried {
     /// The replaced limits still in force, each until its instant.
     pub(crate) transitional: Vec<(LimitParams, Instant)>,
-    /// For each of the new limits, the transitional limit (an index into
-    /// `transitional`) it is seeded from.
+    /// For each of the new limits, the limit it is seeded from: an index
+    /// into the new limits followed by `transitional` (a kept limit, or
+    /// a replaced one, as the in-process store's `source` chooses).
     pub(crate) sources: Vec<Option<usize>>,
 }
 
@@ -70,7 +75,8 @@ impl Opened {
         };
         let mut carried = Carried::default();
         // Replaced limits that were in force become transitional for one
-        // of their windows; older transitional ones keep their end.
+        // of their windows (those that seed a new limit, below); older
+        // transitional ones keep their end.
         let mut replaced: Vec<usize> = Vec::new();
         let mut kept: Vec<LimitParams> = Vec::new();
         for e in &before {
@@ -91,15 +97,58 @@ impl Opened {
             .filter(|e| e.until.is_none())
             .map(|e| e.params.clone())
             .collect();
+        // Every limit in force before is a candidate source (as in the
+        // in-process store): a kept one (among the new limits) or a
+        // replaced one (among the transitional ones, after them).
+        let mut candidates: Vec<(LimitParams, usize)> = limits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| has(&in_force, l))
+            .map(|(j, l)| (l.clone(), j))
+            .collect();
+        candidates.extend(
+            replaced
+                .iter()
+                .map(|&k| (carried.transitional[k].0.clone(), limits.len() + k)),
+        );
         carried.sources = limits
             .iter()
             .map(|l| {
                 if before.is_empty() || has(&in_force, l) {
                     return None;
                 }
-                source(&carried.transitional, &replaced, l)
+                source(&candidates, l)
             })
             .collect();
+        // A replaced limit that seeds none of the new ones goes, as in the
+        // in-process store (its dimension is no longer limited, or only by
+        // limits it does not cover): kept transitional, it would refuse
+        // what the running configuration admits.
+        let n = limits.len();
+        let seeds = |k: usize| carried.sources.contains(&Some(n + k));
+        let stays: Vec<bool> = (0..carried.transitional.len())
+            .map(|k| !replaced.contains(&k) || seeds(k))
+            .collect();
+        let mut moved = vec![None; stays.len()];
+        let mut next = 0;
+        for (k, &stay) in stays.iter().enumerate() {
+            if stay {
+                moved[k] = Some(next);
+                next += 1;
+            }
+        }
+        for s in &mut carried.sources {
+            if let Some(i) = *s
+                && i >= n
+            {
+                *s = moved[i - n].map(|k| n + k);
+            }
+        }
+        let mut k = 0;
+        carried.transitional.retain(|_| {
+            k += 1;
+            stays[k - 1]
+        });
         let mut now_open: Vec<Entry> = limits
             .iter()
             .map(|l| Entry {
@@ -124,25 +173,20 @@ fn after(now: Instant, window: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// Among the replaced limits (`candidates`, indices into `transitional`)
+/// Among the limits in force before (`candidates`: each with its index)
 /// of `limit`'s dimension: the shortest window at least as long as
 /// `limit`'s, else the longest (as the in-process store chooses).
-fn source(
-    transitional: &[(LimitParams, Instant)],
-    candidates: &[usize],
-    limit: &LimitParams,
-) -> Option<usize> {
+fn source(candidates: &[(LimitParams, usize)], limit: &LimitParams) -> Option<usize> {
     let same = || {
         candidates
             .iter()
-            .copied()
-            .filter(|&i| transitional[i].0.dimension == limit.dimension)
+            .filter(|(c, _)| c.dimension == limit.dimension)
     };
-    let window = |i: usize| transitional[i].0.window_us;
     same()
-        .filter(|&i| window(i) >= limit.window_us)
-        .min_by_key(|&i| window(i))
-        .or_else(|| same().max_by_key(|&i| window(i)))
+        .filter(|(c, _)| c.window_us >= limit.window_us)
+        .min_by_key(|(c, _)| c.window_us)
+        .or_else(|| same().max_by_key(|(c, _)| c.window_us))
+        .map(|&(_, i)| i)
 }
 
 #[cfg(test)]
@@ -185,7 +229,7 @@ mod tests {
         assert_eq!(replaced.config_window, 24 * HOUR);
         assert_eq!(*until, later + 24 * HOUR);
         // The day covers the hour best; only the day is there for two days.
-        assert_eq!(second.sources, vec![Some(0), Some(0), None]);
+        assert_eq!(second.sources, vec![Some(3), Some(3), None]);
         let again = opened.open("s", &limits(&split), later + HOUR);
         assert_eq!(again.transitional.len(), 1);
         assert_eq!(again.transitional[0].1, later + 24 * HOUR, "its end kept");

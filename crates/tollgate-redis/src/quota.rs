@@ -54,8 +54,8 @@ pub struct RedisQuota {
     own: usize,
     /// Until when each transitional limit is passed to the scripts.
     until: Vec<Instant>,
-    /// Per limit of the scope's own: the transitional limit (an index
-    /// into `limits`) its state is seeded from.
+    /// Per limit of the scope's own: the limit (an index into `limits`:
+    /// a kept one or a transitional one) its state is seeded from.
     sources: Vec<Option<usize>>,
     algorithm: Algorithm,
     ttl_ms: u64,
@@ -78,7 +78,9 @@ impl RedisQuota {
         let own = limits.len();
         let now = shared.settings.clock.now();
         let carried = shared.opened.open(scope.name(), &limits, now);
-        let sources = carried.sources.iter().map(|s| s.map(|i| own + i)).collect();
+        // Indices into the new limits followed by the transitional ones:
+        // `limits` below.
+        let sources = carried.sources;
         let mut until = Vec::with_capacity(carried.transitional.len());
         for (params, end) in carried.transitional {
             limits.push(params);

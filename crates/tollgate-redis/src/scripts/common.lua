@@ -772,6 +772,22 @@ local ALGO = { s = S, b = B, f = F }
 -- the new limit's state missing. A script that reads no clock never
 -- writes an unseeded state (see save_one): the next one that does seeds
 -- it.
+--
+-- A new limit whose window is at least as long as its source's, a
+-- replaced limit still in force (transitional), then counts, at every
+-- script that reads the clock, at least what the source counts (the
+-- difference counted as admitted now): everything the source counts lies
+-- in the new window too. So what reaches only the source (a settlement
+-- through a handle opened before the reload, another process not yet
+-- reloaded, a source key left from an earlier change of windows) is not
+-- missed by the longer window. A kept source seeds only: replicas that
+-- keep it with other limits beside it count only what they admit (DQ-5).
+
+-- How long limit l's window is, in microseconds.
+local function span(l)
+  if l.kind == "b" then return l.window * l.res end
+  return l.window
+end
 
 -- Loads every limit's state (and its algorithm) into l.algo / l.state.
 local function load()
@@ -792,10 +808,16 @@ local function advance(now)
   end
   for i = 1, N do
     local l = limits[i]
-    if l.unseeded then
-      local src = limits[l.src]
-      l.algo.seed(l, l.state, src.algo.counted(src, src.state), now)
-      l.unseeded = false
+    local src = l.src > 0 and l.src ~= i and limits[l.src] or nil
+    if src then
+      local has = src.algo.counted(src, src.state)
+      if l.unseeded then
+        l.algo.seed(l, l.state, has, now)
+        l.unseeded = false
+      elseif src.src == -1 and span(l) >= span(src) then
+        local short = has - l.algo.counted(l, l.state)
+        if short > 0 then l.algo.seed(l, l.state, short, now) end
+      end
     end
   end
 end
