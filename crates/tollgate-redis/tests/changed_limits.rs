@@ -1,6 +1,11 @@
 //! A reload that changes a shared scope's bucket amount or burst, or a
 //! limit's window (SPEC GW-15, DQ-8, Q-7): what was admitted stays
-//! counted. The reload is what the engine does: the same backend opens a
+//! counted. A new limit takes its count from any limit of its dimension in
+//! force before, kept or replaced; a longer one keeps counting at least
+//! what its replaced source counts, so what reaches only the source (a
+//! call settled through its pre-reload handle, a replica not reloaded yet,
+//! a key left from an earlier change) is not missed; a limit the new
+//! configuration drops goes. The reload is what the engine does: the same backend opens a
 //! handle for the new limits. The scripts run at explicit store times and
 //! the handles on a manual local clock, so every instant is exact.
 
@@ -11,13 +16,15 @@ use std::time::Duration;
 
 use tollgate::clock::{Instant, ManualClock};
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, RemoteHold, RemoteQuota};
+use tollgate::quota::{Actual, Demand, OpId, RemoteHold, RemoteQuota, Reservation};
 use tollgate_redis::{RawReserve, RedisBackend, RedisQuota, RedisServer, RedisSettings};
 
 use common::BUDGET;
 
 const DAY: Duration = Duration::from_secs(86_400);
 const DAY_US: u64 = 86_400_000_000;
+const HOUR: Duration = Duration::from_secs(3_600);
+const HOUR_US: u64 = 3_600_000_000;
 const BUCKET: Algorithm = Algorithm::TokenBucket { burst: None };
 
 /// A backend whose handles read `clock` (when transitional limits end).
@@ -43,6 +50,14 @@ async fn granted(store: &RedisQuota, tokens: u64) -> bool {
         .await
         .unwrap();
     matches!(got, RawReserve::Granted { .. })
+}
+
+async fn reserve(store: &RedisQuota, tokens: u64) -> Reservation {
+    store
+        .reserve(Demand::new(tokens, 0), RemoteHold::Leased, BUDGET)
+        .await
+        .expect("answered")
+        .expect("granted")
 }
 
 async fn available(store: &RedisQuota) -> Vec<i64> {
@@ -190,4 +205,189 @@ async fn a_shorter_window_keeps_the_old_one_until_it_has_passed() {
             "{algorithm:?}: 20,000 in one day under 10,000 a day"
         );
     }
+}
+
+// proves: Q-7, DQ-8, GW-15 (a call leased before a reload, 10,000 tokens a
+// day with an estimate of 1,000, settles its debt of 9,000 through the
+// handle it was taken with, after the reloaded handle, 20,000 per two days,
+// seeded its key: the two-day limit counts it from its next operation, and
+// still does once the transitional day has ended)
+#[tokio::test]
+async fn debt_settled_through_the_old_handle_reaches_the_longer_window() {
+    let Some(server) = common::server("debt_settled_through_the_old_handle") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("debt");
+    let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
+    let after = ScopeConfig::new(name).tokens(20_000, 2 * DAY);
+    let old = backend.open_scope(&before);
+    at(&[&old], 1_000);
+    let call = reserve(&old, 1_000).await;
+    let new = backend.open_scope(&after);
+    at(&[&new], 2_000);
+    // The reloaded handle's first operation seeds the two-day key.
+    assert_eq!(available(&new).await, vec![19_000, 9_000]);
+    // The call in flight settles through its own handle: 10,000 used.
+    at(&[&old], 3_000);
+    old.reconcile(call, Actual::total(10_000), OpId::new(), BUDGET)
+        .await
+        .expect("reconcile");
+    // The reloaded handle's next call.
+    at(&[&new], 4_000);
+    assert!(!granted(&new, 1).await, "the day is spent");
+    assert!(granted(&new, 0).await);
+    assert_eq!(available(&new).await, vec![10_000, 0]);
+    // A day and a bit on: the transitional day limit has ended.
+    clock.advance(DAY + HOUR);
+    at(&[&new], 1_000 + DAY_US + HOUR_US);
+    assert_eq!(available(&new).await.len(), 1, "transitional limit ended");
+    assert!(
+        !granted(&new, 10_001).await,
+        "10,000 were used within these two days; 20,000 per two days leaves 10,000"
+    );
+    assert!(granted(&new, 10_000).await);
+}
+
+// proves: GW-15, DQ-8, Q-7 (a window changed back: 10,000 tokens a day,
+// reloaded as 10,000 an hour, 10,000 admitted in an hour more than a day
+// later, then reloaded back to the day while the old day key still lives
+// (keys live two windows and an hour): the day counts what the hour counts,
+// and no fresh day is handed out once the transitional hour has passed)
+#[tokio::test]
+async fn a_window_changed_back_while_its_key_lives_counts_the_hour() {
+    let Some(server) = common::server("a_window_changed_back") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("back");
+    let day = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
+    let hour = ScopeConfig::new(name).tokens(10_000, HOUR);
+    let first = backend.open_scope(&day);
+    at(&[&first], 1_000);
+    assert!(granted(&first, 10).await);
+    let second = backend.open_scope(&hour);
+    at(&[&second], 2_000);
+    assert!(granted(&second, 10).await);
+    // A day and an hour on: the transitional day limit ended.
+    clock.advance(DAY + HOUR);
+    let t = 2_000 + DAY_US + HOUR_US;
+    at(&[&second], t);
+    assert!(granted(&second, 10_000).await, "the hour's 10,000");
+    // Reloaded back to the day, a minute later.
+    clock.advance(Duration::from_secs(60));
+    let third = backend.open_scope(&day);
+    at(&[&third], t + 60_000_000);
+    assert!(!granted(&third, 1).await, "the transitional hour bounds");
+    // Past the transitional hour.
+    clock.advance(HOUR);
+    at(&[&third], t + 60_000_000 + HOUR_US + 1);
+    assert!(
+        !granted(&third, 10_000).await,
+        "20,000 within ~1 hour under 10,000 a day: the day was handed out fresh"
+    );
+    assert!(!granted(&third, 1).await);
+}
+
+// proves: DQ-2, GW-15, Q-7 (a rolling reload: process A reloads 10,000 a
+// day to 15,000 per two days while process B still runs the day limit;
+// what B admits into the day key a minute later is counted by A's two-day
+// window from A's next call, so the next day leaves the two days' rest,
+// not more)
+#[tokio::test]
+async fn a_replica_not_yet_reloaded_is_counted_by_the_new_window() {
+    let Some(server) = common::server("a_replica_not_yet_reloaded") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let name = common::unique("rolling");
+    let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
+    let after = ScopeConfig::new(name).tokens(15_000, 2 * DAY);
+    let a_process = backend(&server, &clock);
+    let b_process = backend(&server, &clock);
+    let a_old = a_process.open_scope(&before);
+    let b = b_process.open_scope(&before);
+    at(&[&a_old, &b], 1_000);
+    assert!(granted(&b, 4_000).await);
+    let a = a_process.open_scope(&after);
+    at(&[&a], 2_000);
+    assert_eq!(available(&a).await, vec![11_000, 6_000]);
+    // B, not reloaded yet, admits 6,000 more a minute later.
+    at(&[&b], 60_000_000);
+    assert!(granted(&b, 6_000).await);
+    // A's next call counts them in the two days.
+    at(&[&a], 120_000_000);
+    assert!(!granted(&a, 1).await, "the day is spent");
+    // The next day, after A's transitional day: 10,000 of the two days'
+    // 15,000 are spent.
+    clock.advance(DAY + HOUR);
+    at(&[&a], DAY_US + HOUR_US);
+    assert_eq!(available(&a).await, vec![5_000]);
+    assert!(
+        !granted(&a, 5_001).await,
+        "more than 15,000 within two days"
+    );
+    assert!(granted(&a, 5_000).await);
+}
+
+// proves: GW-15, DQ-8, Q-7 (a reload that adds a window beside a kept one
+// of the same dimension: 10,000 tokens a day spent, then reloaded as
+// 10,000 a day and 15,000 per two days: the two-day limit is seeded from
+// the kept day, as in the in-process store, so the next day admits 5,000,
+// not 10,000)
+#[tokio::test]
+async fn a_window_added_beside_a_kept_one_is_seeded_from_it() {
+    let Some(server) = common::server("a_window_added_beside_a_kept_one") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("added");
+    let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
+    let after = ScopeConfig::new(name)
+        .tokens(10_000, DAY)
+        .tokens(15_000, 2 * DAY);
+    let old = backend.open_scope(&before);
+    at(&[&old], 1_000);
+    assert!(granted(&old, 10_000).await);
+    let new = backend.open_scope(&after);
+    at(&[&new], 2_000);
+    assert!(!granted(&new, 1).await, "the day is spent");
+    clock.advance(DAY);
+    at(&[&new], 2_000 + DAY_US);
+    assert!(
+        !granted(&new, 5_001).await,
+        "10,000 counted in these two days: 15,000 per two days leaves 5,000"
+    );
+    assert!(granted(&new, 5_000).await);
+}
+
+// proves: GW-15 (a reload that removes a dimension's limit altogether,
+// 10,000 tokens a day gone and 100 requests a minute kept: the removed
+// limit goes, as in the in-process store, and no longer refuses calls
+// with tokens)
+#[tokio::test]
+async fn a_removed_limit_goes_at_once() {
+    let Some(server) = common::server("a_removed_limit_still_refuses") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("removed");
+    let minute = Duration::from_secs(60);
+    let before = ScopeConfig::new(name.clone())
+        .requests(100, minute)
+        .tokens(10_000, DAY);
+    let after = ScopeConfig::new(name).requests(100, minute);
+    let old = backend.open_scope(&before);
+    at(&[&old], 1_000);
+    assert!(granted(&old, 10_000).await);
+    let new = backend.open_scope(&after);
+    at(&[&new], 2_000);
+    assert!(
+        granted(&new, 1).await,
+        "no token limit is configured any more, yet a 1-token call is refused"
+    );
 }
