@@ -432,3 +432,37 @@ async fn a_configured_limit_replaces_the_provisional_one() {
     assert_eq!(at, vec![Duration::ZERO; 4]);
     drop(first);
 }
+
+// proves: GW-15, Q-5, Q-7 (a call leased before a reload to a longer
+// window settles its debt after it: 1,000 tokens estimated, 10,000 used
+// under 10,000 a day, reloaded as 15,000 per two days; the two days count
+// all 10,000, also once the old day has gone, so the next day admits
+// 5,000 and no more)
+#[tokio::test(start_paused = true)]
+async fn debt_settled_after_a_reload_reaches_the_longer_window() {
+    let day = Duration::from_secs(86_400);
+    for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+        let scope = |amount, window| {
+            ScopeConfig::new("main")
+                .tokens(amount, window)
+                .algorithm(algorithm)
+        };
+        let c = AdmissionController::new(config(vec![scope(10_000, day)])).unwrap();
+        let mut lease = c.acquire(&tokens(1_000), Deadline::NONE).await.unwrap();
+        tokio::time::advance(secs(1)).await;
+        c.reconfigure(config(vec![scope(15_000, 2 * day)])).unwrap();
+        lease.reconcile(tollgate::Usage::known(10_000)).unwrap();
+        drop(lease);
+        assert_eq!(
+            available(&c, Dimension::Tokens),
+            5_000,
+            "{algorithm:?}: the two days count the debt"
+        );
+        tokio::time::advance(day + secs(60)).await;
+        assert_eq!(
+            available(&c, Dimension::Tokens),
+            5_000,
+            "{algorithm:?}: 10,000 of the two days' 15,000 are used"
+        );
+    }
+}

@@ -236,9 +236,9 @@ impl LimitState {
         }
     }
 
-    pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+    pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64, now: Nanos) {
         match &mut self.algo {
-            Algo::Sliding(w) => w.reconcile(stamp, estimate, actual),
+            Algo::Sliding(w) => w.reconcile(stamp, estimate, actual, now),
             Algo::Bucket(b) => b.reconcile(estimate, actual),
             Algo::Fixed(w) => w.reconcile(stamp, estimate, actual),
         }

@@ -320,7 +320,7 @@ impl QuotaStore for LocalQuota {
             };
             let estimate = demand.amount(l.dimension());
             if used != estimate {
-                l.reconcile(stamp, estimate, used);
+                l.reconcile(stamp, estimate, used, self.latest);
             }
         }
         self.sent.reconcile(reservation.seq, demand, actual);

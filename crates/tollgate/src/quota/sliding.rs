@@ -248,8 +248,12 @@ impl SlidingWindow {
     }
 
     /// Replaces a leased estimate by the reported amount in the same slot
-    /// (SPEC Q-5). Nothing changes once the slot aged out.
-    pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+    /// (SPEC Q-5). Nothing changes once the slot aged out. A limit that
+    /// holds no slot of the reservation (one a reload added after it was
+    /// taken, seeded with what it counted) counts the debt from the
+    /// reservation's instant, until one window after it (`now`: the
+    /// latest instant the window was brought to).
+    pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64, now: Nanos) {
         let (estimate, actual) = (estimate.min(MAX_AMOUNT), actual.min(MAX_AMOUNT));
         if estimate == 0 {
             // A zero amount opened no slot: its debt is counted from its
@@ -258,7 +262,11 @@ impl SlidingWindow {
             self.insert_at(actual, stamp, stamp);
             return;
         }
-        if let Some(slot) = self.locate(stamp).and_then(|i| self.log.get_mut(i)) {
+        let Some(i) = self.locate(stamp) else {
+            self.insert_at(actual.saturating_sub(estimate), stamp, now);
+            return;
+        };
+        if let Some(slot) = self.log.get_mut(i) {
             if actual >= estimate {
                 let debt = actual - estimate;
                 slot.amount = slot.amount.saturating_add(debt);
@@ -548,9 +556,9 @@ mod tests {
         let mut w = SlidingWindow::new(100, 60 * S);
         w.add(40, 0, false);
         w.add(10, 10 * S, false);
-        w.reconcile(0, 40, 25);
+        w.reconcile(0, 40, 25, 10 * S);
         assert_eq!(w.used(), 35);
-        w.reconcile(10 * S, 10, 30);
+        w.reconcile(10 * S, 10, 30, 10 * S);
         assert_eq!(w.used(), 55);
         // The refund frees room now, the debt expires with its own slot.
         w.prune(60 * S);
@@ -558,7 +566,7 @@ mod tests {
         w.prune(70 * S);
         assert_eq!(w.used(), 0);
         // Once aged out, reconciliation changes nothing.
-        w.reconcile(0, 40, 400);
+        w.reconcile(0, 40, 400, 70 * S);
         assert_eq!(w.used(), 0);
     }
 
@@ -595,7 +603,7 @@ mod tests {
         assert_eq!(w.used(), 5);
         w.prune(60 * S);
         assert_eq!(w.used(), 5, "not freed one window after the lease");
-        w.reconcile(stamp, 4, 1);
+        w.reconcile(stamp, 4, 1, stamp);
         assert_eq!(w.used(), 2, "settled in its new slot");
         w.prune(62 * S);
         assert_eq!(w.used(), 1);
@@ -635,7 +643,7 @@ mod tests {
         let mut w = SlidingWindow::new(100, 60 * S);
         w.add(1, 0, false);
         w.add(0, 30 * S, false);
-        w.reconcile(30 * S, 0, 40);
+        w.reconcile(30 * S, 0, 40, 30 * S);
         assert_eq!(w.used(), 41);
         w.prune(60 * S);
         assert_eq!(w.used(), 40, "not gone with the earlier slot");
