@@ -57,6 +57,18 @@ pub struct RedisQuota {
     /// Per limit of the scope's own: the limit (an index into `limits`:
     /// a kept one or a transitional one) its state is seeded from.
     sources: Vec<Option<usize>>,
+    /// Per limit of the scope's own seeded from a replaced (transitional)
+    /// limit: until when it counts at least what that one counts (the
+    /// shorter of the two windows), so a key left from an earlier
+    /// configuration, which missed what was admitted while no
+    /// configuration had it, is not taken as seeded (see `common.lua`,
+    /// Seeds).
+    floor_until: Vec<Option<Instant>>,
+    /// Whether a limit seeded from a kept one still waits for its first
+    /// script: that one floors it to what its source counts, once (a key
+    /// left from an earlier configuration is not taken as seeded), before
+    /// this handle's first operation.
+    floor_kept: AtomicBool,
     algorithm: Algorithm,
     ttl_ms: u64,
     /// Judges `check` from the configuration, without a round trip.
@@ -81,6 +93,16 @@ impl RedisQuota {
         // Indices into the new limits followed by the transitional ones:
         // `limits` below.
         let sources = carried.sources;
+        let floor_until = sources
+            .iter()
+            .zip(&limits)
+            .map(|(s, l)| {
+                // A kept source seeds only (`common.lua`, Seeds).
+                let source = &carried.transitional.get(s.filter(|&s| s >= own)? - own)?.0;
+                now.checked_add(l.config_window.min(source.config_window))
+            })
+            .collect();
+        let floor_kept = sources.iter().any(|s| s.is_some_and(|s| s < own));
         let mut until = Vec::with_capacity(carried.transitional.len());
         for (params, end) in carried.transitional {
             limits.push(params);
@@ -95,6 +117,8 @@ impl RedisQuota {
             own,
             until,
             sources,
+            floor_until,
+            floor_kept: AtomicBool::new(floor_kept),
             algorithm,
             local,
             notify,
@@ -177,6 +201,13 @@ impl RedisQuota {
         name: Option<OpId>,
         budget: Duration,
     ) -> Result<T, StoreError> {
+        if self.floor_kept.load(Ordering::Acquire) {
+            // A snapshot always reads the clock and writes every state.
+            let _: redis::Value = self
+                .run_on(&self.active(), Op::Snapshot, |_| 0, &[], None, budget)
+                .await?;
+            self.floor_kept.store(false, Ordering::Release);
+        }
         self.run_on(&self.active(), op, amount, extra, name, budget)
             .await
     }
@@ -204,6 +235,19 @@ impl RedisQuota {
             let l = &self.limits[i];
             // The source's 1-based position among the limits passed; -1
             // marks a transitional limit.
+            let floor = self
+                .floor_until
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|until| until > self.now())
+                || (self.floor_kept.load(Ordering::Acquire)
+                    && self
+                        .sources
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|s| s < self.own));
             let source = if i >= self.own {
                 -1
             } else {
@@ -213,6 +257,12 @@ impl RedisQuota {
                     .flatten()
                     .and_then(|s| active.iter().position(|&a| a == s))
                     .map_or(0, |p| i64::try_from(p + 1).unwrap_or(0))
+            };
+            // A replaced source still floors the new limit (`common.lua`).
+            let source = if floor && source > 0 {
+                source + FLOOR
+            } else {
+                source
             };
             l.push_args(amount(l.dimension), source, &mut args);
         }
@@ -269,6 +319,9 @@ pub(crate) fn later(at: Instant, micros: u64) -> Result<Instant, StoreError> {
     at.checked_add(Duration::from_micros(micros))
         .ok_or_else(|| crate::error::malformed("instant out of range"))
 }
+
+/// Added to a limit's source (1-based) while that source floors it.
+const FLOOR: i64 = 1 << 20;
 
 /// A store amount as a script argument.
 pub(crate) fn num(v: u64) -> String {

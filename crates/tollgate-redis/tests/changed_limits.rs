@@ -24,6 +24,7 @@ use common::BUDGET;
 const DAY: Duration = Duration::from_secs(86_400);
 const DAY_US: u64 = 86_400_000_000;
 const HOUR: Duration = Duration::from_secs(3_600);
+const MINUTE: Duration = Duration::from_secs(60);
 const HOUR_US: u64 = 3_600_000_000;
 const BUCKET: Algorithm = Algorithm::TokenBucket { burst: None };
 
@@ -389,5 +390,77 @@ async fn a_removed_limit_goes_at_once() {
     assert!(
         granted(&new, 1).await,
         "no token limit is configured any more, yet a 1-token call is refused"
+    );
+}
+
+// proves: Q-7, GW-15 (100 tokens a minute, reloaded as 10,000 an hour,
+// 100 admitted under the hour, then reloaded back to the minute a second
+// later while the old minute key still lives: the minute must not admit
+// 100 more within the same 60 s; a missing key would be seeded with the
+// hour's count, as the in-process store seeds it)
+#[tokio::test]
+async fn shorter_window_changed_back_while_its_key_lives() {
+    let Some(server) = common::server("revc2_shorter_back") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("revc2back");
+    let minute = ScopeConfig::new(name.clone()).tokens(100, MINUTE);
+    let hour = ScopeConfig::new(name).tokens(10_000, HOUR);
+    let first = backend.open_scope(&minute);
+    at(&[&first], 1_000);
+    assert!(granted(&first, 10).await);
+    let second = backend.open_scope(&hour);
+    at(&[&second], 2_000);
+    assert!(granted(&second, 10).await);
+    // Two minutes on: the transitional minute ended.
+    clock.advance(2 * MINUTE);
+    let t = 2_000 + 120_000_000;
+    at(&[&second], t);
+    assert!(granted(&second, 100).await, "the hour admits 100");
+    // Reloaded back to the minute, one second later.
+    clock.advance(Duration::from_secs(1));
+    let third = backend.open_scope(&minute);
+    at(&[&third], t + 1_000_000);
+    assert!(
+        !granted(&third, 100).await,
+        "200 tokens admitted within one second under 100 tokens a minute"
+    );
+}
+
+// proves: Q-7, GW-15 (1,000 tokens a minute and 1,000 an hour; the hour
+// removed, 990 admitted, and the hour added back a second later while its
+// key still lives: the in-process store seeds it from the kept minute
+// (990 + 10), Redis keeps the stale key's 10, so a minute later the hour
+// admits 990 more: 1,990 within the hour)
+#[tokio::test]
+async fn longer_window_added_back_beside_a_kept_one_while_its_key_lives() {
+    let Some(server) = common::server("revc2_added_back") else {
+        return;
+    };
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    let name = common::unique("revc2added");
+    let both = ScopeConfig::new(name.clone())
+        .tokens(1_000, MINUTE)
+        .tokens(1_000, HOUR);
+    let only_minute = ScopeConfig::new(name).tokens(1_000, MINUTE);
+    let first = backend.open_scope(&both);
+    at(&[&first], 1_000);
+    assert!(granted(&first, 10).await);
+    let second = backend.open_scope(&only_minute);
+    at(&[&second], 2_000);
+    assert!(granted(&second, 990).await);
+    clock.advance(Duration::from_secs(1));
+    let third = backend.open_scope(&both);
+    at(&[&third], 1_002_000);
+    assert!(!granted(&third, 1).await, "the minute is spent");
+    // Two minutes on: the minute is free again, the hour is not.
+    clock.advance(2 * MINUTE);
+    at(&[&third], 121_002_000);
+    assert!(
+        !granted(&third, 990).await,
+        "1,990 tokens admitted within the hour under 1,000 an hour"
     );
 }

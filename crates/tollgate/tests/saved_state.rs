@@ -306,3 +306,97 @@ async fn a_restarted_controller_keeps_the_day() {
     tokio::time::advance(Duration::from_secs(3_600)).await;
     assert_eq!(admitted_now(&second, 10).await, 5);
 }
+
+/// What `q`'s first limit has available at `at` (on a copy).
+fn free_at(q: &LocalQuota, at: Instant) -> i64 {
+    let mut copy = q.clone();
+    let mut out = Vec::new();
+    copy.snapshot(at, &mut out);
+    out[0].available
+}
+
+// proves: DQ-8, Q-15 (10 requests an hour, fixed windows; 10 admitted at
+// 59 min whose provider may count them until 61 min (kept ahead), saved,
+// and restored by a process whose wall clock reads a day earlier (an NTP
+// step back): a sliding window believes a saved expiry at most one window
+// plus max(window, arrival cap) ahead; the fixed window must not count the
+// amount kept ahead in every hour for a whole day)
+#[test]
+fn an_amount_kept_ahead_is_not_counted_for_a_day_after_the_clock_went_back() {
+    let config = ScopeConfig::new("s")
+        .requests(10, W)
+        .algorithm(Algorithm::FixedWindow);
+    let utc = SystemTime::UNIX_EPOCH + Duration::from_secs(START);
+    let t0 = Instant::now();
+    let mut old = LocalQuota::with_wall(&config, t0, WallClock::new(t0, utc));
+    let t = t0 + Duration::from_secs(59 * 60);
+    let mut r = old
+        .reserve(&Demand::new(0, 0), t, Hold::Leased)
+        .expect("granted");
+    for _ in 0..9 {
+        old.reserve(&Demand::new(0, 0), t, Hold::Leased).unwrap();
+    }
+    old.recount(&mut r, t + Duration::from_secs(120), t);
+    let saved = old.save(t, every_limit);
+    // The restarted process's wall clock reads a day earlier.
+    let t1 = Instant::now() + Duration::from_secs(10_000);
+    let mut new = LocalQuota::with_wall(
+        &config,
+        t1,
+        WallClock::new(
+            t1,
+            utc + Duration::from_secs(59 * 60) - Duration::from_secs(86_400),
+        ),
+    );
+    new.restore(&saved, t1);
+    // Five hours on: far more than one window plus the arrival cap.
+    let later = t1 + 5 * W;
+    assert_eq!(
+        free_at(&new, later),
+        10,
+        "one request kept ahead 2 minutes is still counted five hours after the restart"
+    );
+}
+
+// proves: DQ-8, Q-15, Q-7 (10 requests an hour in fixed windows; 10
+// admitted at 59 min which the provider may count until 61 min (kept
+// ahead into the next hour), saved at 59 min; the process restarts at
+// 62 min with a sliding hour: the fixed window would still count them
+// until 120 min, a reload at 62 min would seed them; the restart must not
+// hand out a fresh hour: 20 within 3 minutes under 10 an hour)
+#[test]
+fn a_changed_window_is_seeded_with_what_an_ended_window_keeps_ahead() {
+    let fixed = ScopeConfig::new("s")
+        .requests(10, W)
+        .algorithm(Algorithm::FixedWindow);
+    let sliding = ScopeConfig::new("s")
+        .requests(10, W)
+        .algorithm(Algorithm::SlidingWindow);
+    let utc = SystemTime::UNIX_EPOCH + Duration::from_secs(START);
+    let t0 = Instant::now();
+    let mut old = LocalQuota::with_wall(&fixed, t0, WallClock::new(t0, utc));
+    let t = t0 + Duration::from_secs(59 * 60);
+    let mut leases = Vec::new();
+    for _ in 0..10 {
+        leases.push(
+            old.reserve(&Demand::new(0, 0), t, Hold::Leased)
+                .expect("granted"),
+        );
+    }
+    for r in &mut leases {
+        old.recount(r, t + Duration::from_secs(120), t);
+    }
+    let saved = old.save(t, every_limit);
+    let t1 = Instant::now() + Duration::from_secs(20_000);
+    let mut new = LocalQuota::with_wall(
+        &sliding,
+        t1,
+        WallClock::new(t1, utc + Duration::from_secs(62 * 60)),
+    );
+    new.restore(&saved, t1);
+    assert_eq!(
+        free_at(&new, t1),
+        0,
+        "the 10 the provider counts in this hour are not counted after the restart"
+    );
+}

@@ -23,7 +23,8 @@
 --              "t" tokens, "i" input tokens, "o" output tokens), the
 --              operation's amount, and the limit it is seeded from when
 --              its state does not exist yet (1-based, 0 for none, -1: a
---              transitional limit itself; see Seeds)
+--              transitional limit itself; plus 2^20 while that limit also
+--              floors it; see Seeds)
 -- ARGV[5+8n..] the operation's own arguments
 -- KEYS[4n+2]   the operation's marker, when it is named (SPEC DQ-6):
 --              {prefix:scope}:op:<id>, its first answer
@@ -66,6 +67,11 @@ for i = 1, N do
     amount = tonumber(ARGV[b + 6]),
     src = tonumber(ARGV[b + 7]),
   }
+  -- A source that still floors the new limit (see Seeds).
+  if limits[i].src > 1048576 then
+    limits[i].src = limits[i].src - 1048576
+    limits[i].floor = true
+  end
   pendxs[i] = limits[i].pendx
 end
 
@@ -780,8 +786,14 @@ local ALGO = { s = S, b = B, f = F }
 -- in the new window too. So what reaches only the source (a settlement
 -- through a handle opened before the reload, another process not yet
 -- reloaded, a source key left from an earlier change of windows) is not
--- missed by the longer window. A kept source seeds only: replicas that
--- keep it with other limits beside it count only what they admit (DQ-5).
+-- missed by the longer window. A replaced source also floors a shorter
+-- new limit, for the new limit's window after the reload (the caller adds
+-- 2^20 to its index then): a key left from an earlier configuration
+-- missed what was admitted while no configuration had it, and is counted
+-- as a missing one would be seeded. A kept source floors the new limit
+-- once, at the reloaded handle's first script (a key left from an earlier
+-- configuration, as above), then no more: replicas that keep it with
+-- other limits beside it count only what they admit (DQ-5).
 
 -- How long limit l's window is, in microseconds.
 local function span(l)
@@ -814,7 +826,7 @@ local function advance(now)
       if l.unseeded then
         l.algo.seed(l, l.state, has, now)
         l.unseeded = false
-      elseif src.src == -1 and span(l) >= span(src) then
+      elseif l.floor or (src.src == -1 and span(l) >= span(src)) then
         local short = has - l.algo.counted(l, l.state)
         if short > 0 then l.algo.seed(l, l.state, short, now) end
       end

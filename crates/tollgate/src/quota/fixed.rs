@@ -292,6 +292,12 @@ impl FixedWindow {
             self.used = self.used.saturating_add(used);
         }
         let start = self.unclamped_start(now);
+        // As a sliding window believes an expiry (see `SlidingWindow::
+        // restore`): up to one window after `now` plus the larger of one
+        // window and the arrival cap; later is a clock that went back.
+        let len = i128::from(self.end - self.start);
+        let cap = i128::from(super::limit::nanos(crate::lifecycle::ARRIVAL_CAP));
+        let horizon = i128::from(now) + len + len.max(cap);
         for (at, amount) in ahead {
             // The last instant it is counted at, in this process's windows.
             let last = match self.periods {
@@ -314,7 +320,7 @@ impl FixedWindow {
             if used.is_none() {
                 self.used = self.used.saturating_add(amount);
             }
-            let last = tick(last);
+            let last = tick(last.min(horizon));
             if last >= self.end {
                 self.ahead.push((last, amount));
             }

@@ -83,16 +83,21 @@ impl Counted {
                 .map(|(_, a)| *a)
                 .fold(0u64, u64::saturating_add),
             Counted::Window {
-                end, used, ahead, ..
+                start,
+                end,
+                used,
+                ahead,
             } => {
                 if *end > now {
                     *used
                 } else {
-                    // The window ended; what is kept ahead to an instant
-                    // still to come may yet arrive.
+                    // The window ended; what is kept ahead is counted until
+                    // the later window holding its instant ends: no later
+                    // than one window after that instant.
+                    let window = end.duration_since(*start).unwrap_or_default();
                     ahead
                         .iter()
-                        .filter(|(at, _)| *at > now)
+                        .filter(|(at, _)| at.checked_add(window).is_none_or(|e| e > now))
                         .map(|(_, a)| *a)
                         .fold(0u64, u64::saturating_add)
                 }
