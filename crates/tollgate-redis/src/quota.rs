@@ -201,12 +201,16 @@ impl RedisQuota {
         name: Option<OpId>,
         budget: Duration,
     ) -> Result<T, StoreError> {
+        let mut budget = budget;
         if self.floor_kept.load(Ordering::Acquire) {
             // A snapshot always reads the clock and writes every state.
+            // Both round trips share the operation's budget (SPEC DQ-5).
+            let started = tokio::time::Instant::now();
             let _: redis::Value = self
                 .run_on(&self.active(), Op::Snapshot, |_| 0, &[], None, budget)
                 .await?;
             self.floor_kept.store(false, Ordering::Release);
+            budget = budget.saturating_sub(started.elapsed());
         }
         self.run_on(&self.active(), op, amount, extra, name, budget)
             .await
