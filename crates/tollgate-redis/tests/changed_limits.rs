@@ -39,6 +39,14 @@ fn backend(server: &RedisServer, clock: &ManualClock) -> RedisBackend {
     .expect("backend")
 }
 
+/// A server for `test`, a manual clock and a backend whose handles read it.
+fn setup(test: &str) -> Option<(RedisServer, ManualClock, RedisBackend)> {
+    let server = common::server(test)?;
+    let clock = ManualClock::new(Instant::now());
+    let backend = backend(&server, &clock);
+    Some((server, clock, backend))
+}
+
 fn at(stores: &[&RedisQuota], micros: u64) {
     for s in stores {
         s.set_store_time(Some(micros));
@@ -73,11 +81,10 @@ async fn available(store: &RedisQuota) -> Vec<i64> {
 // the raise is there at once)
 #[tokio::test]
 async fn a_reloaded_bucket_amount_keeps_the_days_count() {
-    let Some(server) = common::server("a_reloaded_bucket_amount_keeps_the_days_count") else {
+    let Some((_server, _clock, backend)) = setup("a_reloaded_bucket_amount_keeps_the_days_count")
+    else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     for (after, room) in [(5_000, 0), (15_000, 5_000)] {
         let name = common::unique("bucket-day");
         let before = ScopeConfig::new(name.clone())
@@ -106,11 +113,9 @@ async fn a_reloaded_bucket_amount_keeps_the_days_count() {
 // stays taken)
 #[tokio::test]
 async fn a_lowered_burst_keeps_what_was_taken() {
-    let Some(server) = common::server("a_lowered_burst_keeps_what_was_taken") else {
+    let Some((_server, _clock, backend)) = setup("a_lowered_burst_keeps_what_was_taken") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("burst");
     let minute = Duration::from_secs(60);
     let full = ScopeConfig::new(name.clone())
@@ -139,12 +144,11 @@ async fn a_lowered_burst_keeps_what_was_taken() {
 // from the first admission exactly 20,000 are admitted)
 #[tokio::test]
 async fn a_longer_window_counts_what_the_shorter_one_admitted() {
-    let Some(server) = common::server("a_longer_window_counts_what_the_shorter_one_admitted")
+    let Some((_server, clock, backend)) =
+        setup("a_longer_window_counts_what_the_shorter_one_admitted")
     else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("longer");
     let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
     let after = ScopeConfig::new(name).tokens(20_000, 2 * DAY);
@@ -181,12 +185,11 @@ async fn a_longer_window_counts_what_the_shorter_one_admitted() {
 // more for the rest of the day the old limit counts)
 #[tokio::test]
 async fn a_shorter_window_keeps_the_old_one_until_it_has_passed() {
-    let Some(server) = common::server("a_shorter_window_keeps_the_old_one_until_it_has_passed")
+    let Some((_server, _clock, backend)) =
+        setup("a_shorter_window_keeps_the_old_one_until_it_has_passed")
     else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let hour = Duration::from_secs(3_600);
     for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow] {
         let name = common::unique("shorter");
@@ -215,11 +218,9 @@ async fn a_shorter_window_keeps_the_old_one_until_it_has_passed() {
 // still does once the transitional day has ended)
 #[tokio::test]
 async fn debt_settled_through_the_old_handle_reaches_the_longer_window() {
-    let Some(server) = common::server("debt_settled_through_the_old_handle") else {
+    let Some((_server, clock, backend)) = setup("debt_settled_through_the_old_handle") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("debt");
     let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
     let after = ScopeConfig::new(name).tokens(20_000, 2 * DAY);
@@ -258,11 +259,9 @@ async fn debt_settled_through_the_old_handle_reaches_the_longer_window() {
 // and no fresh day is handed out once the transitional hour has passed)
 #[tokio::test]
 async fn a_window_changed_back_while_its_key_lives_counts_the_hour() {
-    let Some(server) = common::server("a_window_changed_back") else {
+    let Some((_server, clock, backend)) = setup("a_window_changed_back") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("back");
     let day = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
     let hour = ScopeConfig::new(name).tokens(10_000, HOUR);
@@ -340,11 +339,9 @@ async fn a_replica_not_yet_reloaded_is_counted_by_the_new_window() {
 // not 10,000)
 #[tokio::test]
 async fn a_window_added_beside_a_kept_one_is_seeded_from_it() {
-    let Some(server) = common::server("a_window_added_beside_a_kept_one") else {
+    let Some((_server, clock, backend)) = setup("a_window_added_beside_a_kept_one") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("added");
     let before = ScopeConfig::new(name.clone()).tokens(10_000, DAY);
     let after = ScopeConfig::new(name)
@@ -371,11 +368,9 @@ async fn a_window_added_beside_a_kept_one_is_seeded_from_it() {
 // with tokens)
 #[tokio::test]
 async fn a_removed_limit_goes_at_once() {
-    let Some(server) = common::server("a_removed_limit_still_refuses") else {
+    let Some((_server, _clock, backend)) = setup("a_removed_limit_goes_at_once") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
     let name = common::unique("removed");
     let minute = Duration::from_secs(60);
     let before = ScopeConfig::new(name.clone())
@@ -400,12 +395,10 @@ async fn a_removed_limit_goes_at_once() {
 // hour's count, as the in-process store seeds it)
 #[tokio::test]
 async fn shorter_window_changed_back_while_its_key_lives() {
-    let Some(server) = common::server("revc2_shorter_back") else {
+    let Some((_server, clock, backend)) = setup("shorter_window_changed_back") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
-    let name = common::unique("revc2back");
+    let name = common::unique("shorter-back");
     let minute = ScopeConfig::new(name.clone()).tokens(100, MINUTE);
     let hour = ScopeConfig::new(name).tokens(10_000, HOUR);
     let first = backend.open_scope(&minute);
@@ -436,12 +429,10 @@ async fn shorter_window_changed_back_while_its_key_lives() {
 // admits 990 more: 1,990 within the hour)
 #[tokio::test]
 async fn longer_window_added_back_beside_a_kept_one_while_its_key_lives() {
-    let Some(server) = common::server("revc2_added_back") else {
+    let Some((_server, clock, backend)) = setup("longer_window_added_back") else {
         return;
     };
-    let clock = ManualClock::new(Instant::now());
-    let backend = backend(&server, &clock);
-    let name = common::unique("revc2added");
+    let name = common::unique("added-back");
     let both = ScopeConfig::new(name.clone())
         .tokens(1_000, MINUTE)
         .tokens(1_000, HOUR);
