@@ -235,40 +235,9 @@ impl RedisQuota {
         args.push(self.ttl_ms.to_string());
         args.push(self.keys.channel.clone());
         args.push(active.len().to_string());
-        for (j, &i) in active.iter().enumerate() {
+        for &i in active {
             let l = &self.limits[i];
-            // The source's 1-based position among the limits passed; -1
-            // marks a transitional limit.
-            let floor = self
-                .floor_until
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|until| until > self.now())
-                || (self.floor_kept.load(Ordering::Acquire)
-                    && self
-                        .sources
-                        .get(i)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|s| s < self.own));
-            let source = if i >= self.own {
-                -1
-            } else {
-                self.sources
-                    .get(j)
-                    .copied()
-                    .flatten()
-                    .and_then(|s| active.iter().position(|&a| a == s))
-                    .map_or(0, |p| i64::try_from(p + 1).unwrap_or(0))
-            };
-            // A replaced source still floors the new limit (`common.lua`).
-            let source = if floor && source > 0 {
-                source + FLOOR
-            } else {
-                source
-            };
-            l.push_args(amount(l.dimension), source, &mut args);
+            l.push_args(amount(l.dimension), self.source_arg(i, active), &mut args);
         }
         args.extend_from_slice(extra);
         let mut invocation = self.shared.scripts.get(op).prepare_invoke();
@@ -297,6 +266,33 @@ impl RedisQuota {
 
     fn now(&self) -> Instant {
         self.shared.settings.clock.now()
+    }
+
+    /// Limit `i`'s source argument among the limits passed (`active`):
+    /// its source's 1-based position there, plus [`FLOOR`] while that
+    /// source also floors it; 0 for none; -1 for a transitional limit
+    /// (`common.lua`, Seeds).
+    fn source_arg(&self, i: usize, active: &[usize]) -> i64 {
+        if i >= self.own {
+            return -1;
+        }
+        let Some(source) = self.sources.get(i).copied().flatten() else {
+            return 0;
+        };
+        let Some(at) = active.iter().position(|&a| a == source) else {
+            return 0;
+        };
+        let floors = if source >= self.own {
+            self.floor_until
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|until| until > self.now())
+        } else {
+            self.floor_kept.load(Ordering::Acquire)
+        };
+        let at = i64::try_from(at + 1).unwrap_or(0);
+        if floors { at + FLOOR } else { at }
     }
 
     /// The limits passed to the scripts now (indices into `limits`): the
