@@ -466,3 +466,40 @@ async fn debt_settled_after_a_reload_reaches_the_longer_window() {
         );
     }
 }
+
+// proves: GW-15, Q-7, Q-15 (an attempt the provider may count as late as
+// an instant after a reload to another window is counted, by the new
+// limit, in the window holding that instant: the old window, gone by
+// then, no longer bounds it)
+#[tokio::test(start_paused = true)]
+async fn an_amount_counted_ahead_reaches_the_changed_window() {
+    for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+        let scope = |window| {
+            ScopeConfig::new("main")
+                .requests(2, window)
+                .algorithm(algorithm)
+        };
+        let c = AdmissionController::new(config(vec![scope(MINUTE)])).unwrap();
+        let t0 = Instant::now();
+        let mut lease = c.acquire(&plain(), Deadline::NONE).await.unwrap();
+        // The provider may count it as late as 70 s.
+        lease.counted_by(t0 + secs(70));
+        drop(lease);
+        tokio::time::advance(secs(1)).await;
+        c.reconfigure(config(vec![scope(secs(30))])).unwrap();
+        // The old minute bounds admissions until 61 s; at 65 s the new
+        // 30 s window holding 70 s counts the attempt.
+        tokio::time::advance(secs(64)).await;
+        assert_eq!(
+            available(&c, Dimension::Requests),
+            1,
+            "{algorithm:?}, at 65 s"
+        );
+        tokio::time::advance(secs(40)).await;
+        assert_eq!(
+            available(&c, Dimension::Requests),
+            2,
+            "{algorithm:?}, at 105 s"
+        );
+    }
+}

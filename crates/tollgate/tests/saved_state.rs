@@ -400,3 +400,51 @@ fn a_changed_window_is_seeded_with_what_an_ended_window_keeps_ahead() {
         "the 10 the provider counts in this hour are not counted after the restart"
     );
 }
+
+// proves: DQ-8, Q-15, Q-7 (10 requests a minute, sliding; 10 admitted
+// whose provider may count them as late as 50 s later, saved, and
+// restored a second later by a process whose window changed to 30 s: the
+// new window holding that instant counts them, however the restarted
+// process counts windows)
+#[test]
+fn a_changed_window_counts_an_amount_ahead_at_its_instant() {
+    let minute = Duration::from_secs(60);
+    let old_scope = ScopeConfig::new("s").requests(10, minute);
+    let utc = SystemTime::UNIX_EPOCH + Duration::from_secs(START);
+    let t0 = Instant::now();
+    let mut old = LocalQuota::with_wall(&old_scope, t0, WallClock::new(t0, utc));
+    let mut leases = Vec::new();
+    for _ in 0..10 {
+        leases.push(
+            old.reserve(&Demand::new(0, 0), t0, Hold::Leased)
+                .expect("granted"),
+        );
+    }
+    for r in &mut leases {
+        old.recount(r, t0 + Duration::from_secs(50), t0);
+    }
+    let saved = old.save(t0, every_limit);
+    for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+        let new_scope = ScopeConfig::new("s")
+            .requests(10, Duration::from_secs(30))
+            .algorithm(algorithm);
+        let t1 = Instant::now() + Duration::from_secs(20_000);
+        let mut new = LocalQuota::with_wall(
+            &new_scope,
+            t1,
+            WallClock::new(t1, utc + Duration::from_secs(1)),
+        );
+        new.restore(&saved, t1);
+        // 49 s after the restart lies in its second 30 s window.
+        assert_eq!(
+            free_at(&new, t1 + Duration::from_secs(35)),
+            0,
+            "{algorithm:?}: the 10 the provider may count at 49 s are not counted"
+        );
+        assert_eq!(
+            free_at(&new, t1 + Duration::from_secs(95)),
+            10,
+            "{algorithm:?}: counted past their window"
+        );
+    }
+}

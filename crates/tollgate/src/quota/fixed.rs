@@ -257,12 +257,27 @@ impl FixedWindow {
         (self.used, self.pending)
     }
 
+    /// The leased amounts counted as late as an instant after `now`, each
+    /// with that instant (SPEC Q-15).
+    pub(crate) fn ahead(&self, now: Nanos) -> Vec<(Nanos, u64)> {
+        self.ahead
+            .iter()
+            .copied()
+            .filter(|(at, _)| *at > now)
+            .collect()
+    }
+
     /// Seeds a fresh window with what another limit counted (a
-    /// reconfiguration): counted in the window of `now`.
-    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+    /// reconfiguration): counted in the window of `now`, and each amount
+    /// of `ahead` (part of `counted`) kept ahead to its instant when that
+    /// lies in a later window, where its reservation's stamp finds it.
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
         self.roll(now);
         self.used = self.used.saturating_add(counted);
         self.pending = self.pending.saturating_add(pending);
+        let end = self.end;
+        self.ahead
+            .extend(ahead.iter().copied().filter(|(at, _)| *at >= end));
     }
 
     /// The current window and what it counts, pending amounts aside (SPEC

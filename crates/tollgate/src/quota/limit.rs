@@ -387,16 +387,28 @@ impl LimitState {
         }
     }
 
+    /// The amounts among [`counted`](Self::counted) the provider may
+    /// count as late as an instant after `now` (SPEC Q-15), each with
+    /// that instant.
+    pub(crate) fn ahead(&self, now: Nanos) -> Vec<(Nanos, u64)> {
+        match &self.algo {
+            Algo::Sliding(w) => w.ahead(now),
+            Algo::Bucket(_) => Vec::new(),
+            Algo::Fixed(w) => w.ahead(now),
+        }
+    }
+
     /// Seeds a fresh limit with what another one counted (see
-    /// [`counted`](Self::counted)), as admitted at `now`.
-    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
+    /// [`counted`](Self::counted) and [`ahead`](Self::ahead)), as admitted
+    /// at `now`, or at its own instant for an amount of `ahead`.
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
         match &mut self.algo {
-            Algo::Sliding(w) => w.seed(counted, pending, now),
+            Algo::Sliding(w) => w.seed(counted, pending, ahead, now),
             Algo::Bucket(b) => {
                 b.take(counted);
                 b.hold(pending);
             }
-            Algo::Fixed(w) => w.seed(counted, pending, now),
+            Algo::Fixed(w) => w.seed(counted, pending, ahead, now),
         }
     }
 

@@ -106,6 +106,28 @@ impl Counted {
         }
     }
 
+    /// The amounts among [`total_at`](Self::total_at) the provider may
+    /// count as late as an instant after `now` (SPEC Q-15), each with that
+    /// instant; `window` is the saved limit's (a sliding amount's instant
+    /// is one window before its expiry).
+    pub(crate) fn ahead_at(
+        &self,
+        now: SystemTime,
+        window: std::time::Duration,
+    ) -> Vec<(SystemTime, u64)> {
+        match self {
+            Counted::Until(entries) => entries
+                .iter()
+                .filter_map(|&(until, a)| Some((until.checked_sub(window)?, a)))
+                .filter(|(at, _)| *at > now)
+                .collect(),
+            Counted::Window { ahead, .. } => {
+                ahead.iter().copied().filter(|(at, _)| *at > now).collect()
+            }
+            Counted::Taken { .. } => Vec::new(),
+        }
+    }
+
     /// Whether it counts nothing any more at `now`: not worth keeping.
     pub fn is_spent(&self, now: SystemTime) -> bool {
         match self {

@@ -431,28 +431,47 @@ impl SlidingWindow {
         (self.used.saturating_sub(pending), pending)
     }
 
+    /// The leased amounts counted from an instant after `now`, each with
+    /// that instant: attempts the provider may count as late as then
+    /// (SPEC Q-15), and debts counted from them. In order.
+    pub(crate) fn ahead(&self, now: Nanos) -> Vec<(Nanos, u64)> {
+        self.log
+            .iter()
+            .filter(|s| s.opened > now && s.amount > s.pending)
+            .map(|s| (s.opened, s.amount - s.pending))
+            .collect()
+    }
+
     /// Seeds a fresh window with what another limit counted (a
     /// reconfiguration that changed the window or the algorithm): the
     /// pending amounts in `carry`, where a pending reservation's lease or
-    /// refund finds them, and the rest as admitted at `now` (later than it
-    /// was, so counted longer: conservative). The store moved its time past
-    /// every existing reservation's stamp first, so none of them is ever
+    /// refund finds them; each amount of `ahead` (part of `counted`) as
+    /// admitted at its instant, after `now`, where its reservation's stamp
+    /// locates it; and the rest as admitted at `now` (later than it was,
+    /// so counted longer: conservative). The store moved its time past
+    /// every other reservation's stamp first, so none of them is ever
     /// located in the seed; the seed's span is empty, so nothing joins it.
-    pub(crate) fn seed(&mut self, counted: u64, pending: u64, now: Nanos) {
-        let counted = counted.min(MAX_AMOUNT);
+    pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
         self.carry = self.carry.saturating_add(pending);
         self.used = self.used.saturating_add(pending);
-        if counted == 0 {
-            return;
+        let later = ahead
+            .iter()
+            .filter(|(at, _)| *at > now)
+            .fold(0u64, |sum, (_, a)| sum.saturating_add(*a));
+        let counted = counted.saturating_sub(later).min(MAX_AMOUNT);
+        if counted > 0 {
+            self.used = self.used.saturating_add(counted);
+            self.log.push_back(Slot {
+                opened: now,
+                closes: now,
+                expires: now.saturating_add(self.window),
+                amount: counted,
+                pending: 0,
+            });
         }
-        self.used = self.used.saturating_add(counted);
-        self.log.push_back(Slot {
-            opened: now,
-            closes: now,
-            expires: now.saturating_add(self.window),
-            amount: counted,
-            pending: 0,
-        });
+        for &(at, amount) in ahead.iter().filter(|(at, _)| *at > now) {
+            self.insert_at(amount, at, now);
+        }
     }
 
     /// What it counts and until when (leased amounts and debts, in expiry

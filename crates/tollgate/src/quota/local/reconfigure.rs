@@ -13,7 +13,9 @@
 //!   everything the running limit of its dimension counts (the one whose
 //!   window covers the new window best), as if admitted at the
 //!   reconfiguration: later than it was, so counted at least as long as
-//!   the new limit needs it. The running limit stays as a *transitional*
+//!   the new limit needs it; an amount the provider may count as late as
+//!   an instant after the reconfiguration (SPEC Q-15) is seeded at that
+//!   instant, which the running limit, once gone, no longer bounds. The running limit stays as a *transitional*
 //!   limit for one of its windows (or until it counts nothing), counting
 //!   new admissions too, so no window that holds admissions from before
 //!   the reconfiguration admits more than either configuration would.
@@ -88,7 +90,8 @@ impl LocalQuota {
             let mut state = LimitState::new(w.limit, config.algorithm, at, self.epoch_utc);
             if let Some(i) = source(&old, w.limit) {
                 let (counted, pending) = old[i].counted();
-                state.seed(counted, pending, at);
+                let ahead = old[i].ahead(t);
+                state.seed(counted, pending, &ahead, at);
                 // Unless kept itself, it bounds its window a while longer;
                 // not a provisional stand-in (one request per window until
                 // the provider answers): no limit of the provider's, it

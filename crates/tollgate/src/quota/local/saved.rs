@@ -3,8 +3,9 @@
 //! back).
 
 use super::{LocalQuota, nanos};
-use crate::clock::{Instant, from_nanos};
+use crate::clock::{Instant, from_nanos, utc_nanos};
 use crate::config::Limit;
+use crate::quota::Nanos;
 use crate::quota::limit::LimitState;
 use crate::quota::saved::{SavedLimit, SavedScope};
 
@@ -40,8 +41,9 @@ impl LocalQuota {
     /// (dimension, window or calendar period, arithmetic) as it was, or,
     /// when the configuration changed meanwhile, is seeded with what the
     /// saved limits of its dimension still count (the one whose window
-    /// covers it best), as admitted now. Returns whether anything was
-    /// counted.
+    /// covers it best), as admitted now (an amount the provider may count
+    /// as late as an instant ahead, SPEC Q-15: at that instant). Returns
+    /// whether anything was counted.
     pub fn restore(&mut self, saved: &SavedScope, now: Instant) -> bool {
         let t = self.tick(now);
         self.advance(t);
@@ -62,7 +64,21 @@ impl LocalQuota {
             if let Some(s) = source(&saved.limits, l) {
                 let total = s.counted.total_at(now_utc);
                 if total > 0 {
-                    l.seed(total, 0, t);
+                    // An instant ahead is believed as far as a restored
+                    // window believes it (see `SlidingWindow::restore`).
+                    let horizon = t.saturating_add(
+                        nanos(s.limit.window).max(nanos(crate::lifecycle::ARRIVAL_CAP)),
+                    );
+                    let ahead: Vec<(Nanos, u64)> = s
+                        .counted
+                        .ahead_at(now_utc, s.limit.window)
+                        .into_iter()
+                        .map(|(at, a)| {
+                            let tick = utc_nanos(at) - self.epoch_utc;
+                            (u64::try_from(tick).unwrap_or(0).clamp(t, horizon), a)
+                        })
+                        .collect();
+                    l.seed(total, 0, &ahead, t);
                     restored = true;
                 }
             }
