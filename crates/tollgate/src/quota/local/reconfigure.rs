@@ -32,7 +32,9 @@
 //! new limits: a kept limit finds them where they are; a seeded limit holds
 //! their pending amounts apart (a lease or refund finds them) and counts
 //! their leased amounts in its seed, so a refund or a lower usage gives
-//! nothing back there (counted a little long, never over a limit).
+//! nothing back there, and a recount to a later instant (SPEC Q-15)
+//! counts the amount there once more, beside the seed (counted a little
+//! long, never over a limit).
 
 use super::{LocalQuota, nanos};
 use crate::clock::Instant;
