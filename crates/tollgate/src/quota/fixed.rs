@@ -76,6 +76,10 @@ pub(crate) struct FixedWindow {
     /// Leased amounts the provider may count as late as the instant each
     /// is kept with, in a window after the current one (SPEC Q-15).
     ahead: Vec<(Nanos, u64)>,
+    /// Leased amounts recounted to a later instant of the current window
+    /// (SPEC Q-15): their latest instant and their sum, for a
+    /// reconfiguration's seed (see [`ahead`](Self::ahead)).
+    within: (Nanos, u64),
 }
 
 impl FixedWindow {
@@ -94,6 +98,7 @@ impl FixedWindow {
             used: 0,
             pending: 0,
             ahead: Vec::new(),
+            within: (0, 0),
         }
     }
 
@@ -108,6 +113,7 @@ impl FixedWindow {
         if now >= self.end {
             (self.start, self.end) = self.periods.of(now);
             self.used = 0;
+            self.within = (0, 0);
             if !self.ahead.is_empty() {
                 self.carry_ahead();
             }
@@ -232,8 +238,25 @@ impl FixedWindow {
                 Some(i) => self.ahead[i].0 = at,
                 None => self.ahead.push((at, amount)),
             }
-        } else if here {
+        } else {
+            self.within = (self.within.0.max(at), self.within.1.saturating_add(amount));
+        }
+        at
+    }
+
+    /// Recounts a reservation this window may not count (taken before a
+    /// reconfiguration seeded it, see `LimitState::foreign`) to `at`:
+    /// counted in the current window once more unless `at` lies before
+    /// it, and kept ahead when `at` lies in a later one.
+    pub(crate) fn recount_foreign(&mut self, stamp: Nanos, amount: u64, at: Nanos) -> Nanos {
+        if at < self.start || at <= stamp {
             return stamp;
+        }
+        self.used = self.used.saturating_add(amount);
+        if at >= self.end {
+            self.ahead.push((at, amount));
+        } else {
+            self.within = (self.within.0.max(at), self.within.1.saturating_add(amount));
         }
         at
     }
@@ -258,11 +281,13 @@ impl FixedWindow {
     }
 
     /// The leased amounts counted as late as an instant after `now`, each
-    /// with that instant (SPEC Q-15).
+    /// with that instant (SPEC Q-15); those recounted within the current
+    /// window as one amount at the latest of their instants (longer).
     pub(crate) fn ahead(&self, now: Nanos) -> Vec<(Nanos, u64)> {
         self.ahead
             .iter()
             .copied()
+            .chain((self.within.1 > 0).then_some(self.within))
             .filter(|(at, _)| *at > now)
             .collect()
     }
@@ -270,21 +295,43 @@ impl FixedWindow {
     /// Seeds a fresh window with what another limit counted (a
     /// reconfiguration): counted in the window of `now`, and each amount
     /// of `ahead` (part of `counted`) kept ahead to its instant when that
-    /// lies in a later window, where its reservation's stamp finds it.
+    /// lies in a later window, where its reservation's stamp finds it, or
+    /// remembered as recounted within this one (for a later seed).
     pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
         self.roll(now);
         self.used = self.used.saturating_add(counted);
         self.pending = self.pending.saturating_add(pending);
-        let end = self.end;
-        self.ahead
-            .extend(ahead.iter().copied().filter(|(at, _)| *at >= end));
+        for &(at, amount) in ahead {
+            if at >= self.end {
+                self.ahead.push((at, amount));
+            } else if at > now {
+                self.within = (self.within.0.max(at), self.within.1.saturating_add(amount));
+            }
+        }
     }
 
     /// The current window and what it counts, pending amounts aside (SPEC
-    /// DQ-8): `(start, end, used)`, and the amounts kept ahead for later
-    /// windows (SPEC Q-15), each with its instant.
-    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64, &[(Nanos, u64)]) {
-        (self.start, self.end, self.used, &self.ahead)
+    /// DQ-8): `(start, end, used)`, and the amounts kept ahead (SPEC
+    /// Q-15), each with its instant: for later windows, and those
+    /// recounted within this one as in [`ahead`](Self::ahead).
+    pub(crate) fn saved(&self) -> (Nanos, Nanos, u64, Vec<(Nanos, u64)>) {
+        let mut ahead = self.ahead.clone();
+        if self.within.1 > 0 {
+            ahead.push(self.within);
+        }
+        (self.start, self.end, self.used, ahead)
+    }
+
+    /// Settles a reservation this window may not count (see
+    /// [`recount_foreign`](Self::recount_foreign)): nothing is given back
+    /// (its amount is part of the seed, or was no longer counted); a debt
+    /// above the estimate is counted where the reservation is.
+    pub(crate) fn reconcile_foreign(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
+        if actual > estimate && self.counts(stamp) {
+            self.used = self.used.saturating_add(actual - estimate);
+            self.correct_ahead(stamp, estimate, actual);
+            self.within_debt(stamp, actual - estimate);
+        }
     }
 
     /// Counts what was saved before a restart, at `now`: `used`, from a
@@ -358,6 +405,16 @@ impl FixedWindow {
         if self.counts(stamp) {
             self.used = self.used.saturating_sub(estimate).saturating_add(actual);
             self.correct_ahead(stamp, estimate, actual);
+            self.within_debt(stamp, actual.saturating_sub(estimate));
+        }
+    }
+
+    /// A debt on a reservation that may be one recounted within the
+    /// current window (stamped no later than the latest of those) joins
+    /// their sum: a seed counts it from their latest instant (longer).
+    fn within_debt(&mut self, stamp: Nanos, debt: u64) {
+        if debt > 0 && self.within.1 > 0 && stamp <= self.within.0 && self.same_window(stamp) {
+            self.within.1 = self.within.1.saturating_add(debt);
         }
     }
 }

@@ -57,6 +57,10 @@ pub(crate) struct LimitState {
     /// refuses a demand outright (SPEC Q-3 is the new limits' to judge)
     /// and is not reported.
     pub(crate) transitional: Option<Nanos>,
+    /// The first stamp of a reservation this limit counted from its
+    /// start: one seeded by a reconfiguration or filled by a restore holds
+    /// none of an earlier reservation's slots (see [`foreign`](Self::foreign)).
+    pub(crate) born: Nanos,
     /// Other clients' spending, as the provider's answers reveal it.
     others: Others,
     algo: Algo,
@@ -94,9 +98,22 @@ impl LimitState {
             confirmed: false,
             advertised_by: None,
             transitional: None,
+            born: 0,
             others: Others::default(),
             algo,
         }
+    }
+
+    /// Whether a reservation stamped `stamp` was taken before this limit
+    /// counted reservations itself (a reconfiguration seeded it, or a
+    /// restore filled it, SPEC GW-15, DQ-8): its leased amount is part of
+    /// the seed, or was no longer counted, so a settlement gives nothing
+    /// back; a debt is counted from its own instant; a recount counts it
+    /// at its new instant beside the seed (longer, never shorter). Its
+    /// pending amount is carried where a lease or refund finds it.
+    #[inline]
+    fn foreign(&self, stamp: Nanos) -> bool {
+        stamp < self.born
     }
 
     /// A copy of the arithmetic for projections, without the answers kept
@@ -121,6 +138,7 @@ impl LimitState {
             confirmed: self.confirmed,
             advertised_by: self.advertised_by,
             transitional: self.transitional,
+            born: self.born,
             others: Others::default(),
             algo,
         }
@@ -220,6 +238,9 @@ impl LimitState {
     }
 
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, hold: Hold) {
+        if hold == Hold::Leased && self.foreign(stamp) {
+            return;
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.refund(stamp, amount, hold == Hold::Pending),
             Algo::Bucket(b) if hold == Hold::Pending => b.release(amount),
@@ -237,6 +258,14 @@ impl LimitState {
     }
 
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64, now: Nanos) {
+        if self.foreign(stamp) {
+            match &mut self.algo {
+                Algo::Sliding(w) => w.reconcile_foreign(stamp, estimate, actual, now),
+                Algo::Bucket(b) => b.take(actual.saturating_sub(estimate)),
+                Algo::Fixed(w) => w.reconcile_foreign(stamp, estimate, actual),
+            }
+            return;
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.reconcile(stamp, estimate, actual, now),
             Algo::Bucket(b) => b.reconcile(estimate, actual),
@@ -248,6 +277,13 @@ impl LimitState {
     /// have counted it (SPEC Q-15); returns the stamp that now locates it.
     /// A token bucket counts a rate, not instants: nothing moves.
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
+        if self.foreign(stamp) {
+            return match &mut self.algo {
+                Algo::Sliding(w) => w.recount_foreign(stamp, amount, at, now),
+                Algo::Bucket(_) => stamp,
+                Algo::Fixed(w) => w.recount_foreign(stamp, amount, at),
+            };
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.recount(stamp, amount, at, now),
             Algo::Bucket(_) => stamp,
@@ -324,6 +360,9 @@ impl LimitState {
     /// Gives a leased amount back in full (SPEC Q-16: a refusal the
     /// provider did not charge).
     pub(crate) fn release(&mut self, stamp: Nanos, amount: u64) {
+        if self.foreign(stamp) {
+            return;
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.release(stamp, amount),
             Algo::Bucket(b) => b.give(amount),
@@ -426,7 +465,7 @@ impl LimitState {
                     start: utc(start),
                     end: utc(end),
                     used,
-                    ahead: ahead.iter().map(|&(t, a)| (utc(t), a)).collect(),
+                    ahead: ahead.into_iter().map(|(t, a)| (utc(t), a)).collect(),
                 }
             }
             Algo::Bucket(b) => {

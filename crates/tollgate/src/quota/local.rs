@@ -42,6 +42,9 @@ pub struct LocalQuota {
     /// The latest instant seen (nanoseconds since `epoch`): the store's
     /// time never goes backwards (SPEC Q-13).
     latest: Nanos,
+    /// The latest stamp a recount gave a reservation (SPEC Q-15): it may
+    /// lie ahead of `latest`.
+    furthest: Nanos,
     limits: Vec<LimitState>,
     /// The window of limits learned from the provider (SPEC Q-14).
     learn: Option<Duration>,
@@ -100,6 +103,7 @@ impl LocalQuota {
             epoch: now,
             epoch_utc,
             latest: 0,
+            furthest: 0,
             limits,
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
@@ -195,6 +199,17 @@ impl LocalQuota {
         }
         if self.draining {
             self.drop_expired(now);
+        }
+    }
+
+    /// The first stamp a limit that starts counting at `at` (seeded by a
+    /// reconfiguration or filled by a restore) takes as its own: `at`, or
+    /// past every stamp a recount moved ahead of it.
+    fn born_at(&self, at: Nanos) -> Nanos {
+        if self.furthest >= at {
+            self.furthest.saturating_add(1)
+        } else {
+            at
         }
     }
 
@@ -356,6 +371,7 @@ impl QuotaStore for LocalQuota {
             moved = moved.max(l.recount(stamp, amount, at, now));
         }
         if moved != stamp {
+            self.furthest = self.furthest.max(moved);
             reservation.tick = moved;
             reservation.stamp = self.instant(moved);
         }
@@ -473,6 +489,7 @@ impl QuotaStore for LocalQuota {
             epoch: self.epoch,
             epoch_utc: self.epoch_utc,
             latest: self.latest,
+            furthest: self.furthest,
             limits: self
                 .limits
                 .iter()

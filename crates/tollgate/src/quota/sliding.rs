@@ -201,24 +201,33 @@ impl SlidingWindow {
         idx.checked_sub(1)
     }
 
-    /// Removes a reservation's amount from wherever it is counted.
+    /// Removes a reservation's amount from wherever it is counted. A
+    /// pending amount is in the slot its stamp locates while that slot
+    /// holds it pending, else carried (its slot aged out, or it was
+    /// carried into a seed); a slot another amount opened before its stamp
+    /// since (a debt, a restored amount) holds none of it. A leased amount
+    /// is never taken from what a slot holds pending.
     fn take(&mut self, stamp: Nanos, amount: u64, pending: bool) {
-        match self.locate(stamp).and_then(|i| self.log.get_mut(i)) {
-            Some(slot) => {
-                let a = amount.min(slot.amount);
+        let slot = self.locate(stamp).and_then(|i| self.log.get_mut(i));
+        match slot {
+            Some(slot) if pending && slot.pending >= amount.min(MAX_AMOUNT) => {
+                let a = amount.min(slot.pending);
                 slot.amount -= a;
-                if pending {
-                    slot.pending = slot.pending.saturating_sub(a);
-                }
+                slot.pending -= a;
                 self.used = self.used.saturating_sub(a);
             }
-            None if pending => {
+            Some(slot) if !pending => {
+                let a = amount.min(slot.amount - slot.pending);
+                slot.amount -= a;
+                self.used = self.used.saturating_sub(a);
+            }
+            _ if pending => {
                 let a = amount.min(self.carry);
                 self.carry -= a;
                 self.used = self.used.saturating_sub(a);
             }
             // A leased amount whose slot aged out is no longer counted.
-            None => {}
+            _ => {}
         }
     }
 
@@ -431,15 +440,58 @@ impl SlidingWindow {
         (self.used.saturating_sub(pending), pending)
     }
 
-    /// The leased amounts counted from an instant after `now`, each with
-    /// that instant: attempts the provider may count as late as then
-    /// (SPEC Q-15), and debts counted from them. In order.
+    /// The leased amounts counted until more than one window after `now`,
+    /// each with the instant one window before its expiry: attempts the
+    /// provider may count as late as then (SPEC Q-15), debts counted from
+    /// them, and any amount of a slot one of those joined (counted from
+    /// that instant too: longer).
     pub(crate) fn ahead(&self, now: Nanos) -> Vec<(Nanos, u64)> {
+        let since = |expires: Nanos| expires.saturating_sub(self.window);
         self.log
             .iter()
-            .filter(|s| s.opened > now && s.amount > s.pending)
-            .map(|s| (s.opened, s.amount - s.pending))
+            .filter(|s| since(s.expires) > now && s.amount > s.pending)
+            .map(|s| (since(s.expires), s.amount - s.pending))
+            .chain(
+                self.debts
+                    .iter()
+                    .filter(|d| since(d.expires) > now)
+                    .map(|d| (since(d.expires), d.amount)),
+            )
             .collect()
+    }
+
+    /// Settles a reservation this window holds no slot of (taken before a
+    /// reconfiguration seeded it, or before a restore, see
+    /// `LimitState::foreign`): its leased amount is part of the seed, or
+    /// was no longer counted, so nothing is given back; a debt above the
+    /// estimate is counted from the reservation's own instant.
+    pub(crate) fn reconcile_foreign(
+        &mut self,
+        stamp: Nanos,
+        estimate: u64,
+        actual: u64,
+        now: Nanos,
+    ) {
+        if actual > estimate {
+            self.insert_at(actual - estimate, stamp, now);
+        }
+    }
+
+    /// Recounts a reservation this window holds no slot of (see
+    /// [`reconcile_foreign`](Self::reconcile_foreign)) to `at`: counted
+    /// from there, beside whatever counts it already.
+    pub(crate) fn recount_foreign(
+        &mut self,
+        stamp: Nanos,
+        amount: u64,
+        at: Nanos,
+        now: Nanos,
+    ) -> Nanos {
+        if at <= stamp {
+            return stamp;
+        }
+        self.insert_at(amount, at, now);
+        at
     }
 
     /// Seeds a fresh window with what another limit counted (a

@@ -82,6 +82,10 @@ impl LocalQuota {
         } else {
             t
         };
+        // The new limits count reservations stamped from here on as their
+        // own; earlier ones (a stamp a recount moved ahead included) are
+        // settled as foreign (see `LimitState::foreign`).
+        let born = self.born_at(at);
         let mut replaced = vec![false; old.len()];
         let mut fresh: Vec<Option<LimitState>> = Vec::with_capacity(wanted.len());
         for (w, k) in wanted.iter().zip(&kept) {
@@ -113,6 +117,9 @@ impl LocalQuota {
                 (None, Some(state)) => state,
                 (None, None) => LimitState::new(w.limit, config.algorithm, at, self.epoch_utc),
             };
+            if k.is_none() {
+                state.born = born;
+            }
             state.learned = w.learned;
             state.provisional = w.provisional;
             limits.push(state);

@@ -1,0 +1,635 @@
+//! Settlements across a reload (GW-15 with) and a
+//! restore (DQ-8), on `LocalQuota` directly: deterministic cases, then a
+//! property test against a provider counting by each configuration.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::quota::{Demand, Hold, LocalQuota, QuotaStore};
+
+fn s(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+// proves: GW-15, Q-15, Q-7 (an attempt a fixed window recounted to a later
+// instant of its own window, 58 s, then a reload to a shorter sliding
+// window: the new 5 s window counts it until 63 s)
+#[test]
+fn fixed_recount_ahead_within_its_window_reaches_the_reloaded_sliding_window() {
+    let t0 = Instant::now();
+    let old = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .algorithm(Algorithm::FixedWindow);
+    let new = ScopeConfig::new("m")
+        .requests(1, s(5))
+        .algorithm(Algorithm::SlidingWindow);
+    let mut q = LocalQuota::new(&old, t0);
+    // Leased at 49 s; cancelled at 50 s with an arrival bound of 9 s: the
+    // provider may count it as late as 58 s (Q-15, within ARRIVAL_CAP).
+    let mut a = q
+        .reserve(&Demand::new(0, 0), t0 + s(49), Hold::Leased)
+        .unwrap();
+    q.recount(&mut a, t0 + s(58), t0 + s(50));
+    q.reconfigure(&new, t0 + s(50));
+    // At 60 s the new window (55 s, 60 s] may hold the attempt (58 s).
+    let b = q.reserve(&Demand::new(0, 0), t0 + s(60), Hold::Leased);
+    assert!(
+        b.is_err(),
+        "admitted at 60 s; the provider's 5 s window (55, 60] may hold the attempt counted at 58 s and this one: 2 > 1"
+    );
+}
+
+// proves: GW-15, Q-15, Q-7 (the same with a reload to a shorter fixed
+// window: the new window [50, 60) holds the attempt's instant, 54 s)
+#[test]
+fn fixed_recount_ahead_within_its_window_reaches_the_reloaded_fixed_window() {
+    let t0 = Instant::now();
+    let old = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .algorithm(Algorithm::FixedWindow);
+    let new = ScopeConfig::new("m")
+        .requests(1, s(10))
+        .algorithm(Algorithm::FixedWindow);
+    let mut q = LocalQuota::new(&old, t0);
+    let mut a = q
+        .reserve(&Demand::new(0, 0), t0 + s(44), Hold::Leased)
+        .unwrap();
+    // Cancelled at 45 s, may arrive as late as 54 s.
+    q.recount(&mut a, t0 + s(54), t0 + s(45));
+    q.reconfigure(&new, t0 + s(45));
+    let b = q.reserve(&Demand::new(0, 0), t0 + s(50), Hold::Leased);
+    assert!(
+        b.is_err(),
+        "admitted at 50 s; the new fixed window [50, 60) may hold the attempt counted at 54 s and this one: 2 > 1"
+    );
+}
+
+// ---------------------------------------------------------------------
+// Property test: a provider counting by each configuration.
+//
+// Each admitted call is counted by the provider at some instant between
+// its lease and the latest instant a recount gave it (with its reconciled
+// tokens). After any sequence of reservations, leases, refunds,
+// reconciliations, recounts (behind now, up to the arrival cap ahead, or
+// further) and reloads across sliding, fixed and bucket windows:
+// * the running configuration's window holding now never admits past its
+//   amounts, counting every call the limits in force still knew at each
+//   reload (a call an earlier window no longer counted at a reload may be
+//   forgotten, as docs/design.md says);
+// * while a replaced limit is transitional, its window holding calls from
+//   before the reload never admits past its amounts;
+// * once everything pending is refunded and every window passed, every
+//   limit is whole again: nothing leaks.
+// ---------------------------------------------------------------------
+
+use proptest::prelude::*;
+use tollgate::quota::{Actual, Reservation};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Alg {
+    Sliding,
+    Fixed,
+    Bucket,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cfg {
+    alg: Alg,
+    window_ms: u64,
+    requests: u64,
+    tokens: u64,
+}
+
+impl Cfg {
+    fn scope(&self) -> ScopeConfig {
+        let w = Duration::from_millis(self.window_ms);
+        ScopeConfig::new("m")
+            .requests(self.requests, w)
+            .tokens(self.tokens, w)
+            .algorithm(match self.alg {
+                Alg::Sliding => Algorithm::SlidingWindow,
+                Alg::Fixed => Algorithm::FixedWindow,
+                Alg::Bucket => Algorithm::TokenBucket { burst: None },
+            })
+    }
+    /// Window of this configuration holding `now` (ms): `(lo, hi)`, an
+    /// entry whose interval `[a, e]` has `a <= now` is in it iff `e >= lo`
+    /// (fixed: `lo` is the window start) / `e > lo` (sliding: `lo` is
+    /// `now - W`).
+    fn holds(&self, a: u64, e: u64, now: u64) -> bool {
+        debug_assert!(a <= now);
+        match self.alg {
+            Alg::Sliding => e.saturating_add(self.window_ms) > now,
+            Alg::Fixed => e >= now - now % self.window_ms,
+            Alg::Bucket => unreachable!(),
+        }
+    }
+    fn same_limit(&self, o: &Cfg) -> bool {
+        self.alg == o.alg && self.window_ms == o.window_ms
+    }
+}
+
+fn cfg() -> impl Strategy<Value = Cfg> {
+    (
+        prop_oneof![3 => Just(Alg::Sliding), 3 => Just(Alg::Fixed), 1 => Just(Alg::Bucket)],
+        prop_oneof![Just(2_000u64), Just(5_000), Just(10_000), Just(30_000)],
+        1u64..6,
+        20u64..120,
+    )
+        .prop_map(|(alg, window_ms, requests, tokens)| Cfg {
+            alg,
+            window_ms,
+            requests,
+            tokens,
+        })
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve {
+        leased: bool,
+        tokens: u64,
+    },
+    Lease(usize),
+    Refund(usize),
+    Reconcile {
+        i: usize,
+        pct: u64,
+    },
+    /// Recount to lease + `ahead` ms (possibly before now, possibly ahead).
+    Recount {
+        i: usize,
+        delay: u64,
+    },
+    Advance(u64),
+    Reload(Cfg),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (any::<bool>(), 0u64..40).prop_map(|(leased, tokens)| Op::Reserve { leased, tokens }),
+        2 => any::<usize>().prop_map(Op::Lease),
+        1 => any::<usize>().prop_map(Op::Refund),
+        2 => (any::<usize>(), 0u64..300).prop_map(|(i, pct)| Op::Reconcile { i, pct }),
+        3 => (any::<usize>(), prop_oneof![0u64..12_000, 0u64..50, 0u64..70_000])
+            .prop_map(|(i, delay)| Op::Recount { i, delay }),
+        4 => prop_oneof![0u64..200, 0u64..3_000, 0u64..20_000].prop_map(Op::Advance),
+        2 => cfg().prop_map(Op::Reload),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    r: Reservation,
+    reserved: u64,
+    pending: bool,
+    refunded: bool,
+    reconciled: bool,
+    /// Latest instant the provider may count it (leased).
+    end: u64,
+    tokens: u64,
+    /// The first configuration (index) that does not know it.
+    forgotten_from: Option<usize>,
+    /// Its end as of each reload (index of the configuration it started).
+    ends_at: Vec<(usize, u64)>,
+    /// The configuration it was reserved under.
+    under: usize,
+    leased_at: Option<u64>,
+}
+
+impl Entry {
+    /// The latest instant the provider may count it (pending: not yet).
+    fn end_for(&self) -> u64 {
+        if self.pending { u64::MAX } else { self.end }
+    }
+    fn known_by(&self, k: usize) -> bool {
+        self.under >= k || self.forgotten_from.is_none_or(|f| f > k)
+    }
+}
+
+struct World {
+    t0: Instant,
+    q: LocalQuota,
+    now: u64,
+    cfgs: Vec<(Cfg, u64)>,
+    entries: Vec<Entry>,
+    log: Vec<String>,
+}
+
+impl World {
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    /// (requests, tokens, any entry reserved before `before`) counted in
+    /// configuration `k`'s window holding now.
+    /// `before`: configuration index; entries reserved under an earlier
+    /// one are "pre-reload".
+    fn count(&self, k: usize, before: usize) -> (u64, u64, bool, bool) {
+        let (c, _) = self.cfgs[k];
+        let (mut r, mut t, mut pre, mut pre_t) = (0, 0, false, false);
+        for e in &self.entries {
+            if e.refunded || !e.known_by(k) {
+                continue;
+            }
+            // A replaced configuration (P2): a pre-reload entry as known
+            // at the reload (a later recount may find it drained).
+            let mut end = e.end_for();
+            if e.under < before {
+                match e.ends_at.iter().find(|(i, _)| *i == k + 1) {
+                    Some(&(_, at)) => end = at,
+                    // Pending at the reload: as leased.
+                    None => end = e.leased_at.unwrap_or(u64::MAX),
+                }
+                if e.forgotten_from == Some(k + 1) {
+                    continue;
+                }
+            }
+            if c.holds(e.reserved, end, self.now) {
+                r += 1;
+                t += e.tokens;
+                pre |= e.under < before;
+                pre_t |= e.under < before && e.tokens > 0;
+            }
+        }
+        (r, t, pre, pre_t)
+    }
+
+    fn admits(&self, tokens: u64) -> bool {
+        let mut copy = self.q.clone();
+        copy.reserve(&Demand::new(tokens, 0), self.at(self.now), Hold::Leased)
+            .is_ok()
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let k = self.cfgs.len() - 1;
+        let (cur, _) = self.cfgs[k];
+        // P1: the running configuration's window.
+        if cur.alg != Alg::Bucket {
+            let (r, t, _, _) = self.count(k, 0);
+            self.probe(
+                Some(r),
+                Some(t),
+                cur.requests,
+                cur.tokens,
+                cur.tokens,
+                "new",
+                k,
+            )?;
+        }
+        // P2: windows of a replaced configuration holding admissions from
+        // before the reload that replaced it, while it is transitional.
+        for m in 0..k {
+            let (c, _) = self.cfgs[m];
+            let (next, reload) = self.cfgs[m + 1];
+            let _ = reload;
+            if c.alg == Alg::Bucket || c.same_limit(&next) || self.now >= reload + c.window_ms {
+                continue;
+            }
+            let (r, t, pre, pre_t) = self.count(m, m + 1);
+            self.probe(
+                pre.then_some(r),
+                pre_t.then_some(t),
+                c.requests,
+                c.tokens,
+                cur.tokens,
+                "old",
+                m,
+            )?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn probe(
+        &self,
+        r: Option<u64>,
+        t: Option<u64>,
+        req_limit: u64,
+        tok_limit: u64,
+        cur_tokens: u64,
+        what: &str,
+        k: usize,
+    ) -> Result<(), TestCaseError> {
+        if let Some(r) = r
+            && r >= req_limit
+        {
+            prop_assert!(
+                !self.admits(0),
+                "{what} config #{k} {:?}: window holds {r} requests of {req_limit}, one more admitted at {} ms\n{}",
+                self.cfgs[k],
+                self.now,
+                self.log.join("\n")
+            );
+        }
+        let Some(t) = t else { return Ok(()) };
+        let d = if t >= tok_limit { 1 } else { tok_limit - t + 1 };
+        if t > 0 && d <= cur_tokens {
+            prop_assert!(
+                !self.admits(d),
+                "{what} config #{k} {:?}: window holds {t} tokens of {tok_limit}, {d} more admitted at {} ms\n{}",
+                self.cfgs[k],
+                self.now,
+                self.log.join("\n")
+            );
+        }
+        Ok(())
+    }
+
+    fn pick(&self, i: usize, f: impl Fn(&Entry) -> bool) -> Option<usize> {
+        let v: Vec<usize> = (0..self.entries.len())
+            .filter(|&j| f(&self.entries[j]))
+            .collect();
+        (!v.is_empty()).then(|| v[i % v.len()])
+    }
+
+    fn reload(&mut self, c: Cfg) {
+        let k = self.cfgs.len();
+        let (old, _) = self.cfgs[k - 1];
+        let r = self.now;
+        for e in &mut self.entries {
+            if !e.pending {
+                let end = e.end_for();
+                e.ends_at.push((k, end));
+            }
+            if e.refunded || e.pending || e.forgotten_from.is_some() {
+                continue;
+            }
+            let end = e.end_for();
+            let known = match old.alg {
+                Alg::Bucket => false,
+                Alg::Sliding => end + old.window_ms > r,
+                Alg::Fixed => end >= r - r % old.window_ms,
+            };
+            if !known {
+                e.forgotten_from = Some(k);
+                continue;
+            }
+        }
+        self.q.reconfigure(&c.scope(), self.at(r));
+        self.cfgs.push((c, r));
+    }
+}
+
+fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let t0 = Instant::now();
+    let mut w = World {
+        t0,
+        q: LocalQuota::new(&first.scope(), t0),
+        now: 0,
+        cfgs: vec![(first, 0)],
+        entries: Vec::new(),
+        log: vec![format!("start {first:?}")],
+    };
+    for op in ops {
+        match op {
+            Op::Reserve { leased, tokens } => {
+                let hold = if leased { Hold::Leased } else { Hold::Pending };
+                let Ok(r) = w.q.reserve(&Demand::new(tokens, 0), w.at(w.now), hold) else {
+                    continue;
+                };
+                w.log.push(format!(
+                    "{} ms: #{} reserve {tokens} {hold:?}",
+                    w.now,
+                    w.entries.len()
+                ));
+                w.entries.push(Entry {
+                    r,
+                    reserved: w.now,
+                    pending: !leased,
+                    refunded: false,
+                    reconciled: false,
+                    end: w.now,
+                    tokens,
+                    forgotten_from: None,
+                    ends_at: Vec::new(),
+                    under: w.cfgs.len() - 1,
+                    leased_at: leased.then_some(w.now),
+                });
+            }
+            Op::Lease(i) => {
+                let Some(j) = w.pick(i, |e| e.pending && !e.refunded) else {
+                    continue;
+                };
+                let now = w.at(w.now);
+                w.q.lease(&mut w.entries[j].r, now);
+                let e = &mut w.entries[j];
+                e.pending = false;
+                e.end = w.now;
+                e.leased_at = Some(w.now);
+                w.log.push(format!("{} ms: lease #{j}", w.now));
+            }
+            Op::Refund(i) => {
+                let Some(j) = w.pick(i, |e| e.pending && !e.refunded) else {
+                    continue;
+                };
+                let now = w.at(w.now);
+                w.q.refund(&w.entries[j].r, now);
+                w.entries[j].refunded = true;
+                w.log.push(format!("{} ms: refund #{j}", w.now));
+            }
+            Op::Reconcile { i, pct } => {
+                let Some(j) = w.pick(i, |e| !e.pending && !e.refunded && !e.reconciled) else {
+                    continue;
+                };
+                let e = &w.entries[j];
+                let actual = e.tokens * pct / 100;
+                w.q.reconcile(&e.r, &Actual::total(actual));
+                let e = &mut w.entries[j];
+                e.reconciled = true;
+                e.tokens = actual;
+                w.log
+                    .push(format!("{} ms: reconcile #{j} to {actual}", w.now));
+            }
+            Op::Recount { i, delay } => {
+                let Some(j) = w.pick(i, |e| !e.pending && !e.refunded && !e.reconciled) else {
+                    continue;
+                };
+                let lease = w.entries[j].r.stamp;
+                let lease_ms = u64::try_from((lease - t0).as_millis()).unwrap();
+                let at = lease_ms.max(w.entries[j].end) + delay;
+                // At most ARRIVAL_CAP ahead of now, unless a far bound.
+                let at = if delay < 12_000 {
+                    at.min(w.now + 10_000)
+                } else {
+                    at
+                };
+                let now = w.at(w.now);
+                let at_i = w.at(at);
+                w.q.recount(&mut w.entries[j].r, at_i, now);
+                let e = &mut w.entries[j];
+                e.end = e.end.max(at);
+                w.log.push(format!("{} ms: recount #{j} to {at}", w.now));
+            }
+            Op::Advance(ms) => {
+                w.now += ms;
+            }
+            Op::Reload(c) => {
+                w.log.push(format!("{} ms: reload {c:?}", w.now));
+                w.reload(c);
+            }
+        }
+        w.check()?;
+    }
+    // Nothing leaks: pending refunded, every window passed.
+    for j in 0..w.entries.len() {
+        if w.entries[j].pending && !w.entries[j].refunded {
+            let now = w.at(w.now);
+            w.q.refund(&w.entries[j].r, now);
+            w.entries[j].refunded = true;
+        }
+    }
+    let far = w
+        .entries
+        .iter()
+        .map(|e| e.end)
+        .max()
+        .unwrap_or(0)
+        .max(w.now)
+        + 100_000_000;
+    let mut out = Vec::new();
+    w.q.snapshot(w.at(far), &mut out);
+    for l in out {
+        prop_assert_eq!(
+            l.available,
+            l.capacity as i64,
+            "leak in {:?}\n{}",
+            l,
+            w.log.join("\n")
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    // proves: GW-15, Q-7, Q-9, Q-15, Q-5 (see above)
+    #[test]
+    fn reload_never_over_admits(first in cfg(), ops in proptest::collection::vec(op(), 1..80)) {
+        run(first, ops)?;
+    }
+}
+
+// proves: GW-15, Q-5, Q-9 (a debt settled after a reload to another
+// sliding window is counted from the call's own instant, before the
+// reload; a reservation pending from before the reload is then refunded:
+// the debt stays counted and the pending amount is given back, nothing
+// leaks)
+#[test]
+fn a_pending_refund_after_a_reload_keeps_the_debt_counted() {
+    let t0 = Instant::now();
+    let scope = |w| ScopeConfig::new("m").tokens(20, s(w));
+    let mut q = LocalQuota::new(&scope(2), t0);
+    let a = q.reserve(&Demand::new(3, 0), t0, Hold::Leased).unwrap();
+    let b = q
+        .reserve(
+            &Demand::new(5, 0),
+            t0 + Duration::from_millis(10),
+            Hold::Pending,
+        )
+        .unwrap();
+    q.reconfigure(&scope(5), t0 + Duration::from_millis(20));
+    // A used 4 tokens: 1 of debt, counted from A's instant (0).
+    q.reconcile(&a, &Actual::total(4));
+    q.refund(&b, t0 + Duration::from_millis(30));
+    let mut out = Vec::new();
+    q.snapshot(t0 + s(1), &mut out);
+    let at_1s = out[0].available;
+    out.clear();
+    q.snapshot(t0 + s(100), &mut out);
+    assert_eq!(
+        (at_1s, out[0].available),
+        (20 - 4, 20),
+        "3 seeded + 1 of debt at 1 s; nothing once every window passed"
+    );
+}
+
+// proves: DQ-8, Q-9 (a restore on a running scope: the restored amounts
+// go into an empty log; a pending reservation whose slot aged out before
+// is refunded from what it holds, not from them)
+#[test]
+fn a_carried_pending_amount_is_refunded_after_a_restore() {
+    let t0 = Instant::now();
+    let scope = ScopeConfig::new("m").tokens(20, s(10));
+    // What to restore: 4 tokens counted for another 20 s.
+    let mut before = LocalQuota::new(&scope, t0);
+    before
+        .reserve(&Demand::new(4, 0), t0 + s(5), Hold::Leased)
+        .unwrap();
+    let saved = before.save(t0 + s(5), |_| true);
+
+    let mut q = LocalQuota::new(&scope, t0);
+    let b = q
+        .reserve(&Demand::new(5, 0), t0 + s(1), Hold::Pending)
+        .unwrap();
+    // Its slot ages out at 11 s; the pending amount moves to carry.
+    let mut out = Vec::new();
+    q.snapshot(t0 + s(12), &mut out);
+    assert!(q.restore(&saved, t0 + s(12)));
+    q.refund(&b, t0 + s(12));
+    out.clear();
+    q.snapshot(t0 + s(100), &mut out);
+    assert_eq!(
+        out[0].available, 20,
+        "nothing counted once every window passed"
+    );
+}
+
+// proves: GW-15, Q-5, Q-7 (a reload to a fixed window whose window in
+// progress began before the reload: a call the old, shorter window no
+// longer counted, so not in the seed, settles below its estimate; the new
+// window gives nothing back of what it counts for another call)
+#[test]
+fn a_forgotten_call_gives_nothing_back_to_the_reloaded_fixed_window() {
+    let t0 = Instant::now();
+    let old = ScopeConfig::new("m").tokens(10_000, s(60));
+    let new = ScopeConfig::new("m")
+        .tokens(10_000, s(3_600))
+        .algorithm(Algorithm::FixedWindow);
+    let mut q = LocalQuota::new(&old, t0);
+    // A long call: 5,000 tokens estimated, leased at 0.
+    let a = q.reserve(&Demand::new(5_000, 0), t0, Hold::Leased).unwrap();
+    // At 61 s (A has left the old minute) the hour window [0, 3600 s)
+    // replaces it.
+    q.reconfigure(&new, t0 + s(61));
+    let b = q
+        .reserve(&Demand::new(5_000, 0), t0 + s(61), Hold::Leased)
+        .unwrap();
+    let _ = b;
+    // A ends: it used nothing.
+    q.reconcile(&a, &Actual::total(0));
+    let mut out = Vec::new();
+    q.snapshot(t0 + s(62), &mut out);
+    assert_eq!(
+        out[0].available, 5_000,
+        "B's 5,000 tokens are in the hour [0, 3600 s)"
+    );
+}
+
+// proves: GW-15, Q-15, Q-7 (a reservation recounted to an instant after
+// two reloads, through a token bucket that keeps no instants, and recounted
+// again: a slot opened after the reload for a pending reservation gives
+// nothing to it, and both stay counted)
+#[test]
+fn a_stamp_ahead_of_the_reload_takes_nothing_from_a_later_pending_slot() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let scope = |algorithm| ScopeConfig::new("m").requests(2, s(2)).algorithm(algorithm);
+    let mut q = LocalQuota::new(&scope(Algorithm::SlidingWindow), t0);
+    let mut a = q.reserve(&Demand::new(0, 0), t0, Hold::Leased).unwrap();
+    // Cancelled at once: the provider may count it as late as 3.83 s.
+    q.recount(&mut a, t0 + ms(3_830), t0);
+    q.reconfigure(&scope(Algorithm::TokenBucket { burst: None }), t0);
+    q.reconfigure(&scope(Algorithm::SlidingWindow), t0);
+    let _b = q
+        .reserve(&Demand::new(0, 0), t0 + ms(1), Hold::Pending)
+        .unwrap();
+    // A's response begins: counted by 3.831 s.
+    q.recount(&mut a, t0 + ms(3_831), t0 + ms(1));
+    // At 2.5 s B's slot (opened 1 ms) ages out: A (counted until 5.831 s)
+    // and pending B fill the limit.
+    let mut out = Vec::new();
+    q.snapshot(t0 + ms(2_500), &mut out);
+    assert_eq!(out[0].available, 0, "A counted until 5.831 s, B pending");
+}
