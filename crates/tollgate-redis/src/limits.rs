@@ -73,7 +73,15 @@ impl LimitParams {
             .limits()
             .iter()
             .zip(snapshot.iter())
-            .map(|(l, s)| LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm))
+            .map(|(l, s)| {
+                // A budget of a token bucket scope is a sliding window, as
+                // in process (`Limit::algorithm_in`).
+                let algorithm = match l.calendar {
+                    Some(_) => algorithm,
+                    None => l.algorithm_in(algorithm),
+                };
+                LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm)
+            })
             .collect();
         (params, algorithm)
     }

@@ -462,3 +462,67 @@ async fn a_spent_budget_binds_beside_a_limit_waiting_on_a_pending_grant() {
     drop(b.await.unwrap().unwrap());
     assert_idle(&c);
 }
+
+// proves: BUD-2, Q-3, Q-7 (a budget larger than every count can hold
+// exactly, 2^53 µ$, is a configuration error; a worst case above the
+// largest budget is refused as larger than the whole limit, never counted
+// short)
+#[tokio::test(start_paused = true)]
+async fn a_budget_is_counted_exactly_or_refused() {
+    let huge = tollgate::config::MAX_LIMIT + 1;
+    let err = AdmissionController::new(budget(huge, DAY)).unwrap_err();
+    assert_eq!(err.field, "scopes.team.limits[0].amount", "{err}");
+    let c = AdmissionController::new(budget(tollgate::config::MAX_LIMIT, DAY)).unwrap();
+    // A 2^54 µ$ worst case: 2^20 tokens at 2^34 µ$ a token.
+    let call = priced(1 << 20, 0, Price::new((1 << 34) * 1_000_000, 0));
+    let got = c.acquire(&call, within(secs(1))).await;
+    assert!(
+        matches!(&got, Err(AdmissionError::EstimateExceedsLimit(e)) if e.dimension == Dimension::Cost),
+        "{got:?}"
+    );
+    // 2^52 µ$ each.
+    let half = priced(1 << 20, 0, Price::new((1 << 32) * 1_000_000, 0));
+    let a = c.acquire(&half, within(secs(1))).await.unwrap();
+    let b = c.acquire(&half, within(secs(1))).await.unwrap();
+    let third = c.acquire(&half, within(secs(1))).await;
+    assert!(
+        matches!(third, Err(AdmissionError::BudgetExceeded { .. })),
+        "a third 2^52 µ$ call admitted on a 2^53 µ$ budget: {third:?}"
+    );
+    drop((a, b));
+}
+
+// proves: BUD-2, BUD-3 (a rolling "1d" budget admits at most its amount in
+// any 24 hours, also in a scope counted by a token bucket: the budget is a
+// sliding window there, not a bucket that refills as it is spent)
+#[tokio::test(start_paused = true)]
+async fn a_rolling_day_budget_of_a_token_bucket_scope_spends_at_most_its_amount() {
+    let c = AdmissionController::new(ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("team")
+                .cost(1_000, DAY)
+                .algorithm(tollgate::config::Algorithm::TokenBucket { burst: None }),
+        ],
+        ..ControllerConfig::default()
+    })
+    .unwrap();
+    // 1 µ$ a token.
+    let price = Price::new(1_000_000, 0);
+    drop(
+        c.acquire(&priced(1_000, 0, price), Deadline::NONE)
+            .await
+            .unwrap(),
+    );
+    tokio::time::advance(secs(12 * 3_600)).await;
+    let second = c.acquire(&priced(500, 0, price), within(secs(1))).await;
+    assert!(
+        matches!(second, Err(AdmissionError::BudgetExceeded { .. })),
+        "1,500 µ$ admitted within 12 hours on a 1,000 µ$ per 1d budget: {second:?}"
+    );
+    tokio::time::advance(secs(12 * 3_600)).await;
+    drop(
+        c.acquire(&priced(1_000, 0, price), Deadline::NONE)
+            .await
+            .unwrap(),
+    );
+}

@@ -60,6 +60,11 @@ pub struct Limit {
     pub calendar: Option<Calendar>,
 }
 
+/// The largest amount a limit takes (2⁵³): every count stays exact, and a
+/// demand above it is refused as larger than the whole limit (SPEC Q-3)
+/// rather than counted short.
+pub const MAX_LIMIT: u64 = 1 << 53;
+
 impl Limit {
     /// `amount` of `dimension` per rolling `window`.
     pub const fn new(dimension: Dimension, amount: u64, window: Duration) -> Self {
@@ -86,6 +91,22 @@ impl Limit {
             amount,
             window: calendar.period.nominal(),
             calendar: Some(calendar),
+        }
+    }
+
+    /// The arithmetic this limit is counted with in a scope counted by
+    /// `scope`: a calendar window is a fixed window whatever the scope's
+    /// algorithm (SPEC BUD-3), and a budget (a cost limit) of a token
+    /// bucket scope is a sliding window, so that it admits at most its
+    /// amount in any of its windows (SPEC BUD-2: a bucket would refill it
+    /// as it is spent, up to twice the amount in one window).
+    pub fn algorithm_in(&self, scope: Algorithm) -> Algorithm {
+        match (self.calendar, scope) {
+            (Some(_), _) => Algorithm::FixedWindow,
+            (None, Algorithm::TokenBucket { .. }) if self.dimension.is_cost() => {
+                Algorithm::SlidingWindow
+            }
+            (None, algorithm) => algorithm,
         }
     }
 
@@ -314,6 +335,12 @@ impl ScopeConfig {
         let at = |field: String| format!("scopes.{}.{field}", self.name);
         for (i, limit) in self.limits.iter().enumerate() {
             positive(&at(format!("limits[{i}].amount")), limit.amount)?;
+            if limit.amount > MAX_LIMIT {
+                return Err(ConfigError::new(
+                    at(format!("limits[{i}].amount")),
+                    format!("must be at most 2^53 ({MAX_LIMIT})"),
+                ));
+            }
             non_zero(&at(format!("limits[{i}].window")), limit.window)?;
         }
         if let Some(w) = self.learn {

@@ -72,7 +72,7 @@ impl LimitState {
     /// whatever the algorithm (SPEC BUD-3).
     pub(crate) fn new(config: Limit, algorithm: Algorithm, now: Nanos, epoch: UtcNanos) -> Self {
         let window = nanos(config.window);
-        let algo = match (config.calendar, algorithm) {
+        let algo = match (config.calendar, config.algorithm_in(algorithm)) {
             (Some(calendar), _) => Algo::Fixed(FixedWindow::new(
                 config.amount,
                 Periods::Calendar { calendar, epoch },
@@ -391,7 +391,7 @@ impl LimitState {
         }
         self.config.window == limit.window
             && matches!(
-                (&self.algo, algorithm),
+                (&self.algo, limit.algorithm_in(algorithm)),
                 (Algo::Sliding(_), Algorithm::SlidingWindow)
                     | (Algo::Bucket(_), Algorithm::TokenBucket { .. })
                     | (Algo::Fixed(_), Algorithm::FixedWindow)
