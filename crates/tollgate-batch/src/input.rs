@@ -188,12 +188,19 @@ fn url_of(endpoint: Endpoint) -> &'static str {
 
 /// The request of `item` from its line `raw` as read again from the file:
 /// the body re-serialised with sorted keys, checked against the hash the
-/// item was validated with.
+/// item was validated with. A chat completions or Responses body without
+/// an output cap is sent with `output_cap`, the allowance its estimate
+/// reserved (`max_completion_tokens`, `max_output_tokens`), so that the
+/// provider never writes more than was reserved (SPEC Q-7, BUD-2).
 ///
 /// # Errors
 /// The line no longer parses or no longer hashes the same (the input file
 /// changed during the run).
-pub fn request_from_line(item: &Item, raw: &[u8]) -> Result<UpstreamRequest, String> {
+pub fn request_from_line(
+    item: &Item,
+    raw: &[u8],
+    output_cap: Option<u64>,
+) -> Result<UpstreamRequest, String> {
     let changed = || {
         format!(
             "input line {} (custom_id `{}`) changed while the run was going on",
@@ -204,10 +211,15 @@ pub fn request_from_line(item: &Item, raw: &[u8]) -> Result<UpstreamRequest, Str
     let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(raw) else {
         return Err(changed());
     };
-    let body = object.remove("body").ok_or_else(changed)?;
-    let canonical = serde_json::to_vec(&body).map_err(|_| changed())?;
+    let mut body = object.remove("body").ok_or_else(changed)?;
+    let mut canonical = serde_json::to_vec(&body).map_err(|_| changed())?;
     if request_hash(item.url(), &canonical) != item.hash {
         return Err(changed());
+    }
+    if let Some(cap) = output_cap
+        && cap_output(item.endpoint, &mut body, cap)
+    {
+        canonical = serde_json::to_vec(&body).map_err(|_| changed())?;
     }
     Ok(UpstreamRequest::new(
         item.endpoint,
@@ -215,6 +227,27 @@ pub fn request_from_line(item: &Item, raw: &[u8]) -> Result<UpstreamRequest, Str
         false,
         false,
     ))
+}
+
+/// Sets the output cap of a chat completions or Responses `body` that has
+/// none (absent or `null`) to `cap`; returns whether it did.
+fn cap_output(endpoint: Endpoint, body: &mut Value, cap: u64) -> bool {
+    let fields: &[&str] = match endpoint {
+        Endpoint::ChatCompletions => &["max_completion_tokens", "max_tokens"],
+        Endpoint::Responses => &["max_output_tokens"],
+        Endpoint::Embeddings | Endpoint::Messages => return false,
+    };
+    let Value::Object(object) = body else {
+        return false;
+    };
+    if fields
+        .iter()
+        .any(|f| object.get(*f).is_some_and(|v| !v.is_null()))
+    {
+        return false;
+    }
+    object.insert(fields[0].to_owned(), Value::from(cap));
+    true
 }
 
 /// The hash stored with each result: `sha256:` and the hex digest of
@@ -582,7 +615,7 @@ mod tests {
         let line = r#"{"custom_id":"r","method":"POST","url":"/v1/responses","body":{"model":"m","input":"hi","max_output_tokens":7}}"#;
         let items = parse(line.as_bytes(), &TokenEstimator::new()).expect("valid");
         assert_eq!(items[0].estimate.output, 7);
-        let req = request_from_line(&items[0], line.as_bytes()).expect("request");
+        let req = request_from_line(&items[0], line.as_bytes(), None).expect("request");
         assert_eq!(req.endpoint(), Endpoint::Responses);
         let bad = format!(
             "{}\n{}\n",
@@ -593,6 +626,40 @@ mod tests {
             codes(&bad),
             vec![(Some(1), "invalid_body"), (Some(2), "invalid_body")]
         );
+    }
+
+    // proves: Q-7, BUD-2 (a chat or Responses line without an output cap,
+    // or with a null one, is sent capped at the allowance its estimate
+    // reserved; one with a cap of its own, and an embeddings line, go as
+    // they are)
+    #[test]
+    fn a_line_without_a_cap_is_sent_with_its_allowance() {
+        let est = TokenEstimator::new().with_default_output(64);
+        let lines = [
+            r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}"#,
+            r#"{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":null}}"#,
+            r#"{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}}"#,
+            r#"{"custom_id":"d","method":"POST","url":"/v1/responses","body":{"model":"m","input":"hi"}}"#,
+            r#"{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"e","input":"hi"}}"#,
+        ];
+        let sent = |line: &str| -> Value {
+            let items = parse(line.as_bytes(), &est).expect("valid");
+            let req =
+                request_from_line(&items[0], line.as_bytes(), est.output_cap()).expect("request");
+            serde_json::from_slice(req.body()).expect("json")
+        };
+        assert_eq!(sent(lines[0])["max_completion_tokens"], 64);
+        assert_eq!(sent(lines[1])["max_completion_tokens"], 64);
+        assert_eq!(sent(lines[2])["max_tokens"], 5);
+        assert!(sent(lines[2]).get("max_completion_tokens").is_none());
+        assert_eq!(sent(lines[3])["max_output_tokens"], 64);
+        assert!(sent(lines[4]).get("max_completion_tokens").is_none());
+        for line in lines {
+            let items = parse(line.as_bytes(), &est).expect("valid");
+            let uncapped = request_from_line(&items[0], line.as_bytes(), None).expect("request");
+            let body: Value = serde_json::from_slice(uncapped.body()).expect("json");
+            assert!(body.get("max_completion_tokens").is_none() || line.contains("max_completion"));
+        }
     }
 
     #[test]
@@ -606,9 +673,9 @@ mod tests {
         let c = parse(changed.as_bytes(), &est).expect("valid");
         assert_ne!(a[0].hash, c[0].hash);
         assert!(a[0].estimate.output == 5);
-        let req = request_from_line(&b[0], spaced.as_bytes()).expect("same request");
+        let req = request_from_line(&b[0], spaced.as_bytes(), None).expect("same request");
         assert_eq!(req.endpoint(), Endpoint::ChatCompletions);
-        assert!(request_from_line(&a[0], changed.as_bytes()).is_err());
+        assert!(request_from_line(&a[0], changed.as_bytes(), None).is_err());
         let two = format!("\n{CHAT}\r\n");
         let items = parse(two.as_bytes(), &est).expect("valid");
         assert_eq!(

@@ -113,6 +113,14 @@ impl Provider for BatchProvider {
     }
 }
 
+/// How the run estimates its items: the configured profile and output
+/// allowance.
+fn estimator(config: &BatchConfig) -> TokenEstimator {
+    TokenEstimator::new()
+        .with_profile(config.profile)
+        .with_default_output(config.default_output)
+}
+
 /// Loads and validates the input: every line (BATCH-1) and every estimate
 /// against the token limits (BATCH-5, Q-3).
 fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
@@ -121,9 +129,7 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
         source,
     };
     let file = std::fs::File::open(&config.input).map_err(io)?;
-    let estimator = TokenEstimator::new()
-        .with_profile(config.profile)
-        .with_default_output(config.default_output);
+    let estimator = estimator(config);
     let items = input::read(std::io::BufReader::with_capacity(1 << 16, file), &estimator)
         .map_err(io)?
         .map_err(BatchError::Input)?;
@@ -389,7 +395,7 @@ pub async fn run(
         None => Deadline::NONE,
     };
     let shared = Arc::new(Shared {
-        source: InputSource::open(&config.input)?,
+        source: InputSource::open(&config.input, estimator(&config).output_cap())?,
         supervisor: supervisor.clone(),
         flow: config.flow,
         writer: Arc::clone(&writer),
@@ -574,16 +580,20 @@ pub async fn run(
 /// it (the queue holds only offsets, estimates and hashes).
 struct InputSource {
     file: std::sync::Mutex<std::fs::File>,
+    /// The cap a body without one is sent with (see
+    /// [`input::request_from_line`]).
+    output_cap: Option<u64>,
 }
 
 impl InputSource {
-    fn open(path: &std::path::Path) -> Result<Self, BatchError> {
+    fn open(path: &std::path::Path, output_cap: Option<u64>) -> Result<Self, BatchError> {
         let file = std::fs::File::open(path).map_err(|source| BatchError::Io {
             path: path.to_owned(),
             source,
         })?;
         Ok(InputSource {
             file: std::sync::Mutex::new(file),
+            output_cap,
         })
     }
 
@@ -596,7 +606,7 @@ impl InputSource {
                 .and_then(|_| file.read_exact(&mut raw))
                 .map_err(|e| format!("reading input line {}: {e}", item.line))?;
         }
-        input::request_from_line(item, &raw)
+        input::request_from_line(item, &raw, self.output_cap)
     }
 }
 

@@ -83,6 +83,9 @@ pub struct Deployment {
     /// Token estimation with the model's output allowance and the
     /// provider's accounting.
     pub estimator: TokenEstimator,
+    /// Where a chat request's output cap goes upstream when the gateway
+    /// sets one (the provider's flavour).
+    pub cap_field: tollgate_openai::wire::CapField,
     /// Routing weight (at least 1).
     pub weight: u32,
     /// The price of its upstream model, if known (SPEC BUD-1).

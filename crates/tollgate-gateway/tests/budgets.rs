@@ -621,3 +621,87 @@ fn checking_after_the_call_spends_past_the_budget() {
         );
     });
 }
+
+// proves: BUD-2, Q-7 (a request without an output cap reserves the model's
+// default_max_tokens as its output allowance and goes upstream capped at
+// it, on chat completions and the Responses API: concurrent calls never
+// spend past the budget, though the model would write far more)
+#[test]
+fn a_request_without_a_cap_is_capped_at_its_allowance() {
+    runtime().block_on(async {
+        // The provider generates 2000 output tokens when the request sets
+        // no max_tokens (as a real model may).
+        let sim = sim(SimConfig {
+            ttft: Duration::from_millis(200),
+            completion_tokens: 2_000,
+            ..SimConfig::default()
+        })
+        .await;
+        let gw = Gateway::start(&format!(
+            r#"
+[admission]
+queue_capacity = 256
+
+[providers.sim]
+base_url = "{}"
+accounting = {{ chars_per_token = 1, output = "max_tokens" }}
+
+[models.chat]
+provider = "sim"
+upstream_model = "o1"
+concurrency = 128
+default_max_tokens = 16
+
+{}
+"#,
+            sim.openai_base_url(),
+            tenants("limits = [{ usd = 1, per = \"1d\" }]", "")
+        ))
+        .await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(64));
+        let calls: Vec<_> = (0..64)
+            .map(|i| {
+                let (url, barrier) = (gw.base.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let (path, body) = if i % 2 == 0 {
+                        let messages =
+                            json!([{"role": "user", "content": "Tell me about budgets."}]);
+                        (
+                            "chat/completions",
+                            json!({"model": "chat", "messages": messages}),
+                        )
+                    } else {
+                        (
+                            "responses",
+                            json!({"model": "chat", "input": "Tell me about budgets."}),
+                        )
+                    };
+                    let resp = client()
+                        .post(format!("{url}/v1/{path}"))
+                        .bearer_auth(KEY_A)
+                        .json(&body)
+                        .send()
+                        .await
+                        .expect("answered");
+                    let status = resp.status().as_u16();
+                    let _ = resp.bytes().await;
+                    status
+                })
+            })
+            .collect();
+        let mut served = 0;
+        for c in calls {
+            if c.await.unwrap() == 200 {
+                served += 1;
+            }
+        }
+        gw.wait_idle().await;
+        let billed = sim.stats().cost_charged_pico_usd;
+        assert!(served > 0, "nothing served");
+        assert!(
+            billed <= ONE_DOLLAR_PICO,
+            "the provider billed {billed} p$ against a $1 budget ({served} calls served)"
+        );
+    });
+}

@@ -40,6 +40,19 @@ pub enum Flavor {
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 impl Flavor {
+    /// Where a chat completion's output cap goes when the gateway sets one
+    /// (a request without a cap is sent with its reserved allowance):
+    /// `max_completion_tokens` for OpenAI and Azure, whose reasoning models
+    /// take no other, `max_tokens` for every other server.
+    pub fn cap_field(self) -> tollgate_openai::wire::CapField {
+        match self {
+            Flavor::OpenAi | Flavor::Azure => tollgate_openai::wire::CapField::MaxCompletionTokens,
+            Flavor::OpenAiCompatible | Flavor::Anthropic => {
+                tollgate_openai::wire::CapField::MaxTokens
+            }
+        }
+    }
+
     /// The provider's `gen_ai.provider.name` in traces (SPEC OBS-5): the
     /// conventions' name of a known provider, else `configured` (the
     /// provider's table name).

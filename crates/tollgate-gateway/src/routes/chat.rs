@@ -14,6 +14,7 @@ use super::flow::{Route, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
+use crate::state::Deployment;
 
 /// The chat completions route.
 pub struct Chat;
@@ -35,10 +36,19 @@ impl Route for Chat {
     fn upstream(
         request: &ChatCompletionRequest,
         body: &Bytes,
-        upstream_model: &str,
+        deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        // The body goes as it came when the model keeps its name and, for a
-        // stream, the client itself asks for the usage chunk (GW-5).
+        let upstream_model = deployment.upstream_model.as_str();
+        if request.max_output_tokens().is_none()
+            && let Some(cap) = deployment.estimator.output_cap()
+        {
+            let mut capped = request.clone();
+            capped.cap_output(cap, deployment.cap_field);
+            return UpstreamRequest::chat(&capped, upstream_model);
+        }
+        // The body goes as it came when the model keeps its name, sets its
+        // own output cap and, for a stream, the client itself asks for the
+        // usage chunk (GW-5).
         let stream = request.is_stream();
         if request.model == upstream_model && (!stream || request.wants_stream_usage()) {
             return Ok(UpstreamRequest::new(

@@ -13,6 +13,7 @@ use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
+use crate::state::Deployment;
 
 /// The embeddings route.
 pub struct Embeddings;
@@ -35,8 +36,9 @@ impl Route for Embeddings {
     fn upstream(
         request: &EmbeddingsRequest,
         body: &Bytes,
-        upstream_model: &str,
+        deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
+        let upstream_model = deployment.upstream_model.as_str();
         as_received_or(
             Endpoint::Embeddings,
             &request.model,

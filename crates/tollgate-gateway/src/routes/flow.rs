@@ -52,10 +52,15 @@ pub trait Route {
     /// The request as sent to `upstream_model`. `body` is the client's
     /// body as received: when nothing needs rewriting it goes upstream
     /// unchanged (no re-serialization).
+    ///
+    /// A request without an output cap goes with the allowance its
+    /// reservation counted (`deployment.estimator.output_cap()`), so the
+    /// provider never generates, and bills, more than was reserved (SPEC
+    /// Q-7, BUD-2).
     fn upstream(
         request: &Self::Request,
         body: &Bytes,
-        upstream_model: &str,
+        deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error>;
     /// Whether the client asked for a stream.
     fn is_stream(request: &Self::Request) -> bool;
@@ -301,7 +306,7 @@ async fn serve<R: Route>(
         // A body that cannot be rewritten for a deployment fails the call
         // as a client error (400), never retried.
         let make = |d: &Deployment| -> Result<GatewayRequest, Box<CallError>> {
-            let upstream = R::upstream(&request, &raw, &d.upstream_model)
+            let upstream = R::upstream(&request, &raw, d)
                 .map_err(|e| {
                     Box::new(CallError::Provider {
                         error: ProviderError::new(ErrorKind::Client, e.to_string()),

@@ -17,6 +17,7 @@ use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
+use crate::state::Deployment;
 
 /// The client headers that select Anthropic API behaviour and so go
 /// upstream with the request (the provider's configured
@@ -43,8 +44,9 @@ impl Route for Messages {
     fn upstream(
         request: &MessagesRequest,
         body: &Bytes,
-        upstream_model: &str,
+        deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
+        let upstream_model = deployment.upstream_model.as_str();
         as_received_or(
             Endpoint::Messages,
             &request.model,

@@ -15,6 +15,7 @@ use super::flow::{Route, as_received_or, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
+use crate::state::Deployment;
 
 /// The Responses route.
 pub struct Responses;
@@ -36,8 +37,16 @@ impl Route for Responses {
     fn upstream(
         request: &ResponsesRequest,
         body: &Bytes,
-        upstream_model: &str,
+        deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
+        let upstream_model = deployment.upstream_model.as_str();
+        if request.max_output_tokens.is_none()
+            && let Some(cap) = deployment.estimator.output_cap()
+        {
+            let mut capped = request.clone();
+            capped.cap_output(cap);
+            return UpstreamRequest::responses(&capped, upstream_model);
+        }
         as_received_or(
             Endpoint::Responses,
             &request.model,

@@ -147,6 +147,17 @@ impl TokenEstimator {
         self.default_output
     }
 
+    /// The output cap a request without one is sent with: the default
+    /// allowance its estimate reserved, so that no completion outgrows
+    /// its reservation (SPEC Q-7, BUD-2); `None` when the profile leaves
+    /// the output uncounted (`output = "none"`).
+    pub fn output_cap(&self) -> Option<u64> {
+        match self.profile {
+            Profile::Chars { output: false, .. } => None,
+            _ => Some(self.default_output),
+        }
+    }
+
     /// Tokens of `text` for `model`.
     pub fn count_text(&self, model: &str, text: &str) -> u64 {
         TokenizerKind::for_model(model).count(text)

@@ -91,10 +91,37 @@ impl ChatCompletionRequest {
         self.max_completion_tokens.or(self.max_tokens)
     }
 
+    /// Sets the output cap of a request that has none to `tokens`, in
+    /// `field`: the allowance its reservation counted (SPEC Q-7, BUD-2),
+    /// so that the provider never generates, and bills, more. A request
+    /// with a cap of its own keeps it. Returns whether it was set.
+    pub fn cap_output(&mut self, tokens: u64, field: CapField) -> bool {
+        if self.max_output_tokens().is_some() {
+            return false;
+        }
+        match field {
+            CapField::MaxCompletionTokens => self.max_completion_tokens = Some(tokens),
+            CapField::MaxTokens => self.max_tokens = Some(tokens),
+        }
+        true
+    }
+
     /// Number of choices requested (`n`, default 1; 0 is treated as 1).
     pub fn choice_count(&self) -> u64 {
         self.n.unwrap_or(1).max(1)
     }
+}
+
+/// Where a chat completion's output cap goes when the gateway sets one
+/// ([`ChatCompletionRequest::cap_output`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CapField {
+    /// `max_completion_tokens`: OpenAI's and Azure's (the only one their
+    /// reasoning models take).
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens`: what every OpenAI-compatible server understands.
+    MaxTokens,
 }
 
 /// `stream_options` of a chat request.
@@ -568,6 +595,29 @@ mod tests {
             back["stream_options"],
             json!({"include_usage": true, "continuous_usage_stats": false})
         );
+    }
+
+    // proves: Q-7, BUD-2 (a request without a cap takes the reserved
+    // allowance in the flavour's field; one with a cap keeps it)
+    #[test]
+    fn cap_output_sets_only_a_missing_cap() {
+        let mut req = ChatCompletionRequest::new("m", vec![]);
+        assert!(req.cap_output(64, CapField::MaxCompletionTokens));
+        assert_eq!(
+            (req.max_completion_tokens, req.max_tokens),
+            (Some(64), None)
+        );
+        assert!(!req.cap_output(32, CapField::MaxTokens));
+        assert_eq!(req.max_output_tokens(), Some(64));
+        let mut legacy = ChatCompletionRequest::new("m", vec![]);
+        assert!(legacy.cap_output(16, CapField::MaxTokens));
+        assert_eq!(
+            (legacy.max_completion_tokens, legacy.max_tokens),
+            (None, Some(16))
+        );
+        let json = serde_json::to_value(&legacy).expect("serialises");
+        assert_eq!(json["max_tokens"], 16);
+        assert!(json.get("max_completion_tokens").is_none());
     }
 
     #[test]

@@ -24,9 +24,9 @@ mod responses;
 mod usage;
 
 pub use chat::{
-    CHAT_COMPLETION_CHUNK_OBJECT, CHAT_COMPLETION_OBJECT, ChatChoice, ChatCompletionChunk,
-    ChatCompletionRequest, ChatCompletionResponse, ChatDelta, ChatMessage, ChunkChoice,
-    ContentPart, FunctionCall, MessageContent, StreamOptions, ToolCall,
+    CHAT_COMPLETION_CHUNK_OBJECT, CHAT_COMPLETION_OBJECT, CapField, ChatChoice,
+    ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta, ChatMessage,
+    ChunkChoice, ContentPart, FunctionCall, MessageContent, StreamOptions, ToolCall,
 };
 pub use embeddings::{
     Embedding, EmbeddingInput, EmbeddingVector, EmbeddingsRequest, EmbeddingsResponse,

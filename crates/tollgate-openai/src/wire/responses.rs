@@ -51,6 +51,17 @@ impl ResponsesRequest {
         }
     }
 
+    /// Sets `max_output_tokens` of a request that has none to `tokens`:
+    /// the allowance its reservation counted (SPEC Q-7, BUD-2). Returns
+    /// whether it was set.
+    pub fn cap_output(&mut self, tokens: u64) -> bool {
+        if self.max_output_tokens.is_some() {
+            return false;
+        }
+        self.max_output_tokens = Some(tokens);
+        true
+    }
+
     /// `true` when the client asked for a stream.
     pub fn is_stream(&self) -> bool {
         self.stream == Some(true)

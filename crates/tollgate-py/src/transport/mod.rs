@@ -41,6 +41,7 @@ use tollgate_gateway::config::{Flavor, GatewayConfig, ProviderConfig};
 use tollgate_gateway::error::{ApiError, Dialect};
 use tollgate_openai::provider::Endpoint;
 use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::wire::CapField;
 
 pub(crate) use body::ResponseBody;
 use provider::{HttpxProvider, HttpxRequest, Kit};
@@ -56,6 +57,9 @@ use crate::pyawait::Mode;
 struct Accounted {
     supervisor: Supervisor<HttpxProvider>,
     estimator: TokenEstimator,
+    /// Where a chat request's output cap goes when one is set (the
+    /// flavour's field).
+    cap_field: CapField,
 }
 
 /// The Rust side of `tollgate.Transport` / `tollgate.AsyncTransport`.
@@ -165,6 +169,7 @@ impl TransportCore {
             estimator: TokenEstimator::new()
                 .with_default_output(self.default_max_tokens)
                 .with_profile(config.accounting),
+            cap_field: flavor.cap_field(),
         };
         Ok(self
             .accounted
@@ -196,7 +201,8 @@ impl TransportCore {
         let body = Bytes::copy_from_slice(content.as_bytes());
         let accounted = self.accounted(py, endpoint)?;
         let dialect = route::dialect(endpoint);
-        let routed = match route::route(endpoint, &body, &accounted.estimator) {
+        let routed = match route::route(endpoint, &body, &accounted.estimator, accounted.cap_field)
+        {
             Ok(r) => r,
             Err(api) => {
                 let response = kit.response;

@@ -8,7 +8,7 @@ use tollgate_gateway::error::{ApiError, Dialect};
 use tollgate_openai::provider::{Endpoint, UpstreamRequest};
 use tollgate_openai::tokens::TokenEstimator;
 use tollgate_openai::wire::{
-    ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest,
+    CapField, ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest,
 };
 
 /// The API a `POST` to `path` calls, by the path's end (so
@@ -60,17 +60,25 @@ pub(crate) struct Routed {
 /// `estimator` (the gateway's tokenizer and the flavour's accounting
 /// profile). A body that is not a valid request of that API is the
 /// gateway's 400 `invalid_body`.
+///
+/// A request without an output cap is sent with the allowance its
+/// estimate reserved, in `cap_field` for chat completions, as the gateway
+/// does (SPEC Q-7, BUD-2): the provider never writes more than reserved.
 pub(crate) fn route(
     endpoint: Endpoint,
     body: &Bytes,
     estimator: &TokenEstimator,
+    cap_field: CapField,
 ) -> Result<Routed, ApiError> {
     let (upstream, estimate) = match endpoint {
         Endpoint::ChatCompletions => {
-            let req: ChatCompletionRequest = parse(body)?;
+            let mut req: ChatCompletionRequest = parse(body)?;
             let estimate = estimator.chat(&req);
             let model = req.model.clone();
-            let upstream = if req.is_stream() {
+            let capped = estimator
+                .output_cap()
+                .is_some_and(|cap| req.cap_output(cap, cap_field));
+            let upstream = if req.is_stream() || capped {
                 UpstreamRequest::chat(&req, &model).map_err(invalid)?
             } else {
                 UpstreamRequest::new(endpoint, body.clone(), false, false)
@@ -86,13 +94,19 @@ pub(crate) fn route(
             )
         }
         Endpoint::Responses => {
-            let req: ResponsesRequest = parse(body)?;
+            let mut req: ResponsesRequest = parse(body)?;
             let stream = req.is_stream();
             let estimate = estimator.responses(&req);
-            (
-                UpstreamRequest::new(endpoint, body.clone(), stream, stream),
-                estimate,
-            )
+            let model = req.model.clone();
+            let upstream = if estimator
+                .output_cap()
+                .is_some_and(|cap| req.cap_output(cap))
+            {
+                UpstreamRequest::responses(&req, &model).map_err(invalid)?
+            } else {
+                UpstreamRequest::new(endpoint, body.clone(), stream, stream)
+            };
+            (upstream, estimate)
         }
         Endpoint::Messages => {
             let req: MessagesRequest = parse(body)?;
