@@ -73,14 +73,23 @@ impl LimitParams {
             .limits()
             .iter()
             .zip(snapshot.iter())
-            .map(|(l, s)| {
+            .map(|(l, s)| match l.calendar {
+                // The store keeps no calendar: a calendar window is a
+                // sliding window of its longest period, which never admits
+                // more than the calendar would (it frees later).
+                Some(c) => LimitParams::new(
+                    l.dimension,
+                    l.amount,
+                    c.longest(),
+                    l.amount,
+                    Algorithm::SlidingWindow,
+                ),
                 // A budget of a token bucket scope is a sliding window, as
                 // in process (`Limit::algorithm_in`).
-                let algorithm = match l.calendar {
-                    Some(_) => algorithm,
-                    None => l.algorithm_in(algorithm),
-                };
-                LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm)
+                None => {
+                    let algorithm = l.algorithm_in(algorithm);
+                    LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm)
+                }
             })
             .collect();
         (params, algorithm)
@@ -233,6 +242,47 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), keys.len());
+    }
+
+    // proves: BUD-3, BUD-2, Q-7 (the store keeps no calendar: a calendar
+    // window of a shared scope is a sliding window of its longest period,
+    // an hour longer in a zone with daylight saving, whatever the scope's
+    // algorithm, so no calendar period admits more than its amount; a
+    // budget of a token bucket scope is a sliding window too; other limits
+    // keep the scope's algorithm and their keys)
+    #[test]
+    fn calendar_windows_and_budgets_are_sliding_windows_in_the_store() {
+        use tollgate::config::{Calendar, Limit, Period, ScopeConfig, Zone};
+        let day = Calendar::new(Period::Day);
+        let paris = Calendar::new(Period::Month).zone(Zone::named("Europe/Paris").unwrap());
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::TokenBucket { burst: None },
+            Algorithm::SlidingWindow,
+        ] {
+            let scope = ScopeConfig::new("s")
+                .requests(100, Duration::from_secs(60))
+                .limit(Limit::per(Dimension::Tokens, 1_000, day))
+                .limit(Limit::per(Dimension::Cost, 5_000, paris))
+                .cost(9_000, Duration::from_secs(86_400))
+                .algorithm(algorithm);
+            let mut local = LocalQuota::new(&scope, tollgate::clock::Instant::now());
+            let (params, _) = LimitParams::of(&scope, &mut local);
+            let kinds: Vec<String> = params.iter().map(LimitParams::key_suffix).collect();
+            let scope_kind = match algorithm {
+                Algorithm::FixedWindow => "f",
+                Algorithm::TokenBucket { .. } => "b",
+                Algorithm::SlidingWindow => "s",
+            };
+            assert!(kinds[0].starts_with(scope_kind), "{algorithm:?}: {kinds:?}");
+            assert_eq!(kinds[1], "s:tokens:86400000000", "{algorithm:?}");
+            assert_eq!(
+                kinds[2],
+                format!("s:cost:{}", (31 * 86_400 + 3_600) * 1_000_000_u64)
+            );
+            let budget = if scope_kind == "f" { "f" } else { "s" };
+            assert!(kinds[3].starts_with(budget), "{algorithm:?}: {kinds:?}");
+        }
     }
 
     // proves: DQ-1 (a bucket's level stays exact in Lua: a large daily

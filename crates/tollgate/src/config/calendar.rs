@@ -174,6 +174,15 @@ impl Calendar {
         self.zone = zone;
         self
     }
+
+    /// The longest any of its periods lasts: the nominal length, an hour
+    /// more in a zone other than UTC (a period holding a daylight-saving
+    /// change). A sliding window this long never admits more than the
+    /// calendar window would in any of its periods.
+    pub fn longest(&self) -> std::time::Duration {
+        let dst = if self.zone.0.is_none() { 0 } else { 3_600 };
+        self.period.nominal() + std::time::Duration::from_secs(dst)
+    }
 }
 
 impl fmt::Display for Calendar {
