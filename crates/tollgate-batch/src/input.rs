@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tollgate_openai::provider::{Endpoint, UpstreamRequest};
-use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::tokens::{MIN_RESPONSES_OUTPUT_TOKENS, TokenEstimator};
 use tollgate_openai::wire::{ChatCompletionRequest, EmbeddingsRequest, ResponsesRequest};
 
 /// The batch URL of chat completions.
@@ -246,6 +246,10 @@ fn cap_output(endpoint: Endpoint, body: &mut Value, cap: u64) -> bool {
     {
         return false;
     }
+    let cap = match endpoint {
+        Endpoint::Responses => cap.max(MIN_RESPONSES_OUTPUT_TOKENS),
+        _ => cap,
+    };
     object.insert(fields[0].to_owned(), Value::from(cap));
     true
 }

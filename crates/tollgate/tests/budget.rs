@@ -463,33 +463,44 @@ async fn a_spent_budget_binds_beside_a_limit_waiting_on_a_pending_grant() {
     assert_idle(&c);
 }
 
-// proves: BUD-2, Q-3, Q-7 (a budget larger than every count can hold
-// exactly, 2^53 µ$, is a configuration error; a worst case above the
-// largest budget is refused as larger than the whole limit, never counted
-// short)
+// proves: BUD-2, Q-3, Q-7 (a worst case above 2^53 µ$, more than a window
+// counts exactly, is refused at once as larger than the limit, however
+// large the budget; below it, each worst case is counted in full: eight
+// calls of 2^52 µ$ fill a 2^55 µ$ budget, a ninth is refused)
 #[tokio::test(start_paused = true)]
-async fn a_budget_is_counted_exactly_or_refused() {
-    let huge = tollgate::config::MAX_LIMIT + 1;
-    let err = AdmissionController::new(budget(huge, DAY)).unwrap_err();
-    assert_eq!(err.field, "scopes.team.limits[0].amount", "{err}");
-    let c = AdmissionController::new(budget(tollgate::config::MAX_LIMIT, DAY)).unwrap();
-    // A 2^54 µ$ worst case: 2^20 tokens at 2^34 µ$ a token.
-    let call = priced(1 << 20, 0, Price::new((1 << 34) * 1_000_000, 0));
-    let got = c.acquire(&call, within(secs(1))).await;
-    assert!(
-        matches!(&got, Err(AdmissionError::EstimateExceedsLimit(e)) if e.dimension == Dimension::Cost),
-        "{got:?}"
-    );
-    // 2^52 µ$ each.
-    let half = priced(1 << 20, 0, Price::new((1 << 32) * 1_000_000, 0));
-    let a = c.acquire(&half, within(secs(1))).await.unwrap();
-    let b = c.acquire(&half, within(secs(1))).await.unwrap();
-    let third = c.acquire(&half, within(secs(1))).await;
-    assert!(
-        matches!(third, Err(AdmissionError::BudgetExceeded { .. })),
-        "a third 2^52 µ$ call admitted on a 2^53 µ$ budget: {third:?}"
-    );
-    drop((a, b));
+async fn a_budget_counts_every_worst_case_in_full() {
+    for algorithm in [
+        tollgate::config::Algorithm::SlidingWindow,
+        tollgate::config::Algorithm::FixedWindow,
+    ] {
+        let c = AdmissionController::new(ControllerConfig {
+            scopes: vec![
+                ScopeConfig::new("team")
+                    .cost(1 << 55, DAY)
+                    .algorithm(algorithm),
+            ],
+            ..ControllerConfig::default()
+        })
+        .unwrap();
+        // A 2^54 µ$ worst case: 2^20 tokens at 2^34 µ$ a token.
+        let call = priced(1 << 20, 0, Price::new((1 << 34) * 1_000_000, 0));
+        let got = c.acquire(&call, within(secs(1))).await;
+        assert!(
+            matches!(&got, Err(AdmissionError::EstimateExceedsLimit(e)) if e.dimension == Dimension::Cost),
+            "{algorithm:?}: {got:?}"
+        );
+        // 2^52 µ$ each.
+        let eighth = priced(1 << 20, 0, Price::new((1 << 32) * 1_000_000, 0));
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(c.acquire(&eighth, within(secs(1))).await.unwrap());
+        }
+        let ninth = c.acquire(&eighth, within(secs(1))).await;
+        assert!(
+            matches!(ninth, Err(AdmissionError::BudgetExceeded { .. })),
+            "{algorithm:?}: a ninth 2^52 µ$ call admitted on a 2^55 µ$ budget: {ninth:?}"
+        );
+    }
 }
 
 // proves: BUD-2, BUD-3 (a rolling "1d" budget admits at most its amount in

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
-use tollgate::quota::{Demand, Hold, LocalQuota, QuotaStore};
+use tollgate::quota::{Demand, Dimension, Hold, LimitSnapshot, LocalQuota, QuotaStore};
 
 fn s(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -632,4 +632,134 @@ fn a_stamp_ahead_of_the_reload_takes_nothing_from_a_later_pending_slot() {
     let mut out = Vec::new();
     q.snapshot(t0 + ms(2_500), &mut out);
     assert_eq!(out[0].available, 0, "A counted until 5.831 s, B pending");
+}
+
+/// What the cost limit has available at `at`.
+fn cost_available(q: &mut LocalQuota, at: Instant) -> i64 {
+    let mut out: Vec<LimitSnapshot> = Vec::new();
+    q.snapshot(at, &mut out);
+    out.iter()
+        .find(|l| l.dimension == Dimension::Cost)
+        .expect("a cost limit")
+        .available
+}
+
+// proves: GW-15, Q-9, BUD-2 (a fixed-window scope reloaded as a token-bucket
+// scope: its budget becomes a sliding window (Limit::algorithm_in) and is
+// seeded; a pending reservation from before the reload, taken in the same
+// tick, and one taken after it are both leased and settled in full; once
+// every window passed the budget is whole again)
+#[test]
+fn budget_of_a_reloaded_bucket_scope_is_whole_after_pending_settle() {
+    let t0 = Instant::now();
+    let old = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .cost(1_000, s(60))
+        .algorithm(Algorithm::FixedWindow);
+    let new = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .cost(1_000, s(60))
+        .algorithm(Algorithm::TokenBucket { burst: None });
+    let mut q = LocalQuota::new(&old, t0);
+    let t = t0 + s(10);
+    // Pending before the reload (cost 10), then the reload and a pending
+    // reservation after it (cost 30), all in the same tick.
+    let mut a = q
+        .reserve(&Demand::new(0, 0).with_cost(10), t, Hold::Pending)
+        .unwrap();
+    q.reconfigure(&new, t);
+    let mut b = q
+        .reserve(&Demand::new(0, 0).with_cost(30), t, Hold::Pending)
+        .unwrap();
+    // Both start.
+    q.lease(&mut a, t + s(1));
+    q.lease(&mut b, t + s(1));
+    // Long after every window: nothing is counted any more.
+    assert_eq!(
+        cost_available(&mut q, t + s(1_000)),
+        1_000,
+        "the budget never becomes whole again: a pending amount is stranded"
+    );
+}
+
+// proves: DQ-8, Q-9 (a restore on a running scope whose window changed
+// since the save seeds its limit; a reservation pending from before the
+// restore, taken in the same tick, is leased: once every window passed
+// nothing is counted any more)
+#[test]
+fn a_pending_reservation_of_the_restore_tick_is_found_after_a_seeded_restore() {
+    let t0 = Instant::now();
+    let saved_scope = ScopeConfig::new("m").tokens(20, s(30));
+    let scope = ScopeConfig::new("m").tokens(20, s(10));
+    let mut before = LocalQuota::new(&saved_scope, t0);
+    before
+        .reserve(&Demand::new(4, 0), t0 + s(5), Hold::Leased)
+        .unwrap();
+    let saved = before.save(t0 + s(5), |_| true);
+
+    let mut q = LocalQuota::new(&scope, t0);
+    let t = t0 + s(6);
+    let mut b = q.reserve(&Demand::new(5, 0), t, Hold::Pending).unwrap();
+    assert!(q.restore(&saved, t));
+    q.lease(&mut b, t + s(1));
+    let mut out: Vec<LimitSnapshot> = Vec::new();
+    q.snapshot(t0 + s(1_000), &mut out);
+    assert_eq!(
+        out[0].available, 20,
+        "nothing counted once every window passed"
+    );
+}
+
+// proves: Q-14, Q-9 (a token limit learned from the provider while a
+// reservation is pending: once every reservation is leased and every
+// window passed, the learned limit counts nothing any more)
+#[test]
+fn a_learned_limit_is_whole_after_a_pending_reservation_from_before_it_leases() {
+    use tollgate::quota::{Actual, BudgetReport};
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let scope = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .learn_limits(s(60));
+    let mut q = LocalQuota::new(&scope, t0);
+    // L0 leased at 0, R pending at 0.5 ms (both before the provider
+    // advertises a token limit).
+    let l0 = q.reserve(&Demand::new(10, 0), t0, Hold::Leased).unwrap();
+    let mut r = q
+        .reserve(
+            &Demand::new(5, 0),
+            t0 + Duration::from_micros(500),
+            Hold::Pending,
+        )
+        .unwrap();
+    // At 1 ms an answer advertises 1,000 tokens per minute.
+    q.observe(
+        &BudgetReport {
+            dimension: Dimension::Tokens,
+            limit: Some(1_000),
+            remaining: None,
+            reset: None,
+        },
+        Some(&l0),
+        t0 + ms(1),
+        t0 + ms(1),
+    );
+    // L0 used 30 tokens: 20 of debt.
+    q.reconcile(&l0, &Actual::total(30));
+    // P pending at 2 ms; R then P start.
+    let mut p = q
+        .reserve(&Demand::new(8, 0), t0 + ms(2), Hold::Pending)
+        .unwrap();
+    q.lease(&mut r, t0 + ms(3));
+    q.lease(&mut p, t0 + ms(4));
+    let mut out: Vec<LimitSnapshot> = Vec::new();
+    q.snapshot(t0 + s(1_000), &mut out);
+    let tokens = out
+        .iter()
+        .find(|l| l.dimension == Dimension::Tokens)
+        .expect("the learned limit");
+    assert_eq!(
+        tokens.available, 1_000,
+        "nothing counted once every window passed"
+    );
 }

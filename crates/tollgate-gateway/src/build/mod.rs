@@ -312,7 +312,7 @@ pub fn build_with(
                 estimator: TokenEstimator::new()
                     .with_default_output(m.default_max_tokens)
                     .with_profile(provider.accounting),
-                cap_field: provider.wire.flavor.cap_field(),
+                cap_field: provider.wire.cap_field(),
                 weight: d.weight,
                 price,
                 in_flight: InFlight::default(),

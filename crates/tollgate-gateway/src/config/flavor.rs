@@ -35,24 +35,15 @@ pub enum Flavor {
     Anthropic,
 }
 
+/// The first Azure `api-version` (its date) that takes
+/// `max_completion_tokens`.
+const AZURE_MAX_COMPLETION_TOKENS: &str = "2024-09-01";
+
 /// The `anthropic-version` sent to an `anthropic` provider unless its
 /// `headers` (or the client, on `/v1/messages`) set another.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 impl Flavor {
-    /// Where a chat completion's output cap goes when the gateway sets one
-    /// (a request without a cap is sent with its reserved allowance):
-    /// `max_completion_tokens` for OpenAI and Azure, whose reasoning models
-    /// take no other, `max_tokens` for every other server.
-    pub fn cap_field(self) -> tollgate_openai::wire::CapField {
-        match self {
-            Flavor::OpenAi | Flavor::Azure => tollgate_openai::wire::CapField::MaxCompletionTokens,
-            Flavor::OpenAiCompatible | Flavor::Anthropic => {
-                tollgate_openai::wire::CapField::MaxTokens
-            }
-        }
-    }
-
     /// The provider's `gen_ai.provider.name` in traces (SPEC OBS-5): the
     /// conventions' name of a known provider, else `configured` (the
     /// provider's table name).
@@ -250,6 +241,29 @@ impl ProviderWire {
             }
         }
         map
+    }
+
+    /// Where a chat completion's output cap goes when the gateway sets one
+    /// (a request without a cap is sent with its reserved allowance):
+    /// `max_completion_tokens` for OpenAI, whose reasoning models take no
+    /// other, and for Azure from the `api-version` that introduced it
+    /// (2024-09-01-preview; earlier ones refuse it); `max_tokens` for
+    /// older Azure versions and every other server.
+    pub fn cap_field(&self) -> tollgate_openai::wire::CapField {
+        use tollgate_openai::wire::CapField;
+        match self.flavor {
+            Flavor::OpenAi => CapField::MaxCompletionTokens,
+            Flavor::Azure => match &self.api_version {
+                Some(v)
+                    if v.get(..10)
+                        .is_some_and(|date| date >= AZURE_MAX_COMPLETION_TOKENS) =>
+                {
+                    CapField::MaxCompletionTokens
+                }
+                _ => CapField::MaxTokens,
+            },
+            Flavor::OpenAiCompatible | Flavor::Anthropic => CapField::MaxTokens,
+        }
     }
 
     /// The base URL of one deployment: for `azure` the deployment's path

@@ -41,7 +41,7 @@ impl Route for Responses {
     ) -> Result<UpstreamRequest, serde_json::Error> {
         let upstream_model = deployment.upstream_model.as_str();
         if request.max_output_tokens.is_none()
-            && let Some(cap) = deployment.estimator.output_cap()
+            && let Some(cap) = deployment.estimator.responses_output_cap()
         {
             let mut capped = request.clone();
             capped.cap_output(cap);

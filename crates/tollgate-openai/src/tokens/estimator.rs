@@ -31,6 +31,10 @@ pub const DEFAULT_NON_TEXT_PART_TOKENS: u64 = 765;
 /// Default output allowance when a request sets neither
 /// `max_completion_tokens` nor `max_tokens`.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
+/// The smallest `max_output_tokens` the Responses API takes (OpenAI and
+/// Azure refuse less): the least a Responses request without a cap is
+/// reserved and sent with.
+pub const MIN_RESPONSES_OUTPUT_TOKENS: u64 = 16;
 
 /// An estimate: tokens the request sends and tokens it may generate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -156,6 +160,13 @@ impl TokenEstimator {
             Profile::Chars { output: false, .. } => None,
             _ => Some(self.default_output),
         }
+    }
+
+    /// The same for a Responses request: at least
+    /// [`MIN_RESPONSES_OUTPUT_TOKENS`], as its estimate reserves.
+    pub fn responses_output_cap(&self) -> Option<u64> {
+        self.output_cap()
+            .map(|cap| cap.max(MIN_RESPONSES_OUTPUT_TOKENS))
     }
 
     /// Tokens of `text` for `model`.

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 
 use super::encoding::TokenizerKind;
 use super::estimator::{
-    DEFINITIONS_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOKENS_PER_TOOL_CALL,
-    TokenEstimate, TokenEstimator, json_tokens,
+    DEFINITIONS_OVERHEAD_TOKENS, MIN_RESPONSES_OUTPUT_TOKENS, REPLY_PRIMING_TOKENS,
+    TOKENS_PER_MESSAGE, TOKENS_PER_TOOL_CALL, TokenEstimate, TokenEstimator, json_tokens,
 };
 use crate::wire::ResponsesRequest;
 
@@ -42,7 +42,9 @@ impl TokenEstimator {
     /// compact JSON text ([`DEFINITIONS_OVERHEAD_TOKENS`] once when there
     /// is any).
     ///
-    /// Output: `max_output_tokens`, else the default allowance.
+    /// Output: `max_output_tokens`, else the default allowance, at least
+    /// [`MIN_RESPONSES_OUTPUT_TOKENS`] (the cap the request is sent with,
+    /// see [`TokenEstimator::responses_output_cap`]).
     ///
     /// The accounting profile is applied as for chat; its character count
     /// is the characters of the instructions and of every text the items
@@ -77,7 +79,9 @@ impl TokenEstimator {
                 input = input.saturating_add(json_tokens(kind, definition));
             }
         }
-        let output = request.max_output_tokens.unwrap_or(self.default_output);
+        let output = request
+            .max_output_tokens
+            .unwrap_or(self.default_output.max(MIN_RESPONSES_OUTPUT_TOKENS));
         self.apply(TokenEstimate { input, output }, || chars)
     }
 }

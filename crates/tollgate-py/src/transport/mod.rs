@@ -169,7 +169,7 @@ impl TransportCore {
             estimator: TokenEstimator::new()
                 .with_default_output(self.default_max_tokens)
                 .with_profile(config.accounting),
-            cap_field: flavor.cap_field(),
+            cap_field: config.wire.cap_field(),
         };
         Ok(self
             .accounted

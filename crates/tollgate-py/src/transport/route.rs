@@ -99,7 +99,7 @@ pub(crate) fn route(
             let estimate = estimator.responses(&req);
             let model = req.model.clone();
             let upstream = if estimator
-                .output_cap()
+                .responses_output_cap()
                 .is_some_and(|cap| req.cap_output(cap))
             {
                 UpstreamRequest::responses(&req, &model).map_err(invalid)?

@@ -12,4 +12,4 @@ pub use calendar::{Calendar, Period, UnknownZone, Zone};
 pub use controller::{ControllerConfig, CooldownConfig, Overflow, PoolConfig};
 pub use error::ConfigError;
 pub(crate) use error::non_zero;
-pub use quota::{Algorithm, DAY, DEFAULT_MIN_SHARE, Limit, MAX_LIMIT, MINUTE, ScopeConfig};
+pub use quota::{Algorithm, DAY, DEFAULT_MIN_SHARE, Limit, MINUTE, ScopeConfig};

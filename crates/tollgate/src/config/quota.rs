@@ -60,11 +60,6 @@ pub struct Limit {
     pub calendar: Option<Calendar>,
 }
 
-/// The largest amount a limit takes (2⁵³): every count stays exact, and a
-/// demand above it is refused as larger than the whole limit (SPEC Q-3)
-/// rather than counted short.
-pub const MAX_LIMIT: u64 = 1 << 53;
-
 impl Limit {
     /// `amount` of `dimension` per rolling `window`.
     pub const fn new(dimension: Dimension, amount: u64, window: Duration) -> Self {
@@ -335,12 +330,6 @@ impl ScopeConfig {
         let at = |field: String| format!("scopes.{}.{field}", self.name);
         for (i, limit) in self.limits.iter().enumerate() {
             positive(&at(format!("limits[{i}].amount")), limit.amount)?;
-            if limit.amount > MAX_LIMIT {
-                return Err(ConfigError::new(
-                    at(format!("limits[{i}].amount")),
-                    format!("must be at most 2^53 ({MAX_LIMIT})"),
-                ));
-            }
             non_zero(&at(format!("limits[{i}].window")), limit.window)?;
         }
         if let Some(w) = self.learn {

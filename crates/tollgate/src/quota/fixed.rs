@@ -197,6 +197,12 @@ impl FixedWindow {
         }
     }
 
+    /// Gives up `amount` held pending (a seed's, see
+    /// `LimitState::release_seeded`).
+    pub(crate) fn release_pending(&mut self, amount: u64) {
+        self.pending = self.pending.saturating_sub(amount);
+    }
+
     pub(crate) fn lease(&mut self, amount: u64, now: Nanos) {
         self.roll(now);
         self.pending = self.pending.saturating_sub(amount);

@@ -57,10 +57,15 @@ pub(crate) struct LimitState {
     /// refuses a demand outright (SPEC Q-3 is the new limits' to judge)
     /// and is not reported.
     pub(crate) transitional: Option<Nanos>,
-    /// The first stamp of a reservation this limit counted from its
-    /// start: one seeded by a reconfiguration or filled by a restore holds
-    /// none of an earlier reservation's slots (see [`foreign`](Self::foreign)).
-    pub(crate) born: Nanos,
+    /// The first stamps of reservations this limit counted from its start
+    /// (a limit a reconfiguration seeded, or one learned from the
+    /// provider): a pending reservation's, and a leased one's, which a
+    /// recount may have moved ahead of the store's time (see
+    /// [`foreign`](Self::foreign)).
+    born: (Nanos, Nanos),
+    /// Pending amounts of reservations from before `born` that it holds
+    /// (a seed's): their leases and refunds take at most this much.
+    seeded: u64,
     /// Other clients' spending, as the provider's answers reveal it.
     others: Others,
     algo: Algo,
@@ -98,7 +103,8 @@ impl LimitState {
             confirmed: false,
             advertised_by: None,
             transitional: None,
-            born: 0,
+            born: (0, 0),
+            seeded: 0,
             others: Others::default(),
             algo,
         }
@@ -110,10 +116,35 @@ impl LimitState {
     /// the seed, or was no longer counted, so a settlement gives nothing
     /// back; a debt is counted from its own instant; a recount counts it
     /// at its new instant beside the seed (longer, never shorter). Its
-    /// pending amount is carried where a lease or refund finds it.
+    /// pending amount is part of the seed's (see
+    /// [`release_seeded`](Self::release_seeded)), or was never held here.
     #[inline]
-    fn foreign(&self, stamp: Nanos) -> bool {
-        stamp < self.born
+    fn foreign(&self, stamp: Nanos, hold: Hold) -> bool {
+        match hold {
+            Hold::Pending => stamp < self.born.0,
+            Hold::Leased => stamp < self.born.1,
+        }
+    }
+
+    /// Starts counting reservations as its own from `pending` (a pending
+    /// one's stamp) and `leased` (a leased one's, at or after `pending`):
+    /// see [`foreign`](Self::foreign).
+    pub(crate) fn born_at(&mut self, pending: Nanos, leased: Nanos) {
+        self.born = (pending, leased.max(pending));
+    }
+
+    /// Gives up to `amount` of the pending amounts a seed holds back, for
+    /// a reservation from before `born` that starts or is given up: no
+    /// more than the seed holds (one this limit never held, a learned
+    /// limit's, takes nothing from the pending amounts of later ones).
+    fn release_seeded(&mut self, amount: u64) {
+        let a = amount.min(self.seeded);
+        self.seeded -= a;
+        match &mut self.algo {
+            Algo::Sliding(w) => w.take_carried(a),
+            Algo::Bucket(b) => b.release(a),
+            Algo::Fixed(w) => w.release_pending(a),
+        }
     }
 
     /// A copy of the arithmetic for projections, without the answers kept
@@ -139,6 +170,7 @@ impl LimitState {
             advertised_by: self.advertised_by,
             transitional: self.transitional,
             born: self.born,
+            seeded: self.seeded,
             others: Others::default(),
             algo,
         }
@@ -154,9 +186,11 @@ impl LimitState {
 
     /// Whether `amount` can never fit, whatever the wait (SPEC Q-3): larger
     /// than the whole limit, unless the limit is a learned amount not yet
-    /// confirmed (SPEC Q-14).
+    /// confirmed (SPEC Q-14); or larger than any amount counted exactly
+    /// (2⁵³, far above any real request: a window would count it short).
     pub(crate) fn refuses(&self, amount: u64) -> bool {
-        amount > self.config.amount && (!self.learned || self.confirmed)
+        amount > super::sliding::MAX_AMOUNT
+            || (amount > self.config.amount && (!self.learned || self.confirmed))
     }
 
     /// The room `amount` needs to fit: itself, or the whole limit for a
@@ -238,7 +272,10 @@ impl LimitState {
     }
 
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, hold: Hold) {
-        if hold == Hold::Leased && self.foreign(stamp) {
+        if self.foreign(stamp, hold) {
+            if hold == Hold::Pending {
+                self.release_seeded(amount);
+            }
             return;
         }
         match &mut self.algo {
@@ -250,6 +287,11 @@ impl LimitState {
     }
 
     pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
+        if self.foreign(stamp, Hold::Pending) {
+            self.release_seeded(amount);
+            self.add(amount, now, Hold::Leased);
+            return;
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.lease(stamp, amount, now),
             Algo::Bucket(b) => b.lease(amount),
@@ -258,7 +300,7 @@ impl LimitState {
     }
 
     pub(crate) fn reconcile(&mut self, stamp: Nanos, estimate: u64, actual: u64, now: Nanos) {
-        if self.foreign(stamp) {
+        if self.foreign(stamp, Hold::Leased) {
             match &mut self.algo {
                 Algo::Sliding(w) => w.reconcile_foreign(stamp, estimate, actual, now),
                 Algo::Bucket(b) => b.take(actual.saturating_sub(estimate)),
@@ -277,7 +319,7 @@ impl LimitState {
     /// have counted it (SPEC Q-15); returns the stamp that now locates it.
     /// A token bucket counts a rate, not instants: nothing moves.
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
-        if self.foreign(stamp) {
+        if self.foreign(stamp, Hold::Leased) {
             return match &mut self.algo {
                 Algo::Sliding(w) => w.recount_foreign(stamp, amount, at, now),
                 Algo::Bucket(_) => stamp,
@@ -360,7 +402,7 @@ impl LimitState {
     /// Gives a leased amount back in full (SPEC Q-16: a refusal the
     /// provider did not charge).
     pub(crate) fn release(&mut self, stamp: Nanos, amount: u64) {
-        if self.foreign(stamp) {
+        if self.foreign(stamp, Hold::Leased) {
             return;
         }
         match &mut self.algo {
@@ -441,6 +483,7 @@ impl LimitState {
     /// [`counted`](Self::counted) and [`ahead`](Self::ahead)), as admitted
     /// at `now`, or at its own instant for an amount of `ahead`.
     pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
+        self.seeded = self.seeded.saturating_add(pending);
         match &mut self.algo {
             Algo::Sliding(w) => w.seed(counted, pending, ahead, now),
             Algo::Bucket(b) => {

@@ -162,6 +162,12 @@ impl LocalQuota {
         );
         learned.learned = true;
         learned.advertised_by = answer;
+        // It holds none of the reservations taken before it: their
+        // settlements give it nothing back, their leases count from then
+        // (one of this very tick is taken as its own: its lease takes only
+        // what is pending, and whoever that was left pending takes the
+        // rest from what is carried, so nothing is left behind).
+        learned.born_at(now, self.leased_born(now));
         learned.advance(now);
         self.limits.push(learned);
         Adopted::Changed(amount)
@@ -202,10 +208,10 @@ impl LocalQuota {
         }
     }
 
-    /// The first stamp a limit that starts counting at `at` (seeded by a
-    /// reconfiguration or filled by a restore) takes as its own: `at`, or
-    /// past every stamp a recount moved ahead of it.
-    fn born_at(&self, at: Nanos) -> Nanos {
+    /// The first stamp of a leased reservation a limit that starts
+    /// counting at `at` (a reconfiguration's, a learned one) takes as its
+    /// own: `at`, or past every stamp a recount moved ahead of it.
+    fn leased_born(&self, at: Nanos) -> Nanos {
         if self.furthest >= at {
             self.furthest.saturating_add(1)
         } else {

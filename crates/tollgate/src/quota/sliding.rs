@@ -189,46 +189,57 @@ impl SlidingWindow {
         });
     }
 
+    /// The slot holding the reservation stamped `stamp`: the one whose
+    /// span (`opened` to `closes`) holds the stamp. Every amount joins
+    /// the slot whose span holds its instant, or opens one, so a live
+    /// reservation is always found in its own slot; a slot with an empty
+    /// span (a seed, a restored amount) holds none.
     #[inline]
     fn locate(&self, stamp: Nanos) -> Option<usize> {
         // Most lookups are for a recent reservation: try the newest slot.
-        if let Some(back) = self.log.back()
-            && back.opened <= stamp
-        {
-            return Some(self.log.len() - 1);
-        }
-        let idx = self.log.partition_point(|s| s.opened <= stamp);
-        idx.checked_sub(1)
+        let i = match self.log.back() {
+            Some(back) if back.opened <= stamp => self.log.len() - 1,
+            _ => self
+                .log
+                .partition_point(|s| s.opened <= stamp)
+                .checked_sub(1)?,
+        };
+        (stamp < self.log[i].closes).then_some(i)
     }
 
     /// Removes a reservation's amount from wherever it is counted. A
-    /// pending amount is in the slot its stamp locates while that slot
-    /// holds it pending, else carried (its slot aged out, or it was
-    /// carried into a seed); a slot another amount opened before its stamp
-    /// since (a debt, a restored amount) holds none of it. A leased amount
-    /// is never taken from what a slot holds pending.
+    /// pending amount is what its slot holds pending, the rest carried
+    /// (its slot aged out): pending amounts are taken only from what is
+    /// pending, so none is ever left without a reservation to take it. A
+    /// leased amount is taken only from what its slot holds leased.
     fn take(&mut self, stamp: Nanos, amount: u64, pending: bool) {
         let slot = self.locate(stamp).and_then(|i| self.log.get_mut(i));
         match slot {
-            Some(slot) if pending && slot.pending >= amount.min(MAX_AMOUNT) => {
+            Some(slot) if pending => {
                 let a = amount.min(slot.pending);
                 slot.amount -= a;
                 slot.pending -= a;
                 self.used = self.used.saturating_sub(a);
+                self.take_carried(amount.min(MAX_AMOUNT) - a);
             }
-            Some(slot) if !pending => {
+            Some(slot) => {
                 let a = amount.min(slot.amount - slot.pending);
                 slot.amount -= a;
                 self.used = self.used.saturating_sub(a);
             }
-            _ if pending => {
-                let a = amount.min(self.carry);
-                self.carry -= a;
-                self.used = self.used.saturating_sub(a);
-            }
+            None if pending => self.take_carried(amount),
             // A leased amount whose slot aged out is no longer counted.
-            _ => {}
+            None => {}
         }
+    }
+
+    /// Takes up to `amount` of what is carried: pending amounts whose
+    /// slots aged out, and those a seed holds (see
+    /// `LimitState::release_seeded`).
+    pub(crate) fn take_carried(&mut self, amount: u64) {
+        let a = amount.min(self.carry);
+        self.carry -= a;
+        self.used = self.used.saturating_sub(a);
     }
 
     /// Returns a reservation that never started (SPEC Q-9).
@@ -496,13 +507,12 @@ impl SlidingWindow {
 
     /// Seeds a fresh window with what another limit counted (a
     /// reconfiguration that changed the window or the algorithm): the
-    /// pending amounts in `carry`, where a pending reservation's lease or
-    /// refund finds them; each amount of `ahead` (part of `counted`) as
-    /// admitted at its instant, after `now`, where its reservation's stamp
-    /// locates it; and the rest as admitted at `now` (later than it was,
-    /// so counted longer: conservative). The store moved its time past
-    /// every other reservation's stamp first, so none of them is ever
-    /// located in the seed; the seed's span is empty, so nothing joins it.
+    /// pending amounts in `carry`, where the lease or refund of a
+    /// reservation from before takes them (`LimitState::release_seeded`);
+    /// each amount of `ahead` (part of `counted`) as admitted at its
+    /// instant, after `now`; and the rest as admitted at `now` (later than
+    /// it was, so counted longer: conservative), in a slot whose span is
+    /// empty, so nothing joins it and no stamp locates it.
     pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
         self.carry = self.carry.saturating_add(pending);
         self.used = self.used.saturating_add(pending);
@@ -511,7 +521,12 @@ impl SlidingWindow {
             .filter(|(at, _)| *at > now)
             .fold(0u64, |sum, (_, a)| sum.saturating_add(*a));
         let counted = counted.saturating_sub(later).min(MAX_AMOUNT);
-        if counted > 0 {
+        if counted > 0 && !self.log.is_empty() {
+            // Into a running log (a restore): as admitted now, joining the
+            // slot open then, which the stamps of its own reservations
+            // locate, as they did.
+            self.add(counted, now, false);
+        } else if counted > 0 {
             self.used = self.used.saturating_add(counted);
             self.log.push_back(Slot {
                 opened: now,

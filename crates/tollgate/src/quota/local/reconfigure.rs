@@ -73,19 +73,26 @@ impl LocalQuota {
             }
             kept.push(i);
         }
-        // A sliding window's seed lands at an instant no existing
-        // reservation is stamped with (see `SlidingWindow::seed`).
-        let seeds = kept.iter().any(Option::is_none);
-        let at = if seeds && matches!(config.algorithm, Algorithm::SlidingWindow) {
+        // New limits take as their own only reservations stamped from
+        // `at` on, or, leased, past every stamp a recount moved ahead
+        // (`LimitState::foreign`). A new sliding window's `at` is an
+        // instant no existing reservation is stamped with (its seed lands
+        // there): one of the same tick would find a later one's slot. The
+        // others count pending amounts in one sum, whoever takes them.
+        let seeds_sliding = wanted.iter().zip(&kept).any(|(w, k)| {
+            k.is_none()
+                && matches!(
+                    w.limit.algorithm_in(config.algorithm),
+                    Algorithm::SlidingWindow
+                )
+        });
+        let at = if seeds_sliding {
             self.latest = self.latest.saturating_add(1);
             self.latest
         } else {
             t
         };
-        // The new limits count reservations stamped from here on as their
-        // own; earlier ones (a stamp a recount moved ahead included) are
-        // settled as foreign (see `LimitState::foreign`).
-        let born = self.born_at(at);
+        let leased_born = self.leased_born(at);
         let mut replaced = vec![false; old.len()];
         let mut fresh: Vec<Option<LimitState>> = Vec::with_capacity(wanted.len());
         for (w, k) in wanted.iter().zip(&kept) {
@@ -118,7 +125,7 @@ impl LocalQuota {
                 (None, None) => LimitState::new(w.limit, config.algorithm, at, self.epoch_utc),
             };
             if k.is_none() {
-                state.born = born;
+                state.born_at(at, leased_born);
             }
             state.learned = w.learned;
             state.provisional = w.provisional;

@@ -48,11 +48,6 @@ impl LocalQuota {
         let t = self.tick(now);
         self.advance(t);
         let now_utc = from_nanos(self.epoch_utc + i128::from(t));
-        // What is restored holds no slot of a reservation taken before:
-        // those are settled as foreign (see `LimitState::foreign`), and
-        // later ones are stamped from `born` on.
-        self.latest = self.latest.saturating_add(1);
-        let born = self.born_at(self.latest);
         let mut restored = false;
         for l in self.limits.iter_mut().filter(|l| !l.is_transitional()) {
             let same = saved.limits.iter().find(|s| {
@@ -64,7 +59,6 @@ impl LocalQuota {
                 && l.restore(&s.counted, t, self.epoch_utc)
             {
                 restored |= !s.counted.is_spent(now_utc);
-                l.born = born;
                 continue;
             }
             if let Some(s) = source(&saved.limits, l) {
@@ -85,7 +79,6 @@ impl LocalQuota {
                         })
                         .collect();
                     l.seed(total, 0, &ahead, t);
-                    l.born = born;
                     restored = true;
                 }
             }
