@@ -70,15 +70,19 @@ fn fixed_recount_ahead_within_its_window_reaches_the_reloaded_fixed_window() {
 //
 // Each admitted call is counted by the provider at some instant between
 // its lease and the latest instant a recount gave it (with its reconciled
-// tokens). After any sequence of reservations, leases, refunds,
+// tokens). After any sequence of reservations, leases, refunds, releases,
 // reconciliations, recounts (behind now, up to the arrival cap ahead, or
-// further) and reloads across sliding, fixed and bucket windows:
+// further), reloads across sliding, fixed and bucket windows, an input
+// token limit learned from the provider, and restores of saves of
+// this store or another configuration's (DQ-8), several at one instant:
 // * the running configuration's window holding now never admits past its
 //   amounts, counting every call the limits in force still knew at each
 //   reload (a call an earlier window no longer counted at a reload may be
 //   forgotten, as docs/design.md says);
 // * while a replaced limit is transitional, its window holding calls from
 //   before the reload never admits past its amounts;
+// * the learned limit's window never admits past its amount, counting the
+//   calls it took as its own (reserved or leased after it was learned);
 // * once everything pending is refunded and every window passed, every
 //   limit is whole again: nothing leaks.
 // ---------------------------------------------------------------------
@@ -112,6 +116,8 @@ impl Cfg {
                 Alg::Fixed => Algorithm::FixedWindow,
                 Alg::Bucket => Algorithm::TokenBucket { burst: None },
             })
+            // Input tokens are left to the provider (SPEC Q-14).
+            .learn_limits(Duration::from_millis(LEARN_MS))
     }
     /// Window of this configuration holding `now` (ms): `(lo, hi)`, an
     /// entry whose interval `[a, e]` has `a <= now` is in it iff `e >= lo`
@@ -129,6 +135,9 @@ impl Cfg {
         self.alg == o.alg && self.window_ms == o.window_ms
     }
 }
+
+/// The window of limits learned from the provider.
+const LEARN_MS: u64 = 5_000;
 
 fn cfg() -> impl Strategy<Value = Cfg> {
     (
@@ -164,6 +173,22 @@ enum Op {
     },
     Advance(u64),
     Reload(Cfg),
+    /// A refusal the provider did not charge (SPEC Q-16): a leased call
+    /// given back in full.
+    Release(usize),
+    /// The provider advertises an input-token limit (SPEC Q-14).
+    Learn(u64),
+    /// Saves a copy of the running store.
+    SaveCopy,
+    /// Saves another configuration's store holding one call, recounted
+    /// `ahead` ms ahead.
+    SaveOther {
+        c: Cfg,
+        tokens: u64,
+        ahead: u64,
+    },
+    /// Restores one of the saves on the running store (SPEC DQ-8).
+    Restore(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -176,6 +201,12 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(i, delay)| Op::Recount { i, delay }),
         4 => prop_oneof![0u64..200, 0u64..3_000, 0u64..20_000].prop_map(Op::Advance),
         2 => cfg().prop_map(Op::Reload),
+        1 => any::<usize>().prop_map(Op::Release),
+        1 => (5u64..80).prop_map(Op::Learn),
+        1 => Just(Op::SaveCopy),
+        1 => (cfg(), 0u64..40, prop_oneof![Just(0u64), 0u64..10_000])
+            .prop_map(|(c, tokens, ahead)| Op::SaveOther { c, tokens, ahead }),
+        1 => any::<usize>().prop_map(Op::Restore),
     ]
 }
 
@@ -196,6 +227,9 @@ struct Entry {
     /// The configuration it was reserved under.
     under: usize,
     leased_at: Option<u64>,
+    /// The operation that reserved it, and the one that leased it.
+    seq: usize,
+    lease_seq: Option<usize>,
 }
 
 impl Entry {
@@ -215,6 +249,11 @@ struct World {
     cfgs: Vec<(Cfg, u64)>,
     entries: Vec<Entry>,
     log: Vec<String>,
+    /// The learned input-token limit: its amount, the algorithm it counts
+    /// by, the operation that created it, and whether it is still the one
+    /// created then (no reload changed its algorithm since).
+    learned: Option<(u64, Alg, usize, bool)>,
+    saves: Vec<tollgate::quota::SavedScope>,
 }
 
 impl World {
@@ -277,6 +316,45 @@ impl World {
                 "new",
                 k,
             )?;
+        }
+        // P3: the learned limit's window holding now, counting calls it
+        // took as its own (reserved after it, or leased after it).
+        if let Some((amount, alg, born, true)) = self.learned
+            && alg != Alg::Bucket
+        {
+            let c = Cfg {
+                alg,
+                window_ms: LEARN_MS,
+                requests: u64::MAX,
+                tokens: amount,
+            };
+            let mut t = 0;
+            for e in &self.entries {
+                if e.refunded {
+                    continue;
+                }
+                let a = if e.seq > born {
+                    e.reserved
+                } else if e.lease_seq.is_some_and(|l| l > born) {
+                    e.leased_at.unwrap()
+                } else {
+                    continue;
+                };
+                if c.holds(a, e.end_for(), self.now) {
+                    t += e.tokens;
+                }
+            }
+            let d = if t >= amount { 1 } else { amount - t + 1 };
+            if t > 0 {
+                let mut copy = self.q.clone();
+                prop_assert!(
+                    copy.reserve(&Demand::new(d, 0), self.at(self.now), Hold::Leased)
+                        .is_err(),
+                    "learned limit {amount} {alg:?}: window holds {t} input tokens, {d} more admitted at {} ms\n{}",
+                    self.now,
+                    self.log.join("\n")
+                );
+            }
         }
         // P2: windows of a replaced configuration holding admissions from
         // before the reload that replaced it, while it is transitional.
@@ -369,6 +447,11 @@ impl World {
         }
         self.q.reconfigure(&c.scope(), self.at(r));
         self.cfgs.push((c, r));
+        if let Some(l) = &mut self.learned
+            && l.1 != c.alg
+        {
+            l.3 = false;
+        }
     }
 }
 
@@ -381,8 +464,10 @@ fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
         cfgs: vec![(first, 0)],
         entries: Vec::new(),
         log: vec![format!("start {first:?}")],
+        learned: None,
+        saves: Vec::new(),
     };
-    for op in ops {
+    for (seq, op) in ops.into_iter().enumerate() {
         match op {
             Op::Reserve { leased, tokens } => {
                 let hold = if leased { Hold::Leased } else { Hold::Pending };
@@ -406,6 +491,8 @@ fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     ends_at: Vec::new(),
                     under: w.cfgs.len() - 1,
                     leased_at: leased.then_some(w.now),
+                    seq,
+                    lease_seq: leased.then_some(seq),
                 });
             }
             Op::Lease(i) => {
@@ -418,6 +505,7 @@ fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 e.pending = false;
                 e.end = w.now;
                 e.leased_at = Some(w.now);
+                e.lease_seq = Some(seq);
                 w.log.push(format!("{} ms: lease #{j}", w.now));
             }
             Op::Refund(i) => {
@@ -435,7 +523,13 @@ fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 };
                 let e = &w.entries[j];
                 let actual = e.tokens * pct / 100;
-                w.q.reconcile(&e.r, &Actual::total(actual));
+                let report = Actual {
+                    tokens: actual,
+                    input: Some(actual),
+                    output: Some(0),
+                    cost: None,
+                };
+                w.q.reconcile(&e.r, &report);
                 let e = &mut w.entries[j];
                 e.reconciled = true;
                 e.tokens = actual;
@@ -468,6 +562,68 @@ fn run(first: Cfg, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Reload(c) => {
                 w.log.push(format!("{} ms: reload {c:?}", w.now));
                 w.reload(c);
+            }
+            Op::Release(i) => {
+                let Some(j) = w.pick(i, |e| !e.pending && !e.refunded && !e.reconciled) else {
+                    continue;
+                };
+                w.q.release(&w.entries[j].r, true, true, false);
+                w.entries[j].refunded = true;
+                w.log.push(format!("{} ms: release #{j}", w.now));
+            }
+            Op::Learn(amount) => {
+                use tollgate::quota::BudgetReport;
+                let now = w.at(w.now);
+                w.q.observe(
+                    &BudgetReport {
+                        dimension: Dimension::InputTokens,
+                        limit: Some(amount),
+                        remaining: None,
+                        reset: None,
+                    },
+                    None,
+                    now,
+                    now,
+                );
+                let alg = w.cfgs.last().unwrap().0.alg;
+                w.learned = match w.learned {
+                    // A new amount for the limit in force.
+                    Some((_, a, born, valid)) => Some((amount, a, born, valid)),
+                    None => Some((amount, alg, seq, true)),
+                };
+                w.log
+                    .push(format!("{} ms: learn {amount} input tokens", w.now));
+            }
+            Op::SaveCopy => {
+                let saved = w.q.clone().save(w.at(w.now), |_| true);
+                w.log
+                    .push(format!("{} ms: save copy as save {}", w.now, w.saves.len()));
+                w.saves.push(saved);
+            }
+            Op::SaveOther { c, tokens, ahead } => {
+                let mut other = LocalQuota::new(&c.scope(), t0);
+                let now = w.at(w.now);
+                if let Ok(mut r) = other.reserve(&Demand::new(tokens, 0), now, Hold::Leased)
+                    && ahead > 0
+                {
+                    other.recount(&mut r, w.at(w.now + ahead), now);
+                }
+                w.log.push(format!(
+                    "{} ms: save other {c:?} with {tokens} ahead {ahead} as save {}",
+                    w.now,
+                    w.saves.len()
+                ));
+                w.saves.push(other.save(now, |_| true));
+            }
+            Op::Restore(i) => {
+                if w.saves.is_empty() {
+                    continue;
+                }
+                let k = i % w.saves.len();
+                let saved = w.saves[k].clone();
+                let now = w.at(w.now);
+                w.q.restore(&saved, now);
+                w.log.push(format!("{} ms: restore save {k}", w.now));
             }
         }
         w.check()?;
@@ -761,5 +917,135 @@ fn a_learned_limit_is_whole_after_a_pending_reservation_from_before_it_leases() 
     assert_eq!(
         tokens.available, 1_000,
         "nothing counted once every window passed"
+    );
+}
+
+// ---------------------------------------------------------------------
+// Review findings (rev-a)
+// ---------------------------------------------------------------------
+
+// proves, Q-7 (a token limit learned at the very tick a call
+// was leased: the call was never counted by the learned limit, so its
+// settlement below its estimate must give nothing back there; it must not
+// take back another call's amount)
+#[test]
+fn a_limit_learned_at_a_calls_tick_takes_nothing_back_from_a_later_one() {
+    use tollgate::quota::BudgetReport;
+    let t0 = Instant::now();
+    let t = t0 + s(1);
+    let scope = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .learn_limits(s(60));
+    let mut q = LocalQuota::new(&scope, t0);
+    // E leased at t, before the provider advertised a token limit.
+    let e = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
+    // At the same instant an answer advertises 10 tokens per minute.
+    q.observe(
+        &BudgetReport {
+            dimension: Dimension::Tokens,
+            limit: Some(10),
+            remaining: None,
+            reset: None,
+        },
+        None,
+        t,
+        t,
+    );
+    // L, leased at the same instant, fills the learned limit.
+    let _l = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
+    // E used nothing.
+    q.reconcile(&e, &Actual::total(0));
+    let m = q.reserve(&Demand::new(10, 0), t + s(1), Hold::Leased);
+    assert!(
+        m.is_err(),
+        "admitted 10 more tokens at 2 s: the minute holds L (10) and M (10) = 20 > 10"
+    );
+}
+
+// proves, Q-7 (the same with pending reservations: refunding
+// one taken before the learned limit, at its very tick, must not give back
+// a later pending reservation's room)
+#[test]
+fn a_limit_learned_at_a_calls_tick_keeps_a_later_pending_one_counted() {
+    use tollgate::quota::BudgetReport;
+    let t0 = Instant::now();
+    let t = t0 + s(1);
+    let scope = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .learn_limits(s(60));
+    let mut q = LocalQuota::new(&scope, t0);
+    let e = q.reserve(&Demand::new(10, 0), t, Hold::Pending).unwrap();
+    q.observe(
+        &BudgetReport {
+            dimension: Dimension::Tokens,
+            limit: Some(10),
+            remaining: None,
+            reset: None,
+        },
+        None,
+        t,
+        t,
+    );
+    let mut l = q.reserve(&Demand::new(10, 0), t, Hold::Pending).unwrap();
+    q.refund(&e, t);
+    let m = q.reserve(&Demand::new(10, 0), t + s(1), Hold::Leased);
+    q.lease(&mut l, t + s(2));
+    assert!(
+        m.is_err(),
+        "admitted M while L was pending: L and M both start within the minute, 20 > 10"
+    );
+}
+
+// proves: GW-15, Q-5, Q-7 (a reload that adds a fixed-window token limit,
+// at the very tick a call was leased: the new limit never counted the
+// call, so its settlement below its estimate gives nothing back there)
+#[test]
+fn a_fixed_limit_added_at_a_calls_tick_takes_nothing_back() {
+    let t0 = Instant::now();
+    let t = t0 + s(1);
+    let old = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .algorithm(Algorithm::FixedWindow);
+    let new = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .tokens(10, s(60))
+        .algorithm(Algorithm::FixedWindow);
+    let mut q = LocalQuota::new(&old, t0);
+    let e = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
+    q.reconfigure(&new, t);
+    let _l = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
+    q.reconcile(&e, &Actual::total(0));
+    let m = q.reserve(&Demand::new(10, 0), t + s(1), Hold::Leased);
+    assert!(
+        m.is_err(),
+        "admitted 10 more tokens in the window [0, 60 s): it holds L (10) and M (10) = 20 > 10"
+    );
+}
+
+// proves: DQ-8, Q-15, Q-7 (a restore on a running sliding window: an
+// amount the provider may count as late as 8 s after the save is counted
+// until one window after that instant, as it is into an empty log; not
+// only one window after the restore)
+#[test]
+fn a_restore_into_a_running_log_keeps_an_amount_counted_ahead() {
+    let t0 = Instant::now();
+    let scope = ScopeConfig::new("m").tokens(10, s(10));
+    let mut before = LocalQuota::new(&scope, t0);
+    let mut a = before
+        .reserve(&Demand::new(10, 0), t0, Hold::Leased)
+        .unwrap();
+    // Cancelled at once: the provider may count it as late as 8 s.
+    before.recount(&mut a, t0 + s(8), t0);
+    let saved = before.save(t0, |_| true);
+
+    let mut q = LocalQuota::new(&scope, t0);
+    // Something already counted: the log is running.
+    q.reserve(&Demand::new(1, 0), t0, Hold::Leased).unwrap();
+    assert!(q.restore(&saved, t0));
+    // At 12 s the provider's window (2 s, 12 s] may hold A (counted at 8 s).
+    let b = q.reserve(&Demand::new(10, 0), t0 + s(12), Hold::Leased);
+    assert!(
+        b.is_err(),
+        "admitted 10 tokens at 12 s: the window (2, 12] may hold A's 10 counted at 8 s: 20 > 10"
     );
 }

@@ -45,6 +45,8 @@ pub struct LocalQuota {
     /// The latest stamp a recount gave a reservation (SPEC Q-15): it may
     /// lie ahead of `latest`.
     furthest: Nanos,
+    /// The tick a reservation was last stamped at (reserved or leased).
+    stamped: Option<Nanos>,
     limits: Vec<LimitState>,
     /// The window of limits learned from the provider (SPEC Q-14).
     learn: Option<Duration>,
@@ -104,6 +106,7 @@ impl LocalQuota {
             epoch_utc,
             latest: 0,
             furthest: 0,
+            stamped: None,
             limits,
             learn: config.learn,
             sent: SentLog::new(if sliding { nanos(shortest) } else { 0 }),
@@ -154,6 +157,7 @@ impl LocalQuota {
             l.set_limit(amount);
             return Adopted::Changed(amount);
         }
+        let now = self.fresh_start().max(now);
         let mut learned = LimitState::new(
             Limit::new(dimension, amount, window),
             self.algorithm,
@@ -163,10 +167,7 @@ impl LocalQuota {
         learned.learned = true;
         learned.advertised_by = answer;
         // It holds none of the reservations taken before it: their
-        // settlements give it nothing back, their leases count from then
-        // (one of this very tick is taken as its own: its lease takes only
-        // what is pending, and whoever that was left pending takes the
-        // rest from what is carried, so nothing is left behind).
+        // settlements give it nothing back, their leases count from then.
         learned.born_at(now, self.leased_born(now));
         learned.advance(now);
         self.limits.push(learned);
@@ -206,6 +207,18 @@ impl LocalQuota {
         if self.draining {
             self.drop_expired(now);
         }
+    }
+
+    /// The instant a new limit (a reconfiguration's, a learned one) starts
+    /// at: the store's time, moved a nanosecond on when a reservation is
+    /// stamped with it, so that every reservation taken before the limit
+    /// is stamped earlier than every one taken after (see
+    /// `LimitState::foreign`).
+    fn fresh_start(&mut self) -> Nanos {
+        if self.stamped == Some(self.latest) {
+            self.latest = self.latest.saturating_add(1);
+        }
+        self.latest
     }
 
     /// The first stamp of a leased reservation a limit that starts
@@ -258,6 +271,7 @@ impl QuotaStore for LocalQuota {
             return None;
         }
         self.version = self.version.wrapping_add(1);
+        self.stamped = Some(t);
         for l in &mut self.limits {
             l.add(demand.amount(l.dimension()), t, hold);
         }
@@ -314,6 +328,7 @@ impl QuotaStore for LocalQuota {
         }
         reservation.stamp = self.instant(t);
         reservation.tick = t;
+        self.stamped = Some(t);
         reservation.hold = Hold::Leased;
     }
 
@@ -496,6 +511,7 @@ impl QuotaStore for LocalQuota {
             epoch_utc: self.epoch_utc,
             latest: self.latest,
             furthest: self.furthest,
+            stamped: self.stamped,
             limits: self
                 .limits
                 .iter()

@@ -565,7 +565,9 @@ impl SlidingWindow {
     /// Into an empty log they go as slots of their own that nothing joins
     /// or is located in (opened at the epoch, with an empty span), so each
     /// frees at its own expiry; next to amounts already counted they are
-    /// counted as admitted at `now`, which is longer.
+    /// counted as admitted at `now`, which is longer, or, expiring more
+    /// than a window after `now`, as admitted one window before their
+    /// expiry (an instant ahead).
     pub(crate) fn restore(&mut self, entries: &[(Nanos, u64)], now: Nanos) {
         let ahead = self
             .window
@@ -576,7 +578,15 @@ impl SlidingWindow {
             .filter(|(expires, amount)| *expires > now && *amount > 0)
             .map(|&(expires, amount)| (expires.min(horizon), amount.min(MAX_AMOUNT)));
         if !self.log.is_empty() {
-            let total = live.fold(0u64, |sum, (_, a)| sum.saturating_add(a));
+            let mut total = 0u64;
+            for (expires, amount) in live {
+                let at = expires.saturating_sub(self.window);
+                if at > now {
+                    self.insert_at(amount, at, now);
+                } else {
+                    total = total.saturating_add(amount);
+                }
+            }
             self.add(total, now, false);
             return;
         }

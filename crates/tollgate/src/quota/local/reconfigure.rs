@@ -75,20 +75,11 @@ impl LocalQuota {
         }
         // New limits take as their own only reservations stamped from
         // `at` on, or, leased, past every stamp a recount moved ahead
-        // (`LimitState::foreign`). A new sliding window's `at` is an
-        // instant no existing reservation is stamped with (its seed lands
-        // there): one of the same tick would find a later one's slot. The
-        // others count pending amounts in one sum, whoever takes them.
-        let seeds_sliding = wanted.iter().zip(&kept).any(|(w, k)| {
-            k.is_none()
-                && matches!(
-                    w.limit.algorithm_in(config.algorithm),
-                    Algorithm::SlidingWindow
-                )
-        });
-        let at = if seeds_sliding {
-            self.latest = self.latest.saturating_add(1);
-            self.latest
+        // (`LimitState::foreign`): `at` is an instant no existing
+        // reservation is stamped with (a sliding window's seed lands
+        // there).
+        let at = if kept.iter().any(Option::is_none) {
+            self.fresh_start()
         } else {
             t
         };
