@@ -12,11 +12,13 @@
 //! Only leased amounts are saved: a pending reservation's attempt has not
 //! started, and after a restart nobody holds it. Restoring is never
 //! shorter than the truth: an amount is counted until the UTC time it was
-//! counted until (never beyond one window from now), a fixed or calendar
-//! window's count is added to the window in progress, and a limit whose
-//! window or algorithm changed while the process was down is seeded with
-//! everything the saved limit of its dimension still counts, as admitted
-//! at the restart.
+//! counted until (believed up to one window plus the larger of one window
+//! and the arrival cap from now: an amount recounted ahead, SPEC Q-15), a
+//! fixed or calendar window's count is added to the window in progress,
+//! and a limit whose window or algorithm changed while the process was
+//! down is seeded with everything the saved limit of its dimension still
+//! counts, as admitted at the restart (an amount counted ahead, at its
+//! instant).
 //!
 //! [`AdmissionController::save_quota`]: crate::AdmissionController::save_quota
 //! [`AdmissionController::restore_quota`]: crate::AdmissionController::restore_quota
