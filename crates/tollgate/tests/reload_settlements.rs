@@ -1049,3 +1049,35 @@ fn a_restore_into_a_running_log_keeps_an_amount_counted_ahead() {
         "admitted 10 tokens at 12 s: the window (2, 12] may hold A's 10 counted at 8 s: 20 > 10"
     );
 }
+
+// proves: GW-15, Q-9, Q-7 (a token limit a reload added holds none of the
+// reservations pending from before it; a second reload that changes its
+// window seeds the new limit with the pending amount of the one it held.
+// Refunding a reservation the first limit never held must not give that
+// seed back: the reservation it stands for is still pending and holds its
+// room until it starts)
+#[test]
+fn a_refund_the_replaced_limit_never_held_keeps_another_pending_amount_held() {
+    let t0 = Instant::now();
+    let tokens = |w| ScopeConfig::new("m").requests(100, s(60)).tokens(20, s(w));
+    let mut q = LocalQuota::new(&ScopeConfig::new("m").requests(100, s(60)), t0);
+    // X pending before any token limit.
+    let x = q.reserve(&Demand::new(10, 0), t0, Hold::Pending).unwrap();
+    // A token limit (20 per 10 s) is added; Y pending under it.
+    q.reconfigure(&tokens(10), t0 + s(1));
+    let mut y = q
+        .reserve(&Demand::new(10, 0), t0 + s(2), Hold::Pending)
+        .unwrap();
+    // Its window becomes 20 s: the new limit is seeded with Y's 10 pending.
+    q.reconfigure(&tokens(20), t0 + s(3));
+    // X is given up.
+    q.refund(&x, t0 + s(4));
+    // Once the replaced 10 s limit is gone (13 s), Y still pending.
+    let z = q.reserve(&Demand::new(20, 0), t0 + s(14), Hold::Leased);
+    let admitted = z.is_ok();
+    q.lease(&mut y, t0 + s(15));
+    assert!(
+        !admitted,
+        "admitted 20 tokens while Y (10) was pending: Y then starts at 15 s, the 20 s window holds 30 > 20"
+    );
+}

@@ -66,6 +66,10 @@ pub(crate) struct LimitState {
     /// Pending amounts of reservations from before `born` that it holds
     /// (a seed's): their leases and refunds take at most this much.
     seeded: u64,
+    /// The first stamp of a pending reservation whose amount the seed
+    /// holds: one from before it was never counted by the limit the seed
+    /// came from, and takes nothing.
+    held_from: Nanos,
     /// Other clients' spending, as the provider's answers reveal it.
     others: Others,
     algo: Algo,
@@ -105,6 +109,7 @@ impl LimitState {
             transitional: None,
             born: (0, 0),
             seeded: 0,
+            held_from: 0,
             others: Others::default(),
             algo,
         }
@@ -131,13 +136,29 @@ impl LimitState {
     /// see [`foreign`](Self::foreign).
     pub(crate) fn born_at(&mut self, pending: Nanos, leased: Nanos) {
         self.born = (pending, leased.max(pending));
+        if self.seeded == 0 {
+            self.held_from = pending;
+        }
+    }
+
+    /// The first stamp of a pending reservation whose amount it holds:
+    /// every one from its start, and those its seed holds.
+    pub(crate) fn holds_from(&self) -> Nanos {
+        if self.seeded > 0 {
+            self.held_from
+        } else {
+            self.born.0
+        }
     }
 
     /// Gives up to `amount` of the pending amounts a seed holds back, for
     /// a reservation from before `born` that starts or is given up: no
     /// more than the seed holds (one this limit never held, a learned
     /// limit's, takes nothing from the pending amounts of later ones).
-    fn release_seeded(&mut self, amount: u64) {
+    fn release_seeded(&mut self, stamp: Nanos, amount: u64) {
+        if stamp < self.held_from {
+            return;
+        }
         let a = amount.min(self.seeded);
         self.seeded -= a;
         match &mut self.algo {
@@ -171,6 +192,7 @@ impl LimitState {
             transitional: self.transitional,
             born: self.born,
             seeded: self.seeded,
+            held_from: self.held_from,
             others: Others::default(),
             algo,
         }
@@ -274,7 +296,7 @@ impl LimitState {
     pub(crate) fn refund(&mut self, stamp: Nanos, amount: u64, hold: Hold) {
         if self.foreign(stamp, hold) {
             if hold == Hold::Pending {
-                self.release_seeded(amount);
+                self.release_seeded(stamp, amount);
             }
             return;
         }
@@ -288,7 +310,7 @@ impl LimitState {
 
     pub(crate) fn lease(&mut self, stamp: Nanos, amount: u64, now: Nanos) {
         if self.foreign(stamp, Hold::Pending) {
-            self.release_seeded(amount);
+            self.release_seeded(stamp, amount);
             self.add(amount, now, Hold::Leased);
             return;
         }
@@ -482,8 +504,20 @@ impl LimitState {
     /// Seeds a fresh limit with what another one counted (see
     /// [`counted`](Self::counted) and [`ahead`](Self::ahead)), as admitted
     /// at `now`, or at its own instant for an amount of `ahead`.
-    pub(crate) fn seed(&mut self, counted: u64, pending: u64, ahead: &[(Nanos, u64)], now: Nanos) {
-        self.seeded = self.seeded.saturating_add(pending);
+    /// `held_from`: the first stamp of a pending reservation whose amount
+    /// `pending` holds (see [`holds_from`](Self::holds_from)).
+    pub(crate) fn seed(
+        &mut self,
+        counted: u64,
+        pending: u64,
+        ahead: &[(Nanos, u64)],
+        now: Nanos,
+        held_from: Nanos,
+    ) {
+        if pending > 0 {
+            self.seeded = self.seeded.saturating_add(pending);
+            self.held_from = held_from;
+        }
         match &mut self.algo {
             Algo::Sliding(w) => w.seed(counted, pending, ahead, now),
             Algo::Bucket(b) => {

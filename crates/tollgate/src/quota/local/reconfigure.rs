@@ -95,7 +95,7 @@ impl LocalQuota {
             if let Some(i) = source(&old, w.limit) {
                 let (counted, pending) = old[i].counted();
                 let ahead = old[i].ahead(t);
-                state.seed(counted, pending, &ahead, at);
+                state.seed(counted, pending, &ahead, at, old[i].holds_from());
                 // Unless kept itself, it bounds its window a while longer;
                 // not a provisional stand-in (one request per window until
                 // the provider answers): no limit of the provider's, it

@@ -78,7 +78,7 @@ impl LocalQuota {
                             (u64::try_from(tick).unwrap_or(0).clamp(t, horizon), a)
                         })
                         .collect();
-                    l.seed(total, 0, &ahead, t);
+                    l.seed(total, 0, &ahead, t, 0);
                     restored = true;
                 }
             }
