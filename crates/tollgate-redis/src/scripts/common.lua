@@ -746,10 +746,12 @@ function F.reconcile(l, f, stamp, estimate, actual)
   if index_of(l, stamp) == f.i then f.u = max(0, f.u - estimate) + actual end
 end
 
+-- Counted again in the current window unless it is counted there already
+-- (stamped in it); its stamp moves to `at` either way, as in process.
 function F.recount(l, f, stamp, amount, at, now)
   local to = index_of(l, at)
-  if to == index_of(l, stamp) or to ~= f.i then return stamp end
-  f.u = f.u + amount
+  if to ~= f.i then return stamp end
+  if to ~= index_of(l, stamp) then f.u = f.u + amount end
   return at
 end
 
