@@ -921,8 +921,19 @@ fn a_learned_limit_is_whole_after_a_pending_reservation_from_before_it_leases() 
 }
 
 // ---------------------------------------------------------------------
-// Review findings (rev-a)
+// Reservations at the very tick a limit begins
 // ---------------------------------------------------------------------
+
+/// The provider advertises `amount` tokens per window at `at`.
+fn learn_tokens(q: &mut LocalQuota, amount: u64, at: Instant) {
+    let report = tollgate::quota::BudgetReport {
+        dimension: Dimension::Tokens,
+        limit: Some(amount),
+        remaining: None,
+        reset: None,
+    };
+    q.observe(&report, None, at, at);
+}
 
 // proves, Q-7 (a token limit learned at the very tick a call
 // was leased: the call was never counted by the learned limit, so its
@@ -930,7 +941,6 @@ fn a_learned_limit_is_whole_after_a_pending_reservation_from_before_it_leases() 
 // take back another call's amount)
 #[test]
 fn a_limit_learned_at_a_calls_tick_takes_nothing_back_from_a_later_one() {
-    use tollgate::quota::BudgetReport;
     let t0 = Instant::now();
     let t = t0 + s(1);
     let scope = ScopeConfig::new("m")
@@ -940,17 +950,7 @@ fn a_limit_learned_at_a_calls_tick_takes_nothing_back_from_a_later_one() {
     // E leased at t, before the provider advertised a token limit.
     let e = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
     // At the same instant an answer advertises 10 tokens per minute.
-    q.observe(
-        &BudgetReport {
-            dimension: Dimension::Tokens,
-            limit: Some(10),
-            remaining: None,
-            reset: None,
-        },
-        None,
-        t,
-        t,
-    );
+    learn_tokens(&mut q, 10, t);
     // L, leased at the same instant, fills the learned limit.
     let _l = q.reserve(&Demand::new(10, 0), t, Hold::Leased).unwrap();
     // E used nothing.
@@ -967,7 +967,6 @@ fn a_limit_learned_at_a_calls_tick_takes_nothing_back_from_a_later_one() {
 // a later pending reservation's room)
 #[test]
 fn a_limit_learned_at_a_calls_tick_keeps_a_later_pending_one_counted() {
-    use tollgate::quota::BudgetReport;
     let t0 = Instant::now();
     let t = t0 + s(1);
     let scope = ScopeConfig::new("m")
@@ -975,17 +974,7 @@ fn a_limit_learned_at_a_calls_tick_keeps_a_later_pending_one_counted() {
         .learn_limits(s(60));
     let mut q = LocalQuota::new(&scope, t0);
     let e = q.reserve(&Demand::new(10, 0), t, Hold::Pending).unwrap();
-    q.observe(
-        &BudgetReport {
-            dimension: Dimension::Tokens,
-            limit: Some(10),
-            remaining: None,
-            reset: None,
-        },
-        None,
-        t,
-        t,
-    );
+    learn_tokens(&mut q, 10, t);
     let mut l = q.reserve(&Demand::new(10, 0), t, Hold::Pending).unwrap();
     q.refund(&e, t);
     let m = q.reserve(&Demand::new(10, 0), t + s(1), Hold::Leased);
