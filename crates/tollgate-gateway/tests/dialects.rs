@@ -29,45 +29,6 @@ fn runtime() -> tokio::runtime::Runtime {
     ])
 }
 
-/// A gateway config with one provider table `provider` (TOML lines), one
-/// scope `main` (`scope` lines) and model `m` (`model` lines).
-fn config(provider: &str, scope: &str, model: &str) -> String {
-    format!(
-        r#"
-[retry]
-base_delay = "20ms"
-max_delay = "100ms"
-
-[providers.up]
-{provider}
-
-[scopes.main]
-{scope}
-
-[models.m]
-provider = "up"
-scope = "main"
-{model}
-
-{}
-"#,
-        tenants("", "")
-    )
-}
-
-async fn post(gw: &Gateway, path: &str, key: &str, body: &Value) -> reqwest::Response {
-    bounded(
-        "request answered",
-        client()
-            .post(gw.url(path))
-            .bearer_auth(key)
-            .json(body)
-            .send(),
-    )
-    .await
-    .expect("the gateway answers")
-}
-
 fn responses_body(stream: bool) -> Value {
     json!({
         "model": "m",
@@ -116,20 +77,20 @@ fn responses_route_one_shot_and_stream_settle() {
             ..SimConfig::default()
         })
         .await;
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &format!("base_url = \"{}\"", sim.openai_base_url()),
             "rpm = 600\ntpm = 100000",
             "upstream_model = \"sim-chat\"",
         ))
         .await;
 
-        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
+        let resp = post_json(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
         assert_eq!(resp.status(), 200);
         let body: Value = resp.json().await.expect("json");
         assert_eq!(body["object"], "response");
         let one_shot = body["usage"]["total_tokens"].as_u64().expect("usage");
 
-        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(true)).await;
+        let resp = post_json(&gw, "/v1/responses", KEY_A, &responses_body(true)).await;
         assert_eq!(resp.status(), 200);
         let (names, data) = named_events(resp).await;
         assert_eq!(names.first().map(String::as_str), Some("response.created"));
@@ -160,7 +121,7 @@ fn responses_route_one_shot_and_stream_settle() {
 fn routes_a_model_does_not_serve_are_unknown_there() {
     runtime().block_on(async {
         let sim = fast_sim().await;
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &format!(
                 "flavor = \"openai_compatible\"\nbase_url = \"{}\"",
                 sim.openai_base_url()
@@ -169,13 +130,13 @@ fn routes_a_model_does_not_serve_are_unknown_there() {
             "",
         ))
         .await;
-        let resp = post(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
+        let resp = post_json(&gw, "/v1/responses", KEY_A, &responses_body(false)).await;
         let (status, _, error) = error_of(resp).await;
         assert_eq!(status, 404);
         assert_eq!(code(&error), "model_not_found");
         let resp = post_chat(&client(), &gw, Some(KEY_A), &chat("m", false)).await;
         assert_eq!(resp.status(), 200);
-        let resp = post(&gw, "/v1/messages", KEY_A, &messages_body(false, 16)).await;
+        let resp = post_json(&gw, "/v1/messages", KEY_A, &messages_body(false, 16)).await;
         assert_eq!(resp.status(), 404);
         let body: Value = resp.json().await.expect("json");
         assert_eq!(body["type"], "error", "Anthropic's format: {body}");
@@ -197,7 +158,7 @@ fn azure_requests_have_azure_shape() {
         .await;
         let base = sim.openai_base_url();
         let root = base.trim_end_matches("/v1");
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &format!(
                 "flavor = \"azure\"\nbase_url = \"{root}\"\napi_version = \"2024-10-21\"\n\
                  api_key_env = \"{AZURE_KEY_VAR}\""
@@ -229,7 +190,7 @@ fn azure_requests_have_azure_shape() {
 fn openai_compatible_sends_its_key_where_configured() {
     runtime().block_on(async {
         let upstream = Scripted::start(vec![Reply::ok()]).await;
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &format!(
                 "flavor = \"openai_compatible\"\nbase_url = \"{}\"\n\
                  api_key_env = \"{COMPAT_KEY_VAR}\"\nauth_header = \"X-Api-Token\"\n\
@@ -303,7 +264,7 @@ fn messages_route_one_shot_stream_and_errors() {
             ..SimConfig::default()
         })
         .await;
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &anthropic_provider(&sim),
             "algorithm = \"token_bucket\"\nrpm = 600\nitpm = 100000\notpm = 20000",
             "upstream_model = \"sim-claude\"",
@@ -410,7 +371,7 @@ async fn split_limit_load(itpm: u64, otpm: u64, n: usize, body: Value, dimension
         ..SimConfig::default()
     })
     .await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&one_model_config(
         &anthropic_provider(&sim),
         &format!(
             "algorithm = \"token_bucket\"\nlimits = [{{ input_tokens = {itpm}, per = \"2s\" }}, \
@@ -768,7 +729,7 @@ fn messages_calls_past_a_tiny_deadline_end_in_anthropics_format() {
             ..SimConfig::default()
         })
         .await;
-        let gw = Gateway::start(&config(
+        let gw = Gateway::start(&one_model_config(
             &anthropic_provider(&sim),
             "rpm = 600",
             "upstream_model = \"sim-claude\"",

@@ -14,41 +14,6 @@ fn runtime() -> tokio::runtime::Runtime {
     runtime_with_env(&[(AZURE_KEY_VAR, "az-upstream-secret")])
 }
 
-/// Model `m` of provider `up` (`provider` its table's lines), with
-/// `model` lines of its own.
-fn config(provider: &str, model: &str) -> String {
-    format!(
-        r#"
-[providers.up]
-{provider}
-
-[scopes.main]
-rpm = 600
-
-[models.m]
-provider = "up"
-scope = "main"
-{model}
-
-{}
-"#,
-        tenants("", "")
-    )
-}
-
-async fn post(gw: &Gateway, path: &str, body: &Value) -> reqwest::Response {
-    bounded(
-        "request answered",
-        client()
-            .post(gw.url(path))
-            .bearer_auth(KEY_A)
-            .json(body)
-            .send(),
-    )
-    .await
-    .expect("the gateway answers")
-}
-
 /// The body upstream received for one chat request `body` through a
 /// provider configured by `provider` (`{root}` and `{base}` stand for the
 /// scripted upstream's root and OpenAI base URLs).
@@ -57,8 +22,8 @@ async fn sent(provider: &str, model: &str, path: &str, body: Value) -> Value {
     let provider = provider
         .replace("{root}", up.root())
         .replace("{base}", &up.base_url);
-    let gw = Gateway::start(&config(&provider, model)).await;
-    let resp = post(&gw, path, &body).await;
+    let gw = Gateway::start(&one_model_config(&provider, "rpm = 600", model)).await;
+    let resp = post_json(&gw, path, KEY_A, &body).await;
     assert_eq!(resp.status(), 200, "{provider}");
     let seen = up.seen();
     assert_eq!(seen.len(), 1);

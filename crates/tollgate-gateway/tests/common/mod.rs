@@ -713,3 +713,43 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
         self.clone()
     }
 }
+
+/// A gateway config with one provider table `provider` (TOML lines), one
+/// scope `main` (`scope` lines) and model `m` (`model` lines).
+pub fn one_model_config(provider: &str, scope: &str, model: &str) -> String {
+    format!(
+        r#"
+[retry]
+base_delay = "20ms"
+max_delay = "100ms"
+
+[providers.up]
+{provider}
+
+[scopes.main]
+{scope}
+
+[models.m]
+provider = "up"
+scope = "main"
+{model}
+
+{}
+"#,
+        tenants("", "")
+    )
+}
+
+/// Posts `body` to `path` with `key`, bounded.
+pub async fn post_json(gw: &Gateway, path: &str, key: &str, body: &Value) -> reqwest::Response {
+    bounded(
+        "request answered",
+        client()
+            .post(gw.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send(),
+    )
+    .await
+    .expect("the gateway answers")
+}

@@ -333,10 +333,8 @@ impl FixedWindow {
     /// (its amount is part of the seed, or was no longer counted); a debt
     /// above the estimate is counted where the reservation is.
     pub(crate) fn reconcile_foreign(&mut self, stamp: Nanos, estimate: u64, actual: u64) {
-        if actual > estimate && self.counts(stamp) {
-            self.used = self.used.saturating_add(actual - estimate);
-            self.correct_ahead(stamp, estimate, actual);
-            self.within_debt(stamp, actual - estimate);
+        if actual > estimate {
+            self.reconcile(stamp, estimate, actual);
         }
     }
 

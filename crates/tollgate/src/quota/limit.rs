@@ -116,8 +116,8 @@ impl LimitState {
     }
 
     /// Whether a reservation stamped `stamp` was taken before this limit
-    /// counted reservations itself (a reconfiguration seeded it, or a
-    /// restore filled it, SPEC GW-15, DQ-8): its leased amount is part of
+    /// counted reservations itself (a reconfiguration seeded it, or it was
+    /// learned from the provider, SPEC GW-15, Q-14): its leased amount is part of
     /// the seed, or was no longer counted, so a settlement gives nothing
     /// back; a debt is counted from its own instant; a recount counts it
     /// at its new instant beside the seed (longer, never shorter). Its
