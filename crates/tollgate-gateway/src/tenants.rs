@@ -10,7 +10,7 @@
 //! its quota state, queue and calls in flight carry into its new limits
 //! (GW-15).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,8 +41,8 @@ pub struct TenantSlot {
     /// The scopes of its per-model limits, by model.
     pub model_scopes: Vec<(Arc<str>, ScopeId)>,
     /// The flow its calls wait in on upstream scopes (SPEC FAIR-1,
-    /// FAIR-7): a number derived from its name (the same across reloads and
-    /// replicas), its weight, and its highest class.
+    /// FAIR-7): its own number ([`flow_numbers`], kept across reloads), its
+    /// weight, and its highest class.
     pub flow: Flow,
     /// What was served to it, per class (SPEC FAIR-8); kept across reloads.
     pub served: Arc<Served>,
@@ -267,9 +267,44 @@ pub fn controller(
 /// counting what is served to it in `served` (the running slot's, on a
 /// reload) (look-ups by name: call it once the controller's
 /// reconfiguration is applied).
+/// Each tenant's flow number (SPEC FAIR-1: one flow per tenant and
+/// class), by name: a tenant kept across a reload keeps its number (GW-15);
+/// a new one gets its name's [`Flow::tenant_number`] unless that is 0 (the
+/// default flow's) or taken by another tenant, now or before this reload,
+/// and then the next free number. Two tenants never share a flow, whatever
+/// their names hash to.
+pub fn flow_numbers<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    previous: &[TenantSlot],
+) -> HashMap<&'a str, u32> {
+    let mut taken: HashSet<u32> = previous.iter().map(|t| t.flow.tenant()).collect();
+    taken.insert(Flow::DEFAULT.tenant());
+    let mut numbers = HashMap::new();
+    let mut new = Vec::new();
+    for name in names {
+        match previous.iter().find(|t| &*t.name == name) {
+            Some(kept) => {
+                numbers.insert(name, kept.flow.tenant());
+            }
+            None => new.push(name),
+        }
+    }
+    for name in new {
+        let mut n = Flow::tenant_number(name);
+        while !taken.insert(n) {
+            n = n.wrapping_add(1);
+        }
+        numbers.insert(name, n);
+    }
+    numbers
+}
+
+/// The running tenant `id` of `config`, its calls in flow `number`
+/// ([`flow_numbers`]).
 pub fn slot(
     config: &GatewayConfig,
     id: TenantId,
+    number: u32,
     controller: AdmissionController,
     settings: ControllerConfig,
     served: Arc<Served>,
@@ -290,13 +325,8 @@ pub fn slot(
                 .collect()
         })
         .unwrap_or_default();
-    // The tenant's number follows its name: a reload that adds a tenant
-    // keeps every other tenant's line (SPEC GW-15).
-    let flow = Flow::new(
-        Flow::tenant_number(name),
-        tenant.map_or(Priority::Standard, |t| t.priority),
-    )
-    .with_weight(tenant.map_or(1, |t| t.weight));
+    let flow = Flow::new(number, tenant.map_or(Priority::Standard, |t| t.priority))
+        .with_weight(tenant.map_or(1, |t| t.weight));
     TenantSlot {
         flow,
         served,

@@ -330,3 +330,57 @@ async fn the_priority_header_lowers_and_is_reported() {
         "{metrics}"
     );
 }
+
+// proves: FAIR-1 (two configured tenants are two flows even when their
+// names hash to one number), GW-15 (a reload that lists them the other
+// way round keeps each one's number, so their waiting calls keep their
+// lines). Found in review: the two tenants shared one line, so the second
+// one's first call waited behind the whole backlog of the first.
+#[tokio::test]
+async fn tenants_whose_names_collide_are_two_flows() {
+    use tollgate::Flow;
+    use tollgate_gateway::build::build_with;
+    use tollgate_gateway::config::GatewayConfig;
+    use tollgate_gateway::metrics::Metrics;
+
+    let (x, y) = ("tenant-97018", "tenant-180400");
+    assert_eq!(
+        Flow::tenant_number(x),
+        Flow::tenant_number(y),
+        "the names hash to one number"
+    );
+    let sim = fast_sim().await;
+    let toml = |first: &str, second: &str| {
+        let t = shared_scope(&sim.openai_base_url(), 50, "1s", "", "")
+            .replace("[tenants.a]", &format!("[tenants.\"{first}\"]"))
+            .replace("[tenants.b]", &format!("[tenants.\"{second}\"]"));
+        GatewayConfig::from_toml(&t, "t.toml").expect("valid")
+    };
+    let numbers = |app: &tollgate_gateway::state::AppState| {
+        let of = |name: &str| {
+            app.tenant_slots
+                .iter()
+                .find(|t| &*t.name == name)
+                .map(|t| t.flow.tenant())
+                .expect("configured tenant")
+        };
+        let mut all: Vec<u32> = app.tenant_slots.iter().map(|t| t.flow.tenant()).collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(
+            all.len(),
+            app.tenant_slots.len(),
+            "one flow per tenant: {all:?}"
+        );
+        assert!(
+            !all.contains(&Flow::DEFAULT.tenant()),
+            "not the default flow"
+        );
+        (of(x), of(y))
+    };
+    let first = build_with(&toml(x, y), Metrics::install(), None).expect("build");
+    let (nx, ny) = numbers(&first);
+    assert_ne!(nx, ny);
+    let reloaded = build_with(&toml(y, x), Metrics::install(), Some(&first)).expect("reload");
+    assert_eq!(numbers(&reloaded), (nx, ny), "kept across the reload");
+}

@@ -120,9 +120,12 @@ impl Flow {
         }
     }
 
-    /// The number of the tenant called `name`: FNV-1a of its bytes, so
-    /// shells that name their tenants (the gateway, the batch runner) give
-    /// each the same number whatever the order of their configuration.
+    /// A number for the tenant called `name`: FNV-1a of its bytes, the
+    /// same whatever the order of a configuration. Two names may hash to
+    /// one number (about one pair in 2^32), and calls of one number share
+    /// a flow: a shell running several named tenants on one controller
+    /// checks the numbers it hands out (the gateway takes the next free
+    /// number on a collision).
     ///
     /// ```
     /// use tollgate::Flow;

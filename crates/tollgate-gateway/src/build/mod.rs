@@ -224,10 +224,18 @@ pub fn build_with(
     for plan in plans {
         plan.apply();
     }
+    let numbers = crate::tenants::flow_numbers(
+        tenants
+            .iter()
+            .map(|(id, ..)| config.tenant_name(*id).unwrap_or_default()),
+        previous.map_or(&[], |p| &p.tenant_slots[..]),
+    );
     let tenant_slots = tenants
         .into_iter()
         .map(|(id, (controller, settings), served)| {
-            crate::tenants::slot(config, id, controller, settings, served)
+            let name = config.tenant_name(id).unwrap_or_default();
+            let number = numbers.get(name).copied().unwrap_or_default();
+            crate::tenants::slot(config, id, number, controller, settings, served)
         })
         .collect();
 
