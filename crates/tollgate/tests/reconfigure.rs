@@ -503,3 +503,52 @@ async fn an_amount_counted_ahead_reaches_the_changed_window() {
         );
     }
 }
+
+// proves: Q-3, BUD-1, GW-15 (a reload that makes a scope need a token
+// estimate or a price fails the queued calls that lack one, instead of
+// admitting them with nothing reserved; a call with one keeps its place).
+// Found in review: a call queued without an estimate before a token limit
+// was added was admitted with a reservation of 0 tokens.
+#[tokio::test(start_paused = true)]
+async fn a_reload_that_needs_an_estimate_or_a_price_fails_the_calls_without() {
+    let price = tollgate::Price::new(1_000_000, 1_000_000);
+    let estimated = Call::new(ScopeId::FIRST).with_estimate(tollgate::TokenEstimate::new(1, 0));
+    for (added, lacking, expected) in [
+        (
+            rpm(1).tokens(100, MINUTE),
+            Call::new(ScopeId::FIRST),
+            AdmissionError::TokenEstimateRequired {
+                scope: ScopeId::FIRST,
+            },
+        ),
+        (
+            rpm(1).cost(100, MINUTE),
+            estimated,
+            AdmissionError::PriceRequired {
+                scope: ScopeId::FIRST,
+            },
+        ),
+    ] {
+        let c = AdmissionController::new(config(vec![rpm(1)])).unwrap();
+        let _full = c
+            .acquire(&estimated.with_price(price), Deadline::NONE)
+            .await
+            .unwrap();
+        let without = spawn_acquire(&c, lacking, Deadline::NONE);
+        let with = spawn_acquire(&c, estimated.with_price(price), Deadline::NONE);
+        settle().await;
+        c.reconfigure(config(vec![added])).unwrap();
+        settle().await;
+        assert_eq!(without.await.unwrap().err(), Some(expected.clone()));
+        tokio::time::sleep(MINUTE).await;
+        assert!(
+            with.await.unwrap().is_ok(),
+            "the call with both is admitted"
+        );
+        // A call that arrives now lacking it is refused on arrival, as before.
+        assert_eq!(
+            c.acquire(&lacking, Deadline::NONE).await.err(),
+            Some(expected)
+        );
+    }
+}

@@ -13,7 +13,7 @@ use tokio::time::Sleep;
 use super::controller::{AdmissionController, Entered, Inner};
 use super::lease::{Admission, Lease};
 use super::pool_set::refused;
-use super::scope::{Grant, Outcome, PermitSlot, Scope};
+use super::scope::{Grant, Needs, Outcome, PermitSlot, Scope};
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId};
 use crate::clock::Instant;
@@ -128,6 +128,8 @@ pub(crate) struct SlowAcquire<'a> {
     scope: &'a Scope,
     pool: Option<u32>,
     flow: Flow,
+    /// What the call lacks (judged again if a cooldown sends it back).
+    lacks: Needs,
     deadline: Deadline,
     arrived: Instant,
     stage: Stage,
@@ -157,6 +159,7 @@ impl<'a> SlowAcquire<'a> {
         scope: &'a Scope,
         pool: Option<u32>,
         flow: Flow,
+        lacks: Needs,
         deadline: Deadline,
         arrived: Instant,
         entered: Entered,
@@ -168,6 +171,7 @@ impl<'a> SlowAcquire<'a> {
             scope,
             pool,
             flow,
+            lacks,
             deadline,
             arrived,
             stage: Stage::Done,
@@ -266,6 +270,7 @@ impl<'a> SlowAcquire<'a> {
                             scope: self.scope.id,
                         },
                         Outcome::Unfit(e) => AdmissionError::EstimateExceedsLimit(e),
+                        Outcome::Lacking(missing) => missing.error(self.scope.id),
                         _ => AdmissionError::Closed,
                     }));
                 };
@@ -418,6 +423,7 @@ impl<'a> SlowAcquire<'a> {
                     &demand,
                     self.pool,
                     self.flow,
+                    self.lacks,
                     self.deadline,
                     now,
                     ticket,

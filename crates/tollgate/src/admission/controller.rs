@@ -12,7 +12,7 @@ use super::builder::ControllerBuilder;
 use super::claim::{CallClaim, IdGuard};
 use super::lease::{Admission, Lease};
 use super::pool_set::PoolSet;
-use super::scope::{Grant, PermitSlot, Scope, ScopeState, Waiter};
+use super::scope::{Grant, Needs, PermitSlot, Scope, ScopeState, Waiter};
 use super::settings::Settings;
 use super::shared::SharedAcquire;
 use crate::call::{Call, CallId, PoolId, ScopeId};
@@ -200,17 +200,28 @@ impl AdmissionController {
             remote.remote().check(&demand)?;
             let id = IdGuard::register(inner, call.id)?.disarm();
             *state = State::Shared(Box::new(SharedAcquire::new(
-                self, scope, remote, demand, pool, call.flow, deadline, arrived, id,
+                self,
+                scope,
+                remote,
+                demand,
+                pool,
+                call.flow,
+                Needs::lacked_by(call),
+                deadline,
+                arrived,
+                id,
             )));
             return Ok(None);
         }
         let mut id = IdGuard::register(inner, call.id)?;
         let mut ticket = 0;
+        let lacks = Needs::lacked_by(call);
         let entered = inner.enter(
             scope,
             &demand,
             pool,
             call.flow,
+            lacks,
             deadline,
             arrived,
             &mut ticket,
@@ -240,6 +251,7 @@ impl AdmissionController {
             scope,
             pool,
             call.flow,
+            lacks,
             deadline,
             arrived,
             entered,
@@ -365,6 +377,7 @@ impl Inner {
         demand: &Demand,
         pool: Option<u32>,
         flow: Flow,
+        lacks: Needs,
         deadline: Deadline,
         now: Instant,
         ticket: &mut u64,
@@ -373,6 +386,11 @@ impl Inner {
         let st = &mut *guard;
         if st.closed {
             return Err(AdmissionError::Closed);
+        }
+        // Checked before the lock too; a reconfiguration in between is
+        // seen here (SPEC Q-3, BUD-1).
+        if let Some(missing) = lacks.missing(st.needs) {
+            return Err(missing.error(scope.id));
         }
         // A demand that can never fit fails now, on every path, whatever
         // the algorithm's state (SPEC Q-3).
@@ -437,7 +455,7 @@ impl Inner {
                         .then_some(scope.id);
                         self.verdict(at, now, deadline, None, budget)?;
                     }
-                    let mut waiter = Waiter::new(*demand, pool, key);
+                    let mut waiter = Waiter::new(*demand, pool, key, lacks);
                     waiter.limited_by = not_until.limited_by;
                     let slot = st
                         .queue
@@ -464,7 +482,7 @@ impl Inner {
             );
         }
         if (deadline.instant().is_some() || self.settings.max_wait().is_some())
-            && let Some(at) = st.project(demand, key, now)
+            && let Some(at) = st.project(demand, key, now, displace)
             && let Err(e) = self.verdict(at, now, deadline, cooling, None)
         {
             // The projection committed this demand; it is not queued.
@@ -484,13 +502,14 @@ impl Inner {
             }
             return Err(e);
         }
-        let mut waiter = Waiter::new(*demand, pool, key);
+        let mut waiter = Waiter::new(*demand, pool, key, lacks);
         waiter.waited_for_cooldown = cooling.is_some();
         let had_head = st.queue.current_head().is_some();
-        let slot = st
-            .queue
-            .push(flow, waiter)
-            .map_err(|_| AdmissionError::QueueFull { scope: scope.id })?;
+        let Ok(slot) = st.queue.push(flow, waiter) else {
+            // The projection counted this demand; it is not queued.
+            st.invalidate_projection();
+            return Err(AdmissionError::QueueFull { scope: scope.id });
+        };
         if let Some(victim) = displace {
             st.displace(victim, now);
         }

@@ -194,6 +194,12 @@ fn reconfigure_scope(
     scope
         .learning
         .store(config.learns().is_some(), Ordering::Release);
+    // Before the shared store's limits change: a call that starts
+    // reserving after them sees what they need (SPEC Q-3, BUD-1).
+    scope.state.lock().needs = super::scope::Needs {
+        estimate: config.needs_estimate(),
+        price: config.has_cost_limit(),
+    };
     if let (Some(shared), Some(remote)) = (&scope.shared, &inner.remote) {
         shared.reconfigure(config, remote.open(config), capacity, controller.overflow);
     }

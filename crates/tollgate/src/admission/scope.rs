@@ -43,7 +43,7 @@ use super::shared::SharedScope;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::config::ScopeConfig;
-use crate::error::ExceedsLimit;
+use crate::error::{AdmissionError, ExceedsLimit};
 use crate::flow::{Flow, FlowKey};
 use crate::quota::{Actual, Demand, Hold, LimitedBy, QuotaStore, Reservation};
 
@@ -97,6 +97,47 @@ pub(crate) enum Outcome {
     /// A limit went down while it waited and its demand can never fit now
     /// (SPEC ); it held no quota.
     Unfit(ExceedsLimit),
+    /// A reconfiguration made the scope need what the call lacks (a token
+    /// estimate, a price: SPEC Q-3, BUD-1); it held no quota.
+    Lacking(Needs),
+}
+
+/// What a scope needs every call to bring (SPEC Q-3: a token estimate
+/// where it limits tokens; BUD-1: a price where it has a budget), or what
+/// a call lacks of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Needs {
+    pub(crate) estimate: bool,
+    pub(crate) price: bool,
+}
+
+impl Needs {
+    /// What `call` lacks.
+    pub(crate) fn lacked_by(call: &crate::Call) -> Self {
+        Needs {
+            estimate: call.estimate.is_none(),
+            price: call.price.is_none(),
+        }
+    }
+
+    /// What a call lacking `self` misses of what a scope needing `needs`
+    /// asks for; `None` when nothing.
+    pub(crate) fn missing(self, needs: Needs) -> Option<Needs> {
+        let m = Needs {
+            estimate: self.estimate && needs.estimate,
+            price: self.price && needs.price,
+        };
+        (m != Needs::default()).then_some(m)
+    }
+
+    /// The refusal of a call missing `self` in `scope`.
+    pub(crate) fn error(self, scope: ScopeId) -> AdmissionError {
+        if self.estimate {
+            AdmissionError::TokenEstimateRequired { scope }
+        } else {
+            AdmissionError::PriceRequired { scope }
+        }
+    }
 }
 
 /// A granted reservation and the cooldown generation it was granted under.
@@ -129,10 +170,12 @@ pub(crate) struct Waiter {
     pub(crate) outcome: Outcome,
     pub(crate) limited_by: LimitedBy,
     pub(crate) waited_for_cooldown: bool,
+    /// What the call lacks (a reconfiguration may make the scope need it).
+    pub(crate) lacks: Needs,
 }
 
 impl Waiter {
-    pub(crate) fn new(demand: Demand, pool: Option<u32>, flow: FlowKey) -> Self {
+    pub(crate) fn new(demand: Demand, pool: Option<u32>, flow: FlowKey, lacks: Needs) -> Self {
         Waiter {
             input: demand.input,
             output: demand.output,
@@ -143,6 +186,7 @@ impl Waiter {
             outcome: Outcome::Waiting,
             limited_by: LimitedBy::default(),
             waited_for_cooldown: false,
+            lacks,
         }
     }
 
@@ -324,6 +368,9 @@ impl ScopeCounters {
 pub(crate) struct ScopeState {
     pub(crate) store: Box<dyn QuotaStore>,
     pub(crate) queue: FairQueue<Waiter>,
+    /// What every call must bring, as of the last (re)configuration: a
+    /// call that entered before it changed is judged again under the lock.
+    pub(crate) needs: Needs,
     /// What a grant costs its flow.
     costs: Costs,
     pub(crate) cooldown: Cooldown,
@@ -396,6 +443,10 @@ impl Scope {
             retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(ScopeState {
                 store,
+                needs: Needs {
+                    estimate: config.needs_estimate(),
+                    price: config.has_cost_limit(),
+                },
                 queue: FairQueue::new(config.min_shares(), config.share_window()),
                 costs: Costs {
                     tokens: config.has_token_limit(),
@@ -556,7 +607,7 @@ impl ScopeState {
                             self.counters.refunded_reservations += 1;
                             self.invalidate_projection();
                             match e {
-                                crate::error::AdmissionError::PoolFull { .. } => Outcome::PoolFull,
+                                AdmissionError::PoolFull { .. } => Outcome::PoolFull,
                                 _ => Outcome::Closed,
                             }
                         }
@@ -576,7 +627,7 @@ impl ScopeState {
                     if not_until.at.is_none()
                         && let Err(e) = self.store.check(&demand)
                     {
-                        self.fail_waiter(key, e);
+                        self.fail_waiter(key, Outcome::Unfit(e));
                         continue;
                     }
                     let recheck = match not_until.at {
@@ -627,25 +678,27 @@ impl ScopeState {
     /// change that makes a limit refuse more.
     pub(crate) fn fail_unfit(&mut self, now: Instant) {
         for key in self.queue.keys() {
-            let Some(demand) = self.queue.get(key).map(Waiter::demand) else {
+            let Some(w) = self.queue.get(key) else {
                 continue;
             };
-            if let Err(e) = self.store.check(&demand) {
-                self.fail_waiter(key, e);
+            if let Some(missing) = w.lacks.missing(self.needs) {
+                self.fail_waiter(key, Outcome::Lacking(missing));
+            } else if let Err(e) = self.store.check(&w.demand()) {
+                self.fail_waiter(key, Outcome::Unfit(e));
             }
         }
         self.drain(now);
     }
 
-    /// Takes a waiter whose demand can never fit out of the queue and wakes
-    /// it with the error.
-    fn fail_waiter(&mut self, key: usize, e: ExceedsLimit) {
+    /// Takes a waiter that can never be granted out of the queue and wakes
+    /// it with `outcome`.
+    fn fail_waiter(&mut self, key: usize, outcome: Outcome) {
         if self.queue.is_head(key) {
             self.head_armed = None;
         }
         self.queue.unlink(key);
         if let Some(w) = self.queue.get_mut(key) {
-            w.outcome = Outcome::Unfit(e);
+            w.outcome = outcome;
             w.wake();
         }
         self.invalidate_projection();
@@ -735,20 +788,26 @@ impl ScopeState {
     /// behind the calls that certainly go before it (SPEC Q-11: the head if
     /// not of a lower class, the call chosen in its class and its own
     /// flow's line; with one flow, the whole queue), or `None` when it
-    /// cannot be told. Call before linking the demand.
+    /// cannot be told. Call before linking the demand. `leaving`: a
+    /// waiting call this demand pushes out of a full queue (FAIR-10), not
+    /// counted ahead of it.
     pub(crate) fn project(
         &mut self,
         demand: &Demand,
         flow: FlowKey,
         now: Instant,
+        leaving: Option<usize>,
     ) -> Option<Instant> {
         let start = self.cooldown.active(now).unwrap_or(now);
-        if self.projection.shadow.is_none() || self.projection.flow != Some(flow) {
+        if self.projection.shadow.is_none()
+            || self.projection.flow != Some(flow)
+            || leaving.is_some()
+        {
             let mut shadow = self.store.project()?;
             let mut tail = start;
             match self.queue.ahead_of(flow, REBUILD_LIMIT) {
                 Some(ahead) => {
-                    for key in ahead {
+                    for key in ahead.into_iter().filter(|k| Some(*k) != leaving) {
                         let w = self.queue.get(key)?;
                         tail = schedule(shadow.as_mut(), &w.demand(), tail)?;
                     }

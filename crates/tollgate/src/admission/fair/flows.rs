@@ -283,7 +283,9 @@ impl<T> FairQueue<T> {
 
     /// A backlogged class below its `min_share` first (the highest such),
     /// else the highest backlogged class (FAIR-2); never a class below one
-    /// whose chosen call waits (ADM-4).
+    /// whose chosen call waits (ADM-4): when the owed class is below it,
+    /// that chosen call goes first, so the owed class is next and no class
+    /// starves behind a higher one's `min_share` of 0.
     fn class_to_serve(&mut self, now: Instant) -> Option<Priority> {
         let mut waiting = Priority::ALL
             .into_iter()
@@ -299,10 +301,13 @@ impl<T> FairQueue<T> {
         let held = Priority::ALL
             .into_iter()
             .find(|c| self.classes[c.index()].designated.is_some());
-        let owed = lower
-            .filter(|c| held.is_none_or(|h| *c <= h))
-            .find(|c| ShareRecord::below(&sums, *c, self.min_share[c.index()]));
-        Some(owed.unwrap_or(top))
+        let owed = lower.find(|c| ShareRecord::below(&sums, *c, self.min_share[c.index()]));
+        Some(match (owed, held) {
+            // The owed class waits behind the call chosen above it.
+            (Some(c), Some(h)) if c > h => h,
+            (Some(c), _) => c,
+            (None, _) => top,
+        })
     }
 
     /// Takes a granted call out of its line and charges its flow `cost`

@@ -54,6 +54,7 @@ use crate::admission::fair::{Charged, TurnDone};
 use crate::admission::lease::{Admission, Lease};
 use crate::admission::permits::Refused;
 use crate::admission::pool_set::refused;
+use crate::admission::scope::Needs;
 use crate::admission::scope::Scope;
 use crate::call::CallId;
 use crate::clock::Instant;
@@ -140,6 +141,8 @@ pub(crate) struct SharedAcquire<'a> {
     demand: Demand,
     pool: Option<u32>,
     flow: Flow,
+    /// What the call lacks (judged again when it starts reserving).
+    lacks: Needs,
     deadline: Deadline,
     arrived: Instant,
     id: Option<CallId>,
@@ -171,6 +174,7 @@ impl<'a> SharedAcquire<'a> {
         demand: Demand,
         pool: Option<u32>,
         flow: Flow,
+        lacks: Needs,
         deadline: Deadline,
         arrived: Instant,
         id: Option<CallId>,
@@ -187,6 +191,7 @@ impl<'a> SharedAcquire<'a> {
             demand,
             pool,
             flow,
+            lacks,
             deadline,
             arrived,
             id,
@@ -311,6 +316,11 @@ impl<'a> SharedAcquire<'a> {
         }
         let (cooling, generation) = {
             let st = self.scope.state.lock();
+            // A reconfiguration since the call's first check may make the
+            // scope need what it lacks (SPEC Q-3, BUD-1).
+            if let Some(missing) = self.lacks.missing(st.needs) {
+                return Poll::Ready(Err(missing.error(self.scope.id)));
+            }
             (st.cooldown.active(now), st.cooldown.generation)
         };
         if let Some(until) = cooling {
