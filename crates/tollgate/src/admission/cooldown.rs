@@ -17,7 +17,8 @@ pub enum CooldownOutcome {
         /// When it ends.
         until: Instant,
     },
-    /// A running cooldown already lasts at least as long.
+    /// A running cooldown already lasts at least as long (or, `until`
+    /// being now, the hint asked for no pause at all).
     Running {
         /// When it ends.
         until: Instant,
@@ -122,6 +123,12 @@ impl Inner {
             && running >= until
         {
             return CooldownOutcome::Running { until: running };
+        }
+        if until <= now {
+            // A hint of zero (`retry-after: 0`, a date past) pauses nothing;
+            // a new generation would only make the 429s of attempts in
+            // flight stale, and so start no cooldown for a real hint (CD-2).
+            return CooldownOutcome::Running { until: now };
         }
         st.cooldown.until = Some(until);
         st.cooldown.generation += 1;

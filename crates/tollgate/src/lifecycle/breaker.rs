@@ -207,6 +207,23 @@ impl CircuitBreaker {
         }
     }
 
+    /// Whether a call admitted in `period` may still make a transport
+    /// attempt (SPEC CB-3): yes in its own period, or once the circuit is
+    /// closed again; not while it is open, nor in a later half-open period
+    /// (whose probes were counted without it).
+    fn allows(&self, period: u64) -> Result<(), CircuitOpen> {
+        let now = self.shared.clock.now();
+        let m = self.shared.machine.lock();
+        match m.state {
+            _ if m.period == period => Ok(()),
+            State::Closed { .. } => Ok(()),
+            State::Open { until } if until > now => Err(CircuitOpen {
+                retry_at: Some(until),
+            }),
+            State::Open { .. } | State::HalfOpen { .. } => Err(CircuitOpen { retry_at: None }),
+        }
+    }
+
     fn probe(&self, period: u64, half_open: bool) -> Probe {
         Probe {
             breaker: Some(self.clone()),
@@ -286,6 +303,17 @@ impl Probe {
     /// Whether this call is a half-open probe.
     pub fn is_half_open(&self) -> bool {
         self.half_open
+    }
+
+    /// Whether the call may make its next transport attempt: `CircuitOpen`
+    /// if the circuit opened since it was admitted (SPEC CB-3), as a retry
+    /// or a call that waited for its quota after the check at its start
+    /// would otherwise reach an upstream known to be failing.
+    pub fn check(&self) -> Result<(), CircuitOpen> {
+        match &self.breaker {
+            Some(b) => b.allows(self.period),
+            None => Ok(()),
+        }
     }
 
     /// The call ended normally (response or stream EOF). Closes a

@@ -97,11 +97,18 @@ pub(crate) async fn open<P: Provider>(
             Some(Ok(StreamEvent::Error(c, e))) => {
                 return Ok(Opened {
                     stream,
+                    usage: reported(&e).or(usage),
                     first: First::ErrorChunk(c, e),
-                    usage,
                 });
             }
-            Some(Err(e)) => return Err(e),
+            // The usage seen before the failure is what the attempt is
+            // charged, unless the error reports its own (SPEC BUD-5).
+            Some(Err(e)) => {
+                return Err(match usage {
+                    Some(u) if reported(&e).is_none() => e.with_usage(u),
+                    _ => e,
+                });
+            }
             None => {
                 return Ok(Opened {
                     stream,
@@ -111,6 +118,12 @@ pub(crate) async fn open<P: Provider>(
             }
         }
     }
+}
+
+/// The usage an error reports, if it reports any: a provider hands the
+/// usage seen so far over with a stream's final error (SPEC BUD-5).
+fn reported(e: &ProviderError) -> Option<Usage> {
+    e.usage.is_known().then_some(e.usage)
 }
 
 type Finish = Pin<Box<dyn Future<Output = Result<(), CallError>> + Send>>;
@@ -530,6 +543,7 @@ impl<P: Provider> CallStream<P> {
                             }
                             First::ErrorChunk(c, e) => {
                                 live.guard.chunks += 1;
+                                live.usage = reported(&e).or(live.usage);
                                 let error = CallError::Stream { error: e };
                                 live.fail(&error);
                                 self.state = State::Failing(error);
@@ -556,12 +570,14 @@ impl<P: Provider> CallStream<P> {
                         }
                         Poll::Ready(Some(Ok(StreamEvent::Error(c, e)))) => {
                             live.guard.chunks += 1;
+                            live.usage = reported(&e).or(live.usage);
                             let error = CallError::Stream { error: e };
                             live.fail(&error);
                             self.state = State::Failing(error);
                             return Poll::Ready(Some(Ok(c)));
                         }
                         Poll::Ready(Some(Err(e))) => {
+                            live.usage = reported(&e).or(live.usage);
                             let error = CallError::Stream { error: e };
                             live.fail(&error);
                             self.state = State::Done;

@@ -18,7 +18,7 @@ use super::accounting::{Accounting, ArrivalBound, Budgets, CountedLease};
 use super::breaker::{CircuitBreaker, Probe};
 use super::hooks::{Hook, HookContext, Hooks};
 use super::outcome::{CallError, Completed};
-use super::policy::{AttemptPolicy, Decision, NoJitter, SeededJitter, SharedJitter};
+use super::policy::{AttemptPolicy, Decision, GiveUp, NoJitter, SeededJitter, SharedJitter};
 use super::provider::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
 use super::registry::{CallGuard, Calls, Observer};
 use super::stream::CallStream;
@@ -430,6 +430,7 @@ impl<P: Provider> Supervisor<P> {
                 options,
                 flow,
                 guard,
+                probe.as_ref(),
                 |ctx| provider.call(request, ctx),
                 Answer::OneShot(&|reply: &Reply<P::Response>| reply.budget),
             )
@@ -444,18 +445,7 @@ impl<P: Provider> Supervisor<P> {
                 return Err(e);
             }
         };
-        // A provider that does not settle keeps its admission charge;
-        // the bill is still what was used (BUD-2).
-        let usage = match self.price_of(request) {
-            Some(price) => reply.usage.priced(&price),
-            None => reply.usage,
-        };
-        let usage = if self.inner.accounting.reconciles {
-            usage
-        } else {
-            Usage::UNKNOWN.with_cost(usage.cost())
-        };
-        let settlement = lease.reconcile(usage).ok();
+        let settlement = lease.reconcile(self.settled(request, reply.usage)).ok();
         self.inner.controller.clear_backoff(self.inner.scope);
         let admission = *lease.admission();
         // The response is stored; the post-hook runs before release.
@@ -521,6 +511,7 @@ impl<P: Provider> Supervisor<P> {
                 options,
                 flow,
                 &mut guard,
+                probe.as_ref(),
                 |ctx| super::stream::open(provider, request, ctx),
                 Answer::Stream(&|opened: &super::stream::Opened<P>| {
                     provider.stream_budget(opened.upstream())
@@ -547,6 +538,22 @@ impl<P: Provider> Supervisor<P> {
                 guard.finish(Err(&e));
                 Err(e)
             }
+        }
+    }
+
+    /// What an attempt of `request` that reported `usage` settles: priced
+    /// at its model's price; a provider that does not settle keeps its
+    /// admission charge, the bill still being what was used
+    /// (BUD-2).
+    fn settled(&self, request: &P::Request, usage: Usage) -> Usage {
+        let usage = match self.price_of(request) {
+            Some(price) => usage.priced(&price),
+            None => usage,
+        };
+        if self.inner.accounting.reconciles {
+            usage
+        } else {
+            Usage::UNKNOWN.with_cost(usage.cost())
         }
     }
 
@@ -604,6 +611,7 @@ impl<P: Provider> Supervisor<P> {
         options: CallOptions,
         flow: Flow,
         guard: &mut CallGuard,
+        probe: Option<&Probe>,
         mut attempt: impl FnMut(AttemptContext) -> Fut,
         answer: Answer<'_, T>,
     ) -> Result<Attempted<T>, CallError>
@@ -623,20 +631,27 @@ impl<P: Provider> Supervisor<P> {
                 .await??;
             let hooked = self.run_hook(inner.hooks.pre.as_ref(), options, n).await;
             let now = clock.now();
-            if hooked.is_err() || deadline.is_expired(now) {
-                // The pre-hook failed, or the deadline passed since the
-                // admission's own check (a permit or grant collected late
-                // never becomes a lease), during the pre-hook or between
-                // two clock reads: nothing is sent, and nothing is counted
-                // (SPEC LC-2, DL-5, Q-9).
+            // The circuit may have opened while this call waited for its
+            // quota, or in the delay before this retry (CB-3).
+            let circuit = probe.map_or(Ok(()), Probe::check);
+            if hooked.is_err() || circuit.is_err() || deadline.is_expired(now) {
+                // The pre-hook failed, the circuit opened, or the deadline
+                // passed since the admission's own check (a permit or grant
+                // collected late never becomes a lease), during the
+                // pre-hook or between two clock reads: nothing is sent, and
+                // nothing is counted (SPEC LC-2, CB-3, DL-5, Q-9).
                 let mut lease = lease;
-                let phase = if lease.pool().is_some() {
+                let phase = if inner.hooks.pre.is_some() {
+                    // Admitted in time: the time ran out in the hook.
+                    Phase::Hook
+                } else if lease.pool().is_some() {
                     Phase::Concurrency
                 } else {
                     Phase::Rate
                 };
                 let _ = lease.refused(RefusalCost::Free);
                 hooked?;
+                circuit?;
                 return Err(CallError::Deadline {
                     phase,
                     retry_at: None,
@@ -706,11 +721,7 @@ impl<P: Provider> Supervisor<P> {
             if error.kind == ErrorKind::RateLimited {
                 let _ = lease.refused(inner.accounting.refusal_cost);
             } else {
-                let usage = match self.price_of(request) {
-                    Some(price) => error.usage.priced(&price),
-                    None => error.usage,
-                };
-                let _ = lease.reconcile(usage);
+                let _ = lease.reconcile(self.settled(request, error.usage));
             }
             if let Some(budget) = &error.budget {
                 self.observe_budget(budget, &mut lease, end);
@@ -749,10 +760,17 @@ impl<P: Provider> Supervisor<P> {
                         gave_up,
                     });
                 }
-                Decision::Retry(delay) => {
-                    let wake = now.checked_add(delay).unwrap_or(now);
-                    self.sleep_until(wake, deadline).await?;
-                }
+                Decision::Retry(delay) => match now.checked_add(delay) {
+                    Some(wake) => self.sleep_until(wake, deadline).await?,
+                    // A delay past the clock's range is never over (RT-4).
+                    None => {
+                        return Err(CallError::Provider {
+                            error,
+                            attempts: n,
+                            gave_up: GiveUp::WaitTooLong,
+                        });
+                    }
+                },
             }
         }
     }
@@ -804,10 +822,21 @@ impl<P: Provider> Supervisor<P> {
             None => self.closable(work).await?,
             Some(cap) => match self.closable(tokio::time::timeout(cap, work)).await? {
                 Ok(r) => r,
-                Err(_) => {
+                // The call's deadline (DL-4) ...
+                Err(_)
+                    if options
+                        .deadline
+                        .is_expired(self.inner.controller.clock().now()) =>
+                {
                     return Err(CallError::Deadline {
                         phase: Phase::Hook,
                         retry_at: None,
+                    });
+                }
+                // ... or the hook's own cap: the hook failed (LC-2).
+                Err(_) => {
+                    return Err(CallError::Hook {
+                        message: format!("the hook ran past its cap of {cap:?}"),
                     });
                 }
             },
@@ -855,8 +884,12 @@ pub(crate) fn report_failure(probe: Option<Probe>, error: &CallError) {
         return;
     };
     match error {
-        CallError::Provider { error, .. } | CallError::Stream { error }
-            if error.kind.is_upstream_failure() =>
+        CallError::Provider { error, .. } if error.kind.is_upstream_failure() => probe.failure(),
+        // A stream that fails mid-way is a failure (CB-4), also when the
+        // provider declares the error or breaks the protocol.
+        CallError::Stream { error }
+            if error.kind.is_upstream_failure()
+                || matches!(error.kind, ErrorKind::Declared | ErrorKind::Protocol) =>
         {
             probe.failure()
         }
