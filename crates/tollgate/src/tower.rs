@@ -107,6 +107,9 @@ pub type Classify<E> = Arc<dyn Fn(&E) -> ProviderError + Send + Sync>;
 /// scope is shared (SPEC FAIR-1, FAIR-7); see [`TollgateLayer::flow`].
 pub type FlowExtractor<Req> = Arc<dyn Fn(&Req) -> Flow + Send + Sync>;
 
+/// Tells whether a request may be retried automatically (SPEC RT-5).
+pub type IdempotencyExtractor<Req> = Arc<dyn Fn(&Req) -> bool + Send + Sync>;
+
 /// Reads the usage a provider reported from a response of type `Resp`
 /// (SPEC ), so the attempt's token reservation is settled with it.
 ///
@@ -144,6 +147,7 @@ pub struct TollgateLayer<Req, E, U = NoUsage> {
     classify: Classify<E>,
     estimator: Option<RequestEstimator<Req>>,
     flow: Option<FlowExtractor<Req>>,
+    idempotent: Option<IdempotencyExtractor<Req>>,
     usage: Arc<U>,
     policy: AttemptPolicy,
     scope: ScopeId,
@@ -160,6 +164,7 @@ impl<Req, E, U> Clone for TollgateLayer<Req, E, U> {
             classify: Arc::clone(&self.classify),
             estimator: self.estimator.clone(),
             flow: self.flow.clone(),
+            idempotent: self.idempotent.clone(),
             usage: Arc::clone(&self.usage),
             policy: self.policy,
             scope: self.scope,
@@ -180,6 +185,7 @@ impl<Req, E, U> fmt::Debug for TollgateLayer<Req, E, U> {
             .field("timeout", &self.timeout)
             .field("estimator", &self.estimator.is_some())
             .field("flow", &self.flow.is_some())
+            .field("idempotent", &self.idempotent.is_some())
             .field("usage", &std::any::type_name::<U>())
             .finish_non_exhaustive()
     }
@@ -197,6 +203,7 @@ impl<Req, E: 'static> TollgateLayer<Req, E> {
             classify: Arc::new(classify),
             estimator: None,
             flow: None,
+            idempotent: None,
             usage: Arc::new(NoUsage),
             policy: AttemptPolicy::default(),
             scope: ScopeId::FIRST,
@@ -245,6 +252,15 @@ impl<Req, E, U> TollgateLayer<Req, E, U> {
         self
     }
 
+    /// Tells which requests may be retried automatically (SPEC RT-5): one
+    /// for which `extractor` answers `false` gets a single attempt. Without
+    /// it every request is idempotent, as chat completions and embeddings
+    /// are.
+    pub fn idempotent(mut self, extractor: impl Fn(&Req) -> bool + Send + Sync + 'static) -> Self {
+        self.idempotent = Some(Arc::new(extractor));
+        self
+    }
+
     /// Reads the provider's usage from each response, so its reservation
     /// is settled (SPEC Q-5): usage below the estimate refunds the
     /// difference, above it records debt. Without an extractor, usage is
@@ -255,6 +271,7 @@ impl<Req, E, U> TollgateLayer<Req, E, U> {
             classify: self.classify,
             estimator: self.estimator,
             flow: self.flow,
+            idempotent: self.idempotent,
             usage: Arc::new(extractor),
             policy: self.policy,
             scope: self.scope,
@@ -335,6 +352,7 @@ where
             supervisor: b.build_validated(),
             timeout: self.timeout,
             flow: self.flow.clone(),
+            idempotent: self.idempotent.clone(),
         }
     }
 }
@@ -400,6 +418,7 @@ where
     supervisor: Supervisor<ServiceProvider<S, Req, E, U>>,
     timeout: Option<Duration>,
     flow: Option<FlowExtractor<Req>>,
+    idempotent: Option<IdempotencyExtractor<Req>>,
 }
 
 impl<S, Req, E, U> Clone for TollgateService<S, Req, E, U>
@@ -416,6 +435,7 @@ where
             supervisor: self.supervisor.clone(),
             timeout: self.timeout,
             flow: self.flow.clone(),
+            idempotent: self.idempotent.clone(),
         }
     }
 }
@@ -444,9 +464,13 @@ where
         let now = supervisor.controller().clock().now();
         let deadline = Deadline::from_timeout(self.timeout, now);
         let flow = self.flow.as_ref().map_or(Flow::DEFAULT, |f| f(&request));
+        let options = CallOptions {
+            idempotent: self.idempotent.as_ref().is_none_or(|f| f(&request)),
+            ..CallOptions::deadline(deadline)
+        };
         Box::pin(async move {
             supervisor
-                .invoke_with_flow(&request, CallOptions::deadline(deadline), flow)
+                .invoke_with_flow(&request, options, flow)
                 .await
                 .map(|c| c.response)
         })

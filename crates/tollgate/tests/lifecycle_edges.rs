@@ -594,7 +594,7 @@ mod racing {
             let alive = Alive(self.alive.clone());
             let x = pick(*r, &ctx);
             tokio::time::sleep(Duration::from_micros(x % 2000)).await;
-            if x % 7 == 0 {
+            if x.is_multiple_of(7) {
                 return Err(ProviderError::from_status(502, "bad gateway"));
             }
             let n = x % 5;
@@ -679,10 +679,10 @@ mod racing {
                     let options = CallOptions {
                         id: Some(CallId(id)),
                         deadline: Deadline::after(Duration::from_micros(500 + r % 12_000)),
-                        idempotent: r % 5 != 0,
+                        idempotent: !r.is_multiple_of(5),
                     };
                     let drop_at = Duration::from_micros(200 + (r >> 16) % 10_000);
-                    if r % 2 == 0 {
+                    if r.is_multiple_of(2) {
                         let _ = tokio::time::timeout(drop_at, sup.invoke(&r, options)).await;
                     } else {
                         let _ = tokio::time::timeout(drop_at, async {

@@ -108,3 +108,38 @@ async fn the_flow_extractor_sets_each_requests_flow() {
     // (a higher class takes the head's turn).
     assert_eq!(*order.lock(), [1, 100, 2, 3, 4]);
 }
+
+// proves: RT-5 (idempotency is declared per request through the layer: a
+// request the extractor calls non-idempotent gets one attempt and its
+// error, the others are retried as before). Found in review: every
+// request through the layer was retried.
+#[tokio::test(start_paused = true)]
+async fn a_non_idempotent_request_is_not_retried() {
+    let c = AdmissionController::builder()
+        .scope(ScopeConfig::new("svc").requests(10, MINUTE))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen = calls.clone();
+    let inner = tower::service_fn(move |x: u32| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if x.is_multiple_of(2) {
+                Ok(x)
+            } else {
+                Err(Flaky)
+            }
+        }
+    });
+    // Odd requests are not idempotent (and always fail once sent).
+    let mut svc = layer(&c)
+        .idempotent(|x: &u32| x.is_multiple_of(2))
+        .layer(inner);
+    let err = svc.ready().await.unwrap().call(3).await.unwrap_err();
+    assert!(
+        matches!(err, CallError::Provider { attempts: 1, .. }),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "sent once");
+    assert_eq!(svc.ready().await.unwrap().call(4).await.unwrap(), 4);
+}

@@ -605,6 +605,7 @@ impl<P: Provider> Supervisor<P> {
     /// (SPEC Q-15), its budget reports reach the controller, and a
     /// refusal costs what the provider charges for it; see
     /// `accounting.rs`.
+    #[allow(clippy::too_many_arguments)]
     async fn attempts<T, Fut>(
         &self,
         request: &P::Request,
