@@ -9,14 +9,18 @@
 //! iteration is cancelled and closed, the lease settled with the usage seen
 //! so far (or its estimate) and its permit returned (LC-5).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use futures_core::Stream;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
+use tokio::sync::Notify;
 use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 
 use super::{CallProvider, CallRequest, LastFailure, call_error};
@@ -45,7 +49,28 @@ enum State {
 #[pyclass(frozen, module = "tollgate._tollgate", name = "SupervisedStream")]
 pub(crate) struct SupervisedStream {
     state: Arc<Mutex<State>>,
+    /// Set by `aclose()` / `__aexit__`: an `__anext__` in flight, which
+    /// holds the engine's stream, drops it and ends the iteration.
+    closed: Arc<Closed>,
     scope: Py<PyString>,
+}
+
+/// The iterator was closed; wakes an `__anext__` in flight.
+#[derive(Default)]
+struct Closed {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Closed {
+    fn close(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
 }
 
 impl SupervisedStream {
@@ -61,12 +86,15 @@ impl SupervisedStream {
                 request,
                 options,
             })),
+            closed: Arc::default(),
             scope,
         }
     }
 
-    /// Ends the stream now (on a thread holding the GIL).
+    /// Ends the stream now (on a thread holding the GIL); an `__anext__`
+    /// in flight ends it as soon as its loop runs it again (SPEC LC-5).
     fn end(&self, py: Python<'_>) {
+        self.closed.close();
         let taken = std::mem::replace(&mut *self.state.lock(), State::Done);
         let _runtime = runtime::enter();
         let _held = crate::gil::Held::enter(py);
@@ -108,6 +136,7 @@ impl SupervisedStream {
     /// The next item: an awaitable.
     fn __anext__(&self, py: Python<'_>) -> Pending {
         let state = Arc::clone(&self.state);
+        let closed = Arc::clone(&self.closed);
         let scope = self.scope.bind(py).to_string();
         Pending::new(Box::pin(async move {
             let taken = std::mem::replace(&mut *state.lock(), State::Busy);
@@ -145,10 +174,34 @@ impl SupervisedStream {
                     return stop();
                 }
             };
-            let next = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await;
+            // Closed meanwhile (`aclose()` from another task): the stream
+            // goes now, with its permit, and the iteration ends (LC-5).
+            let notified = closed.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            let next = std::future::poll_fn(|cx| {
+                if closed.is_set() || notified.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                Pin::new(&mut stream).poll_next(cx).map(Some)
+            })
+            .await;
+            let Some(next) = next else {
+                *state.lock() = State::Done;
+                drop(stream);
+                return stop();
+            };
             match next {
                 Some(Ok(item)) => {
-                    *state.lock() = State::Open { stream, failure };
+                    // Put back under the lock `end()` takes after setting
+                    // `closed`: a close is never undone.
+                    let mut st = state.lock();
+                    if closed.is_set() {
+                        *st = State::Done;
+                        drop(st);
+                        drop(stream);
+                        return stop();
+                    }
+                    *st = State::Open { stream, failure };
                     let out: Output = Box::new(move |_py| Ok(item));
                     out
                 }
