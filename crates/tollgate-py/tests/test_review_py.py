@@ -197,3 +197,61 @@ def test_out_of_range_numbers_raise_value_error() -> None:
         except Exception as e:  # noqa: BLE001
             wrong[name] = type(e).__name__
     assert not wrong, wrong
+
+
+def test_simulator_takes_its_rates_and_durations_as_numbers() -> None:
+    """docs/python.md ("Settings are `tollgate sim`'s flags as keyword
+    arguments ...; durations in seconds, a `timedelta` or the flag's
+    text") and tollgate.testing's docstring (which lists `error_rate`,
+    `disconnect_rate`, `slow_headers_rate`, `ingress_delay`):
+    `_flag_value` formats every float as microseconds, so the fault
+    rates, which are plain fractions (`--error-rate 0.1`), become
+    `100000us` and the simulator refuses to start; and `ingress_delay`
+    is missing from `_DURATIONS`, so `ingress_delay=1` (seconds) is sent
+    as `1` and refused."""
+    from tollgate.testing import simulator
+
+    refused = {}
+    for settings in (
+        {"error_rate": 0.1},
+        {"disconnect_rate": 0.05},
+        {"slow_headers_rate": 0.2},
+        {"ingress_delay": 1},
+    ):
+        try:
+            with simulator(**settings):
+                pass
+        except ValueError as e:
+            refused[str(settings)] = str(e).splitlines()[0]
+    assert not refused, refused
+
+
+async def test_deadline_cancels_the_attempt_before_the_error_and_the_permit_are_returned() -> None:
+    """DL-6 ("provider work is cancelled before the error is returned (no
+    detached work)"), ADM-7 (the concurrency limit bounds active calls):
+    when a supervised call's deadline expires during an attempt, the
+    engine drops the attempt, whose Python task is only *asked* to cancel
+    (`call_soon_threadsafe(task.cancel)`, pyawait.rs), and returns
+    `DeadlineExceeded` and the permit at once. The caller's next call on
+    a `concurrency=1` limiter starts its provider work while the first
+    attempt is still running: two in flight."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    running = 0
+    most = 0
+
+    async def provider(seconds: float) -> str:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            running -= 1
+        return "ok"
+
+    with pytest.raises(tollgate.DeadlineExceeded):
+        await limiter.call(provider, 10, timeout=0.1)
+    still_running = running
+    assert await limiter.call(provider, 0.05) == "ok"
+    assert still_running == 0, "DeadlineExceeded returned while the attempt still ran"
+    assert most == 1, f"{most} provider calls in flight under concurrency=1"
