@@ -50,7 +50,7 @@ impl Settings {
         let mut doc = toml::Table::new();
         for (name, value) in tables {
             if let Some(value) = value.filter(|v| !v.is_none())
-                && let Some(v) = to_toml(value, name)?
+                && let Some(v) = to_toml(value, name, &mut Vec::new())?
             {
                 doc.insert((*name).to_owned(), v);
             }
@@ -148,17 +148,49 @@ impl Settings {
     }
 }
 
-/// A Python value as TOML; `None` (no value) for `None`.
-fn to_toml(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Option<toml::Value>> {
+/// How deeply settings may nest (dicts and lists): far more than any real
+/// configuration, and a bound that keeps settings nested without end from
+/// overflowing the stack.
+const MAX_DEPTH: usize = 64;
+
+/// A Python value as TOML; `None` (no value) for `None`. `inside` holds
+/// the dicts and lists `value` is in: one that contains itself, or
+/// nesting deeper than [`MAX_DEPTH`], is refused with a `ConfigError`
+/// naming the setting rather than recursing until the stack overflows.
+fn to_toml(
+    value: &Bound<'_, PyAny>,
+    path: &str,
+    inside: &mut Vec<*mut pyo3::ffi::PyObject>,
+) -> PyResult<Option<toml::Value>> {
     if value.is_none() {
         return Ok(None);
+    }
+    let container = value.is_instance_of::<PyDict>()
+        || value.is_instance_of::<PyList>()
+        || value.is_instance_of::<PyTuple>();
+    if container {
+        let reason = if inside.contains(&value.as_ptr()) {
+            "contains itself (a dict or list inside its own value)".to_owned()
+        } else if inside.len() >= MAX_DEPTH {
+            format!("nested more than {MAX_DEPTH} levels deep")
+        } else {
+            inside.push(value.as_ptr());
+            let converted = container_to_toml(value, path, inside);
+            inside.pop();
+            return converted;
+        };
+        return Err(errors::invalid(value.py(), path, reason));
     }
     if value.is_instance_of::<PyBool>() {
         return Ok(Some(toml::Value::Boolean(value.extract()?)));
     }
     if value.is_instance_of::<PyInt>() {
         let n: i64 = value.extract().map_err(|_| {
-            PyTypeError::new_err(format!("{path}: {value} does not fit in a 64-bit integer"))
+            errors::invalid(
+                value.py(),
+                path,
+                format!("{value} is out of range (a signed 64-bit integer)"),
+            )
         })?;
         return Ok(Some(toml::Value::Integer(n)));
     }
@@ -169,34 +201,18 @@ fn to_toml(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Option<toml::Value>
         return Ok(Some(toml::Value::String(value.extract()?)));
     }
     if let Ok(delta) = value.cast::<PyDelta>() {
-        let micros = i64::from(delta.get_days()) * 86_400_000_000
-            + i64::from(delta.get_seconds()) * 1_000_000
-            + i64::from(delta.get_microseconds());
-        return Ok(Some(toml::Value::String(format!("{micros}us"))));
-    }
-    if let Ok(dict) = value.cast::<PyDict>() {
-        let mut table = toml::Table::new();
-        for (k, v) in dict.iter() {
-            let key: String = k.extract().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{path}: keys must be strings, got {}",
-                    k.repr().map(|r| r.to_string()).unwrap_or_default()
-                ))
+        let micros = i64::from(delta.get_days())
+            .checked_mul(86_400_000_000)
+            .and_then(|us| us.checked_add(i64::from(delta.get_seconds()) * 1_000_000))
+            .and_then(|us| us.checked_add(i64::from(delta.get_microseconds())))
+            .ok_or_else(|| {
+                errors::invalid(
+                    value.py(),
+                    path,
+                    format!("{value} is out of range (at most 2**63 - 1 microseconds)"),
+                )
             })?;
-            if let Some(v) = to_toml(&v, &format!("{path}.{key}"))? {
-                table.insert(key, v);
-            }
-        }
-        return Ok(Some(toml::Value::Table(table)));
-    }
-    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        let mut items = Vec::new();
-        for (i, v) in value.try_iter()?.enumerate() {
-            if let Some(v) = to_toml(&v?, &format!("{path}[{i}]"))? {
-                items.push(v);
-            }
-        }
-        return Ok(Some(toml::Value::Array(items)));
+        return Ok(Some(toml::Value::String(format!("{micros}us"))));
     }
     let kind = value
         .get_type()
@@ -206,6 +222,36 @@ fn to_toml(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Option<toml::Value>
     Err(PyTypeError::new_err(format!(
         "{path}: expected a number, string, bool, timedelta, dict or list, got {kind}"
     )))
+}
+
+/// A dict as a TOML table, a list or tuple as an array (see [`to_toml`]).
+fn container_to_toml(
+    value: &Bound<'_, PyAny>,
+    path: &str,
+    inside: &mut Vec<*mut pyo3::ffi::PyObject>,
+) -> PyResult<Option<toml::Value>> {
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut table = toml::Table::new();
+        for (k, v) in dict.iter() {
+            let key: String = k.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{path}: keys must be strings, got {}",
+                    k.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?;
+            if let Some(v) = to_toml(&v, &format!("{path}.{key}"), inside)? {
+                table.insert(key, v);
+            }
+        }
+        return Ok(Some(toml::Value::Table(table)));
+    }
+    let mut items = Vec::new();
+    for (i, v) in value.try_iter()?.enumerate() {
+        if let Some(v) = to_toml(&v?, &format!("{path}[{i}]"), inside)? {
+            items.push(v);
+        }
+    }
+    Ok(Some(toml::Value::Array(items)))
 }
 
 /// Seconds (`float`/`int`) or a `timedelta` as a duration.
@@ -230,4 +276,34 @@ pub(crate) fn duration(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Duratio
         PyTypeError::new_err(format!("{name} must be a number of seconds, got {kind}"))
     })?;
     errors::seconds(name, secs)
+}
+
+/// A count setting given as a keyword argument (`concurrency=`,
+/// `default_max_tokens=`): an `int` (else `TypeError`) from 1 to 2**64 - 1
+/// (else `ConfigError`, a `ValueError`, naming it); `None` when not given.
+pub(crate) fn positive_count(
+    name: &str,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<u64>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        let kind = value
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {kind}"
+        )));
+    }
+    match value.extract::<u64>() {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(errors::invalid(
+            value.py(),
+            name,
+            format!("must be at least 1 and below 2**64, got {value}"),
+        )),
+    }
 }

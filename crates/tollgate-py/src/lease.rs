@@ -1,6 +1,8 @@
 //! `tollgate.Lease`: an admitted attempt, owning its reservation and
 //! permit (SPEC PY-2, Q-5, Q-9, Q-15, Q-16).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -14,10 +16,14 @@ use crate::usage;
 /// (`settle`), or say the provider refused it (`refused`); leaving the
 /// `with` / `async with` block (or `release()`) returns its concurrency
 /// permit. A lease never settled keeps its whole estimate counted (the
-/// safe choice for unknown usage, SPEC Q-5).
+/// safe choice for unknown usage, SPEC Q-5); once released it can no
+/// longer be settled.
 #[pyclass(frozen, module = "tollgate._tollgate", name = "Lease")]
 pub(crate) struct PyLease {
     lease: Mutex<Option<tollgate::Lease>>,
+    /// Whether the lease was settled when it was released (written under
+    /// `lease`'s lock as the lease is taken out).
+    settled_at_release: AtomicBool,
     scope: Py<pyo3::types::PyString>,
     estimate: tollgate::TokenEstimate,
     refusal: RefusalCost,
@@ -31,13 +37,15 @@ impl PyLease {
     ) -> Self {
         PyLease {
             lease: Mutex::new(Some(lease)),
+            settled_at_release: AtomicBool::new(false),
             scope,
             estimate,
             refusal: RefusalCost::Full,
         }
     }
 
-    /// Runs `f` on the lease while it is held.
+    /// Runs `f` on the lease while it is held; `RuntimeError` once it was
+    /// released.
     fn with<T>(&self, f: impl FnOnce(&mut tollgate::Lease) -> T) -> PyResult<T> {
         let mut guard = self.lease.lock();
         match guard.as_mut() {
@@ -48,9 +56,38 @@ impl PyLease {
         }
     }
 
+    /// Runs the settlement `f` on the lease while it is held. Once it was
+    /// released, the engine's lease is gone (its settlement was decided
+    /// then: the usage given before, or the whole estimate as unknown
+    /// usage, SPEC Q-5): `AlreadySettled` if it had been settled,
+    /// `RuntimeError` if not.
+    fn settling<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut tollgate::Lease) -> T,
+    ) -> PyResult<T> {
+        let mut guard = self.lease.lock();
+        match guard.as_mut() {
+            Some(lease) => Ok(f(lease)),
+            None if self.settled_at_release.load(Ordering::Relaxed) => Err(already(py)),
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "this lease was released without being settled, so it keeps its whole \
+                 estimate (unknown usage); settle before release() or leaving the block",
+            )),
+        }
+    }
+
     /// Drops the engine's lease: the permit goes back.
     pub(crate) fn release_now(&self) {
-        let lease = self.lease.lock().take();
+        let lease = {
+            let mut guard = self.lease.lock();
+            let lease = guard.take();
+            if let Some(l) = &lease {
+                self.settled_at_release
+                    .store(l.is_reconciled(), Ordering::Relaxed);
+            }
+            lease
+        };
         if lease.is_some() {
             let _runtime = crate::runtime::enter();
             drop(lease);
@@ -77,7 +114,9 @@ impl PyLease {
     /// `completion_tokens` / `total_tokens`, `input_tokens` /
     /// `output_tokens`), read by the rules of Q-6 (an invalid counter makes
     /// the usage unknown, which keeps the estimate). Each lease settles
-    /// once; a second call raises `AlreadySettled`.
+    /// once; a second call raises `AlreadySettled`. A lease released
+    /// without being settled keeps its whole estimate and can no longer be
+    /// settled: `settle` then raises `RuntimeError`.
     #[pyo3(signature = (input_tokens = None, output_tokens = None, *, total_tokens = None, usage = None))]
     fn settle(
         &self,
@@ -112,7 +151,7 @@ impl PyLease {
                 Usage::from_counters(total, input, output, Counter::Absent)
             }
         };
-        match self.with(|lease| lease.reconcile(usage))? {
+        match self.settling(py, |lease| lease.reconcile(usage))? {
             Ok(_) => Ok(()),
             Err(_) => Err(already(py)),
         }
@@ -122,7 +161,9 @@ impl PyLease {
     /// settles it at what the provider charged for it (`cost`: `"full"`,
     /// `"request"` or `"free"`; default `"full"`) and starts the scope's
     /// cooldown for `retry_after` seconds (the server's hint) or, without
-    /// one, a short exponential backoff. Counts as the settlement.
+    /// one, a short exponential backoff. Counts as the settlement; like
+    /// `settle`, it raises `AlreadySettled` after a settlement and
+    /// `RuntimeError` once the lease was released unsettled.
     #[pyo3(signature = (retry_after = None, *, cost = None))]
     fn refused(
         &self,
@@ -145,7 +186,7 @@ impl PyLease {
                     ))
                 })?,
         };
-        let settled = self.with(|lease| {
+        let settled = self.settling(py, |lease| {
             let settled = lease.refused(cost);
             lease.rate_limited(hint);
             settled
@@ -184,10 +225,14 @@ impl PyLease {
         self.estimate.total()
     }
 
-    /// Whether it was settled (`settle` or `refused`).
+    /// Whether it was settled (`settle` or `refused`). A lease released
+    /// without a settlement stays unsettled (its whole estimate counted).
     #[getter]
     fn settled(&self) -> bool {
-        self.lease.lock().as_ref().is_none_or(|l| l.is_reconciled())
+        match self.lease.lock().as_ref() {
+            Some(lease) => lease.is_reconciled(),
+            None => self.settled_at_release.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether its permit was returned.

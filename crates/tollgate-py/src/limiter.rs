@@ -116,10 +116,12 @@ pub(crate) struct Limiter {
 }
 
 impl Limiter {
-    fn build(py: Python<'_>, settings: Settings, concurrency: Option<u64>) -> PyResult<Limiter> {
-        if concurrency == Some(0) {
-            return Err(errors::invalid(py, "concurrency", "must be at least 1"));
-        }
+    fn build(
+        py: Python<'_>,
+        settings: Settings,
+        concurrency: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Limiter> {
+        let concurrency = config::positive_count("concurrency", concurrency)?;
         let controller = settings.build(py, concurrency)?;
         let snapshot = controller.snapshot();
         let scopes = snapshot
@@ -214,7 +216,7 @@ impl Limiter {
     fn new(
         py: Python<'_>,
         scopes: Option<&Bound<'_, PyAny>>,
-        concurrency: Option<u64>,
+        concurrency: Option<&Bound<'_, PyAny>>,
         admission: Option<&Bound<'_, PyAny>>,
         retry: Option<&Bound<'_, PyAny>>,
         cooldown: Option<&Bound<'_, PyAny>>,
@@ -277,7 +279,11 @@ impl Limiter {
     /// the column.
     #[staticmethod]
     #[pyo3(signature = (path, *, concurrency = None))]
-    fn from_toml(py: Python<'_>, path: PathBuf, concurrency: Option<u64>) -> PyResult<Limiter> {
+    fn from_toml(
+        py: Python<'_>,
+        path: PathBuf,
+        concurrency: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Limiter> {
         let settings = Settings::from_file(py, &path)?;
         Limiter::build(py, settings, concurrency)
     }
@@ -288,7 +294,7 @@ impl Limiter {
     fn from_toml_str(
         py: Python<'_>,
         text: &str,
-        concurrency: Option<u64>,
+        concurrency: Option<&Bound<'_, PyAny>>,
         origin: &str,
     ) -> PyResult<Limiter> {
         let settings = Settings::from_text(py, text, origin)?;

@@ -21,10 +21,17 @@ pub(crate) fn strict_count(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Cou
             "{name} must be an int, got {kind}"
         )));
     }
-    let n: i128 = value.extract()?;
-    u64::try_from(n)
-        .map(Counter::Value)
-        .map_err(|_| PyValueError::new_err(format!("{name} must be >= 0, got {n}")))
+    match value.extract::<i128>() {
+        Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+            "{name} must be >= 0, got {n}"
+        ))),
+        Ok(n) => u64::try_from(n)
+            .map(Counter::Value)
+            .map_err(|_| PyValueError::new_err(format!("{name} must be below 2**64, got {n}"))),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "{name} is out of range (0 to 2**64 - 1)"
+        ))),
+    }
 }
 
 /// A counter found in provider data (SPEC Q-6): absent, a valid count, or

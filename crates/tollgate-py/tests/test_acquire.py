@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -30,6 +34,30 @@ async def test_acquire_settle_refunds_the_difference() -> None:
     snap = limiter.snapshot()
     assert snap["idle"] and snap["active"] == 0 and snap["concurrency_available"] == 2
     assert lease.released and lease.settled
+
+
+def test_released_lease_that_was_never_settled_does_not_say_settled() -> None:
+    """PY-2, Q-5: a lease released without a settlement keeps its whole
+    estimate counted and says so (`settled` is False); it can no longer be
+    settled (RuntimeError), while one settled before its release still
+    says settled and refuses a second settlement (AlreadySettled)."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 5, "tpm": 1_000}})
+    lease = limiter.acquire_blocking("s", tokens=100)
+    lease.release()
+    assert available(limiter, "s", "tokens") == 900  # the estimate is still charged
+    assert lease.released and lease.settled is False
+    with pytest.raises(RuntimeError, match="without being settled"):
+        lease.settle(total_tokens=10)
+    with pytest.raises(RuntimeError, match="without being settled"):
+        lease.refused()
+    assert available(limiter, "s", "tokens") == 900 and lease.settled is False
+    lease = limiter.acquire_blocking("s", tokens=100)
+    lease.settle(total_tokens=10)
+    lease.release()
+    assert lease.released and lease.settled is True
+    with pytest.raises(tollgate.AlreadySettled):
+        lease.settle(total_tokens=10)
+    assert available(limiter, "s", "tokens") == 890
 
 
 async def test_plain_await_and_usage_objects() -> None:
@@ -144,6 +172,82 @@ def test_invalid_configuration_is_located() -> None:
     with pytest.raises(tollgate.ConfigError) as e:
         tollgate.Limiter.from_toml("/nonexistent/tollgate.toml")
     assert e.value.kind == "not_found"
+
+
+def test_huge_timedelta_in_settings_is_a_config_error_not_a_panic() -> None:
+    """PY-6, CFG-1: a timedelta setting past 2**63 microseconds
+    (`timedelta.max`) raises ConfigError naming the setting (a ValueError),
+    neither a Rust panic (`PanicException`, a BaseException) nor a value
+    wrapped silently to another duration."""
+    try:
+        tollgate.Limiter(
+            scopes={"s": {"rpm": 1}},
+            admission={"default_timeout": datetime.timedelta.max},
+        )
+    except tollgate.ConfigError as e:
+        assert e.field == "admission.default_timeout" and isinstance(e, ValueError)
+        return
+    except BaseException as e:  # noqa: BLE001 - PanicException is a BaseException
+        pytest.fail(f"raised {type(e).__module__}.{type(e).__name__}: {e}")
+    pytest.fail("timedelta.max accepted (wrapped to another duration)")
+
+
+def test_out_of_range_numbers_raise_value_error() -> None:
+    """PY-6, CFG-1: out-of-range numbers raise ValueError, as the docs say
+    (a setting's is a ConfigError naming it, itself a ValueError): a
+    negative `concurrency` or `default_max_tokens`, an int limit past 64
+    bits (no OverflowError, no TypeError for an int); a wrong type stays a
+    TypeError."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 5}})
+    cases = {
+        "concurrency": lambda: tollgate.Limiter(scopes={"s": {"rpm": 1}}, concurrency=-1),
+        "default_max_tokens": lambda: tollgate.AsyncTransport(limiter, "s", default_max_tokens=-1),
+        "scopes.s.rpm": lambda: tollgate.Limiter(scopes={"s": {"rpm": 2**63}}),
+    }
+    wrong = {}
+    for field, make in cases.items():
+        try:
+            make()
+            wrong[field] = "accepted"
+        except tollgate.ConfigError as e:
+            if e.field != field or not isinstance(e, ValueError):
+                wrong[field] = f"ConfigError naming {e.field}"
+        except Exception as e:  # noqa: BLE001
+            wrong[field] = type(e).__name__
+    assert not wrong, wrong
+    with pytest.raises(tollgate.ConfigError, match="concurrency"):
+        tollgate.Limiter.from_toml_str("[scopes.s]\nrpm = 1\n", concurrency=2**64)
+    with pytest.raises(ValueError, match="tokens"):
+        limiter.acquire("s", tokens=2**200)
+    with pytest.raises(TypeError, match="concurrency must be an int"):
+        tollgate.Limiter(scopes={"s": {"rpm": 1}}, concurrency=1.5)
+
+
+def test_self_referencing_settings_raise_instead_of_crashing_the_interpreter() -> None:
+    """PY-6, CFG-1: a dict that contains itself (or settings nested past 64
+    levels) raises ConfigError naming the setting, instead of recursing
+    until the stack overflows and the interpreter dies (SIGSEGV); run in a
+    child process, so that a crash fails this test only."""
+    code = textwrap.dedent(
+        """
+        import tollgate
+        d = {"rpm": 1}
+        d["again"] = d
+        deep = []
+        for _ in range(100):
+            deep = [deep]
+        for scope in (d, {"rpm": 1, "limits": deep}):
+            try:
+                tollgate.Limiter(scopes={"s": scope})
+            except tollgate.ConfigError as e:
+                print("raised", e.field)
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"exit status {p.returncode}; stderr {p.stderr[-500:]!r}"
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == "raised scopes.s.again", p.stdout
+    assert lines[1].startswith("raised scopes.s.limits[0][0]"), p.stdout
 
 
 def test_toml_file(tmp_path) -> None:

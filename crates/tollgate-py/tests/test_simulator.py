@@ -46,3 +46,30 @@ def test_simulator_settings_are_validated() -> None:
         simulator(window="soon")
     with simulator(window=0.5, ttft="5ms") as sim:
         assert sim.stats()["limits"]["window_ms"] == 500
+
+
+def test_simulator_takes_its_rates_and_durations_as_numbers() -> None:
+    """SIM-2: the fault rates are plain fractions (`--error-rate 0.1`), not
+    durations; every duration, `ingress_delay` included, is seconds (an
+    `int` or a `float`), a timedelta or the flag's text."""
+    refused = {}
+    for settings in (
+        {"error_rate": 0.1},
+        {"disconnect_rate": 0.05},
+        {"slow_headers_rate": 0.2},
+        {"ingress_delay": 1},
+        {"ingress_delay": datetime.timedelta(milliseconds=5)},
+        {"ingress_delay": (0.001, 0.002)},
+    ):
+        try:
+            with simulator(**settings):
+                pass
+        except ValueError as e:
+            refused[str(settings)] = str(e).splitlines()[0]
+    assert not refused, refused
+    with pytest.raises(ValueError, match="durations"):
+        simulator(ingress_delay=-1)
+    with simulator(error_rate=1.0, window=1) as sim:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        with httpx2.Client(base_url=sim.openai_base_url) as http:
+            assert http.post("/chat/completions", json=body).status_code in (500, 503)

@@ -340,3 +340,48 @@ async def test_bad_input_to_the_transport() -> None:
         assert sim.stats()["requests_total"] == 0 and sim.stats()["routes"]["models"] == 1
     snap = limiter.snapshot()
     assert snap["idle"] and snap["scopes"]["openai"]["counters"]["admitted"] == 0
+
+
+async def test_openai_thread_messages_are_not_taken_for_anthropic_messages() -> None:
+    """PY-4: only Anthropic's `/v1/messages` is routed as the Messages API,
+    so an AsyncOpenAI client keeps working by one constructor argument:
+    OpenAI's `POST /v1/threads/{id}/messages`
+    (`client.beta.threads.messages.create`) is not a model call and passes
+    through to the provider unadmitted, as other routes do."""
+    seen: list[str] = []
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.url.path)
+        return httpx2.Response(
+            200,
+            json={
+                "id": "msg_1",
+                "object": "thread.message",
+                "created_at": 0,
+                "thread_id": "thread_1",
+                "role": "user",
+                "content": [],
+                "attachments": [],
+                "metadata": {},
+                "status": "completed",
+                "assistant_id": None,
+                "run_id": None,
+                "completed_at": None,
+                "incomplete_at": None,
+                "incomplete_details": None,
+            },
+        )
+
+    limiter = tollgate.Limiter(scopes={"openai": {"rpm": 10, "tpm": 10_000}})
+    http = httpx2.AsyncClient(
+        transport=tollgate.AsyncTransport(limiter, "openai", transport=httpx2.MockTransport(provider))
+    )
+    client = openai.AsyncOpenAI(api_key="x", base_url="http://provider/v1", http_client=http, max_retries=0)
+    with pytest.warns(DeprecationWarning):
+        try:
+            message = await client.beta.threads.messages.create("thread_1", role="user", content="hello")
+        except openai.BadRequestError as e:
+            pytest.fail(f"the transport refused it: {e}")
+    assert message.id == "msg_1" and seen == ["/v1/threads/thread_1/messages"]
+    assert counters(limiter, "openai")["admitted"] == 0
+    await client.close()

@@ -24,9 +24,13 @@ class Lease:
     def tokens(self) -> int:
         """Tokens reserved (input + output estimate)."""
     @property
-    def settled(self) -> bool: ...
+    def settled(self) -> bool:
+        """Whether it was settled (``settle`` or ``refused``); a lease
+        released without a settlement stays unsettled (its whole estimate
+        counted, SPEC Q-5)."""
     @property
-    def released(self) -> bool: ...
+    def released(self) -> bool:
+        """Whether its permit was returned."""
     @property
     def admission(self) -> dict[str, Any]:
         """``quota_wait`` and ``concurrency_wait`` (seconds), ``limited_by``
@@ -40,7 +44,8 @@ class Lease:
         usage: object | None = None,
     ) -> None:
         """Settles with the provider's reported usage (SPEC Q-5, Q-6);
-        raises ``AlreadySettled`` the second time."""
+        raises ``AlreadySettled`` the second time, and ``RuntimeError``
+        once the lease was released unsettled (it keeps its estimate)."""
     def refused(
         self,
         retry_after: Seconds | None = None,
@@ -48,11 +53,12 @@ class Lease:
         cost: Literal["full", "request", "free"] | None = None,
     ) -> None:
         """The provider answered 429: settle at the refusal's cost and cool
-        the scope (SPEC Q-16, CD-1)."""
+        the scope (SPEC Q-16, CD-1); raises as ``settle`` does."""
     def counted_by(self, seconds_ago: float = 0.0) -> None:
         """The provider counted the attempt by now (SPEC Q-15)."""
     def release(self) -> None:
-        """Returns the concurrency permit (idempotent)."""
+        """Returns the concurrency permit (idempotent); an unsettled lease
+        keeps its whole estimate and can no longer be settled."""
     def __enter__(self) -> Lease: ...
     def __exit__(
         self,

@@ -141,14 +141,16 @@ class AsyncTransport(_Base, *(m.AsyncBaseTransport for m in _MODULES)):  # type:
     (``openai``, ``azure``, ``openai_compatible``, ``anthropic``) or
     ``provider`` (a ``[providers.*]`` table of the limiter's configuration)
     says how the provider counts (default: Anthropic's profile for
-    ``/messages``, OpenAI's character rule for the other APIs).
+    ``/v1/messages``, OpenAI's character rule for the other APIs).
     ``timeout``: each call's deadline in seconds (default ``[admission]
     default_timeout``, 60 s; a request's ``x-request-timeout`` header
     overrides it up to ``max_timeout``). ``default_max_tokens``: the output
     allowance of a request that sets none (default 1024).
 
     Requests other than ``POST`` to chat completions, embeddings,
-    Responses and Messages pass through unadmitted. Every answer that ends
+    Responses (paths ending with ``/chat/completions``, ``/embeddings``,
+    ``/responses``) and Anthropic's Messages (``/v1/messages``) pass
+    through unadmitted, OpenAI's ``/threads/{id}/messages`` among them. Every answer that ends
     a call carries ``x-should-retry: false``: the engine has retried
     already, the SDK must not."""
 

@@ -19,8 +19,11 @@ is ``rpm=60``): ``rpm``, ``tpm``, ``max_concurrency``, ``window``,
 ``require_key``, ``models`` (a list), ``ingress_delay``, ``charge``,
 ``reconcile``, ``charge_refusals``, ``background_rpm``,
 ``background_tpm``, ``azure_key``, ``anthropic_key``, ``anthropic_rpm``,
-``itpm``, ``otpm``. Durations are seconds (``int``/``float``), a
-``timedelta`` or the flag's text (``"500ms"``).
+``itpm``, ``otpm``. Durations (``window``, ``ttft``, ``per_token``,
+``slow_headers_delay``, ``ingress_delay``) are seconds (``int``/``float``),
+a ``timedelta`` or the flag's text (``"500ms"``); ``ingress_delay`` may
+also be a ``(min, max)`` pair (``"20ms..300ms"``). Rates
+(``error_rate=0.1``) and limits are plain numbers.
 """
 
 from __future__ import annotations
@@ -35,19 +38,33 @@ from ._tollgate import SimulatorServer
 __all__ = ["Simulator", "simulator"]
 
 
-def _flag_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
+_DURATIONS = {"window", "ttft", "per_token", "slow_headers_delay", "ingress_delay"}
+
+
+def _duration(name: str, value: Any) -> str:
+    """A duration setting as the flag's text: seconds (``int``/``float``)
+    or a ``timedelta`` in microseconds; text as it is."""
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
-    if isinstance(value, float):
-        if value != value or value < 0:
-            raise ValueError(f"durations must be >= 0 seconds, got {value}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (0 <= value < float("inf")):
+            raise ValueError(f"{name}: durations must be finite and >= 0 seconds, got {value}")
         return f"{round(value * 1_000_000)}us"
     return str(value)
 
 
-_DURATIONS = {"window", "ttft", "per_token", "slow_headers_delay"}
+def _flag_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name in _DURATIONS:
+        if name == "ingress_delay" and isinstance(value, tuple):
+            if len(value) != 2:
+                raise ValueError(f"ingress_delay: a (min, max) pair, got {value!r}")
+            low, high = value
+            return f"{_duration(name, low)}..{_duration(name, high)}"
+        return _duration(name, value)
+    # Numbers (limits, rates such as error_rate=0.1) and text as they are.
+    return str(value)
 
 
 def _flags(settings: dict[str, Any]) -> list[str]:
@@ -61,9 +78,7 @@ def _flags(settings: dict[str, Any]) -> list[str]:
             for model in value:
                 flags += ["--model", str(model)]
             continue
-        if name in _DURATIONS and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        flags += ["--" + name.replace("_", "-"), _flag_value(value)]
+        flags += ["--" + name.replace("_", "-"), _flag_value(name, value)]
     return flags
 
 

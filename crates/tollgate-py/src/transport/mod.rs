@@ -413,7 +413,7 @@ impl TransportCore {
         flavor: Option<&str>,
         provider: Option<&str>,
         timeout: Option<&Bound<'_, PyAny>>,
-        default_max_tokens: Option<u64>,
+        default_max_tokens: Option<&Bound<'_, PyAny>>,
         blocking: bool,
     ) -> PyResult<TransportCore> {
         let shared = Arc::clone(&limiter.get().shared);
@@ -436,13 +436,8 @@ impl TransportCore {
         if let Some(name) = provider {
             shared.provider(py, name)?;
         }
-        if default_max_tokens == Some(0) {
-            return Err(errors::invalid(
-                py,
-                "default_max_tokens",
-                "must be at least 1",
-            ));
-        }
+        let default_max_tokens =
+            crate::config::positive_count("default_max_tokens", default_max_tokens)?;
         let timeout = match timeout.filter(|t| !t.is_none()) {
             Some(t) => Some(crate::config::duration("timeout", t)?)
                 .filter(|d| !d.is_zero())

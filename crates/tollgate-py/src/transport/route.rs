@@ -11,19 +11,29 @@ use tollgate_openai::wire::{
     CapField, ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest,
 };
 
-/// The API a `POST` to `path` calls, by the path's end (so
-/// `/v1/chat/completions`, an Azure deployment's
+/// The API a `POST` to `path` calls, by the path's end: OpenAI's APIs by
+/// their last segments (so `/v1/chat/completions`, an Azure deployment's
 /// `/openai/deployments/<name>/chat/completions` and any proxy prefix
-/// alike); `None` for anything else (listing models, files, batches,
-/// counting tokens), which is not a model call.
+/// alike), Anthropic's Messages API by `/v1/messages` (the SDK's path
+/// under its base URL, which may carry a proxy prefix), so that OpenAI's
+/// `/v1/threads/<id>/messages` is not taken for it. `None` for anything
+/// else (listing models, files, batches, threads, counting tokens), which
+/// is not a model call and goes to the wrapped transport unadmitted.
 pub(crate) fn endpoint(method: &str, path: &str) -> Option<Endpoint> {
     if !method.eq_ignore_ascii_case("POST") {
         return None;
     }
     let path = path.trim_end_matches('/');
-    Endpoint::ALL
-        .into_iter()
-        .find(|e| path.ends_with(&format!("/{}", e.path())) || path == e.path())
+    Endpoint::ALL.into_iter().find(|e| {
+        let tail = match e {
+            Endpoint::Messages => "v1/messages",
+            other => other.path(),
+        };
+        path == tail
+            || path
+                .strip_suffix(tail)
+                .is_some_and(|head| head.ends_with('/'))
+    })
 }
 
 /// The flavour whose accounting profile counts `endpoint` when the
