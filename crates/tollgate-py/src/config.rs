@@ -288,16 +288,7 @@ pub(crate) fn positive_count(
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        let kind = value
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, got {kind}"
-        )));
-    }
+    crate::usage::expect_int(name, value)?;
     match value.extract::<u64>() {
         Ok(n) if n >= 1 => Ok(Some(n)),
         _ => Err(errors::invalid(

@@ -5,12 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt};
 use tollgate::{Counter, Usage};
 
-/// A count given by the caller: an `int >= 0`, else `TypeError` /
-/// `ValueError` (a programming error, not provider data).
-pub(crate) fn strict_count(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Counter> {
-    if value.is_none() {
-        return Ok(Counter::Absent);
-    }
+/// `TypeError` unless `value` is an `int` (a `bool` is not).
+pub(crate) fn expect_int(name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         let kind = value
             .get_type()
@@ -21,6 +17,16 @@ pub(crate) fn strict_count(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Cou
             "{name} must be an int, got {kind}"
         )));
     }
+    Ok(())
+}
+
+/// A count given by the caller: an `int >= 0`, else `TypeError` /
+/// `ValueError` (a programming error, not provider data).
+pub(crate) fn strict_count(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Counter> {
+    if value.is_none() {
+        return Ok(Counter::Absent);
+    }
+    expect_int(name, value)?;
     match value.extract::<i128>() {
         Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
             "{name} must be >= 0, got {n}"
