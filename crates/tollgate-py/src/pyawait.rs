@@ -52,6 +52,16 @@ impl Mode {
         self,
         f: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
+        self.run_tracked(f, None).await
+    }
+
+    /// [`run`](Self::run), its task added to `stragglers` if it is
+    /// dropped while the task still runs.
+    pub(crate) async fn run_tracked(
+        self,
+        f: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>>,
+        stragglers: Option<&Stragglers>,
+    ) -> PyResult<Py<PyAny>> {
         let value = Python::attach(|py| {
             let value = f(py)?;
             let awaitable =
@@ -59,8 +69,39 @@ impl Mode {
             Ok::<_, PyErr>((value, awaitable))
         });
         match value? {
-            (value, true) => PyAwait::new(value).await,
+            (value, true) => {
+                let mut awaiting = PyAwait::new(value);
+                awaiting.stragglers = stragglers.cloned();
+                awaiting.await
+            }
             (value, false) => Ok(value),
+        }
+    }
+}
+
+/// The tasks of a call's attempts that were dropped while they still ran
+/// (their cancellation asked): the call waits for them to end before it
+/// answers, so no attempt runs on after its error or result is returned
+/// (SPEC DL-6). Clones share the list.
+#[derive(Default, Clone)]
+pub(crate) struct Stragglers(Arc<Mutex<Vec<Arc<Slot>>>>);
+
+impl Stragglers {
+    /// Until every task added so far has ended (cancelled, or finished
+    /// anyway).
+    pub(crate) async fn wait(&self) {
+        let slots = std::mem::take(&mut *self.0.lock());
+        for slot in slots {
+            std::future::poll_fn(|cx| {
+                // The waker first, then the flag (as `PyAwait::poll`).
+                *slot.waker.lock() = Some(cx.waker().clone());
+                if slot.done.load(Ordering::Acquire) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
         }
     }
 }
@@ -69,6 +110,8 @@ impl Mode {
 /// module documentation.
 pub(crate) struct PyAwait {
     state: State,
+    /// Where its task goes if it is dropped while the task runs.
+    stragglers: Option<Stragglers>,
 }
 
 enum State {
@@ -91,6 +134,7 @@ impl PyAwait {
     pub(crate) fn new(awaitable: Py<PyAny>) -> Self {
         PyAwait {
             state: State::Start(awaitable),
+            stragglers: None,
         }
     }
 }
@@ -148,7 +192,12 @@ impl Drop for PyAwait {
         match std::mem::replace(&mut self.state, State::Finished) {
             State::Finished => {}
             State::Running { slot, .. } if slot.done.load(Ordering::Acquire) => {}
-            State::Running { task, .. } => notifier::submit(Job::Cancel(task)),
+            State::Running { task, slot } => {
+                if let Some(s) = &self.stragglers {
+                    s.0.lock().push(slot);
+                }
+                notifier::submit(Job::Cancel(task));
+            }
             // A coroutine never started is closed where it is (no loop
             // needed), so Python does not warn that it was never awaited.
             State::Start(awaitable) => notifier::submit(Job::Close {

@@ -1,6 +1,6 @@
 """Edges of supervised calls and streams found in review (SPEC LC-5,
 DL-6, ADM-7): closing a stream another task iterates, and a deadline
-that cuts an attempt (a known limit, marked as an expected failure)."""
+that cuts an attempt."""
 
 from __future__ import annotations
 
@@ -60,20 +60,14 @@ async def test_aclose_while_another_task_iterates_ends_the_stream() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/python.md): a Python attempt cut by its deadline is only "
-    "asked to cancel; the error and the permit come back before it has unwound",
-)
-async def test_deadline_cancels_the_attempt_before_the_error_and_the_permit_are_returned() -> None:
-    """DL-6 ("provider work is cancelled before the error is returned (no
-    detached work)"), ADM-7 (the concurrency limit bounds active calls):
-    when a supervised call's deadline expires during an attempt, the
-    engine drops the attempt, whose Python task is only *asked* to cancel
-    (`call_soon_threadsafe(task.cancel)`, pyawait.rs), and returns
-    `DeadlineExceeded` and the permit at once. The caller's next call on
-    a `concurrency=1` limiter starts its provider work while the first
-    attempt is still running: two in flight."""
+async def test_a_call_cut_by_its_deadline_answers_after_its_attempt_unwound() -> None:
+    """DL-6 (provider work is cancelled before the error is returned: no
+    detached work), ADM-7 (the concurrency limit bounds active calls):
+    when a call's deadline cuts its attempt, the call answers once the
+    attempt's task has unwound, so the caller's next call never overlaps
+    it on a `concurrency=1` limiter. Found in review: the task was only
+    asked to cancel and `DeadlineExceeded` came back at once, two provider
+    calls then running at the same time."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
     running = 0
     most = 0

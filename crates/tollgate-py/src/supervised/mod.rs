@@ -29,6 +29,7 @@ pub(crate) use stream::SupervisedStream;
 
 use crate::errors;
 use crate::limiter::Shared;
+use crate::pyawait::Stragglers;
 
 /// A supervisor's identity: scope, `[providers.*]` name, whether its
 /// calls carry an estimate.
@@ -193,6 +194,8 @@ impl Prepared {
         let scope = scope.bind(py).to_string();
         crate::driver::Pending::new(Box::pin(async move {
             let result = supervisor.invoke(&request, options).await;
+            // No attempt runs on after the call answers (DL-6).
+            request.stragglers.wait().await;
             let failure = Arc::clone(&request.failure);
             let out: crate::driver::Output = Box::new(move |py| match result {
                 Ok(done) => Ok(done.response),
@@ -244,5 +247,6 @@ fn request(
         estimate,
         event_loop: event_loop.unbind(),
         failure: Arc::new(Mutex::new(None)),
+        stragglers: Stragglers::default(),
     })
 }

@@ -16,7 +16,7 @@ use tollgate::{TokenEstimate, Usage};
 
 use crate::classify;
 use crate::notifier::{self, Job};
-use crate::pyawait::{AsyncNext, Mode};
+use crate::pyawait::{AsyncNext, Mode, Stragglers};
 use crate::usage;
 
 /// An exception an attempt raised.
@@ -42,6 +42,9 @@ pub(crate) struct CallRequest {
     /// The loop the call runs on (a stream left early is closed on it).
     pub(crate) event_loop: Py<PyAny>,
     pub(crate) failure: LastFailure,
+    /// Attempts cut while they ran (a deadline, an attempt timeout): the
+    /// call answers once they have ended (SPEC DL-6).
+    pub(crate) stragglers: Stragglers,
 }
 
 impl CallRequest {
@@ -93,7 +96,9 @@ impl Provider for CallProvider {
         _attempt: AttemptContext,
     ) -> Result<Reply<Py<PyAny>>, ProviderError> {
         *request.failure.lock() = None;
-        let result = Mode::Async.run(|py| request.call_func(py)).await;
+        let result = Mode::Async
+            .run_tracked(|py| request.call_func(py), Some(&request.stragglers))
+            .await;
         match result {
             Ok(value) => {
                 let usage = Python::attach(|py| {
