@@ -259,7 +259,10 @@ pub fn parse_existing(data: &[u8], path: &Path) -> Result<Existing, OutputError>
 /// Rewrites `path` without the lines of the ids in `drop` (so that they
 /// can be run again and still have one line each). The new file is written
 /// next to it, synced and renamed over it: a crash leaves the old file or
-/// the new one, never a mix.
+/// the new one, never a mix. The name is resolved first, as the lock's is
+/// ([`OutputLock`]): through a symbolic link the file it names is
+/// rewritten (the new one written in that file's directory, with its
+/// permissions) and the link stays a link.
 ///
 /// # Errors
 /// I/O errors.
@@ -267,7 +270,9 @@ pub fn remove_records(
     path: &Path,
     drop: &std::collections::HashSet<String>,
 ) -> Result<(), OutputError> {
+    let path = &resolved(path).map_err(io_err(path))?;
     let data = std::fs::read(path).map_err(io_err(path))?;
+    let permissions = std::fs::metadata(path).map_err(io_err(path))?.permissions();
     let mut kept = Vec::with_capacity(data.len());
     for raw in data.split_inclusive(|&b| b == b'\n') {
         let id = serde_json::from_slice::<IdOnly>(raw.trim_ascii_end())
@@ -283,6 +288,7 @@ pub fn remove_records(
     let tmp = PathBuf::from(tmp);
     {
         let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.set_permissions(permissions).map_err(io_err(&tmp))?;
         f.write_all(&kept).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
     }

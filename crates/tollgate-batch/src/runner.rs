@@ -41,16 +41,35 @@ use tollgate_telemetry::{CallEnd, Telemetry};
 pub const DRAIN_GRACE: Duration = Duration::from_secs(60);
 
 /// One item as the supervisor sees it: the body, its estimate, and
-/// whether an attempt has reached the provider.
+/// whether an attempt is at the provider now.
 #[derive(Debug, Clone)]
 struct BatchRequest {
     upstream: UpstreamRequest,
     estimate: TokenEstimate,
     /// The price of its model (SPEC BUD-6), if known.
     price: Option<Price>,
-    started: Arc<AtomicBool>,
+    /// Set while an attempt is under way (from its start to its end or
+    /// cancellation): only then is the item at the provider; between
+    /// attempts (backoff, admission of a retry) it is not.
+    at_provider: Arc<AtomicBool>,
     /// The item's trace, when tracing is on (SPEC OBS-5).
     trace: Option<ItemTrace>,
+}
+
+/// Marks an attempt as at the provider until it ends or is dropped.
+struct AtProvider(Arc<AtomicBool>);
+
+impl AtProvider {
+    fn new(flag: &Arc<AtomicBool>) -> Self {
+        flag.store(true, Ordering::Release);
+        AtProvider(Arc::clone(flag))
+    }
+}
+
+impl Drop for AtProvider {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// [`HttpProvider`] over [`BatchRequest`]s, counting attempts and their
@@ -73,7 +92,7 @@ impl Provider for BatchProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
         self.stats.attempt(attempt.attempt);
-        request.started.store(true, Ordering::Release);
+        let at_provider = AtProvider::new(&request.at_provider);
         let stats = Arc::clone(&self.stats);
         let at = self.epoch.elapsed();
         let estimate = request.estimate.total();
@@ -85,6 +104,7 @@ impl Provider for BatchProvider {
             None => (None, Vec::new()),
         };
         async move {
+            let _at_provider = at_provider;
             let result = self
                 .http
                 .call_with(&request.upstream, &headers, attempt)
@@ -229,11 +249,29 @@ fn resume(config: &BatchConfig, items: Vec<Item>, repair: bool) -> Result<Resume
     })
 }
 
+/// The run's one scope: its limits, learned limits and budget.
+fn scope_config(config: &BatchConfig) -> ScopeConfig {
+    let mut scope = ScopeConfig::new(config.scope.clone());
+    for l in &config.limits {
+        scope = scope.limit(*l);
+    }
+    if let Some(w) = config.learn_limits {
+        scope = scope.learn_limits(w);
+    }
+    if let Some(budget) = config.budget {
+        // The run's budget (SPEC BUD-6): each item reserves its worst case.
+        scope = scope.cost(budget, crate::config::BUDGET_WINDOW);
+    }
+    scope
+}
+
 /// Runs a batch (or, with `dry_run`, plans it).
 ///
 /// `interrupt` resolving (e.g. Ctrl-C) stops the run cleanly: no new item
-/// starts, calls in flight are cancelled (they are not recorded and run
-/// again on resume), the output stays consistent.
+/// or attempt starts; items not at the provider (not sent yet, or between
+/// two attempts) are dropped unrecorded and run again on resume; attempts
+/// at the provider finish and are recorded, within [`DRAIN_GRACE`]; the
+/// output stays consistent.
 ///
 /// # Errors
 /// Invalid input (nothing is sent), an unusable output file, a
@@ -258,6 +296,12 @@ pub async fn run(
             "--max-attempts must be at least 1".into(),
         ));
     }
+    // The engine's own check of the limits, before they are used to plan
+    // (a zero limit is refused here, not divided by: BATCH-5).
+    let scope = scope_config(&config);
+    scope
+        .validate()
+        .map_err(|e| BatchError::Config(e.to_string()))?;
     let items = load(&config)?;
     let items_total = items.len() as u64;
     // One run per output, from before the resume scan to the end (a dry
@@ -323,17 +367,6 @@ pub async fn run(
 
     // One controller, one scope, one supervisor: the same engine as the
     // gateway, no second limiter (BATCH-2).
-    let mut scope = ScopeConfig::new(config.scope.clone());
-    for l in &config.limits {
-        scope = scope.limit(*l);
-    }
-    if let Some(w) = config.learn_limits {
-        scope = scope.learn_limits(w);
-    }
-    if let Some(budget) = config.budget {
-        // The run's budget (SPEC BUD-6): each item reserves its worst case.
-        scope = scope.cost(budget, crate::config::BUDGET_WINDOW);
-    }
     let engine = |e: tollgate::config::ConfigError| BatchError::Config(e.to_string());
     let mut builder = AdmissionController::builder().config(ControllerConfig {
         scopes: vec![scope],
@@ -720,7 +753,7 @@ impl Shared {
             upstream,
             estimate: item.estimate,
             price: self.prices.price(&item.model),
-            started: Arc::new(AtomicBool::new(false)),
+            at_provider: Arc::new(AtomicBool::new(false)),
             trace: trace.get(),
         };
         let options = CallOptions {
@@ -743,11 +776,30 @@ impl Shared {
             let result = tokio::select! {
                 r = &mut call => r,
                 () = self.stop.cancelled() => {
-                    if !request.started.load(Ordering::Acquire) {
-                        // Not sent: dropped unrecorded, it runs on resume.
-                        return;
+                    // Stopping: an attempt at the provider (paid for) is
+                    // let finish and its result kept; no new attempt
+                    // starts. The flag changes only while `call` is polled
+                    // (the attempt runs inside it), so reading it after a
+                    // poll that stays pending is exact: the item is not
+                    // sent yet, or waits in a backoff or for a retry's
+                    // admission. Then it is dropped unrecorded and runs
+                    // again on resume.
+                    let finished = std::future::poll_fn(|cx| {
+                        match call.as_mut().poll(cx) {
+                            std::task::Poll::Ready(r) => std::task::Poll::Ready(Some(r)),
+                            std::task::Poll::Pending
+                                if request.at_provider.load(Ordering::Acquire) =>
+                            {
+                                std::task::Poll::Pending
+                            }
+                            std::task::Poll::Pending => std::task::Poll::Ready(None),
+                        }
+                    })
+                    .await;
+                    match finished {
+                        Some(r) => r,
+                        None => return,
                     }
-                    call.await
                 }
             };
             let Err(error) = &result else {

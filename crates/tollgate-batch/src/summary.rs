@@ -63,6 +63,15 @@ pub fn lower_bound(limits: &[Limit], amounts: Amounts) -> Duration {
                 Dimension::OutputTokens => amounts.output,
                 Dimension::Cost => amounts.cost,
             };
+            if l.amount == 0 {
+                // Refused by the configuration check before any plan; a
+                // limit of zero lets nothing through, ever.
+                return if demand == 0 {
+                    Duration::ZERO
+                } else {
+                    Duration::MAX
+                };
+            }
             let windows = demand.div_ceil(l.amount).saturating_sub(1);
             l.window
                 .saturating_mul(u32::try_from(windows).unwrap_or(u32::MAX))
@@ -565,6 +574,10 @@ mod tests {
         assert_eq!(lower_bound(&limits, rt(101, 10)), m);
         assert_eq!(lower_bound(&limits, rt(10, 4_500)), 4 * m);
         assert_eq!(lower_bound(&[], rt(10, 4_500)), Duration::ZERO);
+        // A zero limit (refused before any plan) divides nothing.
+        let zero = [Limit::new(Dimension::Requests, 0, m)];
+        assert_eq!(lower_bound(&zero, rt(0, 0)), Duration::ZERO);
+        assert_eq!(lower_bound(&zero, rt(1, 0)), Duration::MAX);
     }
 
     // proves: Q-12 (input and output limits bound the run by their own

@@ -4,7 +4,9 @@
 //! replaced during a run is never reported complete. Both found in review,
 //! where the first version let two runs append every item twice and
 //! reported a run complete whose every line had gone to a deleted file.
-//! Also: a byte order mark before the first line is not part of it.
+//! The output named through a symbolic link is the same output, also when
+//! --retry-failed rewrites it. Also: a byte order mark before the first
+//! line is not part of it.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tollgate::Dimension;
 use tollgate::config::Limit;
-use tollgate_batch::{BatchConfig, Outcome, StopReason};
+use tollgate_batch::{BatchConfig, BatchError, Outcome, StopReason};
 use tollgate_sim::{SimConfig, SimServer, Simulator};
 
 use common::{Dir, chat_line, counts, never, write_lines};
@@ -171,4 +173,101 @@ async fn a_byte_order_mark_is_not_part_of_the_first_line() {
     assert_eq!(again.outcome, Outcome::Complete);
     assert_eq!(server.stats().requests_total, 2, "nothing sent again");
     server.shutdown().await.expect("shutdown");
+}
+
+fn lines_of(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("output")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+// proves: BATCH-3 (--retry-failed through a symbolic link to the output
+// rewrites the file the link names and leaves the link a link: the failure
+// is replaced by the new result, one line per item). Found in review, where
+// the rewrite renamed a new file over the link itself, so the linked file
+// kept the failure and never got the result.
+#[cfg(unix)]
+#[tokio::test]
+async fn retry_failed_through_a_symlinked_output_updates_the_linked_file() {
+    let dir = Dir::new("rev-symlink");
+    let server = common::sim_per_second(None, None).await;
+    write_lines(
+        &dir.path("in.jsonl"),
+        &[chat_line("a", "hello", 4), chat_line("b", "there", 4)],
+    );
+    // A recorded failure for `a`, from another tool (no hash: trusted).
+    std::fs::write(
+        dir.path("real.jsonl"),
+        "{\"id\":\"batch_req_x\",\"custom_id\":\"a\",\"response\":null,\"error\":{\"code\":\"server\",\"message\":\"boom\"}}\n",
+    )
+    .expect("write");
+    std::os::unix::fs::symlink(dir.path("real.jsonl"), dir.path("out.jsonl")).expect("symlink");
+    let mut c = common::http_config(&dir, &server);
+    c.retry_failed = true;
+    c.item_timeout = Some(Duration::from_secs(20));
+    let report = tollgate_batch::run(c, never()).await.expect("run");
+    assert_eq!(report.outcome, Outcome::Complete, "{}", report.summary);
+    let link = std::fs::symlink_metadata(dir.path("out.jsonl")).expect("meta");
+    let real = lines_of(&dir.path("real.jsonl"));
+    let failures: Vec<&Value> = real.iter().filter(|l| !l["error"].is_null()).collect();
+    assert!(
+        link.file_type().is_symlink() && real.len() == 2 && failures.is_empty(),
+        "out.jsonl is a symlink: {}; the linked file real.jsonl holds {} line(s), {} failure(s): {real:?}",
+        link.file_type().is_symlink(),
+        real.len(),
+        failures.len()
+    );
+}
+
+// proves: BATCH-3 (a second run on a symbolic link to the output is refused
+// while a --retry-failed run holds it). Found in review, where the rewrite
+// replaced the link with a regular file, so the second run locked another
+// name, was let in and appended the same items again.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_on_a_symlinked_output_is_refused_during_a_retry_failed_run() {
+    let dir = Dir::new("rev-symlink-lock");
+    let server = tollgate_sim::Simulator::spawn(
+        tollgate_sim::SimConfig {
+            ttft: Duration::from_millis(1500),
+            window: Duration::from_secs(1),
+            ..tollgate_sim::SimConfig::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+    .expect("simulator");
+    write_lines(
+        &dir.path("in.jsonl"),
+        &[chat_line("a", "hello", 4), chat_line("b", "there", 4)],
+    );
+    std::fs::write(
+        dir.path("real.jsonl"),
+        "{\"id\":\"batch_req_x\",\"custom_id\":\"a\",\"response\":null,\"error\":{\"code\":\"server\",\"message\":\"boom\"}}\n",
+    )
+    .expect("write");
+    std::os::unix::fs::symlink(dir.path("real.jsonl"), dir.path("out.jsonl")).expect("symlink");
+    let mut first = common::http_config(&dir, &server);
+    first.retry_failed = true;
+    first.item_timeout = Some(Duration::from_secs(20));
+    let second = first.clone();
+    let mut second = second;
+    second.retry_failed = false;
+    let a = tokio::spawn(tollgate_batch::run(first, never()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = tollgate_batch::run(second, never()).await;
+    let _ = a.await;
+    let per_id = counts(&dir.path("out.jsonl"));
+    assert!(
+        matches!(
+            b,
+            Err(BatchError::Output(
+                tollgate_batch::output::OutputError::InUse { .. }
+            ))
+        ),
+        "the second run was let in: {:?}; lines per custom_id in out.jsonl: {per_id:?}",
+        b.map(|r| r.outcome)
+    );
 }

@@ -14,7 +14,7 @@ use tollgate_batch::input::InputErrorCode;
 use tollgate_batch::{BatchConfig, BatchError, ErrorClass, Outcome, StopReason};
 use tollgate_sim::SimServer;
 
-use common::{Dir, chat_line, never, write_lines};
+use common::{Dir, chat_line, counts, never, write_lines};
 
 const W: Duration = Duration::from_secs(1);
 
@@ -485,4 +485,78 @@ async fn responses_lines_run_beside_chat_lines() {
     assert_eq!(stats.routes.responses, (n / 2) as u64);
     assert!(stats.max_requests_in_window <= rpm);
     server.shutdown().await.expect("shutdown");
+}
+
+// proves: BATCH-5 (a zero limit given through the library is a
+// configuration error before any request). Found in review, where the plan
+// divided by it and the run panicked before the engine checked it.
+#[tokio::test]
+async fn a_zero_request_limit_is_a_configuration_error_not_a_panic() {
+    let dir = Dir::new("rev-zero");
+    let server = common::sim_per_second(None, None).await;
+    write_lines(&dir.path("in.jsonl"), &[chat_line("a", "hello", 4)]);
+    let mut c = common::http_config(&dir, &server);
+    c.limits = vec![Limit::new(Dimension::Requests, 0, Duration::from_secs(1))];
+    let handle = tokio::spawn(async move { tollgate_batch::run(c, never()).await });
+    match handle.await {
+        Ok(Err(BatchError::Config(_))) => {}
+        Ok(other) => panic!("expected a configuration error, got {other:?}"),
+        Err(e) => panic!("the run panicked: {e}"),
+    }
+    assert_eq!(server.stats().requests_total, 0);
+    assert!(counts(&dir.path("out.jsonl")).is_empty());
+}
+
+// proves: BATCH-2, BATCH-3 (after an interrupt no attempt starts, not even
+// the retry of an item waiting in its backoff; that item stays unrecorded
+// and runs again on resume). Found in review, where the item in backoff
+// went on getting attempts after Ctrl-C, up to --max-attempts, and was
+// recorded as failed.
+#[tokio::test]
+async fn an_interrupt_sends_no_new_attempt_of_an_item_in_backoff() {
+    let dir = Dir::new("rev-backoff");
+    let server = tollgate_sim::Simulator::spawn(
+        tollgate_sim::SimConfig {
+            error_rate: 1.0,
+            window: Duration::from_secs(1),
+            ..tollgate_sim::SimConfig::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+    .expect("simulator");
+    let server = std::sync::Arc::new(server);
+    write_lines(&dir.path("in.jsonl"), &[chat_line("a", "hello", 4)]);
+    let mut c = common::http_config(&dir, &server);
+    c.concurrency = 1;
+    c.max_attempts = 3;
+    c.item_timeout = Some(Duration::from_secs(30));
+    let at_interrupt = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = std::sync::Arc::clone(&at_interrupt);
+    let sim = std::sync::Arc::clone(&server);
+    let stats = move || sim.stats();
+    let interrupt = async move {
+        while stats().requests_total < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The 5xx came back; the item now waits ~1 s before its retry.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        seen.store(stats().requests_total, std::sync::atomic::Ordering::SeqCst);
+    };
+    let report = tollgate_batch::run(c, interrupt).await.expect("run");
+    let sent_before = at_interrupt.load(std::sync::atomic::Ordering::SeqCst);
+    let total = server.stats().requests_total;
+    assert_eq!(
+        total,
+        sent_before,
+        "{} attempt(s) sent after the interrupt; outcome {:?}; output {:?}",
+        total - sent_before,
+        report.outcome,
+        std::fs::read_to_string(dir.path("out.jsonl")).unwrap_or_default()
+    );
+    assert_eq!(report.outcome, Outcome::Stopped(StopReason::Interrupted));
+    assert!(
+        counts(&dir.path("out.jsonl")).is_empty(),
+        "the item was recorded"
+    );
 }
