@@ -258,8 +258,9 @@ async fn with_redis_the_budget_spans_runs() {
         billed <= 500_000 * 1_000_000,
         "billed {billed} p$ over a $0.5 budget in two runs"
     );
-    // The first run spent most of it (its last settlements may reach
-    // Redis after it stopped: the second run may use what they gave back).
-    let second_sent = server.stats().requests_total - sent;
-    assert!(second_sent < sent, "{second_sent} after {sent}");
+    // How much each run sends is not fixed: the first stops when a
+    // reservation at its worst case no longer fits, and what its calls in
+    // flight then settle below their worst case goes back to the shared
+    // budget for the second (one run in fifty sent more in the second).
+    // The invariant is the bill above.
 }
