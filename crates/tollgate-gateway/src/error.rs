@@ -105,6 +105,17 @@ impl ApiError {
         )
     }
 
+    /// 405 for a method a route does not serve (SPEC GW-1, WIRE-3).
+    pub fn method_not_allowed(method: &http::Method, path: &str, allow: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorResponse::invalid_request(format!(
+                "{method} is not allowed on {path}; use {allow}."
+            ))
+            .with_code("method_not_allowed"),
+        )
+    }
+
     /// 503 while shutting down.
     pub fn shutting_down() -> Self {
         Self::new(
@@ -387,6 +398,18 @@ impl IntoResponse for ApiError {
 /// (in UTC on the system's clock, to the second, rounded up): a spent day
 /// or month window says when it resets (SPEC BUD-3, Q-11).
 fn available_again(at: Option<Instant>, wall: WallClock) -> String {
+    available_again_rounded(at, wall, false)
+}
+
+/// [`available_again`] for the end of a calendar period (SPEC BUD-3),
+/// which falls on a whole second: the instant is rounded to the nearest
+/// second, so the reading of the monotonic clock on the system's does not
+/// move it one second late.
+pub(crate) fn available_again_at_boundary(at: Option<Instant>, wall: WallClock) -> String {
+    available_again_rounded(at, wall, true)
+}
+
+fn available_again_rounded(at: Option<Instant>, wall: WallClock, nearest: bool) -> String {
     let Some(at) = at else {
         return String::new();
     };
@@ -394,7 +417,12 @@ fn available_again(at: Option<Instant>, wall: WallClock) -> String {
     let Ok(since) = utc.duration_since(std::time::SystemTime::UNIX_EPOCH) else {
         return String::new();
     };
-    let secs = since.as_secs() + u64::from(since.subsec_nanos() > 0);
+    let up = if nearest {
+        since.subsec_nanos() >= 500_000_000
+    } else {
+        since.subsec_nanos() > 0
+    };
+    let secs = since.as_secs() + u64::from(up);
     match i64::try_from(secs)
         .ok()
         .and_then(|s| jiff::Timestamp::from_second(s).ok())

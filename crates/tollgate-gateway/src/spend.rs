@@ -20,7 +20,7 @@ use std::time::Duration;
 use metrics::counter;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tollgate::clock::Instant;
+use tollgate::clock::{Instant, WallClock};
 use tollgate::price::format_usd;
 use tollgate::quota::Dimension;
 use tollgate::{AdmissionController, LimitSnapshot, ScopeId};
@@ -166,8 +166,10 @@ pub fn is_budget(e: &tollgate::AdmissionError) -> bool {
 /// The 429 `budget_exceeded` of a call refused by a budget of `scope` in
 /// `controller` (SPEC BUD-4), naming it as `who` (e.g. `tenant team-a`)
 /// with its amount and window, and when it frees room (`retry-after`).
-/// A call whose worst case is larger than the whole budget can never fit
-/// it: its retry hint is one window.
+/// A calendar budget is named by its period and zone (`$5 per day
+/// (Europe/Paris)`) and says when it is available again, in UTC (SPEC
+/// BUD-3, BUD-4; configuration.md). A call whose worst case is larger than
+/// the whole budget can never fit it: its retry hint is one window.
 pub fn budget_exceeded(
     e: &tollgate::AdmissionError,
     controller: &AdmissionController,
@@ -179,13 +181,14 @@ pub fn budget_exceeded(
     let described = limit.map_or_else(
         || who.to_owned(),
         |l| {
-            format!(
-                "{who} (${} per {})",
-                format_usd(l.limit),
-                humantime::format_duration(l.window)
-            )
+            let per = match l.calendar {
+                Some(c) => c.to_string(),
+                None => humantime::format_duration(l.window).to_string(),
+            };
+            format!("{who} (${} per {per})", format_usd(l.limit))
         },
     );
+    let calendar = limit.is_some_and(|l| l.calendar.is_some());
     let (message, retry) = match e {
         tollgate::AdmissionError::EstimateExceedsLimit(x) => (
             format!(
@@ -194,6 +197,21 @@ pub fn budget_exceeded(
                 format_usd(x.demand)
             ),
             Some(x.window),
+        ),
+        // A spent calendar budget frees nothing before its period ends,
+        // and says when that is.
+        other if calendar => (
+            format!(
+                "The budget of {described} has no room left for this request's worst-case cost.{}",
+                crate::error::available_again_at_boundary(
+                    other.retry_at(),
+                    WallClock::system_at(now)
+                )
+            ),
+            other
+                .retry_at()
+                .map(|at| at.saturating_duration_since(now))
+                .or(limit.map(|l| l.window)),
         ),
         other => (
             format!(

@@ -77,6 +77,9 @@ pub struct StreamLog {
     pub arrived: Instant,
     /// Where the call's cost is counted (SPEC BUD-6).
     pub spend: crate::spend::Spend,
+    /// What the attempts before the stream's may have cost, charged to the
+    /// tenant with it (SPEC BUD-2, BUD-5), in micro-dollars.
+    pub charged_before: u64,
 }
 
 impl SseBody {
@@ -250,8 +253,12 @@ impl Drop for SseBody {
             log.record.usage = usage;
             // What the tenant is charged when the stream's leases settle
             // (SPEC BUD-5): the priced usage the provider reported, else
-            // the worst case reserved.
-            if let Some(cost) = usage.and_then(|u| u.cost()).or(log.record.cost_reserved) {
+            // the worst case reserved, and the attempts before it.
+            if let Some(cost) = usage
+                .and_then(|u| u.cost())
+                .or(log.record.cost_reserved)
+                .map(|c| c.saturating_add(log.charged_before))
+            {
                 log.record.cost = Some(cost);
                 if let (Some(tenant), Some(model)) = (&log.record.tenant, &log.record.model) {
                     log.spend.record(tenant, model, cost);

@@ -705,3 +705,329 @@ default_max_tokens = 16
         );
     });
 }
+
+/// A chat body for `model` without an output cap.
+fn uncapped(model: &str) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me about budgets."}],
+    })
+}
+
+/// The cost limit of tenant `name`'s own scope, as the controller sees it.
+fn tenant_budget(gw: &Gateway, name: &str) -> tollgate::LimitSnapshot {
+    gw.tenant_scope(name)
+        .limits
+        .iter()
+        .find(|l| l.dimension == Dimension::Cost)
+        .copied()
+        .expect("a cost limit")
+}
+
+// proves: BUD-2, GW-10 (a tenant reserves the worst case of its whole
+// fallback chain: the largest output allowance any deployment sends
+// upstream, at the dearest price, so concurrent calls answered by a
+// fallback with a larger allowance never spend past the tenant's
+// budget). Found in review: the tenant reserved the primary's allowance
+// (10 tokens) while the fallback sent its own (2000); eight concurrent
+// calls against $0.30 made the provider bill about $0.96.
+#[test]
+fn fallback_with_a_larger_allowance_stays_within_the_tenant_budget() {
+    runtime().block_on(async {
+        let big = sim(SimConfig {
+            completion_tokens: 2000,
+            ..SimConfig::default()
+        })
+        .await;
+        let toml = format!(
+            r#"
+[retry]
+base_delay = "10ms"
+max_delay = "20ms"
+
+[providers.dead]
+base_url = "http://127.0.0.1:9/v1"
+connect_timeout = "200ms"
+
+[providers.sim]
+base_url = "{}"
+
+[models.chat]
+provider = "dead"
+upstream_model = "o1"
+default_max_tokens = 10
+fallbacks = ["big"]
+
+[models.big]
+provider = "sim"
+upstream_model = "o1"
+default_max_tokens = 2000
+
+{}
+"#,
+            big.openai_base_url(),
+            tenants("limits = [{ usd = \"0.30\", per = \"1d\" }]", "")
+        );
+        let gw = Gateway::start(&toml).await;
+        let calls: Vec<_> = (0..8)
+            .map(|_| spawn_chat(&gw, KEY_A, uncapped("chat")))
+            .collect();
+        let mut statuses = Vec::new();
+        for c in calls {
+            let r = c.await.expect("task").expect("answered");
+            statuses.push(r.status().as_u16());
+            let _ = r.bytes().await;
+        }
+        gw.wait_idle().await;
+        let billed = big.stats().cost_charged_pico_usd;
+        assert!(statuses.contains(&200), "{statuses:?}");
+        assert!(
+            billed <= ONE_DOLLAR_PICO * 30 / 100,
+            "the provider billed ${} against a $0.30 tenant budget (statuses {statuses:?})",
+            dollars(billed)
+        );
+    });
+}
+
+// proves: BUD-2, BUD-5, Q-5, GW-11 (a tenant is charged every attempt the
+// provider may have billed: an attempt cut by its timeout keeps its
+// estimate, the retry that answers adds its usage; sequential calls stop
+// before the providers bill past the tenant's budget). Found in review:
+// the tenant was charged the answering attempt only, so the providers
+// billed about $0.78 against a $0.50 budget.
+#[test]
+fn a_billed_attempt_before_a_retry_is_charged_to_the_tenant_budget() {
+    runtime().block_on(billed_attempts_before_a_retry(false));
+    runtime().block_on(billed_attempts_before_a_retry(true));
+}
+
+/// Sequential calls (streams if `stream`) whose first attempt times out
+/// after it was sent and whose retry answers, until the tenant's $0.50
+/// budget refuses one.
+async fn billed_attempts_before_a_retry(stream: bool) {
+    let slow = sim(SimConfig {
+        ttft: Duration::from_secs(3),
+        completion_tokens: 1000,
+        ..SimConfig::default()
+    })
+    .await;
+    let fast = sim(SimConfig {
+        completion_tokens: 1000,
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = format!(
+        r#"
+[retry]
+base_delay = "10ms"
+max_delay = "20ms"
+
+[providers.east]
+base_url = "{}"
+attempt_timeout = "300ms"
+
+[providers.west]
+base_url = "{}"
+
+[models.chat.deployments.east]
+provider = "east"
+upstream_model = "o1"
+weight = 10
+
+[models.chat.deployments.west]
+provider = "west"
+upstream_model = "o1"
+weight = 1
+
+{}
+"#,
+        slow.openai_base_url(),
+        fast.openai_base_url(),
+        tenants("limits = [{ usd = \"0.50\", per = \"1d\" }]", "")
+    );
+    let gw = Gateway::start(&toml).await;
+    let body = body(1000, stream);
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let r = post_chat(&client(), &gw, Some(KEY_A), &body).await;
+        let s = r.status().as_u16();
+        let _ = r.bytes().await;
+        statuses.push(s);
+        if s != 200 {
+            break;
+        }
+    }
+    gw.wait_idle().await;
+    let billed = slow.stats().cost_charged_pico_usd + fast.stats().cost_charged_pico_usd;
+    let charged: u64 = gw.app.spend.totals().iter().map(|(_, _, t)| t.micros).sum();
+    assert!(
+        slow.stats().cost_charged_pico_usd > 0,
+        "stream {stream}: the timed-out attempts were billed"
+    );
+    assert_eq!(statuses.last(), Some(&429), "stream {stream}: {statuses:?}");
+    assert!(
+        billed <= ONE_DOLLAR_PICO / 2,
+        "stream {stream}: the providers billed ${} against a $0.50 tenant budget; \
+             the tenant was charged {charged} µ$",
+        dollars(billed)
+    );
+    assert!(
+        u128::from(charged) * 1_000_000 >= billed,
+        "stream {stream}: the tenant was charged {charged} µ$ for ${} billed",
+        dollars(billed)
+    );
+}
+
+// proves: BUD-4, Q-9 (a call refused before any upstream byte, here by the
+// account's budget, gives its tenant reservation back in full: it costs
+// the tenant nothing). Found in review: the tenant lease was settled with
+// a known zero usage but no cost, so every refused call kept its worst
+// case on the tenant's budget.
+#[test]
+fn a_call_refused_before_any_upstream_byte_costs_its_tenant_nothing() {
+    runtime().block_on(async {
+        let sim = fast_sim().await;
+        let toml = format!(
+            r#"
+[scopes.acct]
+limits = [{{ usd = "0.0001", per = "1d" }}]
+
+[providers.sim]
+base_url = "{}"
+
+[models.o1]
+provider = "sim"
+upstream_model = "o1"
+scope = "acct"
+
+{}
+"#,
+            sim.openai_base_url(),
+            tenants("limits = [{ usd = \"0.05\", per = \"1d\" }]", "")
+        );
+        let gw = Gateway::start(&toml).await;
+        for _ in 0..5 {
+            let r = post_chat(&client(), &gw, Some(KEY_A), &chat("o1", false)).await;
+            let (status, _, err) = error_of(r).await;
+            assert_eq!((status, code(&err)), (429, "budget_exceeded"), "{err}");
+        }
+        assert_eq!(
+            sim.stats().requests_total,
+            0,
+            "nothing reached the provider"
+        );
+        let charged: u64 = gw.app.spend.totals().iter().map(|(_, _, t)| t.micros).sum();
+        assert_eq!(
+            charged, 0,
+            "calls no upstream saw were charged {charged} µ$"
+        );
+        assert_eq!(
+            tenant_budget(&gw, "tenant:a").available,
+            50_000,
+            "the tenant's $0.05 budget lost money to calls never sent"
+        );
+    });
+}
+
+// proves: BUD-4, Q-9, GW-6 (a client that gives up while its call waits
+// for the model's upstream permit, never sent, gets its tenant's
+// reservation back in full, and the access log charges it nothing).
+// Found in review: the tenant lease was dropped unsettled, so it kept the
+// call's worst case, and the access line recorded that as spent.
+#[test]
+fn a_call_abandoned_before_it_was_sent_costs_its_tenant_nothing() {
+    runtime().block_on(async {
+        let sim = sim(SimConfig {
+            ttft: Duration::from_secs(2),
+            ..SimConfig::default()
+        })
+        .await;
+        let toml = format!(
+            r#"
+[providers.sim]
+base_url = "{}"
+
+[models.o1]
+provider = "sim"
+upstream_model = "o1"
+concurrency = 1
+
+{}
+"#,
+            sim.openai_base_url(),
+            tenants("limits = [{ usd = \"0.05\", per = \"1d\" }]", "")
+        );
+        let gw = Gateway::start(&toml).await;
+        // Tenant b (no budget) holds the model's only permit.
+        let holder = spawn_chat(&gw, KEY_B, chat("o1", false));
+        eventually("b holds the permit", || gw.in_use("model:o1") == 1).await;
+        // Tenant a's call waits for it, then its client goes away.
+        let waiter = spawn_chat(&gw, KEY_A, chat("o1", false));
+        eventually("a waits upstream", || gw.pool("model:o1").waiting == 1).await;
+        waiter.abort();
+        let _ = waiter.await;
+        let _ = holder.await;
+        gw.wait_idle().await;
+        assert_eq!(sim.stats().requests_total, 1, "a's call was never sent");
+        let budget = tenant_budget(&gw, "tenant:a");
+        let charged: u64 = gw
+            .app
+            .spend
+            .totals()
+            .iter()
+            .filter(|(t, _, _)| &**t == "a")
+            .map(|(_, _, t)| t.micros)
+            .sum();
+        assert_eq!(charged, 0, "the access log charged a call never sent");
+        assert_eq!(
+            budget.available,
+            50_000,
+            "a call never sent kept {} µ$ of the tenant's budget",
+            50_000 - budget.available
+        );
+    });
+}
+
+// proves: BUD-3, BUD-4 (a spent calendar budget is named by its calendar
+// period and zone, and says when it is available again, in UTC, as
+// configuration.md documents). Found in review: it was called "$0.01 per
+// 1day", a rolling day's wording, and never said when it resets.
+#[test]
+fn a_spent_calendar_budget_says_when_it_resets() {
+    runtime().block_on(async {
+        let sim = fast_sim().await;
+        let toml = format!(
+            "[prices.\"sim-chat\"]\nsame_as = \"o1\"\n{}",
+            two_models(
+                &sim.openai_base_url(),
+                "limits = [{ usd = \"0.01\", per = \"day\", timezone = \"Asia/Tokyo\" }]",
+                ""
+            )
+        );
+        let gw = Gateway::start(&toml).await;
+        let mut body = chat("chat", false);
+        body["max_tokens"] = json!(100);
+        for _ in 0..20 {
+            let r = post_chat(&client(), &gw, Some(KEY_A), &body).await;
+            if r.status() == 200 {
+                let _ = r.bytes().await;
+                continue;
+            }
+            let (status, retry, err) = error_of(r).await;
+            assert_eq!((status, code(&err)), (429, "budget_exceeded"));
+            assert!(retry.is_some());
+            let message = err["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("tenant a ($0.01 per day (Asia/Tokyo))"),
+                "{message}"
+            );
+            // Midnight in Tokyo is 15:00 UTC.
+            assert!(
+                message.contains("It is available again at ") && message.contains("T15:00:00Z."),
+                "a spent calendar budget does not say when it resets: {message}"
+            );
+            return;
+        }
+        panic!("the budget was never spent");
+    });
+}

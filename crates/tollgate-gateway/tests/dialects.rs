@@ -762,3 +762,50 @@ fn messages_calls_past_a_tiny_deadline_end_in_anthropics_format() {
         assert!(gw.is_idle());
     });
 }
+
+// proves: GW-1, WIRE-3, WIRE-4 (a GET or HEAD on a model route, which
+// serves POST only, answers 405 with `allow: POST` and an error in the
+// route's dialect: OpenAI's shape on the OpenAI routes, Anthropic's on
+// /v1/messages). Found in review: the router answered an empty 405.
+#[test]
+fn other_methods_on_post_routes_answer_in_the_routes_dialect() {
+    runtime().block_on(async {
+        let sim = fast_sim().await;
+        let gw = Gateway::start(&two_models(&sim.openai_base_url(), "", "")).await;
+        let c = client();
+        for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"] {
+            let r = bounded(path, c.get(gw.url(path)).bearer_auth(KEY_A).send())
+                .await
+                .expect("answered");
+            assert_eq!(r.status(), 405, "{path}");
+            assert_eq!(header(&r, "allow").as_deref(), Some("POST"), "{path}");
+            let v: Value = r.json().await.expect("a JSON body");
+            assert_eq!(v["error"]["code"], "method_not_allowed", "{path}: {v}");
+            assert!(v["error"]["message"].is_string(), "{path}: {v}");
+        }
+        let r = bounded(
+            "GET messages",
+            c.get(gw.url("/v1/messages"))
+                .header("x-api-key", KEY_A)
+                .send(),
+        )
+        .await
+        .expect("answered");
+        assert_eq!(r.status(), 405);
+        assert_eq!(header(&r, "allow").as_deref(), Some("POST"));
+        let v: Value = r.json().await.expect("a JSON body");
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert!(v["error"]["message"].is_string(), "{v}");
+        let r = bounded(
+            "HEAD chat",
+            c.head(gw.url("/v1/chat/completions"))
+                .bearer_auth(KEY_A)
+                .send(),
+        )
+        .await
+        .expect("answered");
+        assert_eq!(r.status(), 405);
+        assert_eq!(header(&r, "allow").as_deref(), Some("POST"));
+    });
+}

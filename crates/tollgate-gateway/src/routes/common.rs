@@ -261,21 +261,27 @@ pub fn falls_back(e: &CallError) -> bool {
 }
 
 /// Settles the tenant's lease of a call that failed: when no attempt
-/// reached an upstream no tokens were used, so the tenant's token
-/// reservation is refunded in full (known zero, SPEC Q-5); otherwise what
-/// the upstream used is unknown and the estimate stays charged, except
-/// for money when every attempt was refused with 429 (no provider bills a
-/// refusal, SPEC BUD-5: the cost is known zero). The request unit stays
-/// spent (SPEC Q-9). Dropping the lease then releases the tenant permit.
-/// Returns what the call is charged in micro-dollars (`None`: not
-/// priced).
-pub fn settle_failed(mut tenant: TenantLeases, started: &Started) -> Option<u64> {
+/// reached an upstream no tokens were used and nothing was billed, so the
+/// tenant's token and money reservations are refunded in full (known zero
+/// usage at a known zero cost, SPEC, BUD-4); otherwise what
+/// the upstream used is unknown and the token estimate stays charged,
+/// and the call (when `priced`) costs the sum over its attempts of what
+/// each may have been billed: its reported usage where known, its worst
+/// case where not, nothing for a 429 (no provider bills a refusal, SPEC
+/// BUD-2, BUD-5). The request unit stays spent (SPEC Q-9). The lease is
+/// then dropped, which releases the tenant permit. Returns what the call
+/// is charged in micro-dollars (`None`: not priced).
+pub fn settle_failed(tenant: &mut TenantLeases, started: &Started, priced: bool) -> Option<u64> {
     let used = if started.count() == 0 {
-        Usage::known(0)
+        Usage::known(0).with_cost(Some(0))
     } else if started.refused() == started.count() {
         Usage::UNKNOWN.with_cost(Some(0))
+    } else if priced {
+        Usage::UNKNOWN.with_cost(Some(started.billed()))
     } else {
         Usage::UNKNOWN
     };
-    tenant.settle(used)
+    let cost = tenant.settle(used);
+    drop(std::mem::take(&mut tenant.0));
+    cost
 }

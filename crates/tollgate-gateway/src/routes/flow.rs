@@ -115,6 +115,8 @@ struct Exchange {
     log: AccessLog,
     /// Where the call's cost is counted.
     spend: crate::spend::Spend,
+    /// Counts the call's attempts that reached an upstream.
+    reached: Started,
     /// When the request's head was read.
     arrived: Instant,
 }
@@ -164,10 +166,11 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         if !self.logged {
             self.record.error = Some("client_disconnected".to_owned());
-            // A tenant lease dropped unsettled keeps its worst case (SPEC
-            // Q-5, BUD-5): that is what the call cost.
+            // What [`Unsettled`] settles the tenant's lease with: nothing
+            // for a call no upstream saw (SPEC Q-9, BUD-4), else what its
+            // attempts may have cost (Q-5, BUD-5).
             if self.record.cost.is_none() && self.record.cost_reserved.is_some() {
-                self.charge(self.record.cost_reserved);
+                self.charge(Some(self.reached.billed()));
             }
             self.write(499);
         }
@@ -200,6 +203,7 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         logged: false,
         log: app.access_log.clone(),
         spend: app.spend.clone(),
+        reached: Started::default(),
         arrived,
     };
     x.record.trace = app.telemetry.call(
@@ -268,40 +272,42 @@ async fn serve<R: Route>(
     if let Some(trace) = &x.record.trace {
         trace.requested(&first.name);
     }
-    let Some(primary) = first.deployments.first() else {
+    if first.deployments.is_empty() {
         return Err(ApiError::shutting_down());
-    };
-    // The first model's estimates serve both the tenant's reservation and
-    // its first attempts: the tokenizer runs once per estimator.
-    let mut first_estimates = Some(Estimates::<R>::new(&first, &request));
-    let estimate = first_estimates
-        .as_ref()
-        .map_or(TokenEstimate::new(0, 0), |e| e.get(primary));
+    }
+    let chain = common::chain(app, tenant, &first, R::ROUTE);
+    // The estimates of every deployment of the chain serve both the
+    // tenant's reservation and the attempts: the tokenizer runs once per
+    // estimator.
+    let estimates = Estimates::<R>::new(&chain, &request);
+    // The tenant reserves the worst case of whichever deployment of the
+    // chain may serve the call (SPEC BUD-2, GW-10, GW-11): the largest
+    // input estimate and the largest output allowance any of them sends
+    // upstream, at the dearest prices of the chain. Whichever answers, the
+    // provider cannot bill more than the tenant reserved.
+    let estimate = estimates.worst();
     x.tokens = estimate;
     x.record.tokens_estimated = Some(estimate.total());
-    let chain = common::chain(app, tenant, &first, R::ROUTE);
-    // The tenant reserves the worst case of whichever model of the chain
-    // may serve the call (SPEC BUD-2, GW-10).
     let price = crate::state::reserve_price(&chain);
     x.price = price;
-    let mut tenant_lease =
-        common::admit_tenant(app, tenant, &first.name, estimate, price, deadline).await?;
+    let reached = x.reached.clone();
+    let mut tenant_lease = Unsettled {
+        leases: common::admit_tenant(app, tenant, &first.name, estimate, price, deadline).await?,
+        reached: reached.clone(),
+        priced: price.is_some(),
+    };
+    let tenant_lease = &mut tenant_lease.leases;
     x.record.queue = tenant_lease.wait();
     if price.is_some() {
         x.record.cost_reserved = Some(tenant_lease.reserved_cost());
     }
     let options = CallOptions::deadline(deadline);
-    let reached = Started::default();
     let trace = x.record.trace.clone();
     let mut last = None;
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
         }
-        let estimates = match first_estimates.take() {
-            Some(e) if i == 0 => e,
-            _ => Estimates::<R>::new(model, &request),
-        };
         let estimate = |d: &Deployment| estimates.get(d);
         // A body that cannot be rewritten for a deployment fails the call
         // as a client error (400), never retried.
@@ -319,6 +325,7 @@ async fn serve<R: Route>(
             Ok(GatewayRequest {
                 upstream,
                 estimate: estimates.get(d),
+                price: d.price,
                 started: reached.clone(),
                 trace: trace.clone(),
             })
@@ -347,9 +354,16 @@ async fn serve<R: Route>(
                         .metrics
                         .success(true, elapsed, a.quota_wait, a.concurrency_wait);
                     // The tenant's permit lives and ends with the stream,
-                    // even one nobody polls (SPEC POOL-1, GW-17).
+                    // even one nobody polls (SPEC POOL-1, GW-17); it is
+                    // charged the stream's cost and what the attempts
+                    // before it may have cost (BUD-2, BUD-5).
+                    let before = if price.is_some() {
+                        reached.billed_before_last()
+                    } else {
+                        0
+                    };
                     for lease in std::mem::take(&mut tenant_lease.0) {
-                        stream.hold(lease);
+                        stream.hold_charging(lease, before);
                     }
                     // A client that stops reading cannot keep its
                     // connection past the deadline either.
@@ -368,6 +382,7 @@ async fn serve<R: Route>(
                         log: app.access_log.clone(),
                         arrived,
                         spend: app.spend.clone(),
+                        charged_before: before,
                     };
                     let body = SseBody::new(
                         stream,
@@ -417,7 +432,17 @@ async fn serve<R: Route>(
                     let usage = done.settlement.map_or(Usage::UNKNOWN, |s| s.usage);
                     x.record.tokens_reported = usage.total();
                     x.record.usage = Some(usage);
-                    let (response, cost) = one_shot(done.response, usage, tenant_lease);
+                    // The tenant pays the answer and every attempt before
+                    // it the provider may have billed (SPEC BUD-2, BUD-5).
+                    let charged = match reached.billed_before_last() {
+                        before if before > 0 && price.is_some() => {
+                            let answer =
+                                usage.cost().unwrap_or_else(|| tenant_lease.reserved_cost());
+                            usage.with_cost(Some(answer.saturating_add(before)))
+                        }
+                        _ => usage,
+                    };
+                    let (response, cost) = one_shot(done.response, charged, tenant_lease);
                     x.charge(cost);
                     return Ok(response);
                 }
@@ -437,7 +462,7 @@ async fn serve<R: Route>(
             break;
         }
     }
-    let cost = common::settle_failed(tenant_lease, &reached);
+    let cost = common::settle_failed(tenant_lease, &reached, price.is_some());
     x.charge(cost);
     let now = Instant::now();
     let err = match (&last, &x.served) {
@@ -503,9 +528,10 @@ fn served(
 /// (priced at the model that answered), input and output included for
 /// the tenant's `itpm`/`otpm` limits (SPEC Q-12, BUD-2), before the
 /// rate-limit headers are read, so they show the settled amounts.
-fn one_shot(body: Bytes, used: Usage, mut tenant: TenantLeases) -> (Response, Option<u64>) {
+fn one_shot(body: Bytes, used: Usage, tenant: &mut TenantLeases) -> (Response, Option<u64>) {
     let cost = tenant.settle(used);
-    drop(tenant);
+    // The tenant's permit goes back at once (SPEC POOL-1).
+    drop(std::mem::take(&mut tenant.0));
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -514,18 +540,47 @@ fn one_shot(body: Bytes, used: Usage, mut tenant: TenantLeases) -> (Response, Op
     (response, cost)
 }
 
-/// A request's token estimate per distinct estimator of a model's
-/// deployments (usually one: deployments of one provider count alike), so
-/// the tokenizer runs once per estimator, not once per deployment.
+/// The tenant's leases of a call until the call is over. Dropped unsettled
+/// (its client went away) while no attempt had reached an upstream, they
+/// are given back in full: tokens and money, only the request unit stays
+/// spent (SPEC Q-9, BUD-4); once an attempt reached an upstream, an
+/// unsettled lease keeps its token estimate and is charged what the
+/// attempts may have cost, the one in flight at its worst case (Q-5,
+/// BUD-5). Dropping them releases the tenant's permit.
+struct Unsettled {
+    leases: TenantLeases,
+    reached: Started,
+    /// Whether the tenant reserved the call's cost.
+    priced: bool,
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        // Leases already settled (or handed to a stream) stay as they were.
+        if self.reached.count() == 0 {
+            let _ = self.leases.settle(Usage::known(0).with_cost(Some(0)));
+        } else if self.priced {
+            // What the attempts may have cost: the one in flight its worst
+            // case (SPEC Q-5, BUD-5).
+            let billed = self.reached.billed();
+            let _ = self.leases.settle(Usage::UNKNOWN.with_cost(Some(billed)));
+        }
+    }
+}
+
+/// A request's token estimate per distinct estimator of the deployments of
+/// a fallback chain (usually one per provider: deployments of one provider
+/// count alike), so the tokenizer runs once per estimator, not once per
+/// deployment.
 struct Estimates<R: Route> {
     computed: Vec<(TokenEstimator, TokenEstimate)>,
     _route: std::marker::PhantomData<fn() -> R>,
 }
 
 impl<R: Route> Estimates<R> {
-    fn new(model: &Model, request: &R::Request) -> Self {
+    fn new(chain: &[Arc<Model>], request: &R::Request) -> Self {
         let mut computed: Vec<(TokenEstimator, TokenEstimate)> = Vec::with_capacity(1);
-        for d in &model.deployments {
+        for d in chain.iter().flat_map(|m| &m.deployments) {
             if !computed.iter().any(|(e, _)| *e == d.estimator) {
                 computed.push((d.estimator, R::estimate(&d.estimator, request)));
             }
@@ -534,6 +589,16 @@ impl<R: Route> Estimates<R> {
             computed,
             _route: std::marker::PhantomData,
         }
+    }
+
+    /// The largest input estimate and the largest output allowance over
+    /// every deployment (SPEC BUD-2): no attempt sends more.
+    fn worst(&self) -> TokenEstimate {
+        self.computed
+            .iter()
+            .fold(TokenEstimate::new(0, 0), |w, (_, t)| {
+                TokenEstimate::new(w.input.max(t.input), w.output.max(t.output))
+            })
     }
 
     fn get(&self, d: &Deployment) -> TokenEstimate {

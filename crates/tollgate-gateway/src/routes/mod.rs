@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 
 pub use admin::snapshot_json;
 
+use crate::error::{ApiError, Dialect};
 use crate::live::Live;
 
 /// The router serving every route (`/metrics` too unless `with_metrics`
@@ -24,10 +25,22 @@ use crate::live::Live;
 /// own body, after authentication and under its bounds (SPEC GW-17).
 pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
     let router = Router::new()
-        .route("/v1/chat/completions", post(chat::chat))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/responses", post(responses::responses))
-        .route("/v1/messages", post(messages::messages))
+        .route(
+            "/v1/chat/completions",
+            post(chat::chat).fallback(post_only::<OPENAI>),
+        )
+        .route(
+            "/v1/embeddings",
+            post(embeddings::embeddings).fallback(post_only::<OPENAI>),
+        )
+        .route(
+            "/v1/responses",
+            post(responses::responses).fallback(post_only::<OPENAI>),
+        )
+        .route(
+            "/v1/messages",
+            post(messages::messages).fallback(post_only::<ANTHROPIC>),
+        )
         .route("/v1/models", get(info::models))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
@@ -42,6 +55,33 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
         router
     };
     router.with_state(live)
+}
+
+/// `post_only`'s dialect: OpenAI's error shape (chat completions,
+/// embeddings, responses).
+const OPENAI: bool = false;
+/// `post_only`'s dialect: Anthropic's error shape (messages).
+const ANTHROPIC: bool = true;
+
+/// Any method but POST on a model route (SPEC GW-1, WIRE-3): 405 with
+/// `allow: POST` and an error in the route's dialect, as every other error
+/// of the route, with the request id (GW-14).
+async fn post_only<const ANTHROPIC_DIALECT: bool>(
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+) -> axum::response::Response {
+    let dialect = if ANTHROPIC_DIALECT {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    };
+    let mut response =
+        ApiError::method_not_allowed(&method, uri.path(), "POST").into_response_for(dialect);
+    let h = response.headers_mut();
+    h.insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+    h.insert(crate::request_id::HEADER, crate::request_id::of(&headers));
+    response
 }
 
 /// The router of a separate metrics listener (`server.metrics_listen`):

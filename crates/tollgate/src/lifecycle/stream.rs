@@ -161,8 +161,9 @@ struct Live<P: Provider> {
     // the breaker probe, and the ownership guard last (SPEC LC-1).
     upstream: Option<P::Stream>,
     lease: Option<Lease>,
-    /// Leases held for the stream's life besides its own (a tenant's).
-    held: Vec<Lease>,
+    /// Leases held for the stream's life besides its own (a tenant's),
+    /// each with a cost to charge beside the stream's (micro-dollars).
+    held: Vec<(Lease, u64)>,
     probe: Option<Probe>,
     usage: Option<Usage>,
     stage: Stage,
@@ -198,7 +199,8 @@ impl<P: Provider> Live<P> {
             };
             settle_stream(&mut lease, own);
         }
-        for mut lease in self.held.drain(..) {
+        for (mut lease, extra) in self.held.drain(..) {
+            let usage = with_extra(usage, extra, &lease);
             settle_stream(&mut lease, usage);
         }
     }
@@ -423,12 +425,22 @@ impl<P: Provider> CallStream<P> {
     /// normally, by a failure, by its deadline or a close (polled or not,
     /// see the module documentation) or by being dropped. A stream that is
     /// already terminal settles and releases it at once.
-    pub fn hold(&mut self, mut lease: Lease) {
+    pub fn hold(&mut self, lease: Lease) {
+        self.hold_charging(lease, 0);
+    }
+
+    /// [`hold`](CallStream::hold), charging `extra` micro-dollars beside
+    /// the stream's cost when `lease` settles (for example what earlier
+    /// attempts of the same call cost, SPEC BUD-2): the stream's priced
+    /// usage plus `extra`, or the lease's reserved cost plus `extra` when
+    /// the stream's cost is unknown.
+    pub fn hold_charging(&mut self, mut lease: Lease, extra: u64) {
         let mut live = self.live.lock();
         if live.stage == Stage::Streaming {
-            live.held.push(lease);
+            live.held.push((lease, extra));
         } else {
-            settle_stream(&mut lease, live.priced_usage());
+            let usage = with_extra(live.priced_usage(), extra, &lease);
+            settle_stream(&mut lease, usage);
         }
     }
 
@@ -620,6 +632,23 @@ impl<P: Provider> CallStream<P> {
             }
         }
     }
+}
+
+/// `usage` with `extra` micro-dollars more cost: its own cost, or the
+/// cost `lease` reserved when it has none, plus `extra`. Unchanged when
+/// `extra` is zero.
+fn with_extra(usage: Option<Usage>, extra: u64, lease: &Lease) -> Option<Usage> {
+    if extra == 0 {
+        return usage;
+    }
+    let own = usage
+        .and_then(|u| u.cost())
+        .unwrap_or(lease.reservation().demand.cost);
+    Some(
+        usage
+            .unwrap_or(Usage::UNKNOWN)
+            .with_cost(Some(own.saturating_add(extra))),
+    )
 }
 
 #[cfg(test)]
