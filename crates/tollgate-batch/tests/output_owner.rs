@@ -183,6 +183,23 @@ fn lines_of(path: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// Items `a` and `b` in `in.jsonl`; `out.jsonl` a symbolic link to
+/// `real.jsonl`, which holds a recorded failure of `a` from another tool
+/// (no hash: trusted).
+#[cfg(unix)]
+fn symlinked_failure(dir: &Dir) {
+    write_lines(
+        &dir.path("in.jsonl"),
+        &[chat_line("a", "hello", 4), chat_line("b", "there", 4)],
+    );
+    std::fs::write(
+        dir.path("real.jsonl"),
+        "{\"id\":\"batch_req_x\",\"custom_id\":\"a\",\"response\":null,\"error\":{\"code\":\"server\",\"message\":\"boom\"}}\n",
+    )
+    .expect("write");
+    std::os::unix::fs::symlink(dir.path("real.jsonl"), dir.path("out.jsonl")).expect("symlink");
+}
+
 // proves: BATCH-3 (--retry-failed through a symbolic link to the output
 // rewrites the file the link names and leaves the link a link: the failure
 // is replaced by the new result, one line per item). Found in review, where
@@ -193,17 +210,7 @@ fn lines_of(path: &std::path::Path) -> Vec<Value> {
 async fn retry_failed_through_a_symlinked_output_updates_the_linked_file() {
     let dir = Dir::new("rev-symlink");
     let server = common::sim_per_second(None, None).await;
-    write_lines(
-        &dir.path("in.jsonl"),
-        &[chat_line("a", "hello", 4), chat_line("b", "there", 4)],
-    );
-    // A recorded failure for `a`, from another tool (no hash: trusted).
-    std::fs::write(
-        dir.path("real.jsonl"),
-        "{\"id\":\"batch_req_x\",\"custom_id\":\"a\",\"response\":null,\"error\":{\"code\":\"server\",\"message\":\"boom\"}}\n",
-    )
-    .expect("write");
-    std::os::unix::fs::symlink(dir.path("real.jsonl"), dir.path("out.jsonl")).expect("symlink");
+    symlinked_failure(&dir);
     let mut c = common::http_config(&dir, &server);
     c.retry_failed = true;
     c.item_timeout = Some(Duration::from_secs(20));
@@ -239,16 +246,7 @@ async fn a_second_run_on_a_symlinked_output_is_refused_during_a_retry_failed_run
     )
     .await
     .expect("simulator");
-    write_lines(
-        &dir.path("in.jsonl"),
-        &[chat_line("a", "hello", 4), chat_line("b", "there", 4)],
-    );
-    std::fs::write(
-        dir.path("real.jsonl"),
-        "{\"id\":\"batch_req_x\",\"custom_id\":\"a\",\"response\":null,\"error\":{\"code\":\"server\",\"message\":\"boom\"}}\n",
-    )
-    .expect("write");
-    std::os::unix::fs::symlink(dir.path("real.jsonl"), dir.path("out.jsonl")).expect("symlink");
+    symlinked_failure(&dir);
     let mut first = common::http_config(&dir, &server);
     first.retry_failed = true;
     first.item_timeout = Some(Duration::from_secs(20));

@@ -94,11 +94,10 @@ async fn drain(sup: &Supervisor<Script>) -> Vec<Result<String, CallError>> {
 
 // ------------------------------------------------------------------ BUD-5
 
-// proves: BUD-5, Q-5 (a stream cut midway is charged what the provider reports.
-// Provider adapters (tollgate-openai's `ChunkStream::fail`) hand the usage
-// seen so far over with the final error (`ProviderError::with_usage`), but
-// the supervised stream settles only with `StreamEvent::Usage` items and
-// drops the error's usage: the whole estimate stays charged.)
+// proves: BUD-5, Q-5 (a stream cut midway is charged what the provider
+// reports: the usage the adapter hands over with the final error).
+// Found in review: the supervised stream dropped the error's usage and
+// kept the whole estimate.
 #[tokio::test(start_paused = true)]
 async fn a_stream_cut_midway_is_charged_the_usage_its_error_reports() {
     let cut =
@@ -121,9 +120,8 @@ async fn a_stream_cut_midway_is_charged_the_usage_its_error_reports() {
     );
 }
 
-// proves: BUD-5, LC-4 (the same for a provider-declared error chunk that carries
-// the usage (`response.failed` with its usage, an Anthropic `error` event
-// after `message_delta`).)
+// proves: BUD-5, LC-4 (a provider-declared error chunk that carries
+// usage is charged that usage). Found in review: the estimate was kept.
 #[tokio::test(start_paused = true)]
 async fn a_declared_error_chunk_is_charged_the_usage_it_reports() {
     let declared =
@@ -147,10 +145,9 @@ async fn a_declared_error_chunk_is_charged_the_usage_it_reports() {
     assert_eq!(tokens_available(&env.controller), 1_000 - 7);
 }
 
-// proves: BUD-5, Q-5 (the same before the first chunk. `stream::open` reads the
-// attempt up to its first chunk; a `StreamEvent::Usage` seen there is
-// dropped when the attempt then fails, so the failed attempt is settled as
-// "usage unknown" and keeps its whole estimate.)
+// proves: BUD-5, Q-5 (usage reported before the first chunk of an
+// attempt that then fails is what that attempt is charged). Found in
+// review: `stream::open` dropped it and the attempt kept its estimate.
 #[tokio::test(start_paused = true)]
 async fn usage_reported_before_a_setup_failure_is_charged() {
     let env = env_with(
@@ -176,11 +173,10 @@ async fn usage_reported_before_a_setup_failure_is_charged() {
 
 // ------------------------------------------------------------------ Q-16
 
-// proves: Q-16 ("settlement never refunds below what a provider that does not
-// reconcile has charged". A successful attempt and a stream keep the
-// estimate on such a provider (`Accounting::reconciles == false`), but a
-// failed attempt is reconciled with the usage its error reports: the
-// tokens the provider keeps charged are given back to tollgate's window.)
+// proves: Q-16 (settlement never refunds below what a provider that
+// does not reconcile has charged: a failed attempt on such a provider
+// keeps its estimate). Found in review: a failed attempt was reconciled
+// with its error's usage, giving back tokens the provider kept charged.
 #[tokio::test(start_paused = true)]
 async fn a_failed_attempt_on_a_non_reconciling_provider_keeps_its_estimate() {
     let env = env_with(vec![], None, no_retry(), None, Hooks::default());
@@ -241,11 +237,9 @@ fn half_open_breaker() -> CircuitBreaker {
     .unwrap()
 }
 
-// proves: CB-4 ("A stream that fails mid-way is a failure." A half-open streaming
-// probe that fails after its first chunk with a provider-declared error
-// (Anthropic's mid-stream `overloaded_error`, OpenAI's `server_error`
-// event) is reported neutral: the circuit stays half-open instead of
-// opening again.)
+// proves: CB-4 (a half-open stream that fails mid-way with a
+// provider-declared error is a failure: the circuit opens again). Found
+// in review: it was reported neutral and the circuit stayed half-open.
 #[tokio::test(start_paused = true)]
 async fn a_half_open_stream_failing_midway_with_a_declared_error_reopens() {
     let b = half_open_breaker();
@@ -282,8 +276,8 @@ async fn a_half_open_stream_failing_midway_with_a_declared_error_reopens() {
     );
 }
 
-// proves: CB-4 (with a stream whose body breaks the protocol mid-way
-// (`ErrorKind::Protocol`: a malformed SSE event after output began).)
+// proves: CB-4 (the same with a stream whose body breaks the protocol
+// mid-way, `ErrorKind::Protocol`).
 #[tokio::test(start_paused = true)]
 async fn a_half_open_stream_failing_midway_with_a_protocol_error_reopens() {
     let b = half_open_breaker();
@@ -313,10 +307,10 @@ async fn a_half_open_stream_failing_midway_with_a_protocol_error_reopens() {
 
 // ------------------------------------------------------------------- CB-3
 
-// proves: CB-3 (an open circuit ⇒ `CircuitOpen` without any transport attempt.
-// The breaker is consulted once, before admission: a call that waits for
-// a concurrency permit while the circuit opens still sends its request to
-// the upstream the circuit declared down.)
+// proves: CB-3 (an open circuit ⇒ `CircuitOpen` without any transport
+// attempt, also for a call admitted before it opened that waited for a
+// concurrency permit meanwhile). Found in review: the breaker was read
+// once, before admission, and the request went out.
 #[tokio::test(start_paused = true)]
 async fn a_call_admitted_after_the_circuit_opened_makes_no_transport_attempt() {
     let b = half_open_breaker();
@@ -349,8 +343,8 @@ async fn a_call_admitted_after_the_circuit_opened_makes_no_transport_attempt() {
     );
 }
 
-// proves: CB-3 (for retries: a call sleeping between two attempts while the circuit
-// opens sends its next attempt anyway.)
+// proves: CB-3 (a call sleeping between two attempts while the circuit
+// opens makes no further attempt). Found in review: it retried anyway.
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_the_circuit_opened_makes_no_transport_attempt() {
     let b = half_open_breaker();
@@ -381,9 +375,9 @@ async fn a_retry_after_the_circuit_opened_makes_no_transport_attempt() {
 
 // ------------------------------------------------------------------- DL-6
 
-// proves: DL-6 (the phase is where the time ran out. A pre-hook that uses the
-// call's time up to its deadline is reported as phase `rate` (the phase of
-// the admission that finished long before), not `hook`.)
+// proves: DL-6 (the phase is where the time ran out: a pre-hook that
+// uses the call's time up to its deadline reports phase `hook`). Found
+// in review: it reported `rate`, the admission's phase.
 #[tokio::test(start_paused = true)]
 async fn a_pre_hook_that_runs_to_the_deadline_reports_phase_hook() {
     let hooks = Hooks {
@@ -406,10 +400,10 @@ async fn a_pre_hook_that_runs_to_the_deadline_reports_phase_hook() {
     assert_eq!(env.sup.provider().work.started(), 0);
 }
 
-// proves: DL-6, LC-2 (a hook that runs past its own local cap (`Hooks::timeout`)
-// while the call has most of its deadline left is a hook failure, not
-// `DeadlineExceeded`: the call's deadline has not passed. It is reported
-// as `Deadline { phase: Hook }` and the call `Aborted`.)
+// proves: DL-6, LC-2 (a hook that runs past its own cap while the call
+// has most of its deadline left is a hook failure, the call Failed, not
+// `DeadlineExceeded`). Found in review: it was `Deadline { phase: Hook }`
+// and the call Aborted.
 #[tokio::test(start_paused = true)]
 async fn a_hook_over_its_local_cap_is_not_a_deadline() {
     let hooks = Hooks {
@@ -439,10 +433,9 @@ async fn a_hook_over_its_local_cap_is_not_a_deadline() {
 
 // ------------------------------------------------------------------- RT-3
 
-// proves: RT-3, RT-4 (a server hint is a floor for the next delay. With the honest
-// wait disabled (`max_wait: Duration::MAX`, no deadline) a hint too large
-// for the clock makes `now + delay` overflow, and the supervisor then
-// retries at once (`unwrap_or(now)`) instead of never, or giving up.)
+// proves: RT-3, RT-4 (a server hint is a floor for the next delay: a
+// hint too large for the clock never leads to an immediate retry). Found
+// in review: `now + delay` overflowed and the supervisor retried at once.
 #[tokio::test(start_paused = true)]
 async fn a_hint_too_large_for_the_clock_is_not_an_immediate_retry() {
     let env = env_with(
@@ -475,8 +468,7 @@ async fn a_hint_too_large_for_the_clock_is_not_an_immediate_retry() {
 
 // ------------------------------------------------------------- reports
 
-// proves: LC-1 (sanity of the observer in the tests above (a stream cut midway is
-// Failed, once).)
+// proves: LC-1 (a stream cut midway is reported Failed, once).
 #[tokio::test(start_paused = true)]
 async fn a_cut_stream_is_reported_failed_once() {
     let cut = ProviderError::new(ErrorKind::StreamBroken, "reset");
@@ -496,11 +488,10 @@ async fn a_cut_stream_is_reported_failed_once() {
 
 // ------------------------------------------------------------ CD-1, CD-2
 
-// proves: CD-1, CD-2 (a 429 whose hint is zero (`retry-after: 0`, an HTTP date in
-// the past) starts a cooldown of zero length: it pauses nothing, yet it
-// bumps the scope's generation, so the 429 of every attempt already in
-// flight (here one hinting 30 s) is "stale" and starts no cooldown at all:
-// the scope keeps sending into a provider that asked for 30 s of quiet.)
+// proves: CD-1, CD-2 (a 429 whose hint is zero pauses nothing and does
+// not make the 429s of attempts in flight stale: the next one with a real
+// hint starts its cooldown). Found in review: the zero-length cooldown
+// bumped the generation, so the 30 s hint that followed started none.
 #[tokio::test(start_paused = true)]
 async fn a_zero_hint_429_does_not_make_the_next_real_429_stale() {
     let controller = AdmissionController::builder()
