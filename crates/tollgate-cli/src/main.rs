@@ -151,15 +151,27 @@ async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
         .init();
     let result = match args.to_config() {
         Ok(config) => {
-            let interrupt = async {
-                let _ = tokio::signal::ctrl_c().await;
+            // Ctrl-C is heard for the whole run, on a task of its own: the
+            // first asks the run to stop, the second quits at once, even
+            // while the run drains after a stop of another kind (a job
+            // deadline, a spent budget), when it no longer listens.
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    return;
+                }
                 eprintln!(
                     "stopping: finishing the calls already sent (Ctrl-C again to quit at once; the output stays consistent)"
                 );
-                tokio::spawn(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                    std::process::exit(130);
-                });
+                let _ = stop.send(());
+                let _ = tokio::signal::ctrl_c().await;
+                std::process::exit(130);
+            });
+            let interrupt = async {
+                if stopped.await.is_err() {
+                    // No Ctrl-C handler could be installed: never interrupted.
+                    std::future::pending::<()>().await;
+                }
             };
             tollgate_batch::run(config, interrupt).await
         }

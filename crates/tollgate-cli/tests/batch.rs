@@ -311,3 +311,165 @@ async fn otel_variables_turn_on_batch_traces() {
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An upstream on a real socket: the first request gets a chat answer,
+/// the second is held unanswered (a call at the provider that a stop must
+/// wait for), every later one gets a 400.
+async fn holding_upstream() -> (String, std::sync::Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counter = std::sync::Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut data = Vec::new();
+                let mut buf = [0_u8; 4096];
+                loop {
+                    // One whole request: its head, then content-length bytes.
+                    let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => data.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if data.len() < end + 4 + length {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => data.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    }
+                    data.drain(..end + 4 + length);
+                    let (status, body) = match counter.fetch_add(1, Ordering::SeqCst) {
+                        0 => (
+                            "200 OK",
+                            json!({"id": "c1", "object": "chat.completion", "created": 0,
+                                "model": "sim-chat", "choices": [{"index": 0,
+                                "message": {"role": "assistant", "content": "ok"},
+                                "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 5, "completion_tokens": 1,
+                                          "total_tokens": 6}})
+                            .to_string(),
+                        ),
+                        1 => {
+                            // Held: the connection stays open, never answered.
+                            std::future::pending::<()>().await;
+                            unreachable!()
+                        }
+                        _ => (
+                            "400 Bad Request",
+                            json!({"error": {"message": "bad item", "type": "invalid_request_error",
+                                "param": null, "code": null}})
+                            .to_string(),
+                        ),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(response.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+// proves: BATCH-2 (a stop of another kind, here `--abort-on`, drains the
+// calls already at the provider; Ctrl-C during that drain is still heard:
+// the first says it is stopping, the second quits at once with 130, and
+// the lines already written stay whole)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_is_heard_while_another_stop_drains() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = scratch("drain-int");
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    write_input(&input, 3);
+    let (url, seen) = holding_upstream().await;
+    let mut child = Command::new(BIN)
+        .arg("batch")
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .args([
+            "--base-url",
+            &url,
+            "--concurrency",
+            "2",
+            "--progress",
+            "off",
+        ])
+        .args(["--abort-on", "invalid_request"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate batch");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // The answered item and the refused one are recorded; the held one
+    // keeps the run draining (for up to DRAIN_GRACE, a minute).
+    let until = Instant::now() + Duration::from_secs(20);
+    while seen.load(Ordering::SeqCst) < 3 || complete_lines(&output) < 2 {
+        assert!(Instant::now() < until, "the run did not reach its stop");
+        assert!(child.try_wait().expect("child").is_none(), "the run ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(child.try_wait().expect("child").is_none(), "the run ended");
+    let pid = child.id().expect("pid").to_string();
+    let interrupt = || {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -INT");
+    };
+    interrupt();
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.recv().await {
+            if line.starts_with("stopping:") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        heard,
+        Ok(true),
+        "the first Ctrl-C was not heard during the drain"
+    );
+    interrupt();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the second Ctrl-C did not quit during the drain")
+        .expect("wait");
+    assert_eq!(status.code(), Some(130));
+    let data = std::fs::read_to_string(&output).expect("output");
+    assert!(data.ends_with('\n'), "lines stay whole: {data}");
+    for line in data.lines() {
+        serde_json::from_str::<Value>(line).expect("no corrupt line");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
