@@ -354,27 +354,51 @@ local function after(s, at)
   return lo
 end
 
+-- The slot holding the reservation stamped `stamp`: the one whose span
+-- (opened to closes) holds it (every amount joins the slot whose span
+-- holds its instant), as the in-process store's `locate`.
 local function locate(s, stamp)
-  if s.n > 0 and slot(s, s.n).o <= stamp then return s.n end
-  local i = after(s, stamp) - 1
-  if i >= 1 then return i end
+  local i
+  if s.n > 0 and slot(s, s.n).o <= stamp then
+    i = s.n
+  else
+    i = after(s, stamp) - 1
+  end
+  if i >= 1 and stamp < slot(s, i).c then return i end
   return nil
 end
 
+-- Takes what is carried (pending amounts whose slots aged out).
+local function take_carried(s, amount)
+  local t = min(amount, s.c)
+  s.c = s.c - t
+  s.u = max(0, s.u - t)
+end
+
+-- Removes a reservation's amount from wherever it is counted, as the
+-- in-process store's `take`: a pending amount only from what its slot
+-- holds pending, the rest from what is carried; a leased amount only from
+-- what its slot holds leased. A settlement whose stamp no longer locates
+-- its amount (a recount that landed but whose answers were lost leaves
+-- the caller with the lease instant) then never takes another call's
+-- pending hold: that would leave the hold's lease less to take than it
+-- holds, and its slot more pending than its amount, counted for ever.
 local function take(s, stamp, amount, pending)
   local i = locate(s, stamp)
-  if i then
-    local x = slot(s, i)
-    local t = min(amount, x.a)
+  if not i then
+    if pending then take_carried(s, amount) end
+    return
+  end
+  local x = slot(s, i)
+  local t
+  if pending then t = min(amount, x.p) else t = min(amount, max(0, x.a - x.p)) end
+  if t > 0 then
     x.a = x.a - t
-    if pending then x.p = max(0, x.p - t) end
+    if pending then x.p = x.p - t end
     put(s, i, x)
     s.u = max(0, s.u - t)
-  elseif pending then
-    local t = min(amount, s.c)
-    s.c = s.c - t
-    s.u = max(0, s.u - t)
   end
+  if pending then take_carried(s, amount - t) end
 end
 
 function S.refund(l, s, stamp, amount, pending)
