@@ -314,6 +314,12 @@ impl<'a> SharedAcquire<'a> {
         if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Poll::Ready(Err(AdmissionError::Closed));
         }
+        // The handle is read before what the scope needs: a reload sets
+        // the needs before it installs the handle of its new limits, so a
+        // call that reserves through the new handle is judged by the new
+        // needs (read the other way round, a reload in between would let
+        // a call without an estimate reserve 0 tokens from a token limit).
+        let remote = self.shared.remote();
         let (cooling, generation) = {
             let st = self.scope.state.lock();
             // A reconfiguration since the call's first check may make the
@@ -356,7 +362,6 @@ impl<'a> SharedAcquire<'a> {
         if id.is_some() {
             self.hold();
         }
-        let remote = shared.remote();
         self.quota = Some(Arc::clone(&remote));
         self.stage = Stage::Reserve {
             op: Box::pin(async move { remote.reserve(demand, hold, budget).await }),
