@@ -23,6 +23,16 @@ pub enum StateError {
         /// What is wrong, and where.
         reason: String,
     },
+    /// Another process holds the state directory (one process per
+    /// directory), or another program holds the file locked: it is left
+    /// as it is, whatever `on_unreadable_state` says.
+    #[error(
+        "state file {path}: in use by another process (one tollgate process per state directory)"
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
     /// Writing the saved state failed (disk full, I/O error).
     #[error("state file {path}: cannot write: {source}")]
     Write {

@@ -1,6 +1,10 @@
 //! The state file: open (checked), restore, save.
 //!
-//! One process per state directory. Each [`StateFile::save`] writes, in one
+//! One process per state directory, enforced: [`StateFile::open`] takes an
+//! exclusive lock on `<dir>/tollgate-state.lock` (held until the file is
+//! dropped) and refuses with [`StateError::InUse`] while another process
+//! holds it; a database another program keeps locked is in use too, never
+//! moved aside as unreadable. Each [`StateFile::save`] writes, in one
 //! transaction, the scopes whose count changed since the last save (the
 //! first save after [`StateFile::rewrite_all`] rewrites the whole table,
 //! dropping scopes no longer configured). WAL mode with `synchronous =
@@ -23,6 +27,10 @@ use crate::error::StateError;
 
 /// The file's name in the state directory.
 pub const FILE_NAME: &str = "tollgate-state.sqlite3";
+
+/// The lock file's name in the state directory: the process that holds
+/// its lock owns the directory.
+pub const LOCK_NAME: &str = "tollgate-state.lock";
 
 /// The schema this version writes (`PRAGMA user_version`).
 const SCHEMA: i64 = 1;
@@ -73,6 +81,9 @@ pub struct StateFile {
     written: Mutex<HashMap<Key, u64>>,
     /// The next save rewrites everything.
     full: AtomicBool,
+    /// The directory's lock, held while the file is open (`None` where
+    /// the file system has no locks).
+    _lock: Option<std::fs::File>,
 }
 
 impl StateFile {
@@ -86,7 +97,10 @@ impl StateFile {
             source,
         })?;
         let path = dir.join(FILE_NAME);
-        match Self::open_at(&path) {
+        // Before anything is read or moved: the directory is this
+        // process's, or it is left alone.
+        let lock = lock(dir, &path)?;
+        let opened = match Self::open_at(&path) {
             Err(StateError::Unreadable { reason, .. })
                 if on_unreadable == OnUnreadable::StartEmpty =>
             {
@@ -103,7 +117,11 @@ impl StateFile {
                 Self::open_at(&path)
             }
             other => other,
-        }
+        };
+        opened.map(|file| StateFile {
+            _lock: lock,
+            ..file
+        })
     }
 
     fn open_at(path: &Path) -> Result<StateFile, StateError> {
@@ -111,35 +129,48 @@ impl StateFile {
             path: path.to_path_buf(),
             reason,
         };
+        // Locked by another program (busy past the timeout): in use, not
+        // damaged.
+        let sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StateError::InUse {
+                    path: path.to_path_buf(),
+                }
+            }
+            _ => unreadable(e.to_string()),
+        };
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn =
-            Connection::open_with_flags(path, flags).map_err(|e| unreadable(e.to_string()))?;
-        conn.busy_timeout(Duration::from_secs(5))
-            .map_err(|e| unreadable(e.to_string()))?;
+        let conn = Connection::open_with_flags(path, flags).map_err(sqlite)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sqlite)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(|e| unreadable(e.to_string()))?;
+            .map_err(sqlite)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(unreadable(format!("cannot use WAL mode (got {mode})")));
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| unreadable(e.to_string()))?;
+            .map_err(sqlite)?;
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| unreadable(e.to_string()))?;
+            .map_err(sqlite)?;
         if check != "ok" {
             return Err(unreadable(format!("damaged: {check}")));
         }
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| unreadable(e.to_string()))?;
+            .map_err(sqlite)?;
         match version {
             0 => {
                 conn.execute_batch(CREATE)
                     .and_then(|()| conn.pragma_update(None, "user_version", SCHEMA))
-                    .map_err(|e| unreadable(format!("cannot create its table: {e}")))?;
+                    .map_err(|e| match sqlite(e) {
+                        StateError::Unreadable { reason, .. } => {
+                            unreadable(format!("cannot create its table: {reason}"))
+                        }
+                        in_use => in_use,
+                    })?;
             }
             SCHEMA => {}
             newer => {
@@ -148,13 +179,17 @@ impl StateFile {
                 )));
             }
         }
-        let loaded = load(&conn).map_err(unreadable)?;
+        let loaded = load(&conn).map_err(|e| match e {
+            Bad::Sql(e) => sqlite(e),
+            Bad::Row(reason) => unreadable(reason),
+        })?;
         Ok(StateFile {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
             loaded,
             written: Mutex::new(HashMap::new()),
             full: AtomicBool::new(true),
+            _lock: None,
         })
     }
 
@@ -263,14 +298,22 @@ impl StateFile {
     }
 }
 
+/// Why the rows could not be read.
+enum Bad {
+    /// SQLite said no (damaged, or busy).
+    Sql(rusqlite::Error),
+    /// A row, located, that does not parse.
+    Row(String),
+}
+
 /// Every row, by (owner, scope); a malformed row is an error naming it.
-fn load(conn: &Connection) -> Result<BTreeMap<Key, SavedScope>, String> {
+fn load(conn: &Connection) -> Result<BTreeMap<Key, SavedScope>, Bad> {
     let mut stmt = conn
         .prepare(
             "SELECT rowid, owner, scope, dimension, amount, window_ns, period, zone, counted
              FROM counted ORDER BY rowid",
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(Bad::Sql)?;
     let rows = stmt
         .query_map([], |r| {
             Ok((
@@ -287,10 +330,15 @@ fn load(conn: &Connection) -> Result<BTreeMap<Key, SavedScope>, String> {
                 },
             ))
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(Bad::Sql)?;
     let mut out: BTreeMap<Key, SavedScope> = BTreeMap::new();
     for row in rows {
-        let (rowid, owner, scope, row) = row.map_err(|e| format!("table counted: {e}"))?;
+        let (rowid, owner, scope, row) = row.map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                Bad::Sql(e)
+            }
+            _ => Bad::Row(format!("table counted: {e}")),
+        })?;
         match decode(&row) {
             Ok(Decoded::Limit(limit)) => out.entry((owner, scope)).or_default().limits.push(limit),
             Ok(Decoded::Unknown(what)) => {
@@ -303,14 +351,47 @@ fn load(conn: &Connection) -> Result<BTreeMap<Key, SavedScope>, String> {
                 );
             }
             Err(why) => {
-                return Err(format!(
+                return Err(Bad::Row(format!(
                     "table counted, row {rowid} (owner {owner:?}, scope {scope:?}, {}): {why}",
                     row.dimension
-                ));
+                )));
             }
         }
     }
     Ok(out)
+}
+
+/// Takes the lock of the state directory `dir` (the file `path` in it):
+/// [`StateError::InUse`] while another process holds it. A file system
+/// without locks is used unlocked, with a warning.
+fn lock(dir: &Path, path: &Path) -> Result<Option<std::fs::File>, StateError> {
+    let lock_path = dir.join(LOCK_NAME);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| StateError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StateError::InUse {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            tracing::warn!(
+                file = %lock_path.display(),
+                "the file system cannot lock the state directory; make sure one process uses it"
+            );
+            Ok(None)
+        }
+        Err(std::fs::TryLockError::Error(source)) => Err(StateError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Moves `path` and its WAL companions aside; returns the new name.

@@ -21,4 +21,4 @@ mod error;
 mod file;
 
 pub use error::StateError;
-pub use file::{FILE_NAME, OnUnreadable, StateFile, keep};
+pub use file::{FILE_NAME, LOCK_NAME, OnUnreadable, StateFile, keep};
