@@ -6,12 +6,14 @@
 //! holds it; a database another program keeps locked is in use too, never
 //! moved aside as unreadable. Each [`StateFile::save`] writes, in one
 //! transaction, the scopes whose count changed since the last save (the
-//! first save after [`StateFile::rewrite_all`] rewrites the whole table,
-//! dropping scopes no longer configured). WAL mode with `synchronous =
+//! first save after [`StateFile::rewrite_all`] rewrites the whole table).
+//! A scope the running configuration leaves out keeps its rows while they
+//! still count something, so a later run that configures it again counts
+//! what was spent; a full rewrite drops it once nothing of it counts. WAL mode with `synchronous =
 //! NORMAL`: a committed save survives the process being killed; a power
 //! loss may also lose the last saves before the OS wrote them out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -20,7 +22,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, params};
 use tollgate::AdmissionController;
 use tollgate::config::Limit;
-use tollgate::quota::SavedScope;
+use tollgate::quota::{Counted, SavedLimit, SavedScope};
 
 use crate::codec::{Decoded, Row, decode, encode};
 use crate::error::StateError;
@@ -70,6 +72,15 @@ pub enum OnUnreadable {
 
 type Key = (String, String);
 
+/// What the file holds, as this process last wrote it.
+#[derive(Debug, Default)]
+struct Written {
+    /// The store version last written of each (owner, scope).
+    versions: HashMap<Key, u64>,
+    /// What the file holds of each (owner, scope).
+    on_disk: BTreeMap<Key, SavedScope>,
+}
+
 /// An open state file.
 #[derive(Debug)]
 pub struct StateFile {
@@ -77,8 +88,8 @@ pub struct StateFile {
     conn: Mutex<Connection>,
     /// What the file held when opened, by (owner, scope).
     loaded: BTreeMap<Key, SavedScope>,
-    /// The store version last written of each (owner, scope).
-    written: Mutex<HashMap<Key, u64>>,
+    /// What was last written.
+    written: Mutex<Written>,
     /// The next save rewrites everything.
     full: AtomicBool,
     /// The directory's lock, held while the file is open (`None` where
@@ -186,8 +197,11 @@ impl StateFile {
         Ok(StateFile {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            written: Mutex::new(Written {
+                versions: HashMap::new(),
+                on_disk: loaded.clone(),
+            }),
             loaded,
-            written: Mutex::new(HashMap::new()),
             full: AtomicBool::new(true),
             _lock: None,
         })
@@ -227,16 +241,26 @@ impl StateFile {
     /// since their last save. Returns how many scopes were written. On
     /// error nothing of this save is written and the next one rewrites
     /// everything.
+    ///
+    /// A full rewrite (the first save, the first after
+    /// [`rewrite_all`](Self::rewrite_all) or an error) also keeps what the
+    /// file holds of scopes none of `owners` saved (no longer configured,
+    /// kept in a shared store now) while it still counts something at the
+    /// earliest time the owners' clocks read: a later run that configures
+    /// them again counts it. What counts nothing is dropped.
     pub fn save(&self, owners: &[(&str, &AdmissionController)]) -> Result<usize, StateError> {
         let full = self.full.swap(false, Ordering::SeqCst);
         let mut written = self.written.lock();
         if full {
-            written.clear();
+            written.versions.clear();
         }
         let mut changed = Vec::new();
         for (owner, controller) in owners {
             let unchanged = |scope: &str, version: u64| {
-                written.get(&((*owner).to_owned(), scope.to_owned())) == Some(&version)
+                written
+                    .versions
+                    .get(&((*owner).to_owned(), scope.to_owned()))
+                    .is_some_and(|v| *v == version)
             };
             for saved in controller.save_quota(keep, &unchanged) {
                 changed.push(((*owner).to_owned(), saved));
@@ -245,7 +269,31 @@ impl StateFile {
         if !full && changed.is_empty() {
             return Ok(0);
         }
-        let result = self.write(full, &changed);
+        let (kept, dropped) = if full {
+            let now = owners
+                .iter()
+                .map(|(_, c)| c.wall().utc(c.clock().now()))
+                .min()
+                .unwrap_or_else(SystemTime::now);
+            let saving: HashSet<(&str, &str)> = changed
+                .iter()
+                .map(|(o, s)| (o.as_str(), s.scope.as_str()))
+                .collect();
+            let (kept, dropped): (Vec<_>, Vec<_>) = written
+                .on_disk
+                .iter()
+                .filter(|((o, s), _)| !saving.contains(&(o.as_str(), s.as_str())))
+                .partition(|(_, saved)| counts_something(saved, now));
+            let kept: Vec<(Key, SavedScope)> = kept
+                .into_iter()
+                .map(|(k, s)| (k.clone(), s.clone()))
+                .collect();
+            let dropped: Vec<Key> = dropped.into_iter().map(|(k, _)| k.clone()).collect();
+            (kept, dropped)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let result = self.write(full, &kept, &changed);
         if let Err(e) = result {
             self.full.store(true, Ordering::SeqCst);
             return Err(StateError::Write {
@@ -253,8 +301,13 @@ impl StateFile {
                 source: e,
             });
         }
-        for (owner, saved) in &changed {
-            written.insert((owner.clone(), saved.scope.clone()), saved.version);
+        for key in dropped {
+            written.on_disk.remove(&key);
+        }
+        for (owner, saved) in changed.iter() {
+            let key = (owner.clone(), saved.scope.clone());
+            written.versions.insert(key.clone(), saved.version);
+            written.on_disk.insert(key, saved.state.clone());
         }
         Ok(changed.len())
     }
@@ -262,6 +315,7 @@ impl StateFile {
     fn write(
         &self,
         full: bool,
+        kept: &[(Key, SavedScope)],
         changed: &[(String, tollgate::SavedQuota)],
     ) -> Result<(), rusqlite::Error> {
         let mut conn = self.conn.lock();
@@ -275,15 +329,19 @@ impl StateFile {
                 "INSERT INTO counted (owner, scope, dimension, amount, window_ns, period, zone, counted)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
-            for (owner, saved) in changed {
+            let rows = kept
+                .iter()
+                .map(|((owner, scope), state)| (owner, scope, state))
+                .chain(changed.iter().map(|(o, s)| (o, &s.scope, &s.state)));
+            for (owner, scope, state) in rows {
                 if !full {
-                    delete.execute(params![owner, saved.scope])?;
+                    delete.execute(params![owner, scope])?;
                 }
-                for limit in &saved.state.limits {
+                for limit in &state.limits {
                     let r = encode(limit);
                     insert.execute(params![
                         owner,
-                        saved.scope,
+                        scope,
                         r.dimension,
                         r.amount,
                         r.window_ns,
@@ -295,6 +353,26 @@ impl StateFile {
             }
         }
         tx.commit()
+    }
+}
+
+/// Whether a saved scope still counts something at `now` (UTC): worth
+/// keeping for a run that configures it again.
+fn counts_something(saved: &SavedScope, now: SystemTime) -> bool {
+    saved.limits.iter().any(|l| !counts_nothing(l, now))
+}
+
+/// Whether a saved limit counts nothing any more at `now`: a window's
+/// amounts all expired, or a bucket refilled at its saved rate since.
+fn counts_nothing(saved: &SavedLimit, now: SystemTime) -> bool {
+    match saved.counted {
+        Counted::Taken { at, taken } => {
+            let elapsed = now.duration_since(at).unwrap_or_default().as_nanos();
+            let window = saved.limit.window.as_nanos().max(1);
+            let refilled = elapsed.saturating_mul(u128::from(saved.limit.amount)) / window;
+            refilled >= u128::from(taken)
+        }
+        _ => saved.counted.is_spent(now),
     }
 }
 

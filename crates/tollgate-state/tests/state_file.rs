@@ -355,3 +355,79 @@ fn a_file_locked_by_another_program_is_not_moved_aside() {
     drop(other);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A process without scope "day": scope "other" only.
+fn process_without_day(utc: SystemTime) -> AdmissionController {
+    AdmissionController::builder()
+        .config(ControllerConfig {
+            scopes: vec![ScopeConfig::new("other").limit(Limit::per(
+                Dimension::Requests,
+                9,
+                Calendar::new(Period::Day),
+            ))],
+            ..ControllerConfig::default()
+        })
+        .clock(Arc::new(AnchoredClock::new(utc)))
+        .build()
+        .unwrap()
+}
+
+// proves: DQ-8 (a scope a run's configuration leaves out keeps its saved
+// count while it still counts: the run's saves, full rewrites included, do
+// not drop it, and a later run that configures it again counts the day
+// spent; once nothing of it counts any more a full rewrite drops it. Found
+// in review: the first save of a run without the scope deleted its rows,
+// and the run after it handed the scope a fresh day)
+#[tokio::test(start_paused = true)]
+async fn a_scope_left_out_for_a_run_keeps_its_day() {
+    let d = dir("left-out");
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let first = process(5, start());
+    assert_eq!(admitted_now(&first, 3).await, 3);
+    assert_eq!(file.save(&[("upstream", &first)]).unwrap(), 1);
+    drop((first, file));
+
+    // A run whose configuration lacks "day" (a mistake, a rename undone).
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let without = process_without_day(start() + Duration::from_secs(60));
+    assert_eq!(file.restore("upstream", &without), 0);
+    assert_eq!(admitted_now(&without, 1).await, 1);
+    file.save(&[("upstream", &without)]).unwrap();
+    file.rewrite_all();
+    file.save(&[("upstream", &without)]).unwrap();
+    drop((without, file));
+
+    // "day" is back, the same UTC day: 3 of 5 spent.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    assert_eq!(file.loaded_scopes(), 2, "day and other");
+    let back = process(5, start() + Duration::from_secs(120));
+    assert_eq!(file.restore("upstream", &back), 1);
+    assert_eq!(admitted_now(&back, 10).await, 2, "3 of 5 spent");
+    drop((back, file));
+
+    // The next UTC day, before the tokens saved at 22:00 leave the rolling
+    // day: still kept; after: a run without "day" drops what counts
+    // nothing.
+    tokio::time::advance(Duration::from_secs(86_220)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let without = process_without_day(start() + Duration::from_secs(86_340));
+    file.save(&[("upstream", &without)]).unwrap();
+    drop((without, file));
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    assert_eq!(
+        file.loaded_scopes(),
+        2,
+        "the rolling day's tokens still count"
+    );
+    drop(file);
+    tokio::time::advance(Duration::from_secs(7_200)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let without = process_without_day(start() + Duration::from_secs(93_540));
+    file.save(&[("upstream", &without)]).unwrap();
+    drop((without, file));
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    assert_eq!(file.loaded_scopes(), 1, "other only");
+    let _ = std::fs::remove_dir_all(&d);
+}
