@@ -431,3 +431,47 @@ async fn a_scope_left_out_for_a_run_keeps_its_day() {
     assert_eq!(file.loaded_scopes(), 1, "other only");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Scope "s" with one requests limit, on tokio's paused clock at `utc`.
+fn one_limit(limit: Limit, utc: SystemTime) -> AdmissionController {
+    AdmissionController::builder()
+        .config(ControllerConfig {
+            scopes: vec![ScopeConfig::new("s").limit(limit)],
+            ..ControllerConfig::default()
+        })
+        .clock(Arc::new(AnchoredClock::new(utc)))
+        .build()
+        .unwrap()
+}
+
+// proves: DQ-8, Q-2 (a calendar day changed to a rolling day while the
+// process was down, restarted just after midnight: what the calendar day
+// spent before midnight is within the rolling day and stays counted until
+// a day after the day's end; found in review: an ended window counted
+// nothing, and the rolling day admitted its whole limit again 40 minutes
+// after it had been spent)
+#[tokio::test(start_paused = true)]
+async fn an_ended_calendar_day_seeds_the_rolling_day_it_overlaps() {
+    let d = dir("calendar-to-rolling");
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    // 23:50 UTC: the calendar day spent.
+    tokio::time::advance(Duration::from_secs(6_600)).await;
+    let calendar = Limit::per(Dimension::Requests, 5, Calendar::new(Period::Day));
+    let first = one_limit(calendar, start() + Duration::from_secs(6_600));
+    assert_eq!(admitted_now(&first, 10).await, 5);
+    assert_eq!(file.save(&[("upstream", &first)]).unwrap(), 1);
+    drop((first, file));
+
+    // 00:30 UTC, now 5 per rolling day.
+    tokio::time::advance(Duration::from_secs(2_400)).await;
+    let file = StateFile::open(&d, OnUnreadable::Refuse).unwrap();
+    let rolling = Limit::new(Dimension::Requests, 5, Duration::from_secs(86_400));
+    let second = one_limit(rolling, start() + Duration::from_secs(9_000));
+    assert!(file.restore("upstream", &second) == 1);
+    assert_eq!(admitted_now(&second, 10).await, 0, "spent at 23:50");
+    // A day after the calendar day's end (at most: counted as at midnight
+    // or later, never earlier than spent), the rolling day is free again.
+    tokio::time::advance(Duration::from_secs(86_400)).await;
+    assert_eq!(admitted_now(&second, 10).await, 5);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -18,7 +18,10 @@
 //! and a limit whose window or algorithm changed while the process was
 //! down is seeded with everything the saved limit of its dimension still
 //! counts, as admitted at the restart (an amount counted ahead, at its
-//! instant).
+//! instant); a saved fixed or calendar window that ended less than the new
+//! limit's window ago seeds it with its whole count (a calendar day become
+//! a rolling day, restarted after midnight: the evening's spending is
+//! within the rolling day).
 //!
 //! [`AdmissionController::save_quota`]: crate::AdmissionController::save_quota
 //! [`AdmissionController::restore_quota`]: crate::AdmissionController::restore_quota

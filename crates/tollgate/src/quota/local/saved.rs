@@ -7,7 +7,8 @@ use crate::clock::{Instant, from_nanos, utc_nanos};
 use crate::config::Limit;
 use crate::quota::Nanos;
 use crate::quota::limit::LimitState;
-use crate::quota::saved::{SavedLimit, SavedScope};
+use crate::quota::saved::{Counted, SavedLimit, SavedScope};
+use std::time::{Duration, SystemTime};
 
 impl LocalQuota {
     /// A number that changes whenever what the scope counts may have
@@ -62,7 +63,13 @@ impl LocalQuota {
                 continue;
             }
             if let Some(s) = source(&saved.limits, l) {
-                let total = s.counted.total_at(now_utc);
+                // A window that ended counts nothing at `now`, but what it
+                // counted may lie within the new limit's window (a calendar
+                // day become a rolling one, a restart after midnight).
+                let total =
+                    s.counted
+                        .total_at(now_utc)
+                        .max(ended_within(&s.counted, l.window(), now_utc));
                 if total > 0 {
                     // An instant ahead is believed as far as a restored
                     // window believes it (see `SlidingWindow::restore`).
@@ -87,6 +94,20 @@ impl LocalQuota {
             self.version = self.version.wrapping_add(1);
         }
         restored
+    }
+}
+
+/// What a fixed or calendar window that ended before `now` counted, if
+/// it ended less than `window` (the new limit's) before `now`: admitted
+/// within the new limit's window, as far as it knows (0 otherwise).
+fn ended_within(counted: &Counted, window: Duration, now: SystemTime) -> u64 {
+    match counted {
+        Counted::Window { end, used, .. }
+            if *end <= now && now.duration_since(*end).is_ok_and(|d| d < window) =>
+        {
+            *used
+        }
+        _ => 0,
     }
 }
 
