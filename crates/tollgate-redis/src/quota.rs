@@ -507,6 +507,52 @@ impl RemoteQuota for RedisQuota {
         })
     }
 
+    fn limit_names(&self) -> Vec<String> {
+        self.active()
+            .into_iter()
+            .map(|i| self.limits[i].key_suffix())
+            .collect()
+    }
+
+    fn reconcile_foreign(
+        &self,
+        earlier: Vec<String>,
+        reservation: Reservation,
+        actual: Actual,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let demand = reservation.demand;
+            // Each limit's debt, in the order of the scope's own limits
+            // (the first passed to the scripts): what the call used
+            // beyond its estimate on the limit's dimension (an unknown
+            // cost keeps the worst case: none), only on a limit the
+            // earlier handle did not count in.
+            let debts: Vec<u64> = self.limits[..self.own]
+                .iter()
+                .map(|l| {
+                    if earlier.contains(&l.key_suffix()) {
+                        return 0;
+                    }
+                    actual
+                        .amount(l.dimension, &demand)
+                        .map_or(0, |used| used.saturating_sub(demand.amount(l.dimension)))
+                })
+                .collect();
+            if debts.iter().all(|&d| d == 0) {
+                return Ok(());
+            }
+            let mut extra = Vec::with_capacity(2 + debts.len());
+            extra.push(num(reservation.tick));
+            extra.push(reservation.seq.to_string());
+            extra.extend(debts.into_iter().map(num));
+            self.run::<i64>(Op::Debt, |_| 0, &extra, Some(op), budget)
+                .await
+                .map(drop)
+        })
+    }
+
     fn recount(
         &self,
         reservation: Reservation,

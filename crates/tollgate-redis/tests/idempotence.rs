@@ -88,6 +88,12 @@ enum Op {
         index: usize,
         length: u64,
     },
+    /// The debt of a call in flight at a reload, counted in limits an
+    /// earlier handle (naming none of this one's) did not count it in.
+    Foreign {
+        index: usize,
+        actual: u64,
+    },
     Advance(u64),
 }
 
@@ -104,6 +110,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0..5u64, 0..61u64, 0..3_000u64, 0..W)
             .prop_map(|(index, requests, tokens, ago, reset)| Op::Observe { index, requests, tokens, ago, reset }),
         1 => (any::<usize>(), 0..W).prop_map(|(index, length)| Op::Cool { index, length }),
+        1 => (any::<usize>(), 0..60u64).prop_map(|(index, actual)| Op::Foreign { index, actual }),
         3 => (0..W / 2).prop_map(Op::Advance),
     ]
 }
@@ -340,6 +347,20 @@ impl Harness<'_> {
                     .map_err(common::fail)?;
                 e.settled = true;
             }
+            Op::Foreign { index, actual } => {
+                let Some(k) = self.pick(index, |e| e.id.is_none()) else {
+                    return Ok(());
+                };
+                let e = &self.entries[k];
+                let actual = Actual::total(actual);
+                once.reconcile_foreign(Vec::new(), e.once, actual, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+                twice
+                    .reconcile_foreign(Vec::new(), e.twice, actual, OpId::new(), BUDGET)
+                    .await
+                    .map_err(common::fail)?;
+            }
             Op::Release {
                 index,
                 requests,
@@ -470,7 +491,8 @@ async fn run_case(
 // proves: DQ-6 (for each algorithm, with one limit per dimension and with
 // several: every operation's script run twice in a row under its name
 // (reserve leased and pending, lease, forget, refund, reconcile, release,
-// recount, and DQ-9's observe and cooldown) leaves every key, every marker and every limit's availability
+// recount, the debt of a call in flight at a reload (GW-15), and DQ-9's
+// observe and cooldown) leaves every key, every marker and every limit's availability
 // exactly as running it once does, and answers the repeat as it answered
 // the first run)
 #[test]

@@ -20,10 +20,11 @@ pub(crate) enum Op {
     Snapshot,
     Observe,
     Cool,
+    Debt,
 }
 
 impl Op {
-    const ALL: [Op; 10] = [
+    const ALL: [Op; 11] = [
         Op::Reserve,
         Op::Lease,
         Op::Forget,
@@ -34,6 +35,7 @@ impl Op {
         Op::Snapshot,
         Op::Observe,
         Op::Cool,
+        Op::Debt,
     ];
 
     fn body(self) -> &'static str {
@@ -48,6 +50,7 @@ impl Op {
             Op::Snapshot => include_str!("snapshot.lua"),
             Op::Observe => include_str!("observe.lua"),
             Op::Cool => include_str!("cool.lua"),
+            Op::Debt => include_str!("debt.lua"),
         }
     }
 }
@@ -55,7 +58,7 @@ impl Op {
 /// Every script, with its SHA1 computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    scripts: [Script; 10],
+    scripts: [Script; 11],
 }
 
 impl Scripts {

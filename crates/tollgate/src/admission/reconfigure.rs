@@ -28,7 +28,10 @@
 //! * A scope kept in a shared store takes a new store handle for its new
 //!   limits (the store keeps the state of every limit whose algorithm,
 //!   dimension and window are unchanged); reservations already taken
-//!   settle through the handle they were taken with.
+//!   settle through the handle they were taken with, and what one used
+//!   beyond its estimate also counts, through the new handle, in the
+//!   limits the reload added (`shared/settle.rs`, as a local scope's new
+//!   limits count it).
 
 use std::sync::atomic::Ordering;
 

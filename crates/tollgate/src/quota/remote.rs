@@ -298,6 +298,40 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
 
+    /// Names of the states this handle counts a reservation in now (its
+    /// scope's limits, and those of a replaced configuration it still
+    /// bounds): a handle of the same scope opened for another
+    /// configuration (a reload, SPEC GW-15) counts in a state of the same
+    /// name the same way (a limit the reload kept), so a reservation
+    /// taken through this handle is counted there. The controller passes
+    /// them to [`reconcile_foreign`](Self::reconcile_foreign). The default
+    /// names none.
+    fn limit_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// A reservation taken through an earlier handle of the same scope
+    /// (before a reload, SPEC GW-15), which counts its own limits in the
+    /// states `earlier` names (its [`limit_names`](Self::limit_names)),
+    /// was settled there to `actual` ([`reconcile`](Self::reconcile)):
+    /// each limit of this handle's own that `earlier` does not name (a
+    /// limit the reload added) counts what it used beyond its estimate, on
+    /// each dimension, from the reservation's instant, and gives nothing
+    /// back (it never counted the estimate), as the in-process store
+    /// settles a reservation taken before one of its limits started. Once
+    /// per `op`. The default counts nothing (a store that cannot).
+    fn reconcile_foreign(
+        &self,
+        earlier: Vec<String>,
+        reservation: Reservation,
+        actual: Actual,
+        op: OpId,
+        budget: Duration,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        let _ = (earlier, reservation, actual, op, budget);
+        Box::pin(async { Ok(()) })
+    }
+
     /// The provider counted a leased reservation no later than `ago` before
     /// the store's now (SPEC Q-15): it stays counted until one window after
     /// that instant. Returns the restamped reservation; a repeat of `op`

@@ -112,7 +112,8 @@ pub(crate) struct SharedScope {
     /// The store's handle for the scope's current limits (replaced by a
     /// reconfiguration, SPEC GW-15). Each reservation is taken and settled
     /// through the handle it was taken with, so it is settled against the
-    /// limits that counted it.
+    /// limits that counted it; its debt also counts in the limits a reload
+    /// added since, through this one (`settle.rs`).
     remote: RwLock<Arc<dyn RemoteQuota>>,
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,

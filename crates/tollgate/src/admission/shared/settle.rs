@@ -220,6 +220,29 @@ pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, quota: Quota, op: LeaseO
     });
 }
 
+/// The debt of a reservation settled through `quota` after a reload
+/// installed another handle (SPEC GW-15, Q-5, BUD-2): the limits the
+/// reload added, which `quota` does not count in, take what the call used
+/// beyond its estimate through the current handle, as the in-process
+/// store's limits count a reservation from before their start. The kept
+/// limits were settled through `quota` already and are not named here. A
+/// lease that saw no reload stops at the pointer comparison.
+async fn reconcile_added(shared: &SharedScope, quota: &Quota, r: Reservation, actual: Actual) {
+    let current = shared.remote();
+    if Arc::ptr_eq(&current, quota) {
+        return;
+    }
+    let (earlier, op, timeout) = (quota.limit_names(), OpId::new(), shared.timeout);
+    let done = retried(shared, &*current, |remote| {
+        remote.reconcile_foreign(earlier.clone(), r, actual, op, timeout)
+    })
+    .await;
+    if done.is_none() {
+        SharedStats::count(&shared.stats.settlements_failed);
+        tracing::warn!("debt of a call in flight at a reload not recorded in the quota store");
+    }
+}
+
 impl Inner {
     fn shared_scope(&self, scope: ScopeId) -> Option<&Arc<SharedScope>> {
         self.scopes.get(scope.index())?.shared.as_ref()
@@ -265,6 +288,9 @@ impl Inner {
                     debt = actual.tokens.saturating_sub(r.demand.tokens()),
                     "token debt not recorded in the quota store"
                 );
+            }
+            if debt {
+                reconcile_added(&shared, &quota, r, actual).await;
             }
             r
         });
