@@ -155,7 +155,9 @@ impl LocalQuota {
 
     /// The limits `config` wants: its own, then the learned ones it keeps,
     /// then the provisional stand-in of a scope that learns without a
-    /// request limit (as at its start, SPEC Q-14).
+    /// request limit (as at its start, SPEC Q-14), unless the provider
+    /// answered already without advertising one (a reload keeps what the
+    /// provider taught, GW-15).
     fn wanted(&self, config: &ScopeConfig) -> Vec<Wanted> {
         let mut wanted: Vec<Wanted> = config
             .limits
@@ -183,9 +185,19 @@ impl LocalQuota {
                 provisional: l.provisional,
             });
         }
-        if !wanted
-            .iter()
-            .any(|w| w.limit.dimension == Dimension::Requests)
+        // A scope that learned already and has no request limit at all
+        // heard the provider answer without advertising one (the answer
+        // dropped the stand-in): a stand-in now would throttle it to one
+        // request per window until the next answer, for nothing.
+        let answered = self.learn.is_some()
+            && !self
+                .limits
+                .iter()
+                .any(|l| l.dimension() == Dimension::Requests && !l.is_transitional());
+        if !answered
+            && !wanted
+                .iter()
+                .any(|w| w.limit.dimension == Dimension::Requests)
         {
             wanted.push(Wanted {
                 limit: Limit::new(Dimension::Requests, 1, window),
