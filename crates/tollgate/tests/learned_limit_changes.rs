@@ -385,3 +385,38 @@ async fn a_reload_changing_the_learning_window() {
     assert_eq!(at, MINUTE);
     assert_idle(&c);
 }
+
+// proves: Q-14, Q-4 (on a token bucket, a learned limit raised while a
+// call waits re-arms the head for the instant of the new rate, not the
+// old one; lowered, at the slower rate's instant, never earlier)
+#[tokio::test(start_paused = true)]
+async fn a_bucket_head_follows_the_learned_rate() {
+    use tollgate::config::Algorithm;
+    for (new, expected) in [(200, secs(18)), (50, secs(54))] {
+        let config = ControllerConfig {
+            scopes: vec![
+                ScopeConfig::new("m")
+                    .learn_limits(MINUTE)
+                    .algorithm(Algorithm::TokenBucket { burst: None }),
+            ],
+            ..ControllerConfig::default()
+        };
+        let c = AdmissionController::new(config).unwrap();
+        advertise(&c, 100);
+        advertise(&c, 100);
+        let t0 = Instant::now();
+        drop(c.acquire(&tokens(100), Deadline::NONE).await.unwrap());
+        let head = spawn(&c, tokens(50), t0);
+        settle().await;
+        // 10 refilled by t0 + 6 s at 100 per minute.
+        tokio::time::advance(secs(6)).await;
+        advertise(&c, new);
+        settle().await;
+        tokio::time::advance(expected - secs(6) - Duration::from_millis(1)).await;
+        settle().await;
+        assert!(!head.is_finished(), "{new}: admitted before its instant");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(head.await.unwrap().unwrap(), expected, "{new}");
+        assert_idle(&c);
+    }
+}
