@@ -40,6 +40,7 @@ pub mod output;
 pub mod plot;
 mod progress;
 mod runner;
+mod spool;
 pub mod stats;
 pub mod summary;
 mod trace;

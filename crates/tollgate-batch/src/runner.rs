@@ -142,17 +142,42 @@ fn estimator(config: &BatchConfig) -> TokenEstimator {
 }
 
 /// Loads and validates the input: every line (BATCH-1) and every estimate
-/// against the token limits (BATCH-5, Q-3).
-fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
+/// against the token limits (BATCH-5, Q-3). Input that is not a regular
+/// file (a pipe, a FIFO, `/dev/stdin`) cannot be read twice: it is copied
+/// to a spool as it is read, returned to read the items' bodies from
+/// (`spool.rs`).
+fn load(config: &BatchConfig) -> Result<(Vec<Item>, Option<std::fs::File>), BatchError> {
     let io = |source| BatchError::Io {
         path: config.input.clone(),
         source,
     };
     let file = std::fs::File::open(&config.input).map_err(io)?;
     let estimator = estimator(config);
-    let items = input::read(std::io::BufReader::with_capacity(1 << 16, file), &estimator)
-        .map_err(io)?
-        .map_err(BatchError::Input)?;
+    let regular = file.metadata().map_err(io)?.is_file();
+    let (items, spooled) = if regular {
+        let items = input::read(std::io::BufReader::with_capacity(1 << 16, file), &estimator)
+            .map_err(io)?;
+        (items, None)
+    } else {
+        let dir = std::env::temp_dir();
+        let spool_err = |source: std::io::Error| BatchError::Io {
+            path: dir.clone(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!(
+                    "copying the input {} to a temporary file in this directory (input that \
+                     is not a regular file, a pipe, is read once and its lines read back from \
+                     that copy; set TMPDIR to use another directory): {source}",
+                    config.input.display()
+                ),
+            ),
+        };
+        let mut spool = crate::spool::Spool::create(&dir).map_err(spool_err)?;
+        let reader = std::io::BufReader::with_capacity(1 << 16, spool.tee(file));
+        let items = input::read(reader, &estimator).map_err(io)?;
+        (items, Some(spool.finish().map_err(spool_err)?))
+    };
+    let items = items.map_err(BatchError::Input)?;
     let mut errors = InputErrors::new();
     for item in &items {
         for limit in config.limits.iter().filter(|l| l.dimension.is_tokens()) {
@@ -181,7 +206,7 @@ fn load(config: &BatchConfig) -> Result<Vec<Item>, BatchError> {
         }
     }
     if errors.is_empty() {
-        Ok(items)
+        Ok((items, spooled))
     } else {
         Err(BatchError::Input(errors))
     }
@@ -302,7 +327,7 @@ pub async fn run(
     scope
         .validate()
         .map_err(|e| BatchError::Config(e.to_string()))?;
-    let items = load(&config)?;
+    let (items, spooled) = load(&config)?;
     let items_total = items.len() as u64;
     // One run per output, from before the resume scan to the end (a dry
     // run only reads it).
@@ -428,7 +453,7 @@ pub async fn run(
         None => Deadline::NONE,
     };
     let shared = Arc::new(Shared {
-        source: InputSource::open(&config.input, estimator(&config).output_cap())?,
+        source: InputSource::open(&config.input, spooled, estimator(&config).output_cap())?,
         supervisor: supervisor.clone(),
         flow: config.flow,
         writer: Arc::clone(&writer),
@@ -610,7 +635,8 @@ pub async fn run(
 }
 
 /// The input file, read again for each item's body when a worker takes
-/// it (the queue holds only offsets, estimates and hashes).
+/// it (the queue holds only offsets, estimates and hashes); or, for input
+/// that cannot be read twice, the spool it was copied to.
 struct InputSource {
     file: std::sync::Mutex<std::fs::File>,
     /// The cap a body without one is sent with (see
@@ -619,11 +645,18 @@ struct InputSource {
 }
 
 impl InputSource {
-    fn open(path: &std::path::Path, output_cap: Option<u64>) -> Result<Self, BatchError> {
-        let file = std::fs::File::open(path).map_err(|source| BatchError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+    fn open(
+        path: &std::path::Path,
+        spooled: Option<std::fs::File>,
+        output_cap: Option<u64>,
+    ) -> Result<Self, BatchError> {
+        let file = match spooled {
+            Some(file) => file,
+            None => std::fs::File::open(path).map_err(|source| BatchError::Io {
+                path: path.to_owned(),
+                source,
+            })?,
+        };
         Ok(InputSource {
             file: std::sync::Mutex::new(file),
             output_cap,
