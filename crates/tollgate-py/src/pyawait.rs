@@ -32,6 +32,8 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use tollgate::Lease;
+
 use crate::gil;
 use crate::notifier::{self, Job};
 
@@ -79,14 +81,23 @@ impl Mode {
     }
 }
 
-/// The tasks of a call's attempts that were dropped while they still ran
-/// (their cancellation asked): the call waits for them to end before it
-/// answers, so no attempt runs on after its error or result is returned
-/// (SPEC DL-6). Clones share the list.
+/// The tasks of a call's attempts, each added when it starts: the call
+/// waits for the ones its attempts left running (cut by a deadline, an
+/// attempt timeout) to end before it answers, so no attempt runs on after
+/// its error or result is returned (SPEC DL-6), and a cut attempt's lease
+/// is parked on them, its permit returned only when they have ended
+/// (SPEC POOL-1, ADM-7; see [`hold`](Self::hold)). Clones share the list.
 #[derive(Default, Clone)]
 pub(crate) struct Stragglers(Arc<Mutex<Vec<Arc<Slot>>>>);
 
 impl Stragglers {
+    /// Adds a task that just started (forgetting the ones that ended).
+    fn add(&self, slot: &Arc<Slot>) {
+        let mut slots = self.0.lock();
+        slots.retain(|s| !s.done.load(Ordering::Acquire));
+        slots.push(Arc::clone(slot));
+    }
+
     /// Until every task added so far has ended (cancelled, or finished
     /// anyway).
     pub(crate) async fn wait(&self) {
@@ -102,6 +113,43 @@ impl Stragglers {
                 }
             })
             .await;
+        }
+    }
+
+    /// Keeps a cut attempt's `lease` until every task added so far has
+    /// ended (the cut attempt's, cancelled when its future was dropped):
+    /// the last one's done callback drops it, returning its permit
+    /// (SPEC POOL-1). Released here at once when none still runs. Never
+    /// blocks. A task that never ends (it swallows its cancellation and
+    /// goes on) keeps the permit for as long as it runs; a task destroyed
+    /// without ending (its loop closed) gives it back.
+    pub(crate) fn hold(&self, lease: Lease) {
+        let parked = Arc::new(Parked(Some(lease)));
+        let slots: Vec<Arc<Slot>> = self.0.lock().clone();
+        for slot in slots {
+            // Under the lock the done callback takes the holds under, after
+            // it set `done`: a hold added here is taken by it or not added.
+            let mut holds = slot.holds.lock();
+            if !slot.done.load(Ordering::Acquire) {
+                holds.push(Arc::clone(&parked));
+            }
+        }
+        // The last reference: released now if no task holds it.
+        drop(parked);
+    }
+}
+
+/// A cut attempt's lease, parked on the tasks still running: dropped (its
+/// permit returned) with the last reference.
+struct Parked(Option<Lease>);
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if let Some(lease) = self.0.take() {
+            // Possibly on the loop's thread (the done callback): the
+            // release may need the runtime's context.
+            let _runtime = crate::runtime::enter();
+            drop(lease);
         }
     }
 }
@@ -127,6 +175,9 @@ enum State {
 struct Slot {
     done: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    /// Cut attempts' leases waiting for the task's end
+    /// ([`Stragglers::hold`]).
+    holds: Mutex<Vec<Arc<Parked>>>,
 }
 
 impl PyAwait {
@@ -149,7 +200,12 @@ impl Future for PyAwait {
                 State::Start(awaitable) => {
                     let started = Python::attach(|py| start(py, awaitable.bind(py)));
                     match started {
-                        Ok((task, slot)) => this.state = State::Running { task, slot },
+                        Ok((task, slot)) => {
+                            if let Some(s) = &this.stragglers {
+                                s.add(&slot);
+                            }
+                            this.state = State::Running { task, slot };
+                        }
                         Err(e) => {
                             this.state = State::Finished;
                             return Poll::Ready(Err(e));
@@ -192,12 +248,8 @@ impl Drop for PyAwait {
         match std::mem::replace(&mut self.state, State::Finished) {
             State::Finished => {}
             State::Running { slot, .. } if slot.done.load(Ordering::Acquire) => {}
-            State::Running { task, slot } => {
-                if let Some(s) = &self.stragglers {
-                    s.0.lock().push(slot);
-                }
-                notifier::submit(Job::Cancel(task));
-            }
+            // Its task was added to the stragglers when it started.
+            State::Running { task, .. } => notifier::submit(Job::Cancel(task)),
             // A coroutine never started is closed where it is (no loop
             // needed), so Python does not warn that it was never awaited.
             State::Start(awaitable) => notifier::submit(Job::Close {
@@ -257,6 +309,7 @@ fn start(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, A
     let slot = Arc::new(Slot {
         done: AtomicBool::new(false),
         waker: Mutex::new(None),
+        holds: Mutex::new(Vec::new()),
     });
     let callback = Py::new(
         py,
@@ -308,6 +361,11 @@ impl Done {
         }
         if let Some(slot) = &self.slot {
             slot.done.store(true, Ordering::Release);
+            // The cut attempts' leases parked on this task go back first
+            // (outside any engine lock; their waiters are woken through
+            // the notifier), then the call waiting for it is woken.
+            let holds = std::mem::take(&mut *slot.holds.lock());
+            drop(holds);
             let waker = slot.waker.lock().take();
             if let Some(waker) = waker {
                 crate::waker::direct(|| waker.wake());

@@ -88,3 +88,54 @@ async def test_a_call_cut_by_its_deadline_answers_after_its_attempt_unwound() ->
     assert await limiter.call(provider, 0.05) == "ok"
     assert still_running == 0, "DeadlineExceeded returned while the attempt still ran"
     assert most == 1, f"{most} provider calls in flight under concurrency=1"
+
+
+async def until(condition) -> None:
+    """Yields to the loop until `condition()` holds (an ordering, not a
+    timing: nothing is asserted about how long it takes)."""
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("cut", ["deadline", "cancelled"])
+async def test_a_waiting_call_starts_only_once_the_cut_attempt_unwound(cut: str) -> None:
+    # proves: POOL-1 (an attempt's permit is released when the attempt
+    # ends, cancellation included) / ADM-7 (the concurrency limit bounds
+    # active calls) / DL-6 (provider work is cancelled, not detached)
+    """A call's attempt is cut (its deadline, or its caller cancels it)
+    and its task takes a while to unwind (an `await` in its `finally`, as
+    when an httpx connection is closed). Another call already waits for
+    the only permit of a `concurrency=1` limiter: it starts only once the
+    cut attempt's `finally` has ended. Found in review: the permit went
+    back as soon as the attempt was cut, and the waiting call's attempt
+    ran while the cut one was still unwinding."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 1000}}, concurrency=1)
+    events: list[str] = []
+
+    async def cut_slowly() -> str:
+        events.append("first started")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.3)  # still unwinding
+            events.append("first unwound")
+        return "late"
+
+    async def second() -> str:
+        events.append("second started")
+        return "ok"
+
+    first = asyncio.create_task(limiter.call(cut_slowly, timeout=0.1 if cut == "deadline" else 30))
+    await until(lambda: "first started" in events)
+    waiting = asyncio.create_task(limiter.call(second, timeout=30))
+    if cut == "cancelled":
+        await asyncio.sleep(0.05)  # the second call waits for the permit
+        first.cancel()
+    outcome = (await asyncio.gather(first, return_exceptions=True))[0]
+    if cut == "deadline":
+        assert isinstance(outcome, tollgate.DeadlineExceeded), outcome
+    else:
+        assert isinstance(outcome, asyncio.CancelledError), outcome
+    assert await waiting == "ok"
+    assert events == ["first started", "first unwound", "second started"], events
+    await until(lambda: idle(limiter))

@@ -385,3 +385,72 @@ async def test_openai_thread_messages_are_not_taken_for_anthropic_messages() -> 
     assert message.id == "msg_1" and seen == ["/v1/threads/thread_1/messages"]
     assert counters(limiter, "openai")["admitted"] == 0
     await client.close()
+
+
+class UnwindsSlowly(httpx2.AsyncBaseTransport):
+    """A provider transport whose request marked `x-test: first` waits
+    until cancelled, then takes a while to unwind (an `await` in its
+    `finally`, as closing a connection does); any other is answered at
+    once."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        name = request.headers.get("x-test", "other")
+        self.events.append(f"{name} started")
+        if name == "first":
+            try:
+                await asyncio.sleep(30)
+            finally:
+                await asyncio.sleep(0.3)  # still unwinding
+                self.events.append("first unwound")
+        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        return httpx2.Response(
+            200,
+            json={
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+                "usage": usage,
+            },
+        )
+
+
+async def test_transport_answers_a_cut_attempt_once_it_unwound_and_holds_its_permit() -> None:
+    # proves: DL-6 (provider work is cancelled before the error is
+    # returned: no detached work) / POOL-1 (an attempt's permit is released
+    # when the attempt ends) / ADM-7 (the concurrency limit bounds active
+    # calls) / PY-4 (the transports)
+    """The transport's deadline cuts an attempt whose inner transport
+    takes a while to unwind: the SDK gets the deadline's answer only once
+    the attempt has unwound, and a request already waiting for the only
+    permit of a `concurrency=1` limiter is sent only then. Found in review:
+    the transport answered at once (unlike `Limiter.call`), and the
+    waiting request overlapped the cut one at the provider."""
+    events: list[str] = []
+    limiter = tollgate.Limiter(scopes={"openai": {"rpm": 100, "tpm": 100_000}}, concurrency=1)
+    transport = tollgate.AsyncTransport(limiter, "openai", transport=UnwindsSlowly(events), timeout=30)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS}
+    async with httpx2.AsyncClient(transport=transport, base_url="http://provider/v1") as http:
+
+        async def first() -> httpx2.Response:
+            headers = {"x-test": "first", "x-request-timeout": "0.1"}
+            r = await http.post("/chat/completions", json=body, headers=headers)
+            events.append("first answered")
+            return r
+
+        cut = asyncio.create_task(first())
+        while "first started" not in events:
+            await asyncio.sleep(0.005)
+        waiting = asyncio.create_task(http.post("/chat/completions", json=body, headers={"x-test": "second"}))
+        r1, r2 = await asyncio.gather(cut, waiting)
+    assert r1.status_code == 504 and r1.headers["x-should-retry"] == "false", (r1.status_code, r1.text)
+    assert r2.status_code == 200, r2.text
+    unwound = events.index("first unwound")
+    assert unwound < events.index("first answered"), events
+    assert unwound < events.index("second started"), events
+    while not limiter.snapshot()["idle"]:
+        await asyncio.sleep(0.005)

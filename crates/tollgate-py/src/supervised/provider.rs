@@ -12,7 +12,7 @@ use pyo3::exceptions::PyStopAsyncIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply, StreamEvent};
-use tollgate::{TokenEstimate, Usage};
+use tollgate::{Lease, TokenEstimate, Usage};
 
 use crate::classify;
 use crate::notifier::{self, Job};
@@ -42,8 +42,9 @@ pub(crate) struct CallRequest {
     /// The loop the call runs on (a stream left early is closed on it).
     pub(crate) event_loop: Py<PyAny>,
     pub(crate) failure: LastFailure,
-    /// Attempts cut while they ran (a deadline, an attempt timeout): the
-    /// call answers once they have ended (SPEC DL-6).
+    /// The tasks of its attempts: the call answers once the ones cut
+    /// while they ran (a deadline, an attempt timeout) have ended (SPEC
+    /// DL-6), and a cut attempt's permit goes back only then (POOL-1).
     pub(crate) stragglers: Stragglers,
 }
 
@@ -118,7 +119,7 @@ impl Provider for CallProvider {
     ) -> Result<Items, ProviderError> {
         *request.failure.lock() = None;
         let iterable = Mode::Async
-            .run(|py| request.call_func(py))
+            .run_tracked(|py| request.call_func(py), Some(&request.stragglers))
             .await
             .map_err(|e| request.fail(e))?;
         Python::attach(|py| {
@@ -151,6 +152,12 @@ impl Provider for CallProvider {
                 ended: false,
             })
         })
+    }
+
+    /// A cut attempt's permit goes back once its task has ended (SPEC
+    /// POOL-1, ADM-7): the task was only asked to cancel.
+    fn cut(&self, request: &CallRequest, lease: Lease) {
+        request.stragglers.hold(lease);
     }
 }
 

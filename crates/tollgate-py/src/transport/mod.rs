@@ -49,7 +49,7 @@ use provider::{HttpxProvider, HttpxRequest, Kit};
 use crate::driver::{Output, Pending};
 use crate::errors;
 use crate::limiter::{Limiter, Shared};
-use crate::pyawait::Mode;
+use crate::pyawait::{Mode, Stragglers};
 
 /// The supervisor and estimator of one accounting (a flavour's defaults
 /// or a `[providers.*]` table).
@@ -270,6 +270,7 @@ impl TransportCore {
                 head: Mutex::new(None),
                 failure: Arc::new(Mutex::new(None)),
                 event_loop,
+                stragglers: Stragglers::default(),
             }),
             options: CallOptions {
                 id: None,
@@ -309,23 +310,28 @@ async fn run(plan: Plan, mode: Mode) -> Output {
             stream: false,
             dialect,
             ..
-        } => match accounted.supervisor.invoke(&request, options).await {
-            Ok(done) => {
-                let answer = done.response;
-                let class = Python::attach(|py| request.kit.response.clone_ref(py));
-                Box::new(move |py| {
-                    let headers = provider::decoded_headers(answer.headers);
-                    answer::response(
-                        py,
-                        &class,
-                        answer.status,
-                        &headers,
-                        answer::Body::Content(answer.content.bind(py)),
-                    )
-                })
+        } => {
+            let result = accounted.supervisor.invoke(&request, options).await;
+            // No attempt runs on after the SDK has its answer (DL-6).
+            request.stragglers.wait().await;
+            match result {
+                Ok(done) => {
+                    let answer = done.response;
+                    let class = Python::attach(|py| request.kit.response.clone_ref(py));
+                    Box::new(move |py| {
+                        let headers = provider::decoded_headers(answer.headers);
+                        answer::response(
+                            py,
+                            &class,
+                            answer.status,
+                            &headers,
+                            answer::Body::Content(answer.content.bind(py)),
+                        )
+                    })
+                }
+                Err(e) => give_up(e, request, dialect),
             }
-            Err(e) => give_up(e, request, dialect),
-        },
+        }
         Plan::Call {
             accounted,
             request,
@@ -333,29 +339,34 @@ async fn run(plan: Plan, mode: Mode) -> Output {
             stream: true,
             dialect,
             scope,
-        } => match accounted.supervisor.stream(&request, options).await {
-            Ok(stream) => {
-                let head = request.head.lock().take();
-                let (status, headers, finished) = match head {
-                    Some(h) => (h.status, h.headers, h.finished),
-                    None => (200, Vec::new(), Arc::default()),
-                };
-                let failure = Arc::clone(&request.failure);
-                let kit = request.kit;
-                Box::new(move |py| {
-                    let body = Py::new(py, ResponseBody::new(stream, scope, failure, finished))?;
-                    let body = kit.body.bind(py).call1((body,))?;
-                    answer::response(
-                        py,
-                        &kit.response,
-                        status,
-                        &headers,
-                        answer::Body::Stream(body),
-                    )
-                })
+        } => {
+            let result = accounted.supervisor.stream(&request, options).await;
+            request.stragglers.wait().await;
+            match result {
+                Ok(stream) => {
+                    let head = request.head.lock().take();
+                    let (status, headers, finished) = match head {
+                        Some(h) => (h.status, h.headers, h.finished),
+                        None => (200, Vec::new(), Arc::default()),
+                    };
+                    let failure = Arc::clone(&request.failure);
+                    let kit = request.kit;
+                    Box::new(move |py| {
+                        let body =
+                            Py::new(py, ResponseBody::new(stream, scope, failure, finished))?;
+                        let body = kit.body.bind(py).call1((body,))?;
+                        answer::response(
+                            py,
+                            &kit.response,
+                            status,
+                            &headers,
+                            answer::Body::Stream(body),
+                        )
+                    })
+                }
+                Err(e) => give_up(e, request, dialect),
             }
-            Err(e) => give_up(e, request, dialect),
-        },
+        }
     }
 }
 

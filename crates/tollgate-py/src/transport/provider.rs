@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
+use tollgate::Lease;
 use tollgate::lifecycle::{AttemptContext, Budgets, Provider, ProviderError, Reply};
 use tollgate_openai::RateLimitHints;
 use tollgate_openai::provider::{
@@ -23,7 +24,7 @@ use tollgate_openai::provider::{
 
 use crate::classify;
 use crate::notifier::{self, Job};
-use crate::pyawait::{AsyncNext, Mode};
+use crate::pyawait::{AsyncNext, Mode, Stragglers};
 use crate::supervised::LastFailure;
 
 /// What the Python side hands over for one module (httpx or httpx2): its
@@ -89,6 +90,11 @@ pub(crate) struct HttpxRequest {
     pub(crate) failure: LastFailure,
     /// The loop the request runs on (async mode).
     pub(crate) event_loop: Option<Py<PyAny>>,
+    /// The tasks of its attempts (async mode): the SDK gets its answer
+    /// once the ones cut while they ran (a deadline, an attempt timeout)
+    /// have ended (SPEC DL-6), and a cut attempt's permit goes back only
+    /// then (POOL-1), as `Limiter.call`'s.
+    pub(crate) stragglers: Stragglers,
 }
 
 impl HttpxRequest {
@@ -119,14 +125,17 @@ impl HttpxRequest {
             Mode::Blocking => "handle_request",
         };
         self.mode
-            .run(|py| {
-                let request = self.attempt(py, ctx)?;
-                self.kit
-                    .inner
-                    .bind(py)
-                    .call_method1(method, (request,))
-                    .map(Bound::unbind)
-            })
+            .run_tracked(
+                |py| {
+                    let request = self.attempt(py, ctx)?;
+                    self.kit
+                        .inner
+                        .bind(py)
+                        .call_method1(method, (request,))
+                        .map(Bound::unbind)
+                },
+                Some(&self.stragglers),
+            )
             .await
             .map_err(|e| self.fail(e))
     }
@@ -138,7 +147,10 @@ impl HttpxRequest {
             Mode::Blocking => "read",
         };
         self.mode
-            .run(|py| response.bind(py).call_method0(method).map(Bound::unbind))
+            .run_tracked(
+                |py| response.bind(py).call_method0(method).map(Bound::unbind),
+                Some(&self.stragglers),
+            )
             .await
             .map_err(|e| self.fail(e))
     }
@@ -334,6 +346,12 @@ impl Provider for HttpxProvider {
 
     fn stream_budget(&self, stream: &HttpxStream) -> Budgets {
         stream.budget
+    }
+
+    /// A cut attempt's permit goes back once its tasks have ended (SPEC
+    /// POOL-1, ADM-7): they were only asked to cancel.
+    fn cut(&self, request: &HttpxRequest, lease: Lease) {
+        request.stragglers.hold(lease);
     }
 }
 

@@ -171,19 +171,29 @@ impl Budgets {
 
 /// A started attempt's lease: whichever way the attempt ends, even by
 /// being dropped, its amounts are recounted to the latest instant the
-/// provider can have counted them (SPEC Q-15).
+/// provider can have counted them (SPEC Q-15). Dropped while the attempt
+/// was cut, it hands the lease to `cut` (the provider's
+/// [`Provider::cut`](super::Provider::cut)), which returns the permit once
+/// the attempt's work has ended (SPEC POOL-1).
 pub(crate) struct CountedLease<'a> {
     lease: Option<Lease>,
     started: Instant,
     arrival: &'a ArrivalBound,
+    cut: &'a (dyn Fn(Lease) + Sync),
 }
 
 impl<'a> CountedLease<'a> {
-    pub(crate) fn new(lease: Lease, started: Instant, arrival: &'a ArrivalBound) -> Self {
+    pub(crate) fn new(
+        lease: Lease,
+        started: Instant,
+        arrival: &'a ArrivalBound,
+        cut: &'a (dyn Fn(Lease) + Sync),
+    ) -> Self {
         CountedLease {
             lease: Some(lease),
             started,
             arrival,
+            cut,
         }
     }
 
@@ -230,6 +240,7 @@ impl Drop for CountedLease<'_> {
             if let Some(at) = bound {
                 lease.counted_by(at);
             }
+            (self.cut)(lease);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_core::Stream;
 
 use super::accounting::Budgets;
+use crate::admission::Lease;
 use crate::call::CallId;
 use crate::deadline::Deadline;
 use crate::usage::Usage;
@@ -267,6 +268,27 @@ pub trait Provider: Send + Sync + 'static {
     fn stream_budget(&self, stream: &Self::Stream) -> Budgets {
         let _ = stream;
         Budgets::default()
+    }
+
+    /// An attempt of `request` was cut: its future (from [`call`] or
+    /// [`stream`]) was dropped before it answered (the call's deadline,
+    /// the attempt timeout, `close`, the caller's cancellation). `lease` is
+    /// that attempt's, already counted; dropping it returns its
+    /// concurrency permit.
+    ///
+    /// The default drops it at once: dropping the future aborted the
+    /// attempt. A provider whose attempt runs work that outlives its
+    /// future (work on another event loop, which ends some time after it
+    /// is asked to cancel) keeps the lease until that work has ended, so
+    /// the permit bounds the work actually in flight (SPEC POOL-1, ADM-7).
+    /// It must not block: it parks the lease where the work's end drops
+    /// it.
+    ///
+    /// [`call`]: Provider::call
+    /// [`stream`]: Provider::stream
+    fn cut(&self, request: &Self::Request, lease: Lease) {
+        let _ = request;
+        drop(lease);
     }
 }
 

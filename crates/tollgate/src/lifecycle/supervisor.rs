@@ -622,6 +622,9 @@ impl<P: Provider> Supervisor<P> {
         let inner = &*self.inner;
         let deadline = options.deadline;
         let clock = inner.controller.clock().clone();
+        // A cut attempt's lease goes to the provider, which returns its
+        // permit once the attempt's work has ended (POOL-1, ADM-7).
+        let cut = |lease: Lease| inner.provider.cut(request, lease);
         loop {
             guard.attempts += 1;
             let n = guard.attempts;
@@ -660,7 +663,7 @@ impl<P: Provider> Supervisor<P> {
             }
             // From here the request may reach the provider: however this
             // attempt ends, it is counted where the provider counts it.
-            let counted = CountedLease::new(lease, now, &inner.arrival);
+            let counted = CountedLease::new(lease, now, &inner.arrival, &cut);
             let timeout = deadline.cap(inner.transport_timeout, now);
             let ctx = AttemptContext {
                 call_id: options.id,
@@ -675,6 +678,8 @@ impl<P: Provider> Supervisor<P> {
                 timeout_ms = timeout.map(|t| t.as_millis() as u64)
             );
             let work = tracing::Instrument::instrument(attempt(ctx), span);
+            // Whether the attempt timeout cut it (its future dropped).
+            let mut timed_out = false;
             let result = match timeout.and_then(|t| now.checked_add(t)) {
                 None => self.closable(work).await?,
                 Some(end) => match self.closable(tokio::time::timeout_at(end, work)).await? {
@@ -685,7 +690,10 @@ impl<P: Provider> Supervisor<P> {
                             retry_at: None,
                         });
                     }
-                    Err(_) => Err(ProviderError::new(ErrorKind::Timeout, "attempt timed out")),
+                    Err(_) => {
+                        timed_out = true;
+                        Err(ProviderError::new(ErrorKind::Timeout, "attempt timed out"))
+                    }
                 },
             };
             let end = clock.now();
@@ -734,8 +742,13 @@ impl<P: Provider> Supervisor<P> {
             if error.kind == ErrorKind::RateLimited {
                 lease.rate_limited(error.retry_after);
             }
-            // The attempt's permit is never held during backoff (POOL-1).
-            drop(lease);
+            // The attempt's permit is never held during backoff (POOL-1);
+            // a cut attempt's goes back once its work has ended.
+            if timed_out {
+                cut(lease);
+            } else {
+                drop(lease);
+            }
             let now = clock.now();
             let decision = inner.policy.decide(
                 n,

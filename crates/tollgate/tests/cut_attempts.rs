@@ -1,0 +1,146 @@
+//! A cut attempt's lease goes to its provider (`Provider::cut`), which
+//! returns its permit once the attempt's work has ended (SPEC POOL-1,
+//! ADM-7, DL-6): the seam the Python package uses, whose attempts run as
+//! tasks on an event loop that end some time after they are cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tollgate::config::{MINUTE, ScopeConfig};
+use tollgate::lifecycle::{
+    AttemptContext, AttemptPolicy, CallError, CallOptions, Provider, ProviderError, Reply,
+    StreamEvent, Supervisor,
+};
+use tollgate::{AdmissionController, Deadline, Lease, Phase, Usage};
+
+/// A request's first `hang` attempts never answer; later ones answer at
+/// once. A cut attempt's lease is parked in `parked`, as if its work were
+/// still unwinding.
+#[derive(Clone, Default)]
+struct Lingering {
+    parked: Arc<Mutex<Vec<Lease>>>,
+}
+
+impl Provider for Lingering {
+    type Request = u32;
+    type Response = &'static str;
+    type Chunk = &'static str;
+    type Stream = futures_util::stream::Empty<Result<StreamEvent<&'static str>, ProviderError>>;
+
+    async fn call(
+        &self,
+        hang: &u32,
+        attempt: AttemptContext,
+    ) -> Result<Reply<&'static str>, ProviderError> {
+        if attempt.attempt <= *hang {
+            std::future::pending::<()>().await;
+        }
+        Ok(Reply::new("ok", Usage::known(1)))
+    }
+
+    async fn stream(&self, _: &u32, _: AttemptContext) -> Result<Self::Stream, ProviderError> {
+        Ok(futures_util::stream::empty())
+    }
+
+    fn cut(&self, _: &u32, lease: Lease) {
+        self.parked.lock().push(lease);
+    }
+}
+
+fn supervisor(provider: Lingering, attempt_timeout: Option<Duration>) -> Supervisor<Lingering> {
+    let controller = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").requests(100, MINUTE))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let mut b = Supervisor::builder(controller, provider)
+        .policy(AttemptPolicy {
+            max_attempts: 2,
+            jitter: 0.0,
+            base_delay: Duration::from_millis(10),
+            ..AttemptPolicy::default()
+        })
+        .without_jitter();
+    if let Some(t) = attempt_timeout {
+        b = b.transport_timeout(t);
+    }
+    b.build().unwrap()
+}
+
+fn within(secs: u64) -> CallOptions {
+    CallOptions {
+        deadline: Deadline::after(Duration::from_secs(secs)),
+        ..CallOptions::default()
+    }
+}
+
+// proves: POOL-1 (an attempt's permit is released when the attempt ends,
+// and a cut attempt ends when its provider says its work has), ADM-7 (the
+// concurrency limit bounds the work in flight), DL-6 (the deadline's
+// error comes back at once; the permit follows the work)
+#[tokio::test(start_paused = true)]
+async fn a_deadline_cut_attempt_holds_its_permit_until_its_provider_lets_go() {
+    let provider = Lingering::default();
+    let sup = supervisor(provider.clone(), None);
+    let cut = sup.invoke(&1, within(1)).await;
+    assert!(
+        matches!(
+            cut,
+            Err(CallError::Deadline {
+                phase: Phase::Transport,
+                ..
+            })
+        ),
+        "{cut:?}"
+    );
+    assert_eq!(provider.parked.lock().len(), 1, "the cut attempt's lease");
+    // Its work "still runs": the only permit is still held.
+    let waiting = sup.invoke(&0, within(1)).await;
+    assert!(
+        matches!(
+            waiting,
+            Err(CallError::Deadline {
+                phase: Phase::Concurrency,
+                ..
+            })
+        ),
+        "{waiting:?}"
+    );
+    // The work ended: the permit is back.
+    provider.parked.lock().clear();
+    assert_eq!(
+        sup.invoke(&0, within(1)).await.expect("admitted").response,
+        "ok"
+    );
+}
+
+// proves: POOL-1 (the permit of an attempt cut by its attempt timeout is
+// not held during backoff, yet goes back only once its work has ended:
+// the retry waits for it), ADM-7
+#[tokio::test(start_paused = true)]
+async fn the_retry_after_an_attempt_timeout_waits_for_the_cut_attempts_work() {
+    let provider = Lingering::default();
+    let sup = supervisor(provider.clone(), Some(Duration::from_secs(1)));
+    let parked = Arc::clone(&provider.parked);
+    let unwound = Arc::new(Mutex::new(None));
+    let at = Arc::clone(&unwound);
+    let work = tokio::spawn(async move {
+        while parked.lock().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The cut attempt unwinds for 3 s, then lets its lease go.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        *at.lock() = Some(tokio::time::Instant::now());
+        parked.lock().clear();
+    });
+    let done = sup.invoke(&1, within(30)).await.expect("the retry answers");
+    let answered = tokio::time::Instant::now();
+    let unwound = unwound.lock().take();
+    work.abort();
+    assert_eq!(done.response, "ok");
+    assert!(
+        matches!(unwound, Some(t) if t <= answered),
+        "the retry ran before the cut attempt's work ended"
+    );
+}
