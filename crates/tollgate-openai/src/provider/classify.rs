@@ -20,9 +20,16 @@ const REDACTED: &str = "[redacted]";
 /// A failure of `send()` (no response yet): a connection that could not
 /// be made (a connect timeout included), or that broke before the response
 /// headers (SPEC RT-2: retryable). The attempt's own timeout is applied
-/// around `send()`, not here.
+/// around `send()`, not here. A connection that could not be made sent
+/// nothing: the error says so, and the attempt costs nothing (SPEC Q-9,
+/// BUD-5).
 pub(super) fn send_error(err: &SendError, secret: Option<&str>) -> ProviderError {
-    ProviderError::new(ErrorKind::Connect, describe(err, secret))
+    let error = ProviderError::new(ErrorKind::Connect, describe(err, secret));
+    if err.is_connect() {
+        error.never_sent()
+    } else {
+        error
+    }
 }
 
 /// A failure while reading a one-shot body: the response started but did

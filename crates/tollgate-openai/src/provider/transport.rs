@@ -376,14 +376,22 @@ impl SendError {
     }
 }
 
-impl fmt::Display for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let connect = match &self.0 {
+impl SendError {
+    /// Whether the connection could not be made (refused, unreachable,
+    /// timed out, or its TLS handshake failed): no byte of the request was
+    /// sent.
+    pub fn is_connect(&self) -> bool {
+        match &self.0 {
             SendFailure::Pooled(e) => e.is_connect(),
             SendFailure::Connect(_) => true,
             SendFailure::Http(_) => false,
-        };
-        if connect {
+        }
+    }
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_connect() {
             f.write_str("cannot connect to the upstream")
         } else {
             f.write_str("the upstream connection failed before a response")

@@ -9,6 +9,7 @@ use super::fair::Charged;
 use super::shared::RemoteLease;
 use crate::call::{CallId, PoolId, ScopeId};
 use crate::clock::Instant;
+use crate::error::AdmissionError;
 use crate::flow::Flow;
 use crate::quota::{BudgetReport, LimitedBy, Observed, RefusalCost, Reservation};
 use crate::usage::{AlreadySettled, Settlement, Usage};
@@ -286,6 +287,44 @@ impl Lease {
                 .correct_flow(self.scope, self.flow, charged, &self.reservation, &zero);
         }
         Ok(())
+    }
+
+    /// Takes `cost` more micro-dollars for this lease's call from the cost
+    /// limits of its scope (SPEC BUD-2): for a call whose later attempts
+    /// may cost more than its admission reserved (a retry after an attempt
+    /// the provider may have billed). Now or never: nothing else is taken
+    /// (no request unit, no tokens, no permit), the queue is not waited in
+    /// (the call was admitted already) and a refusal comes at once,
+    /// [`BudgetExceeded`](AdmissionError::BudgetExceeded) with when the
+    /// budget frees the room. A scope kept in a shared store cannot answer
+    /// now: refused with
+    /// [`QuotaStoreUnavailable`](AdmissionError::QuotaStoreUnavailable).
+    ///
+    /// The top-up is a lease of its own, in the same flow: settle it with
+    /// [`reconcile`](Lease::reconcile) (a known zero usage and its share
+    /// of the call's cost) or give it back whole with
+    /// [`refused`](Lease::refused). Until it is dropped it counts among
+    /// the controller's active leases.
+    pub fn top_up(&self, cost: u64) -> Result<Lease, AdmissionError> {
+        if self.remote.is_some() {
+            return Err(AdmissionError::QuotaStoreUnavailable { scope: self.scope });
+        }
+        let reservation = self.inner.top_up(self.scope, cost)?;
+        self.inner.pools.hold_unpooled();
+        Ok(Lease {
+            inner: Arc::clone(&self.inner),
+            scope: self.scope,
+            reservation,
+            generation: self.generation,
+            admission: Admission::default(),
+            id: None,
+            pool: None,
+            flow: self.flow,
+            charged: None,
+            released: false,
+            reconciled: false,
+            remote: None,
+        })
     }
 
     /// Whether the usage was settled.

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use super::controller::{AdmissionController, Inner};
 use super::fair::Charged;
 use super::lease::Lease;
+use crate::AdmissionError;
 use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::flow::Flow;
-use crate::quota::{Actual, BudgetReport, Dimension, Observed, Reservation};
+use crate::quota::{Actual, BudgetReport, Demand, Dimension, Hold, Observed, Reservation};
 use crate::usage::{Settlement, Usage};
 
 impl AdmissionController {
@@ -61,6 +62,52 @@ impl AdmissionController {
 }
 
 impl Inner {
+    /// See [`Lease::top_up`]: `cost` more micro-dollars from `scope`'s
+    /// cost limits at once, all or none, or the refusal.
+    pub(crate) fn top_up(&self, scope: ScopeId, cost: u64) -> Result<Reservation, AdmissionError> {
+        let found = self
+            .scopes
+            .get(scope.index())
+            .ok_or(AdmissionError::UnknownScope(scope))?;
+        if found.shared.is_some() {
+            // A shared store answers in a round trip, not now.
+            return Err(AdmissionError::QuotaStoreUnavailable { scope });
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(AdmissionError::Closed);
+        }
+        let demand = Demand {
+            requests: 0,
+            input: 0,
+            output: 0,
+            cost,
+        };
+        let now = self.clock.now();
+        let mut st = found.state.lock();
+        if st.closed {
+            return Err(AdmissionError::Closed);
+        }
+        st.store.check(&demand)?;
+        match st.store.try_reserve(&demand, now, Hold::Leased) {
+            Some(tick) => {
+                st.counters.cost_reserved = st.counters.cost_reserved.saturating_add(cost);
+                // Less room: earlier projections are too early now.
+                st.invalidate_projection();
+                Ok(Reservation {
+                    stamp: now,
+                    tick,
+                    demand,
+                    hold: Hold::Leased,
+                    seq: 0,
+                })
+            }
+            None => Err(AdmissionError::BudgetExceeded {
+                scope,
+                retry_at: st.store.not_until(&demand, now).at,
+            }),
+        }
+    }
+
     /// See [`Lease::counted_by`].
     pub(crate) fn recount(&self, scope: ScopeId, reservation: &mut Reservation, at: Instant) {
         let Some(scope) = self.scopes.get(scope.index()) else {

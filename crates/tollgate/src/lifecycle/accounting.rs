@@ -221,6 +221,14 @@ impl<'a> CountedLease<'a> {
         self.response_began(at)
     }
 
+    /// The request never left (see [`ProviderError::unsent`]): the
+    /// provider cannot count it, so it is not recounted.
+    ///
+    /// [`ProviderError::unsent`]: super::ProviderError::unsent
+    pub(crate) fn unsent(mut self) -> Lease {
+        self.lease.take().expect("taken once")
+    }
+
     /// The attempt ended at `now` without telling when the provider saw
     /// it (a one-shot answer, a transport failure).
     pub(crate) fn ended(mut self, now: Instant) -> Lease {

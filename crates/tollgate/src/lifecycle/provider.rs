@@ -168,6 +168,12 @@ pub struct ProviderError {
     pub budget: Option<Box<Budgets>>,
     /// A short description (never the prompt or a key).
     pub message: String,
+    /// The request never left: no byte of it reached the provider (a
+    /// connection refused at connect, an attempt its caller held back).
+    /// The attempt costs nothing anywhere: the supervisor gives its
+    /// reservation back in full, as for an attempt never started (SPEC
+    ///
+    pub unsent: bool,
 }
 
 impl ProviderError {
@@ -180,6 +186,7 @@ impl ProviderError {
             usage: Usage::UNKNOWN,
             budget: None,
             message: message.into(),
+            unsent: false,
         }
     }
 
@@ -212,6 +219,12 @@ impl ProviderError {
     /// Sets the usage of the failed attempt.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
+        self
+    }
+
+    /// Marks the request as never sent (see [`unsent`](Self::unsent)).
+    pub fn never_sent(mut self) -> Self {
+        self.unsent = true;
         self
     }
 

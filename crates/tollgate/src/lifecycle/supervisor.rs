@@ -719,15 +719,19 @@ impl<P: Provider> Supervisor<P> {
                 Err(e) => e,
             };
             let mut lease = match (error.kind, error.status) {
+                _ if error.unsent => counted.unsent(),
                 (ErrorKind::RateLimited, _) => counted.refused(end),
                 (_, Some(_)) => counted.response_began(end),
                 _ => counted.ended(end),
             };
-            // Settle what the failed attempt used first: a 429 costs what
-            // the provider charges for it, and the provider's
-            // remaining budget in the answer already excludes what it did
-            // not charge, so it is compared after the settlement.
-            if error.kind == ErrorKind::RateLimited {
+            // Settle what the failed attempt used first: a request that
+            // never left costs nothing, a 429 costs what the provider
+            // charges for it, and the provider's remaining budget in
+            // the answer already excludes what it did not charge, so it is
+            // compared after the settlement.
+            if error.unsent {
+                let _ = lease.refused(RefusalCost::Free);
+            } else if error.kind == ErrorKind::RateLimited {
                 let _ = lease.refused(inner.accounting.refusal_cost);
             } else {
                 let _ = lease.reconcile(self.settled(request, error.usage));
