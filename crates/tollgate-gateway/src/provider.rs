@@ -15,6 +15,7 @@ use tollgate_openai::{HttpProvider, UpstreamRequest};
 
 use crate::metrics::DeploymentMetrics;
 use crate::telemetry::{AttemptSpan, AttemptTarget, CallTrace};
+use crate::tenants::TenantLeases;
 
 /// An upstream request and the tokens it is expected to spend.
 #[derive(Debug, Clone)]
@@ -32,18 +33,25 @@ pub struct GatewayRequest {
     /// The client call's trace, when tracing is on (SPEC OBS-5): each
     /// attempt gets a span and sends its `traceparent` upstream.
     pub trace: Option<CallTrace>,
+    /// The place of the request's model in the call's fallback chain (0:
+    /// the model the client asked for).
+    pub model: usize,
+    /// The call's leases on its tenant's side, which must cover each
+    /// attempt before it is sent (SPEC BUD-2); `None` for a call without.
+    pub tenant: Option<TenantLeases>,
 }
 
 /// How many attempts of one client request reached an upstream (the
-/// provider was called: admission passed), and what each may have cost.
-/// Clones share the count.
+/// provider was called: admission passed), on which model of the call's
+/// chain, and what each may have cost. Clones share the count.
 ///
-/// A request that failed with a count of zero used no upstream tokens and
+/// A request that failed with no attempt sent used no upstream tokens and
 /// cost nothing, so its tenant's reservation is refunded in full (SPEC
 /// Otherwise its tenant is charged every attempt the provider
 /// may have billed (BUD-2, BUD-5): each attempt's reported usage, priced,
 /// where known, its worst case (its estimate at its deployment's price)
-/// where not, nothing for a 429.
+/// where not, nothing for a 429 or a request never sent (its connection
+/// refused).
 #[derive(Debug, Clone, Default)]
 pub struct Started(Arc<Attempts>);
 
@@ -51,8 +59,31 @@ pub struct Started(Arc<Attempts>);
 struct Attempts {
     started: AtomicU32,
     refused: AtomicU32,
-    /// What each attempt may have cost, in micro-dollars, in order.
-    costs: Mutex<Vec<u64>>,
+    /// Every attempt, in order.
+    list: Mutex<Vec<Attempt>>,
+}
+
+/// One attempt of a client request.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    /// Its model's place in the call's chain.
+    model: usize,
+    /// What it may have cost, in micro-dollars.
+    cost: u64,
+    /// It never left (its connection was refused).
+    unsent: bool,
+}
+
+/// What the attempts on some models of a call may have cost, in
+/// micro-dollars ([`Started::tally`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Every one of them.
+    pub billed: u64,
+    /// All but the call's last attempt (when it is one of them).
+    pub before_last: u64,
+    /// How many may have reached the provider.
+    pub sent: u32,
 }
 
 impl Started {
@@ -69,36 +100,55 @@ impl Started {
 
     /// What every attempt so far may have cost, in micro-dollars.
     pub fn billed(&self) -> u64 {
-        self.0
-            .costs
-            .lock()
-            .iter()
-            .fold(0u64, |sum, c| sum.saturating_add(*c))
+        self.tally(None).billed
     }
 
     /// What the attempts before the last one may have cost, in
     /// micro-dollars: the attempts an answer (the last attempt) came after.
     pub fn billed_before_last(&self) -> u64 {
-        let costs = self.0.costs.lock();
-        let before = costs.len().saturating_sub(1);
-        costs[..before]
-            .iter()
-            .fold(0u64, |sum, c| sum.saturating_add(*c))
+        self.tally(None).before_last
     }
 
-    /// Counts one more attempt, which may cost `worst` micro-dollars;
-    /// returns its number (from 1).
-    fn bump(&self, worst: u64) -> u32 {
-        let mut costs = self.0.costs.lock();
-        costs.push(worst);
+    /// What the attempts on model number `model` of the chain (`None`:
+    /// on every model) may have cost.
+    pub fn tally(&self, model: Option<usize>) -> Tally {
+        let list = self.0.list.lock();
+        let last = list.len().saturating_sub(1);
+        let mut t = Tally::default();
+        for (i, a) in list.iter().enumerate() {
+            if model.is_some_and(|m| m != a.model) {
+                continue;
+            }
+            t.billed = t.billed.saturating_add(a.cost);
+            if i != last {
+                t.before_last = t.before_last.saturating_add(a.cost);
+            }
+            if !a.unsent {
+                t.sent += 1;
+            }
+        }
+        t
+    }
+
+    /// Counts one more attempt, on model number `model`, which may cost
+    /// `worst` micro-dollars; returns its number (from 1).
+    fn bump(&self, model: usize, worst: u64) -> u32 {
+        let mut list = self.0.list.lock();
+        list.push(Attempt {
+            model,
+            cost: worst,
+            unsent: false,
+        });
         self.0.started.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// What attempt `number` cost once its failure says so.
-    fn settle(&self, number: u32, cost: u64) {
+    /// What attempt `number` cost once its failure says so; `unsent`
+    /// when it never left.
+    fn settle(&self, number: u32, cost: u64, unsent: bool) {
         let index = (number as usize).saturating_sub(1);
-        if let Some(c) = self.0.costs.lock().get_mut(index) {
-            *c = cost;
+        if let Some(a) = self.0.list.lock().get_mut(index) {
+            a.cost = cost;
+            a.unsent = unsent;
         }
     }
 
@@ -117,13 +167,31 @@ impl GatewayRequest {
     }
 
     /// What a failed attempt cost, if its failure tells: nothing for a 429
-    /// (no provider bills a refusal, SPEC BUD-5), its reported usage
-    /// priced when known (else its worst case stays, Q-5).
+    /// (no provider bills a refusal, SPEC BUD-5) or a request that never
+    /// left (its connection refused, Q-9), its reported usage priced when
+    /// known (else its worst case stays, Q-5).
     fn failed_cost(&self, e: &ProviderError) -> Option<u64> {
-        if e.kind == ErrorKind::RateLimited {
+        if e.kind == ErrorKind::RateLimited || e.unsent {
             return Some(0);
         }
         self.price.and_then(|p| e.usage.priced(&p).cost())
+    }
+
+    /// Counts the next attempt, once its tenant's leases cover it (SPEC
+    /// BUD-2): its number, or the error that keeps it from being sent (a
+    /// budget cannot take what it may cost beside the attempts before it).
+    fn start(&self) -> Result<u32, ProviderError> {
+        let worst = self.worst_cost();
+        if let Some(tenant) = &self.tenant
+            && !tenant.cover(&self.started, self.model, worst)
+        {
+            return Err(ProviderError::new(
+                ErrorKind::Client,
+                "the tenant's budget cannot take another attempt",
+            )
+            .never_sent());
+        }
+        Ok(self.started.bump(self.model, worst))
     }
 }
 
@@ -178,7 +246,7 @@ impl GatewayProvider {
         if let Err(e) = result
             && let Some(cost) = request.failed_cost(e)
         {
-            started.settle(number, cost);
+            started.settle(number, cost, e.unsent);
         }
         self.metrics.attempt(limited);
     }
@@ -195,10 +263,11 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
-        let number = request.started.bump(request.worst_cost());
-        let (span, headers) = self.traced(request, number, &attempt);
+        let number = request.start();
         let started = request.started.clone();
         async move {
+            let number = number?;
+            let (span, headers) = self.traced(request, number, &attempt);
             let result = self
                 .http
                 .call_with(&request.upstream, &headers, attempt)
@@ -218,10 +287,11 @@ impl Provider for GatewayProvider {
         request: &GatewayRequest,
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
-        let number = request.started.bump(request.worst_cost());
-        let (span, headers) = self.traced(request, number, &attempt);
+        let number = request.start();
         let started = request.started.clone();
         async move {
+            let number = number?;
+            let (span, headers) = self.traced(request, number, &attempt);
             let result = self
                 .http
                 .stream_with(&request.upstream, &headers, attempt)

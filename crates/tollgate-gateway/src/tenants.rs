@@ -20,8 +20,12 @@ use tollgate::{
     ReservePrice, ScopeId, TokenEstimate,
 };
 
+use parking_lot::Mutex;
+use tollgate::Usage;
+
 use crate::auth::{ANONYMOUS_TENANT, TenantId};
 use crate::config::{GatewayConfig, TENANT_PREFIX};
+use crate::provider::Started;
 
 /// One tenant's admission (SPEC POOL-1, GW-12).
 #[derive(Debug)]
@@ -88,38 +92,320 @@ impl Served {
     }
 }
 
-/// The leases of one call on its tenant's side: the tenant's own, then the
-/// per-model one if the model has its own limits. Held until the call is
-/// terminal; dropping them releases the tenant's permit.
+/// The leases of one call on its tenant's side, shared by the call's
+/// attempts (SPEC BUD-2): the tenant's own, covering every attempt, then
+/// one per model of the call that has its own limits (GW-12), covering
+/// the attempts on that model, each with the top-ups its retries took.
+/// Held until the call is terminal; settling them (or handing them to a
+/// stream) drops them, which releases the tenant's permit.
+///
+/// An attempt after the first is sent only once every lease covering it
+/// holds what the earlier attempts it covers may have cost (their
+/// reported cost, else their worst case; nothing for a 429 or a request
+/// never sent) plus the attempt's own worst case ([`cover`]): a budget
+/// then cannot be spent past by retries, reroutes or fallbacks (BUD-2).
+///
+/// Settlement charges each lease what the attempts it covers cost: the
+/// top-ups first, each up to what it took, then the call's own lease the
+/// rest, so that every reservation settles to exactly what was billed.
+///
+/// [`cover`]: TenantLeases::cover
+#[derive(Debug, Clone)]
+pub struct TenantLeases(Arc<Mutex<Accounts>>);
+
 #[derive(Debug)]
-pub struct TenantLeases(pub Vec<Lease>);
+struct Accounts {
+    list: Vec<Account>,
+    /// Whether the call is priced (its tenant reserved its cost).
+    priced: bool,
+    /// The refusal of a top-up that kept an attempt from being sent, and
+    /// the scope that refused it.
+    refused: Option<(tollgate::AdmissionError, ScopeId)>,
+}
+
+/// One scope's reservations of a call.
+#[derive(Debug)]
+struct Account {
+    /// The attempts it pays for: every one (`None`, the tenant's own
+    /// scope) or those on model number `i` of the call's chain.
+    covers: Option<usize>,
+    /// The call's admission on the scope, until settled or handed to a
+    /// stream.
+    main: Option<Lease>,
+    /// What retries added (SPEC BUD-2), in order.
+    top_ups: Vec<Lease>,
+}
+
+/// A lease's reserved cost, in micro-dollars.
+fn reserved(lease: &Lease) -> u64 {
+    lease.reservation().demand.cost
+}
+
+/// Settles `lease` with `used`: what it is charged when priced (its cost,
+/// or its reservation when the cost is unknown).
+fn settle_one(lease: &mut Lease, used: Usage) -> Option<u64> {
+    let priced = reserved(lease) > 0 || used.cost().is_some();
+    match lease.reconcile(used) {
+        Ok(s) if priced => Some(s.cost.charged()),
+        _ => None,
+    }
+}
+
+impl Account {
+    fn covers(&self, model: usize) -> bool {
+        self.covers.is_none_or(|m| m == model)
+    }
+
+    /// Settles the top-ups with `paid` micro-dollars, each up to what it
+    /// took (the rest given back), and drops them. Returns what they were
+    /// charged and what is left of `paid`.
+    fn settle_top_ups(&mut self, paid: u64) -> (u64, u64) {
+        let mut left = paid;
+        for mut t in self.top_ups.drain(..) {
+            let share = left.min(reserved(&t));
+            left -= share;
+            let _ = t.reconcile(Usage::known(0).with_cost(Some(share)));
+        }
+        (paid - left, left)
+    }
+
+    /// Settles an account whose attempts are over and none answered:
+    /// nothing sent on it gives everything back (SPEC Q-9); otherwise the
+    /// tokens stay counted (unknown usage) and, when `priced`, it costs
+    /// what its attempts may have cost (Q-5, BUD-5).
+    fn settle_failed(&mut self, started: &Started, priced: bool) -> Option<u64> {
+        let tally = started.tally(self.covers);
+        if tally.sent == 0 {
+            let (top, _) = self.settle_top_ups(0);
+            let main = self
+                .main
+                .take()
+                .and_then(|mut l| settle_one(&mut l, Usage::known(0).with_cost(Some(0))));
+            return main.map(|m| m + top);
+        }
+        if !priced {
+            let _ = self.settle_top_ups(0);
+            return self
+                .main
+                .take()
+                .and_then(|mut l| settle_one(&mut l, Usage::UNKNOWN));
+        }
+        let (top, left) = self.settle_top_ups(tally.billed);
+        let main = self
+            .main
+            .take()
+            .and_then(|mut l| settle_one(&mut l, Usage::UNKNOWN.with_cost(Some(left))));
+        Some(main.unwrap_or(left).saturating_add(top))
+    }
+}
 
 impl TenantLeases {
+    /// The leases of a call admitted with its tenant's `own` lease and,
+    /// when its first model has its own limits, `model`'s; `priced` when
+    /// the tenant reserved the call's cost.
+    pub fn new(own: Lease, model: Option<Lease>, priced: bool) -> Self {
+        let mut list = vec![Account {
+            covers: None,
+            main: Some(own),
+            top_ups: Vec::new(),
+        }];
+        list.extend(model.map(|m| Account {
+            covers: Some(0),
+            main: Some(m),
+            top_ups: Vec::new(),
+        }));
+        TenantLeases(Arc::new(Mutex::new(Accounts {
+            list,
+            priced,
+            refused: None,
+        })))
+    }
+
+    /// Adds the lease of the tenant's limits on model number `model` of the
+    /// call's chain (a fallback, SPEC GW-10, GW-12): it covers the
+    /// attempts on that model.
+    pub fn add_model(&self, model: usize, lease: Lease) {
+        self.0.lock().list.push(Account {
+            covers: Some(model),
+            main: Some(lease),
+            top_ups: Vec::new(),
+        });
+    }
+
+    /// Whether the tenant holds limits of model number `model` already.
+    pub fn has_model(&self, model: usize) -> bool {
+        self.0.lock().list.iter().any(|a| a.covers == Some(model))
+    }
+
     /// How long the tenant's admission waited (quota and permit).
     pub fn wait(&self) -> std::time::Duration {
-        self.0.iter().map(|l| l.admission().total_wait()).sum()
+        self.0
+            .lock()
+            .list
+            .iter()
+            .filter_map(|a| a.main.as_ref())
+            .map(|l| l.admission().total_wait())
+            .sum()
     }
 
-    /// The worst-case cost reserved for the call, in micro-dollars (zero
-    /// when it is not priced).
+    /// The worst-case cost reserved for the call at its admission, in
+    /// micro-dollars (zero when it is not priced).
     pub fn reserved_cost(&self) -> u64 {
-        self.0.first().map_or(0, |l| l.reservation().demand.cost)
+        self.0
+            .lock()
+            .list
+            .first()
+            .and_then(|a| a.main.as_ref())
+            .map_or(0, reserved)
     }
 
-    /// Settles every lease with `used` (SPEC Q-5, BUD-2) and returns what
-    /// the call is charged: its cost (the priced usage, or the reserved
-    /// worst case when unknown), `None` when the call is not priced.
-    pub fn settle(&mut self, used: tollgate::Usage) -> Option<u64> {
-        let mut charged = None;
-        for lease in &mut self.0 {
-            let priced = lease.reservation().demand.cost > 0 || used.cost().is_some();
-            if let Ok(s) = lease.reconcile(used)
-                && priced
-            {
-                charged.get_or_insert(s.cost.charged());
+    /// Makes sure every lease covering the next attempt, on model number
+    /// `model` of the chain at a worst case of `worst` micro-dollars,
+    /// holds what the earlier attempts it covers may have cost plus
+    /// `worst`, topping it up where it does not (SPEC BUD-2). Tried once,
+    /// never waited for: `false` when a budget cannot take the top-up now
+    /// (the attempt must not be sent; [`refused`](Self::refused) says
+    /// which budget). Top-ups taken before a refusal stay, to be settled
+    /// with the call.
+    pub fn cover(&self, started: &Started, model: usize, worst: u64) -> bool {
+        let mut accounts = self.0.lock();
+        if !accounts.priced {
+            return true;
+        }
+        let mut refusal = None;
+        for a in accounts.list.iter_mut().filter(|a| a.covers(model)) {
+            let Some(main) = &a.main else {
+                continue;
+            };
+            let need = started.tally(a.covers).billed.saturating_add(worst);
+            let held = a
+                .top_ups
+                .iter()
+                .map(reserved)
+                .fold(reserved(main), u64::saturating_add);
+            if need <= held {
+                continue;
+            }
+            match main.top_up(need - held) {
+                Ok(t) => a.top_ups.push(t),
+                Err(e) => {
+                    refusal = Some((e, main.scope()));
+                    break;
+                }
             }
         }
-        charged
+        match refusal {
+            None => true,
+            Some(r) => {
+                accounts.refused = Some(r);
+                false
+            }
+        }
+    }
+
+    /// The refusal that kept an attempt from being sent, if one did, and
+    /// the scope whose budget refused it.
+    pub fn refused(&self) -> Option<(tollgate::AdmissionError, ScopeId)> {
+        self.0.lock().refused.clone()
+    }
+
+    /// Settles the leases of a one-shot call answered on model number
+    /// `model` with `used` (priced at the deployment that answered), after
+    /// the attempts `started` counts (SPEC Q-5, BUD-2, BUD-5): each lease
+    /// covering the answer is charged it and what the attempts it covers
+    /// before it may have cost; every other is settled as failed. Drops
+    /// them (the tenant's permit goes back) and returns what the call
+    /// cost the tenant (`None`: not priced).
+    pub fn settle_answer(&self, started: &Started, model: usize, used: Usage) -> Option<u64> {
+        let mut accounts = self.0.lock();
+        let priced = accounts.priced;
+        let mut own = None;
+        for mut a in accounts.list.drain(..) {
+            let charged = if a.covers(model) {
+                let before = if priced {
+                    started.tally(a.covers).before_last
+                } else {
+                    0
+                };
+                let (top, left) = a.settle_top_ups(before);
+                a.main.take().and_then(|mut l| {
+                    let used = if left == 0 {
+                        used
+                    } else {
+                        let answer = used.cost().unwrap_or_else(|| reserved(&l));
+                        used.with_cost(Some(answer.saturating_add(left)))
+                    };
+                    settle_one(&mut l, used).map(|c| c.saturating_add(top))
+                })
+            } else {
+                a.settle_failed(started, priced)
+            };
+            if a.covers.is_none() {
+                own = charged;
+            }
+        }
+        own
+    }
+
+    /// Settles the leases of a call whose attempts are over without an
+    /// answer (or whose client went away, the attempt in flight at its
+    /// worst case): a lease none of whose attempts was sent is given back
+    /// in full, tokens and money (SPEC, BUD-4); otherwise its
+    /// tokens stay counted and it is charged what its attempts may have
+    /// cost (BUD-2, BUD-5). The request units stay spent. Drops
+    /// them (the tenant's permit goes back) and returns what the call
+    /// cost the tenant (`None`: not priced). Leases already settled or
+    /// handed to a stream are not touched.
+    pub fn settle_failed(&self, started: &Started) -> Option<u64> {
+        let mut accounts = self.0.lock();
+        let priced = accounts.priced;
+        let mut own = None;
+        for mut a in accounts.list.drain(..) {
+            let charged = a.settle_failed(started, priced);
+            if a.covers.is_none() {
+                own = charged;
+            }
+        }
+        own
+    }
+
+    /// Hands the leases covering a stream on model number `model` to it
+    /// (SPEC POOL-1, GW-17: the tenant's permit lives and ends with the
+    /// stream), to be charged its cost plus what the attempts they cover
+    /// before it may have cost, beyond what their top-ups are charged at
+    /// once (BUD-2, BUD-5); every other lease is settled as failed now.
+    /// Returns what the attempts before the stream cost the tenant.
+    pub fn hand_to_stream<P>(
+        &self,
+        started: &Started,
+        model: usize,
+        stream: &mut tollgate::lifecycle::CallStream<P>,
+    ) -> u64
+    where
+        P: tollgate::lifecycle::Provider,
+    {
+        let mut accounts = self.0.lock();
+        let priced = accounts.priced;
+        let mut own = 0;
+        for mut a in accounts.list.drain(..) {
+            if !a.covers(model) {
+                let _ = a.settle_failed(started, priced);
+                continue;
+            }
+            let before = if priced {
+                started.tally(a.covers).before_last
+            } else {
+                0
+            };
+            if a.covers.is_none() {
+                own = before;
+            }
+            let (_, left) = a.settle_top_ups(before);
+            if let Some(main) = a.main.take() {
+                stream.hold_charging(main, left);
+            }
+        }
+        own
     }
 }
 
@@ -180,9 +466,35 @@ impl TenantSlot {
             .acquire(&own, deadline)
             .await
             .map_err(|e| (e, self.scope))?;
-        let mut leases = vec![own];
-        leases.extend(first.and_then(|mut f| f.0.take()));
-        Ok(TenantLeases(leases))
+        let model = first.and_then(|mut f| f.0.take());
+        Ok(TenantLeases::new(own, model, price.is_some()))
+    }
+
+    /// Admits the call on the tenant's limits of `model`, a fallback of
+    /// the model it was admitted for (SPEC GW-10, GW-12), if the tenant has
+    /// some: the lease covers the attempts on that model. `None` when it
+    /// has none. A refusal names the scope that refused it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future returns whatever was admitted.
+    pub async fn admit_model(
+        &self,
+        model: &str,
+        estimate: TokenEstimate,
+        price: Option<ReservePrice>,
+        deadline: Deadline,
+    ) -> Result<Option<Lease>, (tollgate::AdmissionError, ScopeId)> {
+        let Some(scope) = self.model_scope(model) else {
+            return Ok(None);
+        };
+        let mut call = Call::new(scope).with_estimate(estimate);
+        call.price = price;
+        self.controller
+            .acquire(&call, deadline)
+            .await
+            .map(Some)
+            .map_err(|e| (e, scope))
     }
 
     /// How a budget of `scope` is named to the tenant: `tenant <name>` or

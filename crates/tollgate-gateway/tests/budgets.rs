@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::upstream::{End, Reply, Scripted, chunk};
 use common::*;
 use serde_json::{Value, json};
 use tollgate::quota::Dimension;
@@ -1029,5 +1030,284 @@ fn a_spent_calendar_budget_says_when_it_resets() {
             return;
         }
         panic!("the budget was never spent");
+    });
+}
+
+/// A stream's last chunk: no choices, the usage of the scripted answers
+/// (5 input and 1 output token).
+fn usage_chunk() -> String {
+    json!({
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "scripted",
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+    })
+    .to_string()
+}
+
+/// A 500 without usage: the attempt may have been billed its worst case.
+fn server_error() -> Reply {
+    Reply::Status {
+        status: 500,
+        headers: Vec::new(),
+        body: r#"{"error":{"message":"upstream failed"}}"#.to_owned(),
+    }
+}
+
+/// What `one` upstream answers a call that got that far, in the call's
+/// shape: a one-shot completion, or a stream with its usage.
+fn answer(stream: bool) -> Reply {
+    if stream {
+        Reply::Stream {
+            events: vec![chunk("hi"), usage_chunk()],
+            end: End::Done,
+        }
+    } else {
+        Reply::ok()
+    }
+}
+
+/// Model `chat` (o1's prices) on the scripted upstream at `base`, three
+/// attempts with short delays, tenants `a` and `b` with `a_limits` and
+/// `b_limits`.
+fn scripted_budget_config(base: &str, a_limits: &str, b_limits: &str) -> String {
+    format!(
+        r#"
+[retry]
+max_attempts = 3
+base_delay = "10ms"
+factor = 1.0
+max_delay = "10ms"
+jitter = 0.0
+
+[providers.up]
+base_url = "{base}"
+
+[models.chat]
+provider = "up"
+upstream_model = "o1"
+
+{}
+"#,
+        tenants(a_limits, b_limits)
+    )
+}
+
+/// Micro-dollars charged to tenant `name` so far (the access log's count).
+fn charged_to(gw: &Gateway, name: &str) -> u64 {
+    gw.app
+        .spend
+        .totals()
+        .iter()
+        .filter(|(t, _, _)| &**t == name)
+        .map(|(_, _, t)| t.micros)
+        .sum()
+}
+
+// proves: BUD-2, BUD-4 (a retry is sent only once the tenant holds what the
+// attempts before it may have cost plus its own worst case: two attempts
+// billed at their worst case (about $0.06 each) fill a $0.15 budget, so
+// the third is not sent and the call ends with the tenant's
+// budget_exceeded; the tenant is charged exactly the two attempts, its
+// window keeps nothing more. Another tenant's call whose retries fit its
+// budget is served, its top-ups settled with the stream or the answer to
+// exactly what was charged). Found in review: the tenant reserved one
+// attempt's worst case per call, so the retries billed past the budget.
+#[test]
+fn a_retry_the_budget_cannot_cover_is_not_sent() {
+    for stream in [false, true] {
+        runtime().block_on(async {
+            let up = Scripted::start(vec![server_error(), server_error(), answer(stream)]).await;
+            let gw = Gateway::start(&scripted_budget_config(
+                &up.base_url,
+                "limits = [{ usd = \"0.15\", per = \"1d\" }]",
+                "",
+            ))
+            .await;
+            let r = post_chat(&client(), &gw, Some(KEY_A), &body(1000, stream)).await;
+            let (status, _, err) = error_of(r).await;
+            assert_eq!(
+                (status, code(&err)),
+                (429, "budget_exceeded"),
+                "stream {stream}: {err}"
+            );
+            assert!(
+                err["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("tenant a")),
+                "{err}"
+            );
+            assert_eq!(
+                up.attempts(),
+                2,
+                "stream {stream}: the third attempt was sent"
+            );
+            gw.wait_idle().await;
+            let charged = charged_to(&gw, "a");
+            assert!(
+                charged > 2 * 60_000 && charged <= 150_000,
+                "stream {stream}: charged {charged} µ$ for two attempts at their worst case"
+            );
+            assert_eq!(
+                tenant_budget(&gw, "tenant:a").available,
+                150_000 - i64::try_from(charged).unwrap_or(i64::MAX),
+                "stream {stream}: the window does not hold what was charged"
+            );
+        });
+        // Retries the budget covers: served, and every top-up settled.
+        runtime().block_on(async {
+            let up = Scripted::start(vec![server_error(), server_error(), answer(stream)]).await;
+            let gw = Gateway::start(&scripted_budget_config(
+                &up.base_url,
+                "",
+                "limits = [{ usd = \"0.50\", per = \"1d\" }]",
+            ))
+            .await;
+            let r = post_chat(&client(), &gw, Some(KEY_B), &body(1000, stream)).await;
+            assert_eq!(r.status(), 200, "stream {stream}");
+            let _ = r.bytes().await;
+            assert_eq!(up.attempts(), 3);
+            gw.wait_idle().await;
+            let charged = charged_to(&gw, "b");
+            assert!(
+                charged > 2 * 60_000 && charged < 3 * 60_000,
+                "stream {stream}: charged {charged} µ$: two attempts at their worst case \
+                 and the answer's usage"
+            );
+            assert_eq!(
+                tenant_budget(&gw, "tenant:b").available,
+                500_000 - i64::try_from(charged).unwrap_or(i64::MAX),
+                "stream {stream}: the reservations did not settle to what was charged"
+            );
+        });
+    }
+}
+
+// proves: BUD-2, GW-10, GW-12 (a tenant's per-model budget applies to the
+// fallback model too: a fallback whose per-model budget cannot take the
+// call's worst case on it is not tried, and the call ends with that
+// budget's budget_exceeded; a fallback whose budget can is charged what
+// its attempts cost there). Found in review: the tenant was admitted with
+// the first model's limits only, so a fallback's budget was never
+// checked or charged.
+#[test]
+fn a_fallback_respects_its_per_model_budget() {
+    runtime().block_on(async {
+        let up = Scripted::start(vec![Reply::ok()]).await;
+        let toml = format!(
+            r#"
+[retry]
+max_attempts = 2
+base_delay = "10ms"
+max_delay = "20ms"
+
+[providers.dead]
+base_url = "http://127.0.0.1:9/v1"
+connect_timeout = "200ms"
+
+[providers.up]
+base_url = "{}"
+
+[models.chat]
+provider = "dead"
+upstream_model = "o1"
+fallbacks = ["big"]
+
+[models.big]
+provider = "up"
+upstream_model = "o1"
+
+{}
+"#,
+            up.base_url,
+            tenants(
+                "[tenants.a.per_model.big]\nlimits = [{ usd = \"0.01\", per = \"1d\" }]",
+                "[tenants.b.per_model.big]\nlimits = [{ usd = \"1\", per = \"1d\" }]",
+            )
+        );
+        let gw = Gateway::start(&toml).await;
+        let mut body = body(1000, false);
+        let r = post_chat(&client(), &gw, Some(KEY_A), &body).await;
+        let (status, _, err) = error_of(r).await;
+        assert_eq!((status, code(&err)), (429, "budget_exceeded"), "{err}");
+        assert!(
+            err["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("tenant a on model big")),
+            "{err}"
+        );
+        assert_eq!(up.attempts(), 0, "the fallback past its budget was tried");
+        body["max_tokens"] = json!(10);
+        let r = post_chat(&client(), &gw, Some(KEY_B), &body).await;
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await;
+        gw.wait_idle().await;
+        let charged = charged_to(&gw, "b");
+        assert!(charged > 0, "the answer was charged");
+        let on_big = gw
+            .tenant_scope("tenant:b/big")
+            .limits
+            .iter()
+            .find(|l| l.dimension == Dimension::Cost)
+            .copied()
+            .expect("a cost limit");
+        assert_eq!(
+            on_big.available,
+            1_000_000 - i64::try_from(charged).unwrap_or(i64::MAX),
+            "the fallback's per-model budget was not charged its answer"
+        );
+    });
+}
+
+// proves: BUD-5, Q-9, Q-16 (an attempt whose connection was refused never
+// left: it costs the tenant nothing and the account's window keeps
+// nothing of it, however often it is retried). Found in review: each
+// refused connection was charged its estimate, so a dead upstream retried
+// three times charged the tenant three worst cases.
+#[test]
+fn a_refused_connection_costs_nothing() {
+    runtime().block_on(async {
+        let toml = format!(
+            r#"
+[retry]
+max_attempts = 3
+base_delay = "10ms"
+max_delay = "20ms"
+
+[scopes.acct]
+limits = [{{ usd = "1", per = "1d" }}, {{ tokens = 100000, per = "1m" }}]
+
+[providers.dead]
+base_url = "http://127.0.0.1:9/v1"
+connect_timeout = "200ms"
+
+[models.chat]
+provider = "dead"
+upstream_model = "o1"
+scope = "acct"
+
+{}
+"#,
+            tenants("limits = [{ usd = \"1\", per = \"1d\" }]", "")
+        );
+        let gw = Gateway::start(&toml).await;
+        let r = post_chat(&client(), &gw, Some(KEY_A), &body(1000, false)).await;
+        let status = r.status().as_u16();
+        let _ = r.bytes().await;
+        assert!(status >= 500, "{status}");
+        gw.wait_idle().await;
+        assert_eq!(charged_to(&gw, "a"), 0, "refused connections were charged");
+        assert_eq!(tenant_budget(&gw, "tenant:a").available, 1_000_000);
+        let acct = gw.upstream_scope("acct");
+        for l in &acct.limits {
+            assert_eq!(
+                l.available,
+                i64::try_from(l.limit).unwrap_or(i64::MAX),
+                "the account's {} window kept a request never sent",
+                l.dimension
+            );
+        }
     });
 }

@@ -10,11 +10,10 @@ use http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, GiveUp};
-use tollgate::{Deadline, Flow, Priority, ReservePrice, TokenEstimate, Usage};
+use tollgate::{Deadline, Flow, Priority, ReservePrice, TokenEstimate};
 
 use crate::config::ApiRoute;
 use crate::error::{ApiError, Dialect};
-use crate::provider::Started;
 use crate::spend;
 use crate::state::{AppState, Model};
 use crate::tenants::TenantLeases;
@@ -226,6 +225,43 @@ pub async fn admit_tenant(
         })
 }
 
+/// Admits the call on `tenant`'s limits of `model`, a fallback of the
+/// model it was admitted for, if it has some (SPEC GW-10, GW-12): `None`
+/// when it has none; a refusal names its scope.
+pub async fn admit_model(
+    app: &AppState,
+    tenant: usize,
+    model: &str,
+    estimate: TokenEstimate,
+    price: Option<ReservePrice>,
+    deadline: Deadline,
+) -> Result<Option<tollgate::Lease>, (tollgate::AdmissionError, tollgate::ScopeId)> {
+    let Some(slot) = app.tenant_slots.get(tenant) else {
+        return Ok(None);
+    };
+    slot.admit_model(model, estimate, price, deadline).await
+}
+
+/// The answer to a call of `tenant` that `scope`, one of its scopes,
+/// refused with `e` after its admission (a fallback's per-model limits, a
+/// budget that cannot take a retry): a budget names itself (SPEC BUD-4).
+pub fn tenant_refusal(
+    app: &AppState,
+    tenant: usize,
+    e: &tollgate::AdmissionError,
+    scope: tollgate::ScopeId,
+    now: Instant,
+) -> ApiError {
+    let err = match app.tenant_slots.get(tenant) {
+        Some(slot) if spend::is_budget(e) => {
+            spend::budget_exceeded(e, &slot.controller, scope, &slot.budget_name(scope), now)
+        }
+        _ => ApiError::from_admission(e, now),
+    };
+    app.metrics.rejected(err.reason());
+    err
+}
+
 /// The models to try, the requested one first, then its fallbacks that
 /// serve `route` and `tenant` may call (once each, in order; SPEC GW-10,
 /// GW-12, WIRE-4).
@@ -258,30 +294,4 @@ pub fn falls_back(e: &CallError) -> bool {
         }
         _ => false,
     }
-}
-
-/// Settles the tenant's lease of a call that failed: when no attempt
-/// reached an upstream no tokens were used and nothing was billed, so the
-/// tenant's token and money reservations are refunded in full (known zero
-/// usage at a known zero cost, SPEC, BUD-4); otherwise what
-/// the upstream used is unknown and the token estimate stays charged,
-/// and the call (when `priced`) costs the sum over its attempts of what
-/// each may have been billed: its reported usage where known, its worst
-/// case where not, nothing for a 429 (no provider bills a refusal, SPEC
-/// BUD-2, BUD-5). The request unit stays spent (SPEC Q-9). The lease is
-/// then dropped, which releases the tenant permit. Returns what the call
-/// is charged in micro-dollars (`None`: not priced).
-pub fn settle_failed(tenant: &mut TenantLeases, started: &Started, priced: bool) -> Option<u64> {
-    let used = if started.count() == 0 {
-        Usage::known(0).with_cost(Some(0))
-    } else if started.refused() == started.count() {
-        Usage::UNKNOWN.with_cost(Some(0))
-    } else if priced {
-        Usage::UNKNOWN.with_cost(Some(started.billed()))
-    } else {
-        Usage::UNKNOWN
-    };
-    let cost = tenant.settle(used);
-    drop(std::mem::take(&mut tenant.0));
-    cost
 }

@@ -291,12 +291,11 @@ async fn serve<R: Route>(
     let price = crate::state::reserve_price(&chain);
     x.price = price;
     let reached = x.reached.clone();
-    let mut tenant_lease = Unsettled {
+    let unsettled = Unsettled {
         leases: common::admit_tenant(app, tenant, &first.name, estimate, price, deadline).await?,
         reached: reached.clone(),
-        priced: price.is_some(),
     };
-    let tenant_lease = &mut tenant_lease.leases;
+    let tenant_lease = &unsettled.leases;
     x.record.queue = tenant_lease.wait();
     if price.is_some() {
         x.record.cost_reserved = Some(tenant_lease.reserved_cost());
@@ -304,9 +303,39 @@ async fn serve<R: Route>(
     let options = CallOptions::deadline(deadline);
     let trace = x.record.trace.clone();
     let mut last = None;
+    // A budget of the tenant that kept the call from going on: a
+    // fallback's per-model budget, or a budget that could not take a
+    // retry (SPEC BUD-2, BUD-4).
+    let mut refusal = None;
     for (i, model) in chain.iter().enumerate() {
         if i > 0 {
             app.metrics.fallback(&chain[i - 1].name, &model.name);
+            // The tenant's limits on the fallback model, if it has some,
+            // take the call before any attempt on it (SPEC GW-10, GW-12):
+            // its worst case on that model. A budget that cannot take it
+            // skips the model, as an open circuit does.
+            if !tenant_lease.has_model(i) {
+                let on = std::slice::from_ref(model);
+                let worst = estimates.worst_of(model);
+                let admitted = common::admit_model(
+                    app,
+                    tenant,
+                    &model.name,
+                    worst,
+                    crate::state::reserve_price(on).or(price),
+                    deadline,
+                )
+                .await;
+                match admitted {
+                    Ok(Some(lease)) => tenant_lease.add_model(i, lease),
+                    Ok(None) => {}
+                    Err(e) => {
+                        refusal = Some(e);
+                        continue;
+                    }
+                }
+            }
+            refusal = None;
         }
         let estimate = |d: &Deployment| estimates.get(d);
         // A body that cannot be rewritten for a deployment fails the call
@@ -328,6 +357,8 @@ async fn serve<R: Route>(
                 price: d.price,
                 started: reached.clone(),
                 trace: trace.clone(),
+                model: i,
+                tenant: Some(tenant_lease.clone()),
             })
         };
         let started = Instant::now();
@@ -357,14 +388,7 @@ async fn serve<R: Route>(
                     // even one nobody polls (SPEC POOL-1, GW-17); it is
                     // charged the stream's cost and what the attempts
                     // before it may have cost (BUD-2, BUD-5).
-                    let before = if price.is_some() {
-                        reached.billed_before_last()
-                    } else {
-                        0
-                    };
-                    for lease in std::mem::take(&mut tenant_lease.0) {
-                        stream.hold_charging(lease, before);
-                    }
+                    let before = tenant_lease.hand_to_stream(&reached, i, &mut stream);
                     // A client that stops reading cannot keep its
                     // connection past the deadline either.
                     let close = arrival
@@ -433,18 +457,13 @@ async fn serve<R: Route>(
                     x.record.tokens_reported = usage.total();
                     x.record.usage = Some(usage);
                     // The tenant pays the answer and every attempt before
-                    // it the provider may have billed (SPEC BUD-2, BUD-5).
-                    let charged = match reached.billed_before_last() {
-                        before if before > 0 && price.is_some() => {
-                            let answer =
-                                usage.cost().unwrap_or_else(|| tenant_lease.reserved_cost());
-                            usage.with_cost(Some(answer.saturating_add(before)))
-                        }
-                        _ => usage,
-                    };
-                    let (response, cost) = one_shot(done.response, charged, tenant_lease);
+                    // it the provider may have billed (SPEC BUD-2, BUD-5),
+                    // settled before the rate-limit headers are read, so
+                    // they show the settled amounts; its permit goes back
+                    // at once (POOL-1).
+                    let cost = tenant_lease.settle_answer(&reached, i, usage);
                     x.charge(cost);
-                    return Ok(response);
+                    return Ok(one_shot(done.response));
                 }
                 Err(e) => e,
             }
@@ -462,9 +481,14 @@ async fn serve<R: Route>(
             break;
         }
     }
-    let cost = common::settle_failed(tenant_lease, &reached, price.is_some());
+    let cost = tenant_lease.settle_failed(&reached);
     x.charge(cost);
     let now = Instant::now();
+    // A budget of the tenant that kept an attempt from being sent, or the
+    // call from its fallback, names itself (SPEC BUD-4).
+    if let Some((e, scope)) = tenant_lease.refused().or(refusal) {
+        return Err(common::tenant_refusal(app, tenant, &e, scope, now));
+    }
     let err = match (&last, &x.served) {
         // A budget of the account (the deployment's scope) names itself
         // (SPEC BUD-4).
@@ -523,21 +547,14 @@ fn served(
     record.upstream = elapsed.saturating_sub(wait);
 }
 
-/// The response of a completed one-shot call and what it cost; the
-/// tenant's tokens and money are settled with what the upstream reported
-/// (priced at the model that answered), input and output included for
-/// the tenant's `itpm`/`otpm` limits (SPEC Q-12, BUD-2), before the
-/// rate-limit headers are read, so they show the settled amounts.
-fn one_shot(body: Bytes, used: Usage, tenant: &mut TenantLeases) -> (Response, Option<u64>) {
-    let cost = tenant.settle(used);
-    // The tenant's permit goes back at once (SPEC POOL-1).
-    drop(std::mem::take(&mut tenant.0));
+/// The response of a completed one-shot call.
+fn one_shot(body: Bytes) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    (response, cost)
+    response
 }
 
 /// The tenant's leases of a call until the call is over. Dropped unsettled
@@ -550,21 +567,12 @@ fn one_shot(body: Bytes, used: Usage, tenant: &mut TenantLeases) -> (Response, O
 struct Unsettled {
     leases: TenantLeases,
     reached: Started,
-    /// Whether the tenant reserved the call's cost.
-    priced: bool,
 }
 
 impl Drop for Unsettled {
     fn drop(&mut self) {
         // Leases already settled (or handed to a stream) stay as they were.
-        if self.reached.count() == 0 {
-            let _ = self.leases.settle(Usage::known(0).with_cost(Some(0)));
-        } else if self.priced {
-            // What the attempts may have cost: the one in flight its worst
-            // case (SPEC Q-5, BUD-5).
-            let billed = self.reached.billed();
-            let _ = self.leases.settle(Usage::UNKNOWN.with_cost(Some(billed)));
-        }
+        let _ = self.leases.settle_failed(&self.reached);
     }
 }
 
@@ -597,6 +605,17 @@ impl<R: Route> Estimates<R> {
         self.computed
             .iter()
             .fold(TokenEstimate::new(0, 0), |w, (_, t)| {
+                TokenEstimate::new(w.input.max(t.input), w.output.max(t.output))
+            })
+    }
+
+    /// [`worst`](Self::worst) over the deployments of `model` only.
+    fn worst_of(&self, model: &Model) -> TokenEstimate {
+        model
+            .deployments
+            .iter()
+            .map(|d| self.get(d))
+            .fold(TokenEstimate::new(0, 0), |w, t| {
                 TokenEstimate::new(w.input.max(t.input), w.output.max(t.output))
             })
     }
