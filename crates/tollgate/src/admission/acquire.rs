@@ -94,8 +94,9 @@ impl Future for Acquire<'_> {
         let this = self.get_mut();
         if let State::Start { call, deadline } = this.state {
             this.state = State::Done;
-            if let Some(done) = this.controller.start(&call, deadline, &mut this.state) {
-                return Poll::Ready(done);
+            let done = this.controller.start(&call, deadline, &mut this.state);
+            if done.is_ready() {
+                return done;
             }
         }
         match &mut this.state {

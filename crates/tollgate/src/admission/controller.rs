@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +15,7 @@ use super::lease::{Admission, Lease};
 use super::pool_set::PoolSet;
 use super::scope::{Grant, Needs, PermitSlot, Scope, ScopeState, Waiter};
 use super::settings::Settings;
-use super::shared::SharedAcquire;
+use super::shared::{SharedAcquire, SharedScope};
 use crate::call::{Call, CallId, PoolId, ScopeId};
 use crate::clock::{Instant, SharedClock, WallClock};
 use crate::config::{ConfigError, ControllerConfig, Overflow};
@@ -155,27 +156,89 @@ impl AdmissionController {
 
     /// The first step of an admission: validation and the fast path. When
     /// the call must wait, its waiting state is written to `state` (in
-    /// place: the fast path moves nothing large) and `None` is returned.
+    /// place: the fast path moves nothing large) and `Pending` is
+    /// returned. The lease is built in the returned value itself (no
+    /// `Result<Option<_>>` to convert: that moved the whole lease once
+    /// more per admission).
     #[inline]
     pub(crate) fn start<'a>(
         &'a self,
         call: &Call,
         deadline: Deadline,
         state: &mut State<'a>,
-    ) -> Option<Result<Lease, AdmissionError>> {
-        match self.try_start(call, deadline, state) {
-            Ok(lease) => lease.map(Ok),
-            Err(e) => Some(Err(e)),
+    ) -> Poll<Result<Lease, AdmissionError>> {
+        let inner = &*self.inner;
+        let (scope, demand, pool, arrived) = match self.validate(call, deadline) {
+            Ok(v) => v,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if let Some(remote) = &scope.shared {
+            return match self
+                .start_shared(call, deadline, state, scope, remote, demand, pool, arrived)
+            {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            };
         }
+        let mut id = match IdGuard::register(inner, call.id) {
+            Ok(id) => id,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let mut ticket = 0;
+        let lacks = Needs::lacked_by(call);
+        let entered = match inner.enter(
+            scope,
+            &demand,
+            pool,
+            call.flow,
+            lacks,
+            deadline,
+            arrived,
+            &mut ticket,
+        ) {
+            Ok(entered) => entered,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let admission = Admission {
+            ticket,
+            ..Admission::default()
+        };
+        if let Entered::Leased(grant) = entered {
+            // The fast path: no queue, no wait, no timer.
+            return Poll::Ready(Ok(inner.lease(
+                self,
+                scope,
+                grant,
+                pool,
+                call.flow,
+                admission,
+                id.disarm(),
+            )));
+        }
+        *state = State::Slow(SlowAcquire::new(
+            inner,
+            scope,
+            pool,
+            call.flow,
+            lacks,
+            deadline,
+            arrived,
+            entered,
+            id.disarm(),
+            admission,
+        ));
+        Poll::Pending
     }
 
+    /// What every admission checks first: the scope, the call's estimate
+    /// and price, its pool, and the deadline at arrival (read once: the
+    /// admission's one clock read on the fast path).
     #[inline]
-    fn try_start<'a>(
-        &'a self,
+    fn validate(
+        &self,
         call: &Call,
         deadline: Deadline,
-        state: &mut State<'a>,
-    ) -> Result<Option<Lease>, AdmissionError> {
+    ) -> Result<(&Scope, Demand, Option<u32>, Instant), AdmissionError> {
         let inner = &*self.inner;
         let scope = inner
             .scopes
@@ -195,70 +258,38 @@ impl AdmissionController {
         let pool = inner.pools.resolve(call.pool)?;
         let arrived = inner.clock.now();
         deadline.check(arrived, Phase::Queue)?;
-        if let Some(remote) = &scope.shared {
-            // Quota kept in a shared store: a stage of its own (DQ-1).
-            remote.remote().check(&demand)?;
-            let id = IdGuard::register(inner, call.id)?.disarm();
-            *state = State::Shared(Box::new(SharedAcquire::new(
-                self,
-                scope,
-                remote,
-                demand,
-                pool,
-                call.flow,
-                Needs::lacked_by(call),
-                deadline,
-                arrived,
-                id,
-            )));
-            return Ok(None);
-        }
-        let mut id = IdGuard::register(inner, call.id)?;
-        let mut ticket = 0;
-        let lacks = Needs::lacked_by(call);
-        let entered = inner.enter(
+        Ok((scope, demand, pool, arrived))
+    }
+
+    /// Quota kept in a shared store: a stage of its own (DQ-1).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    fn start_shared<'a>(
+        &'a self,
+        call: &Call,
+        deadline: Deadline,
+        state: &mut State<'a>,
+        scope: &'a Scope,
+        remote: &'a Arc<SharedScope>,
+        demand: Demand,
+        pool: Option<u32>,
+        arrived: Instant,
+    ) -> Result<(), AdmissionError> {
+        remote.remote().check(&demand)?;
+        let id = IdGuard::register(&self.inner, call.id)?.disarm();
+        *state = State::Shared(Box::new(SharedAcquire::new(
+            self,
             scope,
-            &demand,
+            remote,
+            demand,
             pool,
             call.flow,
-            lacks,
+            Needs::lacked_by(call),
             deadline,
             arrived,
-            &mut ticket,
-        )?;
-        if let Entered::Leased(grant) = entered {
-            // The fast path: no queue, no wait, no timer.
-            let admission = Admission {
-                ticket,
-                ..Admission::default()
-            };
-            return Ok(Some(inner.lease(
-                self,
-                scope,
-                grant,
-                pool,
-                call.flow,
-                admission,
-                id.disarm(),
-            )));
-        }
-        let admission = Admission {
-            ticket,
-            ..Admission::default()
-        };
-        *state = State::Slow(SlowAcquire::new(
-            inner,
-            scope,
-            pool,
-            call.flow,
-            lacks,
-            deadline,
-            arrived,
-            entered,
-            id.disarm(),
-            admission,
-        ));
-        Ok(None)
+            id,
+        )));
+        Ok(())
     }
 
     /// Holds `id` for a whole call, across its attempts and backoff delays
