@@ -69,8 +69,9 @@ impl ShareRecord {
         self.costs = [[0; CLASSES]; BUCKETS];
     }
 
-    /// Counts `cost` admitted to `class` at `now`.
-    #[inline]
+    /// Counts `cost` admitted to `class` at `now` (every grant, the fast
+    /// path's too: always inlined there).
+    #[inline(always)]
     pub(crate) fn add(&mut self, class: Priority, cost: u64, now: Instant) {
         let i = class.index();
         self.total[i] = self.total[i].saturating_add(cost);
