@@ -141,30 +141,31 @@ pub async fn serve_live(
     // The status page's history (SPEC OBS-6): one sample a second.
     let sampler = tokio::spawn(crate::status::sample_every(Arc::clone(&live)));
     let stop_metrics = CancellationToken::new();
-    if let Some(listener) = metrics {
-        let stop = stop_metrics.clone();
-        let router = routes::metrics_router(Arc::clone(&live));
-        tokio::spawn(async move {
-            let served = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "the metrics listener failed");
-            }
-        });
-    }
-    let graceful = GracefulShutdown::new();
     // Clamped so that `Semaphore::new` and `acquire_many` accept it.
     let cap = options
         .max_connections
         .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
-    let slots = Arc::new(Semaphore::new(cap));
-    let dropped = CancellationToken::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout.min(options.idle_timeout))
         .max_buf_size(options.max_header_bytes.max(MIN_BUF))
         .keep_alive(true);
+    if let Some(listener) = metrics {
+        // The same bounds as the API's listener, with slots of its own: a
+        // client of one cannot take the other's (SPEC GW-7, GW-17).
+        let router = routes::metrics_router(Arc::clone(&live));
+        tokio::spawn(serve_side(
+            listener,
+            router,
+            http.clone(),
+            Arc::new(Semaphore::new(cap)),
+            options.idle_timeout,
+            stop_metrics.clone(),
+        ));
+    }
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(cap));
+    let dropped = CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
         // A slot first: past the cap, connections wait in the backlog.
@@ -294,6 +295,64 @@ pub async fn serve_live(
     let bound = current.config.telemetry.export_timeout;
     let _ = tokio::time::timeout(bound, telemetry.flush()).await;
     Ok(())
+}
+
+/// Serves `router` on the side listener (`server.metrics_listen`: metrics
+/// and the status page) until `stop` is cancelled, under the API
+/// listener's bounds (SPEC GW-7, GW-17): at most as many connections as
+/// `slots` has permits (further ones wait in the backlog), the request
+/// head read under `http`'s header timeout and size limit, and a client
+/// that accepts no response byte for `send_timeout` dropped. Once `stop`
+/// is cancelled, connections finish their response within
+/// [`connection::LINGER`] and are then dropped.
+async fn serve_side(
+    listener: TcpListener,
+    router: axum::Router,
+    http: http1::Builder,
+    slots: Arc<Semaphore>,
+    send_timeout: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                // Out of file descriptors and the like: keep serving.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed on the metrics listener");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+        let conn = http.serve_connection(io, TowerToHyperService::new(router.clone()));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            tokio::pin!(conn);
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(error = %e, "metrics connection ended with an error");
+                    }
+                }
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(connection::LINGER, conn).await;
+                }
+            }
+        });
+    }
 }
 
 /// Binds `addr`.
