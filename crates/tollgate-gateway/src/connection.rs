@@ -10,14 +10,27 @@
 //! call's capacity is already back by then (the engine's stream watchdog
 //! ends the call at its deadline whether or not it is polled).
 //!
+//! A one-shot answer larger than [`FRAME_BYTES`] does the same
+//! ([`one_shot_body`]): its bytes go out in frames while the registration
+//! lives, so a client that reads it slowly, never slowly enough for the
+//! send timeout, cannot keep the connection (and the answer's memory)
+//! past its deadline either (SPEC GW-17, DL-3).
+//!
 //! HTTP/1.1 serves one request at a time on a connection, so one slot per
 //! connection is enough: a registration replaces the previous one and
 //! clears it when dropped.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
+use bytes::{Buf, Bytes};
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::watch;
+use tollgate::Deadline;
 use tollgate::clock::Instant;
 
 /// How long after its deadline a streaming response may keep its
@@ -84,6 +97,70 @@ impl Drop for CloseAt {
                 false
             }
         });
+    }
+}
+
+/// Largest frame of a one-shot answer; an answer up to this size goes out
+/// whole, without a close instant.
+pub const FRAME_BYTES: usize = 64 * 1024;
+
+/// The body of a one-shot answer of a request that arrived as `arrival`
+/// with `deadline`: `bytes` whole when small (or when the request has no
+/// connection or no deadline); else in frames of at most [`FRAME_BYTES`]
+/// while the connection is registered to close at the deadline plus
+/// [`LINGER`], so that a client reading it slowly loses the connection
+/// then (SPEC GW-17, DL-3). Each frame is a copy: once the last one is
+/// taken, the answer's own buffer is freed and the registration cleared.
+pub fn one_shot_body(bytes: Bytes, arrival: Option<&Arrival>, deadline: Deadline) -> Body {
+    if bytes.len() <= FRAME_BYTES {
+        return Body::from(bytes);
+    }
+    match arrival.zip(deadline.instant()) {
+        Some((a, at)) => Body::new(Framed {
+            rest: bytes,
+            close: Some(a.connection.close_at(at.checked_add(LINGER).unwrap_or(at))),
+        }),
+        None => Body::from(bytes),
+    }
+}
+
+/// See [`one_shot_body`].
+#[derive(Debug)]
+struct Framed {
+    rest: Bytes,
+    close: Option<CloseAt>,
+}
+
+impl hyper::body::Body for Framed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let n = self.rest.len().min(FRAME_BYTES);
+        if n == 0 {
+            self.close = None;
+            return Poll::Ready(None);
+        }
+        let frame = Bytes::copy_from_slice(&self.rest[..n]);
+        self.rest.advance(n);
+        if self.rest.is_empty() {
+            // The whole answer is handed over: its buffer and the close
+            // instant go.
+            self.rest = Bytes::new();
+            self.close = None;
+        }
+        Poll::Ready(Some(Ok(Frame::data(frame))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.rest.len() as u64)
     }
 }
 

@@ -1,11 +1,13 @@
-//! Hostile clients on the gateway's side listener (`server.metrics_listen`)
-//! and on the status page (SPEC GW-7, GW-17, OBS-6): real sockets.
+//! Hostile clients that hold connections (SPEC GW-7, GW-17, DL-3): on the
+//! side listener (`server.metrics_listen`), and a slow reader of a large
+//! one-shot answer. Real sockets throughout.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::upstream::{Reply, Scripted};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -174,4 +176,77 @@ async fn side_listener_connections_are_capped_apart_from_the_api() {
         .await
         .expect("join")
         .expect("serve");
+}
+
+/// A one-shot chat completion of about 32 MB: far more than the socket
+/// buffers between the gateway and its client hold.
+fn huge_completion() -> Reply {
+    let body = serde_json::json!({
+        "id": "chatcmpl-huge",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x".repeat(32_000_000)}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+    })
+    .to_string();
+    Reply::Status {
+        status: 200,
+        headers: Vec::new(),
+        body,
+    }
+}
+
+// proves: GW-17, DL-3, GW-7 (a client that reads a large one-shot answer
+// slowly but steadily, never stalling long enough for the send timeout,
+// loses its connection at its deadline: it cannot keep a connection slot,
+// and the answer's memory, beyond it; another tenant waiting for that
+// slot is served)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_of_a_one_shot_answer_is_cut_at_its_deadline() {
+    let up = Scripted::start(vec![huge_completion(), Reply::ok()]).await;
+    let gw = Gateway::start(&config(
+        &up.base_url,
+        "max_connections = 1\nidle_timeout = \"10s\"\nheader_read_timeout = \"10s\"",
+    ))
+    .await;
+    let mut slow = TcpStream::connect(gw.addr()).await.expect("connect");
+    let body = chat("chat", false).to_string();
+    slow.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n\
+             authorization: Bearer {KEY_A}\r\nx-request-timeout: 3\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("write");
+    // Reads at most 64 kB every quarter of a second: the 32 MB answer
+    // would take minutes, and the socket always makes progress within the
+    // send timeout.
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    eventually("the answer is on its way", || up.attempts() == 1).await;
+    // Tenant b's call needs the one connection slot.
+    let other = client()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(KEY_B)
+        .header("x-request-timeout", "15")
+        .json(&chat("chat", false))
+        .send();
+    let answer = bounded("the other tenant is served", other)
+        .await
+        .expect("response");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(up.attempts(), 2);
+    reader.abort();
 }

@@ -463,7 +463,7 @@ async fn serve<R: Route>(
                     // at once (POOL-1).
                     let cost = tenant_lease.settle_answer(&reached, i, usage);
                     x.charge(cost);
-                    return Ok(one_shot(done.response));
+                    return Ok(one_shot(done.response, arrival, deadline));
                 }
                 Err(e) => e,
             }
@@ -547,8 +547,11 @@ fn served(
     record.upstream = elapsed.saturating_sub(wait);
 }
 
-/// The response of a completed one-shot call.
-fn one_shot(body: Bytes) -> Response {
+/// The response of a completed one-shot call. A large body keeps its
+/// connection no longer than the request's deadline (SPEC GW-17, see
+/// [`crate::connection::one_shot_body`]).
+fn one_shot(body: Bytes, arrival: Option<&Arrival>, deadline: tollgate::Deadline) -> Response {
+    let body = crate::connection::one_shot_body(body, arrival, deadline);
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
