@@ -537,3 +537,86 @@ async fn a_rolling_day_budget_of_a_token_bucket_scope_spends_at_most_its_amount(
             .unwrap(),
     );
 }
+
+/// A day budget beside request and token limits: what a top-up must not
+/// touch.
+fn budget_with_limits(micros: u64) -> AdmissionController {
+    AdmissionController::new(ControllerConfig {
+        scopes: vec![
+            ScopeConfig::new("team")
+                .requests(10, DAY)
+                .tokens(10_000, DAY)
+                .cost(micros, DAY),
+        ],
+        ..ControllerConfig::default()
+    })
+    .unwrap()
+}
+
+// proves: BUD-2, BUD-4 (a top-up takes money only, now or never: with
+// room it is taken at once and nothing else is (no request unit, no
+// tokens); without room it is refused at once with BudgetExceeded and the
+// instant room frees, even though the scope's budget would free it later,
+// and nothing is taken)
+#[tokio::test(start_paused = true)]
+async fn a_top_up_takes_money_now_or_never() {
+    let c = budget_with_limits(2_000);
+    let t0 = Instant::now();
+    let call = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 1_250);
+    let more = call.top_up(1_000).unwrap();
+    assert_eq!(more.reservation().demand.cost, 1_000);
+    assert_eq!(available(&c, Dimension::Cost), 250);
+    assert_eq!(available(&c, Dimension::Requests), 9, "no request unit");
+    assert_eq!(available(&c, Dimension::Tokens), 8_000, "no tokens");
+    match call.top_up(251).unwrap_err() {
+        AdmissionError::BudgetExceeded { scope, retry_at } => {
+            assert_eq!(scope, ScopeId::FIRST);
+            assert_eq!(retry_at, Some(t0 + DAY));
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    assert_eq!(Instant::now(), t0, "refused at once");
+    assert_eq!(
+        available(&c, Dimension::Cost),
+        250,
+        "a refusal takes nothing"
+    );
+    // What is left can still be topped up to the last micro-dollar.
+    let last = call.top_up(250).unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 0);
+    drop((call, more, last));
+}
+
+// proves: BUD-2, Q-5, Q-9 (a top-up settles like any lease of its call:
+// reconciled to its share of what was billed it keeps exactly that,
+// refused it gives everything back, and once every lease of the call is
+// gone the controller is idle)
+#[tokio::test(start_paused = true)]
+async fn a_top_up_settles_to_what_it_is_charged() {
+    let c = budget_with_limits(10_000);
+    let mut call = c
+        .acquire(&priced(1_000, 1_000, mini()), Deadline::NONE)
+        .await
+        .unwrap();
+    let mut billed = call.top_up(750).unwrap();
+    let mut unused = call.top_up(750).unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 10_000 - 3 * 750);
+    // An earlier attempt billed 600 µ$ (no tokens on this lease: they were
+    // counted on the call's own); the last one was never needed.
+    billed
+        .reconcile(Usage::known(0).with_cost(Some(600)))
+        .unwrap();
+    unused.refused(RefusalCost::Free).unwrap();
+    // The answer: 1,000 input and 200 output tokens, 270 µ$.
+    call.reconcile(Usage::from_io(1_000, 200).priced(&mini()))
+        .unwrap();
+    assert_eq!(available(&c, Dimension::Cost), 10_000 - 600 - 270);
+    assert_eq!(available(&c, Dimension::Tokens), 10_000 - 1_200);
+    assert_eq!(available(&c, Dimension::Requests), 9, "one request unit");
+    drop((call, billed, unused));
+    assert_idle(&c);
+}

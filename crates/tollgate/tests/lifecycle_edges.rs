@@ -2,7 +2,7 @@
 //! RT, §8 CB, §9 LC, BUD-5, Q-16, CD-2): usage a failing stream reports,
 //! a failed attempt of a provider that does not settle, circuits that open
 //! while a call waits, hooks past their cap, huge hints, zero-length
-//! cooldowns. Each test's comment tells the defect it found as the code
+//! cooldowns, attempts never sent. Each test's comment tells the defect it found as the code
 //! was before its fix; the last one races calls, streams, deadlines, drops
 //! and the breaker on real threads and found nothing.
 
@@ -713,4 +713,52 @@ mod racing {
             breaker.state()
         );
     }
+}
+
+// ------------------------------------------------------------------
+
+// proves, BUD-5 (an attempt whose request never left, such as
+// a connection refused at connect, costs nothing anywhere: its request
+// unit and tokens come back in full and the retry that answers is the
+// only one counted; an attempt that failed after it may have been sent
+// stays counted)
+#[tokio::test(start_paused = true)]
+async fn an_attempt_never_sent_costs_nothing() {
+    let retry = AttemptPolicy {
+        jitter: 0.0,
+        ..AttemptPolicy::default()
+    };
+    let run = |error: ProviderError| {
+        let env = env_with(
+            vec![Step::fail(error), Step::ok()],
+            None,
+            retry.clone(),
+            None,
+            Hooks::default(),
+        );
+        async move {
+            env.sup
+                .invoke(&"q".to_string(), CallOptions::default())
+                .await
+                .expect("the retry answers");
+            settle().await;
+            (
+                common::available(&env.controller, Dimension::Requests),
+                tokens_available(&env.controller),
+            )
+        }
+    };
+    let refused = ProviderError::new(ErrorKind::Connect, "connection refused").never_sent();
+    assert_eq!(
+        run(refused).await,
+        (99, 1_000 - 10),
+        "only the answered attempt is counted"
+    );
+    let broken = ProviderError::new(ErrorKind::Connect, "connection reset after sending");
+    let (requests, tokens) = run(broken).await;
+    assert_eq!(
+        requests, 98,
+        "an attempt that may have been sent is counted"
+    );
+    assert!(tokens < 1_000 - 10, "and keeps its tokens: {tokens}");
 }
