@@ -2,9 +2,10 @@
 //! RT, §8 CB, §9 LC, BUD-5, Q-16, CD-2): usage a failing stream reports,
 //! a failed attempt of a provider that does not settle, circuits that open
 //! while a call waits, hooks past their cap, huge hints, zero-length
-//! cooldowns, attempts never sent. Each test's comment tells the defect it found as the code
-//! was before its fix; the last one races calls, streams, deadlines, drops
-//! and the breaker on real threads and found nothing.
+//! cooldowns, attempts never sent. Each test's comment tells the defect
+//! it found as the code was before its fix; the last one races calls,
+//! streams, deadlines, drops and the breaker on real threads and found
+//! nothing.
 
 mod common;
 
@@ -732,7 +733,7 @@ async fn an_attempt_never_sent_costs_nothing() {
         let env = env_with(
             vec![Step::fail(error), Step::ok()],
             None,
-            retry.clone(),
+            retry,
             None,
             Hooks::default(),
         );
