@@ -1311,3 +1311,93 @@ scope = "acct"
         }
     });
 }
+
+/// Model `chat` (o1's prices, an allowance of 1,000 output tokens) on the
+/// scripted upstream at `base`, falling back to `big` (o1, an allowance of
+/// 4,000, on a dead upstream): the tenant reserves `big`'s worst case, four
+/// times what one attempt on `chat` may cost. Two attempts, tenant `a`
+/// with `a_limits`.
+fn cheap_first_config(base: &str, a_limits: &str) -> String {
+    format!(
+        r#"
+[retry]
+max_attempts = 2
+base_delay = "10ms"
+factor = 1.0
+max_delay = "10ms"
+jitter = 0.0
+
+[providers.up]
+base_url = "{base}"
+
+[providers.dead]
+base_url = "http://127.0.0.1:9/v1"
+connect_timeout = "200ms"
+
+[models.chat]
+provider = "up"
+upstream_model = "o1"
+default_max_tokens = 1000
+fallbacks = ["big"]
+
+[models.big]
+provider = "dead"
+upstream_model = "o1"
+default_max_tokens = 4000
+
+{}
+"#,
+        tenants(a_limits, "")
+    )
+}
+
+/// An uncapped streaming chat body for `model` (usage asked for).
+fn uncapped_stream(model: &str) -> Value {
+    let mut b = uncapped(model);
+    b["stream"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    b
+}
+
+// proves: BUD-2, BUD-5, BUD-6 (a stream its client drops is charged to its
+// tenant's budget what the access log and the spend metrics say it cost:
+// its estimate and what the attempts before it may have cost). Found in
+// review: the part of the earlier attempts' cost the stream's lease was to
+// carry beside its own (its lease reserved more than the stream's attempt
+// may cost, so no top-up held it) was charged only when the stream ended;
+// a stream dropped by its client dropped its tenant lease unsettled, so
+// the budget kept the estimate alone while the access log and the spend
+// metrics charged the earlier attempt too.
+#[test]
+fn a_dropped_stream_after_a_billed_attempt_charges_what_the_log_says() {
+    runtime().block_on(async {
+        let up = Scripted::start(vec![
+            server_error(),
+            Reply::Stream {
+                events: vec![chunk("hi")],
+                end: End::Hang,
+            },
+        ])
+        .await;
+        let gw = Gateway::start(&cheap_first_config(
+            &up.base_url,
+            "limits = [{ usd = \"5\", per = \"1d\" }]",
+        ))
+        .await;
+        let mut r = post_chat(&client(), &gw, Some(KEY_A), &uncapped_stream("chat")).await;
+        assert_eq!(r.status(), 200);
+        let first = r.chunk().await.expect("a chunk").expect("the first chunk");
+        assert!(!first.is_empty());
+        drop(r);
+        gw.wait_idle().await;
+        assert_eq!(up.attempts(), 2);
+        let charged = charged_to(&gw, "a");
+        let held = 5_000_000 - tenant_budget(&gw, "tenant:a").available;
+        assert!(charged > 0);
+        assert_eq!(
+            i64::try_from(charged).unwrap_or(i64::MAX),
+            held,
+            "the access log charged {charged} µ$, the tenant's budget holds {held} µ$"
+        );
+    });
+}

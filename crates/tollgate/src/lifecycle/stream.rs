@@ -199,6 +199,12 @@ impl<P: Provider> Live<P> {
             };
             settle_stream(&mut lease, own);
         }
+        self.settle_held(usage);
+    }
+
+    /// Settles and releases the held leases with `usage` (the stream's
+    /// priced usage so far), each charged its extra beside it (SPEC BUD-2).
+    fn settle_held(&mut self, usage: Option<Usage>) {
         for (mut lease, extra) in self.held.drain(..) {
             let usage = with_extra(usage, extra, &lease);
             settle_stream(&mut lease, usage);
@@ -484,8 +490,18 @@ fn complete<P: Provider>(
 }
 
 impl<P: Provider> Drop for CallStream<P> {
+    /// A stream its consumer drops settles its held leases as any other
+    /// end does (see [`hold_charging`](CallStream::hold_charging)): the
+    /// usage seen so far, else the reserved cost, plus each one's extra
+    /// (SPEC BUD-2, BUD-5). Dropped unsettled, a held lease would keep its
+    /// reservation and lose the extra it was to charge.
     fn drop(&mut self) {
         self.stop_watchdog();
+        let mut live = self.live.lock();
+        if live.stage == Stage::Streaming {
+            let usage = live.priced_usage();
+            live.settle_held(usage);
+        }
     }
 }
 
