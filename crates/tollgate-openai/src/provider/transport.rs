@@ -364,6 +364,9 @@ enum SendFailure {
     Connect(BoxError),
     /// A connection of the stream path failed before the response head.
     Http(hyper::Error),
+    /// A connection of the stream path ended before the response head
+    /// without saying whether the request was written: it may have been.
+    Lost(BoxError),
 }
 
 impl SendError {
@@ -373,6 +376,10 @@ impl SendError {
 
     pub(super) fn http(e: hyper::Error) -> Self {
         SendError(SendFailure::Http(e))
+    }
+
+    pub(super) fn lost(e: BoxError) -> Self {
+        SendError(SendFailure::Lost(e))
     }
 }
 
@@ -384,7 +391,7 @@ impl SendError {
         match &self.0 {
             SendFailure::Pooled(e) => e.is_connect(),
             SendFailure::Connect(_) => true,
-            SendFailure::Http(_) => false,
+            SendFailure::Http(_) | SendFailure::Lost(_) => false,
         }
     }
 }
@@ -407,6 +414,7 @@ impl StdError for SendError {
             SendFailure::Pooled(e) => e.source(),
             SendFailure::Connect(e) => Some(&**e),
             SendFailure::Http(e) => Some(e),
+            SendFailure::Lost(e) => Some(&**e),
         }
     }
 }

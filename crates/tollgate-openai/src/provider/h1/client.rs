@@ -165,8 +165,11 @@ impl Failed {
     fn into_send_error(self) -> SendError {
         match self {
             Failed::Closed(e) | Failed::Other(e) => SendError::http(e),
+            // The request may have been written: never "could not
+            // connect", which would make the attempt cost nothing (SPEC
+            // Q-9, BUD-5).
             Failed::Vanished => {
-                SendError::connect("the upstream connection closed before a response".into())
+                SendError::lost("the upstream connection closed before a response".into())
             }
         }
     }
@@ -200,5 +203,22 @@ async fn exchange(
         Some(Err(e)) if e.message().is_some() => Err(Failed::Closed(e.into_error())),
         Some(Err(e)) => Err(Failed::Other(e.into_error())),
         None => Err(Failed::Vanished),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Failed;
+
+    // proves: Q-9, BUD-5 (only a connection that could not be made is a
+    // request never sent: a connection that ended before the response
+    // head without a word about the request may have carried it, so the
+    // attempt is not given back as unsent). Found in review: it was
+    // reported as "cannot connect", which the provider marks as never
+    // sent, so an attempt the upstream may have billed cost nothing.
+    #[test]
+    fn a_vanished_connection_may_have_carried_the_request() {
+        let e = Failed::Vanished.into_send_error();
+        assert!(!e.is_connect(), "{e}");
     }
 }
