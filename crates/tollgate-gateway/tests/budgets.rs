@@ -1401,3 +1401,132 @@ fn a_dropped_stream_after_a_billed_attempt_charges_what_the_log_says() {
         );
     });
 }
+
+// proves: BUD-2, Q-13 (concurrent calls of one tenant whose attempts fail
+// after reaching the provider and are retried never together spend past
+// the tenant's budget: every 500 without usage may have been billed its
+// worst case, at least its 1,000-token output allowance at o1's $60 per
+// million, so no more than eight fit a $0.50 budget; and the budget's
+// window holds exactly what the access log charged, top-ups included).
+// Multi-threaded, real clock, 20 rounds, half the calls streaming.
+#[test]
+fn concurrent_retries_of_one_tenant_never_spend_past_its_budget() {
+    for round in 0..20u32 {
+        runtime().block_on(async {
+            // 500, 500, answer, repeated: attempts of different calls
+            // interleave at random.
+            let mut script = Vec::new();
+            for i in 0..60 {
+                script.push(if i % 3 == 2 {
+                    answer(i % 2 == 0)
+                } else {
+                    server_error()
+                });
+            }
+            script.push(server_error());
+            let up = Scripted::start(script).await;
+            let gw = Gateway::start(&scripted_budget_config(
+                &up.base_url,
+                "limits = [{ usd = \"0.50\", per = \"1d\" }]",
+                "",
+            ))
+            .await;
+            let calls: Vec<_> = (0..16)
+                .map(|i| spawn_chat(&gw, KEY_A, body(1000, i % 2 == 0)))
+                .collect();
+            let mut statuses = Vec::new();
+            for c in calls {
+                let r = c.await.expect("task").expect("answered");
+                statuses.push(r.status().as_u16());
+                let _ = r.bytes().await;
+            }
+            gw.wait_idle().await;
+            let seen = up.attempts();
+            let billed_500s = (0..seen).filter(|i| i % 3 != 2 || *i >= 60).count();
+            assert!(
+                billed_500s as u64 * 60_000 <= 500_000,
+                "round {round}: {billed_500s} attempts that may each have been billed \
+                 $0.06 were sent against a $0.50 budget ({statuses:?})"
+            );
+            let charged = charged_to(&gw, "a");
+            let held = 500_000 - tenant_budget(&gw, "tenant:a").available;
+            assert_eq!(
+                i64::try_from(charged).unwrap_or(i64::MAX),
+                held,
+                "round {round}: the access log charged {charged} µ$, the budget holds {held} µ$ \
+                 ({statuses:?})"
+            );
+            assert!(held <= 500_000, "round {round}: {held} µ$ held");
+        });
+    }
+}
+
+// proves: BUD-2, BUD-6, GW-6, GW-10, Q-13 (concurrent calls of one tenant
+// whose lease reserved a dearer fallback's worst case, retried after
+// billed failures, falling back to a model whose connection is refused,
+// some streams dropped by their clients after the first chunk: the
+// budget's window holds exactly what the access log charged, nothing
+// leaks). Multi-threaded, real clock, 20 rounds.
+#[test]
+fn concurrent_calls_with_fallbacks_and_drops_charge_what_the_log_says() {
+    for round in 0..20u32 {
+        runtime().block_on(async {
+            let mut script = Vec::new();
+            for i in 0..40 {
+                script.push(if i % 3 == 2 {
+                    Reply::Stream {
+                        events: vec![chunk("hi"), usage_chunk()],
+                        end: if i % 2 == 0 { End::Hang } else { End::Done },
+                    }
+                } else {
+                    server_error()
+                });
+            }
+            let up = Scripted::start(script).await;
+            let gw = Gateway::start(&cheap_first_config(
+                &up.base_url,
+                "limits = [{ usd = \"2\", per = \"1d\" }]",
+            ))
+            .await;
+            let url = gw.url("/v1/chat/completions");
+            let calls: Vec<_> = (0..12u32)
+                .map(|i| {
+                    let url = url.clone();
+                    tokio::spawn(async move {
+                        let r = client()
+                            .post(url)
+                            .bearer_auth(KEY_A)
+                            .json(&uncapped_stream("chat"))
+                            .send()
+                            .await
+                            .expect("answered");
+                        let status = r.status().as_u16();
+                        if status == 200 && i % 2 == 0 {
+                            // Dropped after its first chunk (or the end).
+                            let mut r = r;
+                            let _ = r.chunk().await;
+                        } else {
+                            let _ =
+                                tokio::time::timeout(Duration::from_millis(300), r.bytes()).await;
+                        }
+                        status
+                    })
+                })
+                .collect();
+            let mut statuses = Vec::new();
+            for c in calls {
+                statuses.push(c.await.expect("task"));
+            }
+            gw.wait_idle().await;
+            let charged = charged_to(&gw, "a");
+            let held = 2_000_000 - tenant_budget(&gw, "tenant:a").available;
+            assert_eq!(
+                i64::try_from(charged).unwrap_or(i64::MAX),
+                held,
+                "round {round}: the access log charged {charged} µ$, the budget holds {held} µ$ \
+                 ({statuses:?})"
+            );
+            assert!(held <= 2_000_000, "round {round}: {held} µ$ held");
+        });
+    }
+}
