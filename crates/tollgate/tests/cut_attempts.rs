@@ -144,3 +144,74 @@ async fn the_retry_after_an_attempt_timeout_waits_for_the_cut_attempts_work() {
         "the retry ran before the cut attempt's work ended"
     );
 }
+
+/// An attempt that answers a timeout error of its own exactly at the
+/// call's deadline (its transport enforces the same deadline): it ended,
+/// nothing of it still runs. Records what `cut` was handed.
+#[derive(Clone, Default)]
+struct TimesOutAtTheDeadline {
+    cut: Arc<Mutex<u32>>,
+}
+
+impl Provider for TimesOutAtTheDeadline {
+    type Request = ();
+    type Response = &'static str;
+    type Chunk = &'static str;
+    type Stream = futures_util::stream::Empty<Result<StreamEvent<&'static str>, ProviderError>>;
+
+    async fn call(
+        &self,
+        _: &(),
+        attempt: AttemptContext,
+    ) -> Result<Reply<&'static str>, ProviderError> {
+        if let Some(at) = attempt.deadline.instant() {
+            tokio::time::sleep_until(at).await;
+        }
+        Err(ProviderError::new(
+            tollgate::lifecycle::ErrorKind::Timeout,
+            "read timed out",
+        ))
+    }
+
+    async fn stream(&self, _: &(), _: AttemptContext) -> Result<Self::Stream, ProviderError> {
+        Ok(futures_util::stream::empty())
+    }
+
+    fn cut(&self, _: &(), lease: Lease) {
+        *self.cut.lock() += 1;
+        drop(lease);
+    }
+}
+
+// proves: POOL-1 (an attempt's permit is released when the attempt ends:
+// an attempt that answered, even with its own timeout at the deadline, is
+// not a cut one whose work may still run), DL-6
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_answered_at_the_deadline_is_not_handed_to_cut() {
+    let provider = TimesOutAtTheDeadline::default();
+    let controller = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").requests(100, MINUTE))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(controller, provider.clone())
+        .build()
+        .unwrap();
+    let out = sup.invoke(&(), within(1)).await;
+    assert!(
+        matches!(
+            out,
+            Err(CallError::Deadline {
+                phase: Phase::Transport,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        *provider.cut.lock(),
+        0,
+        "the attempt answered: nothing was cut"
+    );
+    assert_eq!(sup.controller().snapshot().active, 0, "its permit is back");
+}

@@ -711,6 +711,9 @@ impl<P: Provider> Supervisor<P> {
                 // its timer can fire first: a timeout at the call's deadline
                 // is the deadline (DL-6), not a retryable attempt timeout.
                 Err(e) if e.kind == ErrorKind::Timeout && deadline.is_expired(clock.now()) => {
+                    // The attempt answered: it ended, nothing of it is cut
+                    // (its lease goes back here, not through `cut`).
+                    drop(counted.ended(end));
                     return Err(CallError::Deadline {
                         phase: Phase::Transport,
                         retry_at: None,
