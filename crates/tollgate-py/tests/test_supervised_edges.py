@@ -139,3 +139,31 @@ async def test_a_waiting_call_starts_only_once_the_cut_attempt_unwound(cut: str)
     assert await waiting == "ok"
     assert events == ["first started", "first unwound", "second started"], events
     await until(lambda: idle(limiter))
+
+
+async def test_a_stream_whose_opening_is_cut_raises_once_the_attempt_unwound() -> None:
+    # proves: DL-6 (provider work is cancelled before the error is
+    # returned: no detached work) / POOL-1 / PY-3 (streams)
+    """The deadline cuts the attempt that opens a `Limiter.stream` while
+    its task takes a while to unwind (an `await` in its `finally`): the
+    first `__anext__` raises `DeadlineExceeded` only once the attempt has
+    unwound, as `Limiter.call` does. Found in review: the stream raised at
+    once, the cut attempt still running behind it."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 1000}}, concurrency=1)
+    events: list[str] = []
+
+    async def opens_slowly() -> Slow:
+        events.append("opening")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.3)  # still unwinding
+            events.append("unwound")
+        return Slow(1)
+
+    with pytest.raises(tollgate.DeadlineExceeded):
+        async for _ in limiter.stream(opens_slowly, scope="s", timeout=0.1):
+            pass
+    events.append("raised")
+    assert events == ["opening", "unwound", "raised"], events
+    await until(lambda: idle(limiter))

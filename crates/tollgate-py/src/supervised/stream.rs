@@ -150,7 +150,12 @@ impl SupervisedStream {
                     options,
                 } => {
                     let failure = Arc::clone(&request.failure);
-                    match supervisor.stream(&request, options).await {
+                    let opened = supervisor.stream(&request, options).await;
+                    // No attempt runs on after the stream answers: an
+                    // opening cut by the deadline raises once its task has
+                    // ended (DL-6), as `Limiter.call` does.
+                    request.stragglers.wait().await;
+                    match opened {
                         Ok(stream) => (stream, failure),
                         Err(e) => {
                             *state.lock() = State::Done;
