@@ -264,9 +264,19 @@ impl Drop for PyAwait {
 #[derive(Default)]
 pub(crate) struct AsyncNext {
     pending: Option<PyAwait>,
+    /// Where each `__anext__()` task is added when it starts.
+    stragglers: Option<Stragglers>,
 }
 
 impl AsyncNext {
+    /// Its `__anext__()` tasks added to `stragglers` when they start.
+    pub(crate) fn tracked(stragglers: Stragglers) -> Self {
+        AsyncNext {
+            pending: None,
+            stragglers: Some(stragglers),
+        }
+    }
+
     /// Polls for `iterator`'s next item: the item, or what it raised
     /// (`StopAsyncIteration` at its end).
     pub(crate) fn poll(
@@ -284,7 +294,11 @@ impl AsyncNext {
                         .map(Bound::unbind)
                 });
                 match anext {
-                    Ok(awaitable) => self.pending.insert(PyAwait::new(awaitable)),
+                    Ok(awaitable) => {
+                        let mut next = PyAwait::new(awaitable);
+                        next.stragglers = self.stragglers.clone();
+                        self.pending.insert(next)
+                    }
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }

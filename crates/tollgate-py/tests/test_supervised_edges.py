@@ -5,6 +5,7 @@ that cuts an attempt."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -167,3 +168,108 @@ async def test_a_stream_whose_opening_is_cut_raises_once_the_attempt_unwound() -
     events.append("raised")
     assert events == ["opening", "unwound", "raised"], events
     await until(lambda: idle(limiter))
+
+
+class SecondItemUnwindsSlowly:
+    """An async iterator whose first item comes at once and whose second
+    waits until cancelled, then takes a while to unwind."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.i = 0
+
+    def __aiter__(self) -> "SecondItemUnwindsSlowly":
+        return self
+
+    async def __anext__(self) -> dict:
+        self.i += 1
+        if self.i == 1:
+            return {"i": 1}
+        self.events.append("reading")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.3)  # still unwinding
+            self.events.append("unwound")
+        raise StopAsyncIteration
+
+
+@pytest.mark.parametrize("cut", ["deadline", "cancelled"])
+async def test_a_stream_cut_mid_way_keeps_its_permit_until_its_item_read_unwound(cut: str) -> None:
+    # proves: POOL-1 (an attempt's permit is released when the attempt
+    # ends, cancellation included) / LC-5 (a consumer that leaves early:
+    # upstream aborted, permits released) / ADM-7 / DL-6 (the deadline's
+    # error once the upstream work has ended)
+    """A `Limiter.stream` is cut while its upstream `__anext__` runs (its
+    deadline, or its consumer's task cancelled), and that read takes a
+    while to unwind. A call already waiting for the only permit of a
+    `concurrency=1` limiter starts only once the read has unwound; the
+    deadline's error is raised only then. Found in review: the stream's
+    permit went back when the stream was cut, so the waiting call ran
+    beside the unwinding read, and `DeadlineExceeded` came before it
+    ended."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 1000}}, concurrency=1)
+    events: list[str] = []
+
+    async def consume() -> None:
+        timeout = 0.3 if cut == "deadline" else 30
+        async for _ in limiter.stream(lambda: SecondItemUnwindsSlowly(events), scope="s", timeout=timeout):
+            pass
+
+    async def second() -> str:
+        events.append("second started")
+        return "ok"
+
+    consumer = asyncio.create_task(consume())
+    await until(lambda: "reading" in events)
+    waiting = asyncio.create_task(limiter.call(second, timeout=30))
+    if cut == "cancelled":
+        await asyncio.sleep(0.05)  # the second call waits for the permit
+        consumer.cancel()
+    outcome = (await asyncio.gather(consumer, return_exceptions=True))[0]
+    events.append("consumer ended")
+    if cut == "deadline":
+        assert isinstance(outcome, tollgate.DeadlineExceeded), outcome
+    else:
+        assert isinstance(outcome, asyncio.CancelledError), outcome
+    assert await waiting == "ok"
+    await until(lambda: "unwound" in events)
+    assert events.index("unwound") < events.index("second started"), events
+    if cut == "deadline":
+        assert events.index("unwound") < events.index("consumer ended"), events
+    await until(lambda: idle(limiter))
+
+
+def test_a_loop_closed_with_a_cut_attempt_pending_gives_its_permit_back() -> None:
+    # proves: POOL-1 (an attempt's permit is released when the attempt
+    # ends: a task destroyed without ending ends it) / Q-9
+    """A call's deadline cuts an attempt whose task never finishes
+    unwinding; the caller gives up on the call and its loop is closed
+    with the task still pending. Once the task is collected, the permit
+    is back for the limiter's other loops."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 1000}}, concurrency=1)
+    loop = asyncio.new_event_loop()
+    started: list[int] = []
+
+    async def stubborn() -> str:
+        started.append(1)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(30)
+        return "late"
+
+    async def caller() -> None:
+        call = asyncio.ensure_future(limiter.call(stubborn, timeout=0.1))
+        while not started:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.3)  # cut; the call waits for the straggler
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+
+    loop.run_until_complete(caller())
+    assert not idle(limiter), "the cut attempt still runs: its permit is held"
+    loop.close()
+    del loop
+    gc.collect()
+    assert idle(limiter), limiter.snapshot()

@@ -215,3 +215,77 @@ async fn an_attempt_that_answered_at_the_deadline_is_not_handed_to_cut() {
     );
     assert_eq!(sup.controller().snapshot().active, 0, "its permit is back");
 }
+
+/// Streams one chunk, then never ends; a stream let go parks its lease
+/// in `parked`, as if its read were still unwinding.
+#[derive(Clone, Default)]
+struct LingeringStream {
+    parked: Arc<Mutex<Vec<Lease>>>,
+}
+
+type OneThenPending = futures_util::stream::Chain<
+    futures_util::stream::Iter<
+        std::vec::IntoIter<Result<StreamEvent<&'static str>, ProviderError>>,
+    >,
+    futures_util::stream::Pending<Result<StreamEvent<&'static str>, ProviderError>>,
+>;
+
+impl Provider for LingeringStream {
+    type Request = ();
+    type Response = &'static str;
+    type Chunk = &'static str;
+    type Stream = OneThenPending;
+
+    async fn call(&self, _: &(), _: AttemptContext) -> Result<Reply<&'static str>, ProviderError> {
+        Ok(Reply::new("ok", Usage::known(1)))
+    }
+
+    async fn stream(&self, _: &(), _: AttemptContext) -> Result<Self::Stream, ProviderError> {
+        use futures_util::StreamExt;
+        Ok(
+            futures_util::stream::iter(vec![Ok(StreamEvent::Chunk("a"))])
+                .chain(futures_util::stream::pending()),
+        )
+    }
+
+    fn stream_cut(&self, stream: Self::Stream, lease: Lease) {
+        drop(stream);
+        self.parked.lock().push(lease);
+    }
+}
+
+// proves: LC-5 (a consumer that drops the stream early: upstream aborted,
+// permits released once its work has ended), POOL-1, ADM-7
+#[tokio::test(start_paused = true)]
+async fn a_stream_dropped_mid_way_hands_its_lease_to_its_provider() {
+    use futures_util::StreamExt;
+    let provider = LingeringStream::default();
+    let controller = AdmissionController::builder()
+        .scope(ScopeConfig::new("main").requests(100, MINUTE))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(controller, provider.clone())
+        .build()
+        .unwrap();
+    let mut stream = sup.stream(&(), within(30)).await.expect("opened");
+    assert_eq!(stream.next().await.map(Result::ok), Some(Some("a")));
+    drop(stream);
+    assert_eq!(provider.parked.lock().len(), 1, "the stream's lease");
+    let waiting = sup.invoke(&(), within(1)).await;
+    assert!(
+        matches!(
+            waiting,
+            Err(CallError::Deadline {
+                phase: Phase::Concurrency,
+                ..
+            })
+        ),
+        "{waiting:?}"
+    );
+    provider.parked.lock().clear();
+    assert_eq!(
+        sup.invoke(&(), within(1)).await.expect("admitted").response,
+        "ok"
+    );
+}

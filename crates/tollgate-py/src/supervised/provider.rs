@@ -147,7 +147,8 @@ impl Provider for CallProvider {
                 event_loop: Some(request.event_loop.clone_ref(py)),
                 usage: request.usage.as_ref().map(|u| u.clone_ref(py)),
                 failure: Arc::clone(&request.failure),
-                next: AsyncNext::default(),
+                next: AsyncNext::tracked(request.stragglers.clone()),
+                stragglers: request.stragglers.clone(),
                 pending: VecDeque::new(),
                 ended: false,
             })
@@ -158,6 +159,15 @@ impl Provider for CallProvider {
     /// POOL-1, ADM-7): the task was only asked to cancel.
     fn cut(&self, request: &CallRequest, lease: Lease) {
         request.stragglers.hold(lease);
+    }
+
+    /// A stream let go (its consumer left, its deadline, a close) returns
+    /// its permit once the `__anext__()` it cancels has ended (SPEC
+    /// POOL-1, LC-5, ADM-7).
+    fn stream_cut(&self, stream: Items, lease: Lease) {
+        let stragglers = stream.stragglers.clone();
+        drop(stream);
+        stragglers.hold(lease);
     }
 }
 
@@ -173,6 +183,9 @@ pub(crate) struct Items {
     failure: LastFailure,
     /// The `__anext__()` in flight.
     next: AsyncNext,
+    /// The call's tasks, its `__anext__()` ones included: a stream let go
+    /// returns its permit once they have ended (SPEC POOL-1, LC-5).
+    stragglers: Stragglers,
     pending: VecDeque<StreamEvent<Py<PyAny>>>,
     ended: bool,
 }

@@ -25,6 +25,7 @@ use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 
 use super::{CallProvider, CallRequest, LastFailure, call_error};
 use crate::driver::{Output, Pending, Ready};
+use crate::pyawait::Stragglers;
 use crate::runtime;
 
 enum State {
@@ -38,6 +39,8 @@ enum State {
     Open {
         stream: CallStream<CallProvider>,
         failure: LastFailure,
+        /// The call's tasks (its `__anext__()` ones included).
+        stragglers: Stragglers,
     },
     /// An `__anext__` is running.
     Busy,
@@ -143,7 +146,7 @@ impl SupervisedStream {
             // Cancelled while running (the awaiting task went away): the
             // stream it held is dropped with it, and the iterator is done.
             let _done_if_dropped = DoneIfBusy(Arc::clone(&state));
-            let (mut stream, failure) = match taken {
+            let (mut stream, failure, stragglers) = match taken {
                 State::Ready {
                     supervisor,
                     request,
@@ -156,7 +159,7 @@ impl SupervisedStream {
                     // ended (DL-6), as `Limiter.call` does.
                     request.stragglers.wait().await;
                     match opened {
-                        Ok(stream) => (stream, failure),
+                        Ok(stream) => (stream, failure, request.stragglers.clone()),
                         Err(e) => {
                             *state.lock() = State::Done;
                             let out: Output =
@@ -165,7 +168,11 @@ impl SupervisedStream {
                         }
                     }
                 }
-                State::Open { stream, failure } => (stream, failure),
+                State::Open {
+                    stream,
+                    failure,
+                    stragglers,
+                } => (stream, failure, stragglers),
                 State::Busy => {
                     let out: Output = Box::new(|_py| {
                         Err(PyRuntimeError::new_err(
@@ -206,13 +213,20 @@ impl SupervisedStream {
                         drop(stream);
                         return stop();
                     }
-                    *st = State::Open { stream, failure };
+                    *st = State::Open {
+                        stream,
+                        failure,
+                        stragglers,
+                    };
                     let out: Output = Box::new(move |_py| Ok(item));
                     out
                 }
                 Some(Err(e)) => {
                     *state.lock() = State::Done;
                     drop(stream);
+                    // No `__anext__()` runs on after the error is raised
+                    // (DL-6): the one the deadline cut has ended.
+                    stragglers.wait().await;
                     Box::new(move |py| Err(call_error(py, &e, &scope, &failure)))
                 }
                 None => {

@@ -303,6 +303,19 @@ pub trait Provider: Send + Sync + 'static {
         let _ = request;
         drop(lease);
     }
+
+    /// A stream's upstream is let go with its call's `lease`: the stream
+    /// ended, failed (its deadline, a close) or its consumer dropped it.
+    /// The default drops both at once: dropping the stream aborted it. A
+    /// provider whose stream runs work that outlives it (an item read on
+    /// another event loop, which ends some time after it is asked to
+    /// cancel) drops `stream` and keeps the lease until that work has
+    /// ended, as [`cut`](Provider::cut) does (SPEC POOL-1, LC-5, ADM-7).
+    /// It must not block.
+    fn stream_cut(&self, stream: Self::Stream, lease: Lease) {
+        drop(stream);
+        drop(lease);
+    }
 }
 
 #[cfg(test)]

@@ -179,15 +179,44 @@ struct Live<P: Provider> {
     reconciles: bool,
     /// The provider's price: the usage seen is priced with it (BUD-2).
     price: Option<crate::price::Price>,
+    /// The supervisor: its provider takes the upstream and the lease
+    /// together when they are let go ([`Provider::stream_cut`]).
+    supervisor: Supervisor<P>,
+}
+
+impl<P: Provider> Live<P> {
+    /// Lets the upstream go with the stream's lease: the provider returns
+    /// the permit once the upstream's work has ended (SPEC POOL-1, LC-5).
+    fn let_go(&mut self, lease: Option<Lease>) {
+        match (self.upstream.take(), lease) {
+            (Some(upstream), Some(lease)) => {
+                self.supervisor.inner.provider.stream_cut(upstream, lease);
+            }
+            (upstream, lease) => {
+                drop(upstream);
+                drop(lease);
+            }
+        }
+    }
+}
+
+impl<P: Provider> Drop for Live<P> {
+    fn drop(&mut self) {
+        // The consumer dropped the stream mid-way (LC-5): the upstream and
+        // the capacity go first, the guard last (LC-1), as the fields'
+        // order has it.
+        let lease = self.lease.take();
+        self.let_go(lease);
+    }
 }
 
 impl<P: Provider> Live<P> {
     /// Drops the upstream (so aborts it) and settles and releases every
     /// lease with the usage seen so far.
     fn release(&mut self) {
-        self.upstream = None;
         let usage = self.priced_usage();
-        if let Some(mut lease) = self.lease.take() {
+        let mut own = self.lease.take();
+        if let Some(lease) = &mut own {
             let own = if self.reconciles {
                 usage
             } else {
@@ -197,8 +226,9 @@ impl<P: Provider> Live<P> {
                     .and_then(|u| u.cost())
                     .map(|c| Usage::UNKNOWN.with_cost(Some(c)))
             };
-            settle_stream(&mut lease, own);
+            settle_stream(lease, own);
         }
+        self.let_go(own);
         self.settle_held(usage);
     }
 
@@ -377,6 +407,7 @@ impl<P: Provider> CallStream<P> {
             guard,
             reconciles: supervisor.inner.accounting.reconciles,
             price,
+            supervisor: supervisor.clone(),
         }));
         // Outside a tokio runtime nothing here could sleep anyway; the
         // consumer's own checks then remain.
