@@ -4,6 +4,7 @@ against the strict simulator over loopback (SPEC PY-4)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import anthropic
@@ -454,3 +455,125 @@ async def test_transport_answers_a_cut_attempt_once_it_unwound_and_holds_its_per
     assert unwound < events.index("second started"), events
     while not limiter.snapshot()["idle"]:
         await asyncio.sleep(0.005)
+
+
+class SecondEventUnwindsSlowly(httpx2.AsyncByteStream):
+    """A streamed chat completion's body: its first event comes at once;
+    reading the next waits until cancelled, then takes a while to unwind
+    (an `await` in its `finally`, as closing a connection does)."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def __aiter__(self):
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": None}],
+        }
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+        self.events.append("first reading")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.3)  # still unwinding
+            self.events.append("first read unwound")
+        yield b"data: [DONE]\n\n"
+
+
+class StreamUnwindsSlowly(httpx2.AsyncBaseTransport):
+    """A provider transport streaming the request marked `x-test: first`
+    with `SecondEventUnwindsSlowly`; any other is answered at once."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        name = request.headers.get("x-test", "other")
+        self.events.append(f"{name} started")
+        if name == "first":
+            headers = {"content-type": "text/event-stream"}
+            return httpx2.Response(200, headers=headers, stream=SecondEventUnwindsSlowly(self.events))
+        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        return httpx2.Response(
+            200,
+            json={
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+                "usage": usage,
+            },
+        )
+
+
+@pytest.mark.parametrize("cut", ["deadline", "closed"])
+async def test_transport_stream_cut_mid_way_holds_its_permit_until_its_body_read_unwound(cut: str) -> None:
+    # proves: POOL-1 (an attempt's permit is released when the attempt
+    # ends, cancellation included) / LC-5 (a consumer that leaves early:
+    # upstream aborted, permits released) / ADM-7 (the concurrency limit
+    # bounds active calls) / DL-6 (the deadline's error once the upstream
+    # read has ended) / PY-4 (the transports)
+    """An SDK stream through the transport is cut mid-way (its deadline,
+    or its consumer's task cancelled, which closes the stream) while the
+    transport reads its body, and that read takes a while to unwind. A
+    request already waiting for the only permit of a `concurrency=1`
+    limiter is sent only once the read has unwound; the deadline's error
+    is raised only then. Found in review: the transport gave the stream's
+    permit back when the stream was cut, so the waiting request was sent
+    beside the unwinding read."""
+    events: list[str] = []
+    limiter = tollgate.Limiter(scopes={"openai": {"rpm": 100, "tpm": 100_000}}, concurrency=1)
+    transport = tollgate.AsyncTransport(limiter, "openai", transport=StreamUnwindsSlowly(events), timeout=30)
+    client = openai.AsyncOpenAI(
+        base_url="http://provider/v1",
+        api_key="test",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def consume() -> None:
+        headers = {"x-test": "first"}
+        if cut == "deadline":
+            headers["x-request-timeout"] = "0.3"
+        stream = await client.chat.completions.create(
+            model="m", messages=messages, max_tokens=MAX_TOKENS, stream=True, extra_headers=headers
+        )
+        async with stream:
+            async for _ in stream:
+                events.append("first chunk")
+
+    consumer = asyncio.create_task(consume())
+    while "first reading" not in events:
+        await asyncio.sleep(0.005)
+    waiting = asyncio.create_task(
+        client.chat.completions.create(
+            model="m", messages=messages, max_tokens=MAX_TOKENS, extra_headers={"x-test": "second"}
+        )
+    )
+    if cut == "closed":
+        while "first chunk" not in events:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)  # the second request waits for the permit
+        consumer.cancel()
+    outcome = (await asyncio.gather(consumer, return_exceptions=True))[0]
+    events.append("consumer ended")
+    if cut == "deadline":
+        assert isinstance(outcome, tollgate.DeadlineExceeded), repr(outcome)
+    else:
+        assert isinstance(outcome, asyncio.CancelledError), repr(outcome)
+    reply = await waiting
+    assert reply.choices[0].message.content == "hi"
+    while "first read unwound" not in events:
+        await asyncio.sleep(0.005)
+    unwound = events.index("first read unwound")
+    assert unwound < events.index("second started"), events
+    if cut == "deadline":
+        assert unwound < events.index("consumer ended"), events
+    while not limiter.snapshot()["idle"]:
+        await asyncio.sleep(0.005)
+    await client.close()

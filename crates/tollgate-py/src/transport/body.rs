@@ -27,6 +27,7 @@ use tollgate::lifecycle::{CallError, CallStream};
 
 use super::provider::HttpxProvider;
 use crate::driver::{Output, Pending};
+use crate::pyawait::Stragglers;
 use crate::supervised::{LastFailure, call_error};
 use crate::{gil, runtime};
 
@@ -41,6 +42,9 @@ pub(crate) struct ResponseBody {
     failure: LastFailure,
     /// Whether every item of the provider's stream is out.
     finished: Arc<AtomicBool>,
+    /// The call's tasks (its body's `__anext__()` ones included): a
+    /// failure is raised once the read it cut has ended (DL-6).
+    stragglers: Stragglers,
 }
 
 impl ResponseBody {
@@ -49,12 +53,14 @@ impl ResponseBody {
         scope: String,
         failure: LastFailure,
         finished: Arc<AtomicBool>,
+        stragglers: Stragglers,
     ) -> Self {
         ResponseBody {
             stream: Arc::new(Mutex::new(Some(stream))),
             scope,
             failure,
             finished,
+            stragglers,
         }
     }
 
@@ -111,8 +117,15 @@ impl ResponseBody {
         let stream = Arc::clone(&self.stream);
         let scope = self.scope.clone();
         let failure = Arc::clone(&self.failure);
+        let stragglers = self.stragglers.clone();
         Pending::new(Box::pin(async move {
             let item = next(stream).await;
+            if let Some(Err(_)) = item {
+                // No body read runs on after the error is raised (DL-6):
+                // the one the deadline cut has ended (the stream, dropped,
+                // parked its lease on it first).
+                stragglers.wait().await;
+            }
             let out: Output = Box::new(move |py| Self::convert(py, item, &scope, &failure));
             out
         }))

@@ -350,10 +350,11 @@ async fn run(plan: Plan, mode: Mode) -> Output {
                         None => (200, Vec::new(), Arc::default()),
                     };
                     let failure = Arc::clone(&request.failure);
+                    let stragglers = request.stragglers.clone();
                     let kit = request.kit;
                     Box::new(move |py| {
-                        let body =
-                            Py::new(py, ResponseBody::new(stream, scope, failure, finished))?;
+                        let body = ResponseBody::new(stream, scope, failure, finished, stragglers);
+                        let body = Py::new(py, body)?;
                         let body = kit.body.bind(py).call1((body,))?;
                         answer::response(
                             py,

@@ -323,7 +323,9 @@ impl Provider for HttpxProvider {
                 response: Some(response.clone_ref(py)),
                 event_loop: request.event_loop.as_ref().map(|l| l.clone_ref(py)),
                 mode: request.mode,
-                next: AsyncNext::default(),
+                // Its `__anext__()` tasks join the request's: a stream cut
+                // mid-way returns its permit once they have ended.
+                next: AsyncNext::tracked(request.stragglers.clone()),
             };
             let chunks = ChunkStream::new(body, request.forward_usage)
                 .with_endpoint(request.endpoint)
@@ -332,6 +334,7 @@ impl Provider for HttpxProvider {
                 chunks,
                 budget: budgets(&map),
                 finished,
+                stragglers: request.stragglers.clone(),
             }))
         })?;
         match opened {
@@ -353,6 +356,16 @@ impl Provider for HttpxProvider {
     fn cut(&self, request: &HttpxRequest, lease: Lease) {
         request.stragglers.hold(lease);
     }
+
+    /// A stream let go (its consumer closed it, its deadline, a close)
+    /// returns its permit once the body read it cancels has ended (SPEC
+    /// POOL-1, LC-5, ADM-7): dropping it cancels its `__anext__()` task,
+    /// whose done callback drops the lease.
+    fn stream_cut(&self, stream: HttpxStream, lease: Lease) {
+        let stragglers = stream.stragglers.clone();
+        drop(stream);
+        stragglers.hold(lease);
+    }
 }
 
 /// An opened stream: the relay's SSE reader over the response's bytes.
@@ -361,6 +374,8 @@ pub(crate) struct HttpxStream {
     budget: Budgets,
     /// Set once every item is out (see [`Head`]).
     finished: Arc<AtomicBool>,
+    /// The request's tasks, its body's `__anext__()` ones included.
+    stragglers: Stragglers,
 }
 
 impl Stream for HttpxStream {
