@@ -232,13 +232,8 @@ impl GatewayProvider {
         (Some(span), headers)
     }
 
-    fn count<T>(
-        &self,
-        request: &GatewayRequest,
-        number: u32,
-        result: &Result<T, ProviderError>,
-        started: &Started,
-    ) {
+    fn count<T>(&self, request: &GatewayRequest, number: u32, result: &Result<T, ProviderError>) {
+        let started = &request.started;
         let limited = matches!(result, Err(e) if e.kind == ErrorKind::RateLimited);
         if limited {
             started.bump_refused();
@@ -264,7 +259,6 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<Reply<Bytes>, ProviderError>> + Send {
         let number = request.start();
-        let started = request.started.clone();
         async move {
             let number = number?;
             let (span, headers) = self.traced(request, number, &attempt);
@@ -272,7 +266,7 @@ impl Provider for GatewayProvider {
                 .http
                 .call_with(&request.upstream, &headers, attempt)
                 .await;
-            self.count(request, number, &result, &started);
+            self.count(request, number, &result);
             match (span, &result) {
                 (Some(mut span), Ok(reply)) => span.succeed(Some(reply.usage)),
                 (Some(span), Err(e)) => span.failed(e),
@@ -288,7 +282,6 @@ impl Provider for GatewayProvider {
         attempt: AttemptContext,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send {
         let number = request.start();
-        let started = request.started.clone();
         async move {
             let number = number?;
             let (span, headers) = self.traced(request, number, &attempt);
@@ -296,7 +289,7 @@ impl Provider for GatewayProvider {
                 .http
                 .stream_with(&request.upstream, &headers, attempt)
                 .await;
-            self.count(request, number, &result, &started);
+            self.count(request, number, &result);
             match (span, &result) {
                 (Some(span), Ok(_)) => span.streaming(),
                 (Some(span), Err(e)) => span.failed(e),

@@ -156,6 +156,16 @@ impl Account {
         self.covers.is_none_or(|m| m == model)
     }
 
+    /// What the attempts it covers before the call's last one may have
+    /// cost, in micro-dollars (zero when the call is not `priced`).
+    fn billed_before_last(&self, started: &Started, priced: bool) -> u64 {
+        if priced {
+            started.tally(self.covers).before_last
+        } else {
+            0
+        }
+    }
+
     /// Settles the top-ups with `paid` micro-dollars, each up to what it
     /// took (the rest given back), and drops them. Returns what they were
     /// charged and what is left of `paid`.
@@ -322,11 +332,7 @@ impl TenantLeases {
         let mut own = None;
         for mut a in accounts.list.drain(..) {
             let charged = if a.covers(model) {
-                let before = if priced {
-                    started.tally(a.covers).before_last
-                } else {
-                    0
-                };
+                let before = a.billed_before_last(started, priced);
                 let (top, left) = a.settle_top_ups(before);
                 a.main.take().and_then(|mut l| {
                     let used = if left == 0 {
@@ -392,11 +398,7 @@ impl TenantLeases {
                 let _ = a.settle_failed(started, priced);
                 continue;
             }
-            let before = if priced {
-                started.tally(a.covers).before_last
-            } else {
-                0
-            };
+            let before = a.billed_before_last(started, priced);
             if a.covers.is_none() {
                 own = before;
             }
