@@ -68,6 +68,34 @@ fn supervisor(provider: Lingering, attempt_timeout: Option<Duration>) -> Supervi
     b.build().unwrap()
 }
 
+/// While the parked lease lives (its work "still runs"), the only permit
+/// is held and a call waiting for it meets its deadline; once the work
+/// has ended (the lease dropped), the next call is admitted.
+async fn held_until_let_go<P>(sup: &Supervisor<P>, request: &P::Request, parked: &Mutex<Vec<Lease>>)
+where
+    P: Provider<Response = &'static str>,
+{
+    let waiting = sup.invoke(request, within(1)).await;
+    assert!(
+        matches!(
+            waiting,
+            Err(CallError::Deadline {
+                phase: Phase::Concurrency,
+                ..
+            })
+        ),
+        "{waiting:?}"
+    );
+    parked.lock().clear();
+    assert_eq!(
+        sup.invoke(request, within(1))
+            .await
+            .expect("admitted")
+            .response,
+        "ok"
+    );
+}
+
 fn within(secs: u64) -> CallOptions {
     CallOptions {
         deadline: Deadline::after(Duration::from_secs(secs)),
@@ -95,24 +123,7 @@ async fn a_deadline_cut_attempt_holds_its_permit_until_its_provider_lets_go() {
         "{cut:?}"
     );
     assert_eq!(provider.parked.lock().len(), 1, "the cut attempt's lease");
-    // Its work "still runs": the only permit is still held.
-    let waiting = sup.invoke(&0, within(1)).await;
-    assert!(
-        matches!(
-            waiting,
-            Err(CallError::Deadline {
-                phase: Phase::Concurrency,
-                ..
-            })
-        ),
-        "{waiting:?}"
-    );
-    // The work ended: the permit is back.
-    provider.parked.lock().clear();
-    assert_eq!(
-        sup.invoke(&0, within(1)).await.expect("admitted").response,
-        "ok"
-    );
+    held_until_let_go(&sup, &0, &provider.parked).await;
 }
 
 // proves: POOL-1 (the permit of an attempt cut by its attempt timeout is
@@ -272,20 +283,5 @@ async fn a_stream_dropped_mid_way_hands_its_lease_to_its_provider() {
     assert_eq!(stream.next().await.map(Result::ok), Some(Some("a")));
     drop(stream);
     assert_eq!(provider.parked.lock().len(), 1, "the stream's lease");
-    let waiting = sup.invoke(&(), within(1)).await;
-    assert!(
-        matches!(
-            waiting,
-            Err(CallError::Deadline {
-                phase: Phase::Concurrency,
-                ..
-            })
-        ),
-        "{waiting:?}"
-    );
-    provider.parked.lock().clear();
-    assert_eq!(
-        sup.invoke(&(), within(1)).await.expect("admitted").response,
-        "ok"
-    );
+    held_until_let_go(&sup, &(), &provider.parked).await;
 }
