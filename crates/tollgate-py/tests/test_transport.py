@@ -388,6 +388,22 @@ async def test_openai_thread_messages_are_not_taken_for_anthropic_messages() -> 
     await client.close()
 
 
+def chat_answer() -> httpx2.Response:
+    """A one-shot chat completion of 5 + 2 tokens."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    return httpx2.Response(
+        200,
+        json={
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": usage,
+        },
+    )
+
+
 class UnwindsSlowly(httpx2.AsyncBaseTransport):
     """A provider transport whose request marked `x-test: first` waits
     until cancelled, then takes a while to unwind (an `await` in its
@@ -406,18 +422,7 @@ class UnwindsSlowly(httpx2.AsyncBaseTransport):
             finally:
                 await asyncio.sleep(0.3)  # still unwinding
                 self.events.append("first unwound")
-        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-        return httpx2.Response(
-            200,
-            json={
-                "id": "c",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-                "usage": usage,
-            },
-        )
+        return chat_answer()
 
 
 async def test_transport_answers_a_cut_attempt_once_it_unwound_and_holds_its_permit() -> None:
@@ -496,18 +501,7 @@ class StreamUnwindsSlowly(httpx2.AsyncBaseTransport):
         if name == "first":
             headers = {"content-type": "text/event-stream"}
             return httpx2.Response(200, headers=headers, stream=SecondEventUnwindsSlowly(self.events))
-        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-        return httpx2.Response(
-            200,
-            json={
-                "id": "c",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-                "usage": usage,
-            },
-        )
+        return chat_answer()
 
 
 @pytest.mark.parametrize("cut", ["deadline", "closed"])

@@ -48,13 +48,17 @@ impl Provider for Lingering {
     }
 }
 
-fn supervisor(provider: Lingering, attempt_timeout: Option<Duration>) -> Supervisor<Lingering> {
-    let controller = AdmissionController::builder()
+/// A controller of 100 requests a minute and one permit.
+fn one_permit() -> AdmissionController {
+    AdmissionController::builder()
         .scope(ScopeConfig::new("main").requests(100, MINUTE))
         .concurrency(1)
         .build()
-        .unwrap();
-    let mut b = Supervisor::builder(controller, provider)
+        .unwrap()
+}
+
+fn supervisor(provider: Lingering, attempt_timeout: Option<Duration>) -> Supervisor<Lingering> {
+    let mut b = Supervisor::builder(one_permit(), provider)
         .policy(AttemptPolicy {
             max_attempts: 2,
             jitter: 0.0,
@@ -200,12 +204,7 @@ impl Provider for TimesOutAtTheDeadline {
 #[tokio::test(start_paused = true)]
 async fn an_attempt_that_answered_at_the_deadline_is_not_handed_to_cut() {
     let provider = TimesOutAtTheDeadline::default();
-    let controller = AdmissionController::builder()
-        .scope(ScopeConfig::new("main").requests(100, MINUTE))
-        .concurrency(1)
-        .build()
-        .unwrap();
-    let sup = Supervisor::builder(controller, provider.clone())
+    let sup = Supervisor::builder(one_permit(), provider.clone())
         .build()
         .unwrap();
     let out = sup.invoke(&(), within(1)).await;
@@ -271,12 +270,7 @@ impl Provider for LingeringStream {
 async fn a_stream_dropped_mid_way_hands_its_lease_to_its_provider() {
     use futures_util::StreamExt;
     let provider = LingeringStream::default();
-    let controller = AdmissionController::builder()
-        .scope(ScopeConfig::new("main").requests(100, MINUTE))
-        .concurrency(1)
-        .build()
-        .unwrap();
-    let sup = Supervisor::builder(controller, provider.clone())
+    let sup = Supervisor::builder(one_permit(), provider.clone())
         .build()
         .unwrap();
     let mut stream = sup.stream(&(), within(30)).await.expect("opened");
