@@ -15,6 +15,7 @@
 //! | shutting down | 503 | `shutting_down` |
 //! | request body not received in time (body read timeout or deadline) | 408 | `request_timeout` |
 //! | request body too large | 413 | `request_too_large` |
+//! | a client address already holding `server.max_connections_per_client` connections (refused before its request is read: [`too_many_connections`]) | 429 | `too_many_connections` |
 //!
 //! A 429 or 503 carries `retry-after` (whole seconds, rounded up) and
 //! `retry-after-ms` when a time is known: the instant the engine computed
@@ -394,6 +395,28 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The whole HTTP/1.1 response that refuses a connection from a client
+/// address already holding `server.max_connections_per_client`
+/// connections (SPEC GW-17): 429 `too_many_connections` in the OpenAI
+/// format, `retry-after` [`BUSY_RETRY`] and `connection: close`. It is
+/// written before any byte of the request is read, so it is the same for
+/// every such connection and is built once.
+pub fn too_many_connections() -> bytes::Bytes {
+    let body = ErrorResponse::rate_limited(
+        "too_many_connections",
+        "This client address holds as many connections as it may; close one and try again.",
+    );
+    let body = serde_json::to_string(&body).unwrap_or_default();
+    let secs = BUSY_RETRY.as_secs().max(1);
+    let ms = BUSY_RETRY.as_millis();
+    bytes::Bytes::from(format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\nretry-after: {secs}\r\n\
+         retry-after-ms: {ms}\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
 /// " It is available again at 2027-01-01T00:00:00Z." for a known instant
 /// (in UTC on the system's clock, to the second, rounded up): a spent day
 /// or month window says when it resets (SPEC BUD-3, Q-11).
@@ -483,6 +506,33 @@ mod tests {
             gave_up: GiveUp::NotRetryable,
         });
         assert_eq!(rejected.status.as_u16(), 422);
+    }
+
+    // proves: GW-17, GW-13 (the refusal of a connection past its client's
+    // cap is one complete HTTP/1.1 429 in the OpenAI format: its length
+    // is the body's, it closes, and it says when to retry)
+    #[test]
+    fn too_many_connections_is_a_complete_response() {
+        let raw = too_many_connections();
+        let text = std::str::from_utf8(&raw).expect("ascii");
+        let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+        assert!(
+            head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{head}"
+        );
+        for line in [
+            "connection: close",
+            "retry-after: 1",
+            "retry-after-ms: 1000",
+            "content-type: application/json",
+        ] {
+            assert!(head.lines().any(|l| l == line), "{line} missing: {head}");
+        }
+        let length = format!("content-length: {}", body.len());
+        assert!(head.lines().any(|l| l == length), "{head}");
+        let parsed: ErrorResponse = serde_json::from_str(body).expect("an OpenAI error");
+        assert_eq!(parsed.error.kind, "rate_limit_error");
+        assert_eq!(parsed.error.code.as_deref(), Some("too_many_connections"));
     }
 
     // proves: GW-4 (retry-after is whole seconds, rounded up)

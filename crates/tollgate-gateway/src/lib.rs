@@ -6,6 +6,7 @@
 pub mod access_log;
 pub mod auth;
 pub mod build;
+pub mod client_cap;
 pub mod config;
 pub mod connection;
 pub mod deadline;

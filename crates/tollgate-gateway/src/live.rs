@@ -10,10 +10,11 @@
 //! stays. Connections are never touched.
 //!
 //! The listeners' own settings (`server.listen`, `metrics_listen`,
-//! `max_connections`, `max_header_bytes`, `header_read_timeout`,
-//! `idle_timeout`, `shutdown_grace`) apply only at start; a reload that
-//! changes them says so in a warning. `log_format` applies to the access
-//! log at once and to the other logs after a restart.
+//! `max_connections`, `max_connections_per_client`, `max_header_bytes`,
+//! `header_read_timeout`, `idle_timeout`, `shutdown_grace`) apply only at
+//! start; a reload that changes them says so in a warning. `log_format`
+//! applies to the access log at once and to the other logs after a
+//! restart.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -169,6 +170,10 @@ fn listener_changes(old: &GatewayConfig, new: &GatewayConfig) -> Vec<&'static st
         (
             "server.max_connections",
             o.max_connections != n.max_connections,
+        ),
+        (
+            "server.max_connections_per_client",
+            o.max_connections_per_client != n.max_connections_per_client,
         ),
         (
             "server.max_header_bytes",

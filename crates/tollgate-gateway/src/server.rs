@@ -19,6 +19,7 @@ use tollgate::clock::Instant;
 use tower::ServiceExt;
 
 use crate::access_log;
+use crate::client_cap::ClientCap;
 use crate::config::ServerConfig;
 use crate::connection::{self, Arrival, Connection};
 use crate::live::Live;
@@ -47,6 +48,11 @@ pub struct ServeOptions {
     /// takes a slot before it accepts, so further connections wait in the
     /// listen backlog until one closes (SPEC GW-7, GW-17).
     pub max_connections: usize,
+    /// `Some(n)`: a client address (IPv4 address, IPv6 /64) holds at most
+    /// `n` of the API listener's connections; one more is answered 429
+    /// `too_many_connections` and closed at once, its slot free again
+    /// ([`crate::client_cap`], SPEC GW-17). Clamped to 1..=`max_connections`.
+    pub max_connections_per_client: Option<usize>,
     /// Time active calls get to finish after a shutdown signal.
     pub shutdown_grace: Duration,
     /// After the grace period: how long closing the controllers (every
@@ -73,6 +79,7 @@ impl ServeOptions {
             header_read_timeout: server.header_read_timeout,
             idle_timeout: server.idle_timeout,
             max_connections: server.max_connections,
+            max_connections_per_client: server.max_connections_per_client,
             shutdown_grace: server.shutdown_grace,
             cleanup_budget: CLEANUP_BUDGET,
             connection_threads: server.connection_threads,
@@ -165,6 +172,12 @@ pub async fn serve_live(
     }
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(cap));
+    // Not on the side listener: its slots are its own, so a flood there
+    // takes no API connection, and it is meant for the operator's own
+    // scrapers (docs/operations.md, "Connections").
+    let per_client = options
+        .max_connections_per_client
+        .map(|n| ClientCap::new(n.clamp(1, cap)));
     let dropped = CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
@@ -178,7 +191,7 @@ pub async fn serve_live(
         };
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
+                let (stream, peer) = match accepted {
                     Ok(a) => a,
                     // Out of file descriptors and the like: keep serving.
                     Err(e) => {
@@ -188,13 +201,27 @@ pub async fn serve_live(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                // A client over its cap is answered and closed without
+                // its request read, and its slot is free at once: the
+                // excess costs only its sender (GW-17).
+                let client = match &per_client {
+                    None => None,
+                    Some(per_client) => match per_client.take(peer.ip()) {
+                        Some(client) => Some(client),
+                        None => {
+                            drop(slot);
+                            per_client.refuse(stream, peer.ip());
+                            continue;
+                        }
+                    },
+                };
                 let router = router.clone();
                 let http = http.clone();
                 let send_timeout = options.idle_timeout;
                 let watcher = graceful.watcher();
                 let dropped = dropped.clone();
                 let serve = move |stream: tokio::net::TcpStream| async move {
-                    let _slot = slot;
+                    let _slot = (slot, client);
                     let (handle, mut close_at) = Connection::new();
                     let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
                         request.extensions_mut().insert(Arrival {
@@ -299,8 +326,9 @@ pub async fn serve_live(
 
 /// Serves `router` on the side listener (`server.metrics_listen`: metrics
 /// and the status page) until `stop` is cancelled, under the API
-/// listener's bounds (SPEC GW-7, GW-17): at most as many connections as
-/// `slots` has permits (further ones wait in the backlog), the request
+/// listener's bounds (SPEC GW-7, GW-17), the per-client cap excepted: at
+/// most as many connections as `slots` has permits (further ones wait in
+/// the backlog), the request
 /// head read under `http`'s header timeout and size limit, and a client
 /// that accepts no response byte for `send_timeout` dropped. Once `stop`
 /// is cancelled, connections finish their response within

@@ -313,23 +313,24 @@ fn global_logs() -> Logs {
     .clone()
 }
 
-// proves: GW-15 (a reload that changes `server.connection_threads` is
-// accepted with a warning naming it, as for the listener's other settings
-// that apply only at start)
+// proves: GW-15 (a reload that changes `server.connection_threads` or
+// `server.max_connections_per_client` is accepted with a warning naming
+// them, as for the listener's other settings that apply only at start)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_changes_connection_threads_warns() {
     let logs = global_logs();
     let sim = fast_sim().await;
-    let file = |threads: usize, max: usize| {
+    let file = |threads: usize, max: usize, per_client: usize| {
         config(
             &sim.openai_base_url(),
             &format!(
-                "admin_key_env = \"CARGO_PKG_NAME\"\nconnection_threads = {threads}\nmax_connections = {max}"
+                "admin_key_env = \"CARGO_PKG_NAME\"\nconnection_threads = {threads}\nmax_connections = {max}\n\
+                 max_connections_per_client = {per_client}"
             ),
         )
     };
-    let (gw, path) = Gateway::start_file(&file(2, 100)).await;
-    std::fs::write(&path, file(3, 101)).expect("rewrite");
+    let (gw, path) = Gateway::start_file(&file(2, 100, 10)).await;
+    std::fs::write(&path, file(3, 101, 11)).expect("rewrite");
     let r = client()
         .post(gw.url("/admin/reload"))
         .bearer_auth(env!("CARGO_PKG_NAME"))
@@ -342,7 +343,11 @@ async fn a_reload_that_changes_connection_threads_warns() {
         .lines()
         .find(|l| l.contains("apply only after a restart"))
         .unwrap_or_else(|| panic!("no restart warning at all: {text}"));
-    assert!(warning.contains("server.max_connections"), "{warning}");
+    assert!(warning.contains("server.max_connections,"), "{warning}");
+    assert!(
+        warning.contains("server.max_connections_per_client"),
+        "the changed max_connections_per_client is not named: {warning}"
+    );
     assert!(
         warning.contains("server.connection_threads"),
         "the changed connection_threads is not named: {warning}"

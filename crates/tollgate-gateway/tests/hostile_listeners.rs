@@ -1,6 +1,7 @@
 //! Hostile clients that hold connections (SPEC GW-7, GW-17, DL-3): on the
-//! side listener (`server.metrics_listen`), and a slow reader of a large
-//! one-shot answer. Real sockets throughout.
+//! side listener (`server.metrics_listen`), a slow reader of a large
+//! one-shot answer, and one address flooding the API listener under
+//! `server.max_connections_per_client`. Real sockets throughout.
 
 mod common;
 
@@ -249,4 +250,168 @@ async fn slow_reader_of_a_one_shot_answer_is_cut_at_its_deadline() {
     assert_eq!(answer.status(), 200);
     assert_eq!(up.attempts(), 2);
     reader.abort();
+}
+
+/// A connection to `addr` from the source address `from` (all of 127/8
+/// reaches loopback on Linux).
+async fn connect_from(from: &str, addr: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{from}:0").parse().expect("source"))
+        .expect("bind the source address");
+    socket
+        .connect(addr.parse().expect("address"))
+        .await
+        .expect("connect")
+}
+
+/// Everything the server sends on `tcp` until it closes it (within
+/// [`PATIENCE`]).
+async fn until_closed(tcp: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    bounded(
+        "the server closes the connection",
+        tcp.read_to_end(&mut seen),
+    )
+    .await
+    .expect("read");
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// The value of the unlabelled series `name` in the exposition `text`.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+// proves: GW-17, GW-7 (with server.max_connections_per_client, one client
+// address that opens more connections than its cap and trickles request
+// heads holds only its cap: each further connection is answered 429
+// too_many_connections and closed without its request read, so another
+// client still gets its chat completion; once the flooder closes, nothing
+// of it stays counted and its address is served again)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_address_holds_only_its_connection_cap() {
+    let sim = fast_sim().await;
+    // Without the per-client cap the flooder's first four connections
+    // would take every slot until the header read timeout (60 s), and the
+    // other client's connection would wait in the backlog past PATIENCE.
+    let toml = config(
+        &sim.openai_base_url(),
+        "max_connections = 4\nmax_connections_per_client = 2\n\
+         header_read_timeout = \"60s\"\nidle_timeout = \"60s\"",
+    );
+    let (api, side, stop, task) = start_with_side(&toml).await;
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n";
+    // The flooder: six connections (more than every slot), each sending
+    // its head a line at a time, slowly, never finishing it.
+    let mut flood = Vec::new();
+    for _ in 0..6 {
+        let mut tcp = connect_from("127.0.0.2", &api).await;
+        let _ = tcp.write_all(head.as_bytes()).await;
+        flood.push(tcp);
+    }
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for (i, tcp) in flood.into_iter().enumerate() {
+        if i < 2 {
+            // Accepted first (the backlog is first in, first out): kept
+            // busy with a header line every 100 ms.
+            held.push(tokio::spawn(async move {
+                let mut tcp = tcp;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if tcp.write_all(b"x-slow: 1\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        } else {
+            refused.push(tcp);
+        }
+    }
+    // A well-behaved client elsewhere is served.
+    let good = client()
+        .post(format!("http://{api}/v1/chat/completions"))
+        .bearer_auth(KEY_A)
+        .json(&chat("chat", false))
+        .send();
+    let good = bounded("the other client is served", good)
+        .await
+        .expect("response");
+    assert_eq!(good.status(), 200);
+    drop(good);
+    // The flooder's connections past its cap got the 429 and were closed.
+    for tcp in &mut refused {
+        let answer = until_closed(tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+        let lower = answer.to_ascii_lowercase();
+        assert!(lower.contains("\r\nconnection: close\r\n"), "{answer}");
+        assert!(lower.contains("\r\nretry-after: 1\r\n"), "{answer}");
+        assert!(lower.contains("\r\nretry-after-ms: 1000\r\n"), "{answer}");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(body["error"]["code"], "too_many_connections", "{answer}");
+        assert_eq!(body["error"]["type"], "rate_limit_error", "{answer}");
+    }
+    // The two it holds are still open.
+    for task in &held {
+        assert!(
+            !task.is_finished(),
+            "a connection within the cap was closed"
+        );
+    }
+    let scrape = || async {
+        client()
+            .get(format!("http://{side}/metrics"))
+            .send()
+            .await
+            .expect("scrape")
+            .text()
+            .await
+            .expect("text")
+    };
+    let text = scrape().await;
+    assert_eq!(
+        series(&text, "tollgate_connections_refused_total"),
+        Some(4.0),
+        "{text}"
+    );
+    // The flooder goes away: its count goes with it, and its address is
+    // served again.
+    for task in held {
+        task.abort();
+        let _ = task.await;
+    }
+    drop(refused);
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let text = scrape().await;
+        if series(&text, "tollgate_connection_clients") == Some(0.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "clients still counted after every connection closed: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = reqwest::Client::builder()
+        .no_proxy()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().expect("address"))
+        .build()
+        .expect("client")
+        .post(format!("http://{api}/v1/chat/completions"))
+        .bearer_auth(KEY_A)
+        .json(&chat("chat", false))
+        .send();
+    let again = bounded("the flooder's address is served again", again)
+        .await
+        .expect("response");
+    assert_eq!(again.status(), 200);
+    let _ = stop.send(());
+    bounded("serve returns", task)
+        .await
+        .expect("join")
+        .expect("serve");
 }

@@ -70,6 +70,7 @@ struct RawServer {
     body_read_timeout: Option<String>,
     idle_timeout: Option<String>,
     max_connections: Option<usize>,
+    max_connections_per_client: Option<usize>,
     shutdown_grace: Option<String>,
     admin_key_env: Option<String>,
     log_format: Option<RawLogFormat>,
@@ -406,6 +407,7 @@ impl RawServer {
                 d.idle_timeout,
             )?,
             max_connections: self.max_connections.unwrap_or(d.max_connections),
+            max_connections_per_client: self.max_connections_per_client,
             shutdown_grace: duration_or(
                 &at.key("shutdown_grace"),
                 self.shutdown_grace.as_ref(),

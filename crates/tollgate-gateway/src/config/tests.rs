@@ -680,6 +680,45 @@ fn body_read_timeout_and_connection_cap() {
     assert_eq!(e.field.as_deref(), Some("server.max_connections"));
 }
 
+// proves: GW-17, GW-7, CFG-1 (the per-client connection cap is unset by
+// default; zero, or more than max_connections, is an error naming the
+// field and its line)
+#[test]
+fn per_client_connection_cap() {
+    assert_eq!(ok(&with_model("")).server.max_connections_per_client, None);
+    let c = ok(&with_model(
+        "[server]\nmax_connections = 8\nmax_connections_per_client = 8",
+    ));
+    assert_eq!(c.server.max_connections_per_client, Some(8));
+    assert_eq!(
+        crate::server::ServeOptions::from_config(&c.server).max_connections_per_client,
+        Some(8)
+    );
+    let e = fail_at(
+        &with_model("[server]\nmax_connections_per_client = 0"),
+        "server.max_connections_per_client",
+        "positive",
+    );
+    assert!(e.position().is_some(), "{e}");
+    let e = fail_at(
+        &with_model("[server]\nmax_connections = 8\nmax_connections_per_client = 9"),
+        "server.max_connections_per_client",
+        "more than server.max_connections (8)",
+    );
+    assert!(e.position().is_some(), "{e}");
+    // Against the default cap of 512 too.
+    fail_at(
+        &with_model("[server]\nmax_connections_per_client = 513"),
+        "server.max_connections_per_client",
+        "more than server.max_connections (512)",
+    );
+    let e = fail(&with_model("[server]\nmax_connections_per_client = -1"));
+    assert_eq!(
+        e.field.as_deref(),
+        Some("server.max_connections_per_client")
+    );
+}
+
 // proves: GW-3 (the cap on x-request-timeout is at least the default)
 #[test]
 fn max_timeout_below_default_timeout_is_an_error() {

@@ -105,6 +105,13 @@ pub struct ServerConfig {
     /// Client connections served at once (default 512). Further
     /// connections wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// `max_connections_per_client`: connections one client address (an
+    /// IPv4 address, an IPv6 /64 prefix) may hold on `listen` at once;
+    /// one more is answered 429 `too_many_connections` and closed before
+    /// its request is read (SPEC GW-17). `None` (default): no per-client
+    /// cap, since behind a load balancer every client has its address.
+    /// At most `max_connections`; applies at start.
+    pub max_connections_per_client: Option<usize>,
     /// On SIGTERM/SIGINT, active calls may finish within this (default
     /// 30 s; zero aborts them at once).
     pub shutdown_grace: Duration,
@@ -146,6 +153,7 @@ impl Default for ServerConfig {
             body_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 512,
+            max_connections_per_client: None,
             shutdown_grace: Duration::from_secs(30),
             admin_key_env: None,
             log_format: LogFormat::Text,

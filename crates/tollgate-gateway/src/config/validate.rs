@@ -282,6 +282,24 @@ impl GatewayConfig {
         }
         positive(&at.key("max_connections"), Some(s.max_connections as u64))?;
         positive(
+            &at.key("max_connections_per_client"),
+            s.max_connections_per_client.map(|n| n as u64),
+        )?;
+        if let Some(per_client) = s
+            .max_connections_per_client
+            .filter(|&n| n > s.max_connections)
+        {
+            return Err(Problem::invalid(
+                &at.key("max_connections_per_client"),
+                format!(
+                    "is {per_client}, more than server.max_connections ({}); one client \
+                     can never hold more than every connection (leave it unset for no \
+                     per-client cap)",
+                    s.max_connections
+                ),
+            ));
+        }
+        positive(
             &at.key("connection_threads"),
             s.connection_threads.map(|n| n as u64),
         )?;
