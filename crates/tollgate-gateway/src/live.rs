@@ -11,8 +11,10 @@
 //!
 //! The listeners' own settings (`server.listen`, `metrics_listen`,
 //! `max_connections`, `max_connections_per_client`, `max_header_bytes`,
-//! `header_read_timeout`, `idle_timeout`, `shutdown_grace`) apply only at
-//! start; a reload that changes them says so in a warning. `log_format`
+//! `header_read_timeout`, `idle_timeout`, `shutdown_grace`,
+//! `connection_threads`), the state file's (`state_dir`,
+//! `on_unreadable_state`, `state_save_interval`) and `[telemetry]` apply
+//! only at start; a reload that changes them says so in a warning. `log_format`
 //! applies to the access log at once and to the other logs after a
 //! restart.
 
