@@ -17,33 +17,6 @@ use tokio::time::Instant;
 /// Generous slack for bounds on 2 busy CI cores.
 const SLACK: Duration = Duration::from_secs(5);
 
-fn config(base_url: &str, server: &str, model: &str, a: &str, extra: &str) -> String {
-    format!(
-        r#"
-[server]
-{server}
-
-[providers.up]
-base_url = "{base_url}"
-
-[scopes.main]
-rpm = 100
-tpm = 100000
-
-[models.chat]
-provider = "up"
-upstream_model = "sim-chat"
-scope = "main"
-{model}
-
-{}
-
-{extra}
-"#,
-        tenants(a, "")
-    )
-}
-
 /// A small chat request body as JSON text.
 fn chat_body(stream: bool) -> String {
     chat("chat", stream).to_string()
@@ -192,7 +165,7 @@ async fn stalled_stream_reader_on_connection_threads() {
 async fn stalled_stream_reader(server: &str, model: &'static str) {
     let up = Scripted::start(vec![endless_big_stream(), Reply::ok()]).await;
     let gw = Gateway::start(
-        &config(
+        &hostile_config(
             &up.base_url,
             server,
             "concurrency = 1\nmax_waiting = 4",
@@ -256,7 +229,7 @@ async fn stalled_stream_reader(server: &str, model: &'static str) {
 #[tokio::test]
 async fn missing_key_is_refused_before_the_body() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(&sim.openai_base_url(), "", "", "", "")).await;
+    let gw = Gateway::start(&hostile_config(&sim.openai_base_url(), "", "", "", "")).await;
     let mut tcp = TcpStream::connect(gw.addr()).await.expect("connect");
     send(&mut tcp, &head("", 100_000), b"{\"model\":").await;
     let (status, _, body) = tokio::time::timeout(SLACK, read_response(&mut tcp))
@@ -296,7 +269,7 @@ async fn stalled_upload_on_connection_threads() {
 /// timeout): cut at the request's deadline, nothing taken.
 async fn stalled_upload(server: &str) {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&hostile_config(
         &sim.openai_base_url(),
         &format!("body_read_timeout = \"60s\"\n{server}"),
         "concurrency = 2",
@@ -345,7 +318,7 @@ async fn stalled_upload(server: &str) {
 #[tokio::test]
 async fn body_read_timeout_bounds_a_slow_upload() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&hostile_config(
         &sim.openai_base_url(),
         "body_read_timeout = \"300ms\"",
         "",
@@ -379,7 +352,7 @@ async fn body_read_timeout_bounds_a_slow_upload() {
 #[tokio::test]
 async fn non_ascii_authorization_is_401_even_with_anonymous_access() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&hostile_config(
         &sim.openai_base_url(),
         "",
         "",
@@ -411,7 +384,7 @@ async fn non_ascii_authorization_is_401_even_with_anonymous_access() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_a_stalled_reader_is_bounded() {
     let up = Scripted::start(vec![endless_big_stream()]).await;
-    let mut gw = Gateway::start(&config(
+    let mut gw = Gateway::start(&hostile_config(
         &up.base_url,
         "shutdown_grace = \"300ms\"",
         "concurrency = 2",
@@ -454,7 +427,7 @@ async fn client_deadlines_leave_the_circuit_closed() {
         ..tollgate_sim::SimConfig::default()
     })
     .await;
-    let gw = Gateway::start(&config(&sim.openai_base_url(), "", "", "", "")).await;
+    let gw = Gateway::start(&hostile_config(&sim.openai_base_url(), "", "", "", "")).await;
     let client = client();
     // Six 0.1 s budgets run out upstream (504, a transport-phase deadline:
     // the simulator answers after 300 ms), more than the default failure
@@ -497,7 +470,7 @@ async fn client_deadlines_leave_the_circuit_closed() {
 #[tokio::test]
 async fn connections_past_the_cap_wait_for_a_slot() {
     let sim = fast_sim().await;
-    let gw = Gateway::start(&config(
+    let gw = Gateway::start(&hostile_config(
         &sim.openai_base_url(),
         "max_connections = 1\nheader_read_timeout = \"60s\"",
         "",

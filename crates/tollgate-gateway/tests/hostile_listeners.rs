@@ -22,27 +22,7 @@ use tollgate_gateway::server::{ServeOptions, serve_live};
 const SLACK: Duration = Duration::from_secs(5);
 
 fn config(base_url: &str, server: &str) -> String {
-    format!(
-        r#"
-[server]
-{server}
-
-[providers.up]
-base_url = "{base_url}"
-
-[scopes.main]
-rpm = 100
-tpm = 100000
-
-[models.chat]
-provider = "up"
-upstream_model = "sim-chat"
-scope = "main"
-
-{}
-"#,
-        tenants("", "")
-    )
+    hostile_config(base_url, server, "", "", "")
 }
 
 /// A gateway with a side listener: (API address, side address, stop, task).

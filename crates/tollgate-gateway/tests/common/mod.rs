@@ -753,3 +753,34 @@ pub async fn post_json(gw: &Gateway, path: &str, key: &str, body: &Value) -> req
     .await
     .expect("the gateway answers")
 }
+
+/// One model `chat` (the simulator's `sim-chat`) on a generous scope,
+/// the two tenants of [`tenants`] (`a` added to tenant a), with `server`
+/// and `model` lines in their tables and `extra` at the end: the hostile
+/// client tests' gateway.
+pub fn hostile_config(base_url: &str, server: &str, model: &str, a: &str, extra: &str) -> String {
+    format!(
+        r#"
+[server]
+{server}
+
+[providers.up]
+base_url = "{base_url}"
+
+[scopes.main]
+rpm = 100
+tpm = 100000
+
+[models.chat]
+provider = "up"
+upstream_model = "sim-chat"
+scope = "main"
+{model}
+
+{}
+
+{extra}
+"#,
+        tenants(a, "")
+    )
+}
