@@ -10,14 +10,15 @@ use tollgate::ExceedsLimit;
 use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, BudgetReport, Demand, Dimension, Hold, HoldId, LimitSnapshot, LocalQuota, NotUntil,
-    Observed, OpId, QuotaStore, RemoteHold, RemoteQuota, Reservation, StoreError, StoreFuture,
+    Actual, BudgetReport, Demand, Dimension, ForeignSettlement, Hold, HoldId, LimitSnapshot,
+    LocalQuota, NotUntil, Observed, OpId, QuotaStore, RemoteHold, RemoteQuota, Reservation,
+    StoreError, StoreFuture,
 };
 
 use crate::backend::Shared;
 use crate::error::bounded;
 use crate::keys::ScopeKeys;
-use crate::limits::{LimitParams, MAX_EXACT, micros_down, micros_up, ttl_ms};
+use crate::limits::{Kind, LimitParams, MAX_EXACT, micros_down, micros_up, ttl_ms};
 use crate::reply::{self, RawReserve};
 use crate::scripts::Op;
 
@@ -328,6 +329,45 @@ pub(crate) fn num(v: u64) -> String {
     v.min(MAX_EXACT).to_string()
 }
 
+/// What `settlement` changes in limit `l` (one a reload added) for a
+/// reservation of `demand`: the amount it counts at the reservation's
+/// instant and the amount it counts there after (`debt.lua`), as the
+/// in-process store's limits settle a reservation from before their
+/// start (`LimitState::foreign`). A move changes neither: both are the
+/// amount moved (none in a token bucket, which counts no instants).
+fn foreign_change(l: &LimitParams, demand: &Demand, settlement: ForeignSettlement) -> (u64, u64) {
+    let estimate = demand.amount(l.dimension);
+    match settlement {
+        // What it used beyond its estimate (an unknown cost keeps the
+        // worst case: none).
+        ForeignSettlement::Debt(actual) => {
+            let used = actual.amount(l.dimension, demand);
+            (0, used.map_or(0, |used| used.saturating_sub(estimate)))
+        }
+        // A token bucket counts a rate, not instants: nothing.
+        ForeignSettlement::Recount | ForeignSettlement::Move { .. } if l.kind == Kind::Bucket => {
+            (0, 0)
+        }
+        ForeignSettlement::Recount => (0, estimate),
+        ForeignSettlement::Move { .. } => (estimate, estimate),
+        // Each token limit from its own figure (SPEC Q-12); an unknown
+        // cost keeps the worst case.
+        ForeignSettlement::Reconcile(actual) => (
+            estimate,
+            actual.amount(l.dimension, demand).unwrap_or(estimate),
+        ),
+        ForeignSettlement::Release { requests, tokens } => {
+            // The cost always goes back (SPEC BUD-5).
+            let chosen = match l.dimension {
+                Dimension::Requests => requests,
+                Dimension::Cost => true,
+                _ => tokens,
+            };
+            if chosen { (estimate, 0) } else { (0, 0) }
+        }
+    }
+}
+
 impl RemoteQuota for RedisQuota {
     fn check(&self, demand: &Demand) -> Result<(), ExceedsLimit> {
         self.local.check(demand)
@@ -514,39 +554,46 @@ impl RemoteQuota for RedisQuota {
             .collect()
     }
 
-    fn reconcile_foreign(
+    fn settle_foreign(
         &self,
         earlier: Vec<String>,
         reservation: Reservation,
-        actual: Actual,
+        settlement: ForeignSettlement,
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let demand = reservation.demand;
-            // Each limit's debt, in the order of the scope's own limits
-            // (the first passed to the scripts): what the call used
-            // beyond its estimate on the limit's dimension (an unknown
-            // cost keeps the worst case: none), only on a limit the
-            // earlier handle did not count in.
-            let debts: Vec<u64> = self.limits[..self.own]
+            let changes: Vec<(u64, u64)> = self.limits[..self.own]
                 .iter()
                 .map(|l| {
                     if earlier.contains(&l.key_suffix()) {
-                        return 0;
+                        (0, 0)
+                    } else {
+                        foreign_change(l, &reservation.demand, settlement)
                     }
-                    actual
-                        .amount(l.dimension, &demand)
-                        .map_or(0, |used| used.saturating_sub(demand.amount(l.dimension)))
                 })
                 .collect();
-            if debts.iter().all(|&d| d == 0) {
+            // A move changes where an amount is counted, not how much.
+            let moves = matches!(settlement, ForeignSettlement::Move { .. });
+            if changes
+                .iter()
+                .all(|&(counted, to)| if moves { counted == 0 } else { counted == to })
+            {
                 return Ok(());
             }
-            let mut extra = Vec::with_capacity(2 + debts.len());
+            // Each limit's change, in the order of the scope's own limits
+            // (the first passed to the scripts).
+            let mut extra = Vec::with_capacity(3 + 2 * changes.len());
             extra.push(num(reservation.tick));
             extra.push(reservation.seq.to_string());
-            extra.extend(debts.into_iter().map(num));
+            extra.push(match settlement {
+                ForeignSettlement::Move { from } => num(from),
+                _ => "-1".to_owned(),
+            });
+            for (counted, to) in changes {
+                extra.push(num(counted));
+                extra.push(num(to));
+            }
             self.run::<i64>(Op::Debt, |_| 0, &extra, Some(op), budget)
                 .await
                 .map(drop)

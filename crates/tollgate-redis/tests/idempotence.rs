@@ -12,7 +12,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::config::{Algorithm, ScopeConfig};
 use tollgate::quota::{
-    Actual, BudgetReport, Demand, Dimension, HoldId, OpId, RemoteHold, RemoteQuota, Reservation,
+    Actual, BudgetReport, Demand, Dimension, ForeignSettlement, HoldId, OpId, RemoteHold,
+    RemoteQuota, Reservation,
 };
 use tollgate_redis::{RedisBackend, RedisQuota, RedisServer};
 
@@ -88,11 +89,13 @@ enum Op {
         index: usize,
         length: u64,
     },
-    /// The debt of a call in flight at a reload, counted in limits an
-    /// earlier handle (naming none of this one's) did not count it in.
+    /// A settlement of a call in flight at a reload, in limits an
+    /// earlier handle (naming none of this one's) did not count it in:
+    /// its debt, a recount, a move, a usage or a refusal (`kind`).
     Foreign {
         index: usize,
         actual: u64,
+        kind: u8,
     },
     Advance(u64),
 }
@@ -110,7 +113,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0..5u64, 0..61u64, 0..3_000u64, 0..W)
             .prop_map(|(index, requests, tokens, ago, reset)| Op::Observe { index, requests, tokens, ago, reset }),
         1 => (any::<usize>(), 0..W).prop_map(|(index, length)| Op::Cool { index, length }),
-        1 => (any::<usize>(), 0..60u64).prop_map(|(index, actual)| Op::Foreign { index, actual }),
+        2 => (any::<usize>(), 0..60u64, 0..5u8)
+            .prop_map(|(index, actual, kind)| Op::Foreign { index, actual, kind }),
         3 => (0..W / 2).prop_map(Op::Advance),
     ]
 }
@@ -347,17 +351,33 @@ impl Harness<'_> {
                     .map_err(common::fail)?;
                 e.settled = true;
             }
-            Op::Foreign { index, actual } => {
+            Op::Foreign {
+                index,
+                actual,
+                kind,
+            } => {
                 let Some(k) = self.pick(index, |e| e.id.is_none()) else {
                     return Ok(());
                 };
                 let e = &self.entries[k];
-                let actual = Actual::total(actual);
-                once.reconcile_foreign(Vec::new(), e.once, actual, OpId::new(), BUDGET)
+                let settlement = |r: &Reservation| match kind {
+                    0 => ForeignSettlement::Debt(Actual::total(actual)),
+                    1 => ForeignSettlement::Recount,
+                    2 => ForeignSettlement::Move {
+                        from: r.tick.saturating_sub(actual * 10),
+                    },
+                    3 => ForeignSettlement::Reconcile(Actual::total(actual)),
+                    _ => ForeignSettlement::Release {
+                        requests: actual % 2 == 0,
+                        tokens: actual % 3 == 0,
+                    },
+                };
+                let (a, b) = (settlement(&e.once), settlement(&e.twice));
+                once.settle_foreign(Vec::new(), e.once, a, OpId::new(), BUDGET)
                     .await
                     .map_err(common::fail)?;
                 twice
-                    .reconcile_foreign(Vec::new(), e.twice, actual, OpId::new(), BUDGET)
+                    .settle_foreign(Vec::new(), e.twice, b, OpId::new(), BUDGET)
                     .await
                     .map_err(common::fail)?;
             }

@@ -1,20 +1,26 @@
 //! A reload that adds a token limit or a spend budget to a shared scope
 //! while a call is in flight: the call settles through the store handle it
 //! was admitted with, which has no such limit, yet what it used beyond
-//! its estimate must count in the new limit as it does in process (the
-//! in-process scope, run through the same steps in the same test, is the
-//! reference). Real `redis-server`, real clock, multi-threaded runtime.
+//! its estimate, and its estimate once the provider's count is known
+//! (`counted_by`, SPEC Q-15), must count in the new limit as they do in
+//! process (the in-process scope, run through the same steps in the same
+//! test, is the reference). Real `redis-server`, real clock, multi-threaded runtime:
+//! every comparison is of what each store counts once the steps are
+//! done (windows of a minute or more, which these steps never cross),
+//! never of timings.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::config::{ControllerConfig, MINUTE, ScopeConfig};
-use tollgate::quota::{Dimension, RemoteBackend};
+use tollgate::clock::Instant;
+use tollgate::config::{ControllerConfig, DAY, MINUTE, ScopeConfig};
+use tollgate::quota::{Dimension, RemoteBackend, RemoteQuota, Unavailable};
 use tollgate::{
     AdmissionController, Call, Deadline, Price, RefusalCost, ScopeId, TokenEstimate, Usage,
 };
+use tollgate_redis::{RedisBackend, RedisServer};
 
 fn config(scope: ScopeConfig) -> ControllerConfig {
     ControllerConfig {
@@ -30,8 +36,8 @@ enum End {
     Used(u64, u64),
     /// Reconciled with an unknown usage.
     Unknown,
-    /// Refused by the provider, which charged nothing.
-    Refused,
+    /// Refused by the provider, which charged this much.
+    Refused(RefusalCost),
     /// Dropped without a settlement.
     Dropped,
 }
@@ -70,20 +76,60 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// When the provider counted the call in flight (SPEC Q-15), as its
+/// lease is told after the reload.
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    /// Not told.
+    Never,
+    /// At an instant after the reload: the limits the reload added count
+    /// the call as theirs from then on.
+    AfterReload,
+    /// At an instant between its lease and the reload: they count its
+    /// estimate from then, and the call stays one from before them.
+    BeforeReload,
+    /// After the reload, then told again, at an instant later than the
+    /// added limits' slot of the first (a minute's 512th): they move the
+    /// estimate there, where a settlement then finds it.
+    AfterReloadTwice,
+}
+
+/// Every limit a scope reports: dimension, window and what it has
+/// available, in a stable order.
+type Limits = Vec<(String, Duration, Option<u64>)>;
+
 /// Runs the steps on `c` (a call in flight, a reload adding `case`'s
-/// limit, the call ending as `end`) and returns what the added dimension
-/// and the requests have available afterwards.
-async fn run(
+/// limit, the provider counting the call as `counted` says, the call
+/// ending as `end`) and returns what every limit has available
+/// afterwards.
+async fn steps(
     c: &AdmissionController,
     case: &Case,
+    counted: Counted,
     end: End,
     shared: bool,
-) -> (Option<u64>, Option<u64>) {
+) -> Limits {
     let mut lease = c
         .acquire(&case.call, Deadline::NONE)
         .await
         .expect("admitted");
+    // Instants a few milliseconds apart: the lease's, the provider's
+    // count, the reload's.
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let before = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3)).await;
     c.reconfigure(config(case.added.clone())).expect("reload");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    match counted {
+        Counted::Never => {}
+        Counted::AfterReload => lease.counted_by(Instant::now()),
+        Counted::BeforeReload => lease.counted_by(before),
+        Counted::AfterReloadTwice => {
+            lease.counted_by(Instant::now());
+            tokio::time::sleep(MINUTE / 512 + Duration::from_millis(30)).await;
+            lease.counted_by(Instant::now());
+        }
+    }
     match end {
         End::Used(input, output) => {
             let usage = Usage::from_io(input, output).priced(&case.price);
@@ -92,7 +138,7 @@ async fn run(
         End::Unknown => {
             lease.reconcile(Usage::UNKNOWN).expect("first settlement");
         }
-        End::Refused => lease.refused(RefusalCost::Free).expect("first settlement"),
+        End::Refused(cost) => lease.refused(cost).expect("first settlement"),
         End::Dropped => {}
     }
     drop(lease);
@@ -109,13 +155,37 @@ async fn run(
     } else {
         c.snapshot().scopes[0].limits.clone()
     };
-    let available = |d: Dimension| {
+    let mut out: Limits = limits
+        .iter()
+        .map(|l| {
+            let available = u64::try_from(l.available).ok();
+            (format!("{:?}", l.dimension), l.window, available)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// [`steps`] without a recount: what the added dimension and the
+/// requests (per minute) have available afterwards.
+async fn run(
+    c: &AdmissionController,
+    case: &Case,
+    end: End,
+    shared: bool,
+) -> (Option<u64>, Option<u64>) {
+    let limits = steps(c, case, Counted::Never, end, shared).await;
+    let available = |d: Dimension, window: Duration| {
+        let d = format!("{d:?}");
         limits
             .iter()
-            .find(|l| l.dimension == d)
-            .and_then(|l| u64::try_from(l.available).ok())
+            .find(|l| l.0 == d && l.1 == window)
+            .and_then(|l| l.2)
     };
-    (available(case.dimension), available(Dimension::Requests))
+    (
+        available(case.dimension, MINUTE),
+        available(Dimension::Requests, MINUTE),
+    )
 }
 
 // proves: GW-15, Q-9 (calls in flight across a reload keep being settled
@@ -136,7 +206,7 @@ async fn a_limit_a_reload_adds_counts_what_calls_in_flight_use_as_in_process() {
             End::Used(40, 50),
             End::Used(3, 2),
             End::Unknown,
-            End::Refused,
+            End::Refused(RefusalCost::Free),
             End::Dropped,
         ] {
             let local = AdmissionController::builder()
@@ -168,5 +238,187 @@ async fn in_process_counts_the_debt_of_a_call_in_flight_in_an_added_limit() {
             .expect("controller");
         let got = run(&local, &case, End::Used(40, 50), false).await;
         assert_eq!(got, (Some(20), Some(9)), "{:?}", case.dimension);
+    }
+}
+
+/// The cases of a recount: the added token limit and spend budget, and a
+/// new window of a limited dimension (requests per day beside requests
+/// per minute: seeded with what the minute counts, the call's request).
+fn recounted_cases() -> Vec<Case> {
+    let mut cases = cases();
+    cases.push(Case {
+        dimension: Dimension::Requests,
+        added: base().requests(100, DAY),
+        call: Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(10, 0)),
+        price: PRICE,
+    });
+    cases
+}
+
+/// Every way a recounted call can end.
+const ENDS: [End; 7] = [
+    End::Dropped,
+    End::Used(40, 50),
+    End::Used(3, 2),
+    End::Unknown,
+    End::Refused(RefusalCost::Free),
+    End::Refused(RefusalCost::Request),
+    End::Refused(RefusalCost::Full),
+];
+
+/// A Redis backend whose every script runs `runs` times in a row under
+/// one name, as a retry after a lost answer runs it (SPEC DQ-6).
+#[derive(Debug)]
+struct Repeated {
+    backend: RedisBackend,
+    runs: u32,
+}
+
+impl RemoteBackend for Repeated {
+    fn open(&self, scope: &ScopeConfig) -> Arc<dyn RemoteQuota> {
+        let quota = self.backend.open_scope(scope);
+        quota.set_runs(self.runs);
+        Arc::new(quota)
+    }
+
+    fn timeout(&self) -> Duration {
+        self.backend.timeout()
+    }
+
+    fn on_unavailable(&self) -> Unavailable {
+        self.backend.on_unavailable()
+    }
+
+    fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+}
+
+/// The ends of a call recounted twice: where the second recount left its
+/// estimate is where a settlement looks for it.
+const TWICE: [End; 4] = [
+    End::Dropped,
+    End::Used(40, 50),
+    End::Used(3, 2),
+    End::Refused(RefusalCost::Free),
+];
+
+/// Runs every recounted case to every end, counted as `counted` says, on
+/// both stores (every script of the shared one run `runs` times), and
+/// compares what every limit has available afterwards.
+async fn compare_recounted(server: &RedisServer, counted: Counted, runs: u32, ends: &[End]) {
+    let mut differ = Vec::new();
+    for case in recounted_cases() {
+        for &end in ends {
+            let local = AdmissionController::builder()
+                .config(config(base()))
+                .build()
+                .expect("controller");
+            let expected = steps(&local, &case, counted, end, false).await;
+            let backend: Arc<dyn RemoteBackend> = Arc::new(Repeated {
+                backend: common::backend(server, &common::unique("recounted")),
+                runs,
+            });
+            let shared = AdmissionController::builder()
+                .config(config(base()))
+                .shared_store(backend)
+                .build()
+                .expect("controller");
+            let got = steps(&shared, &case, counted, end, true).await;
+            if got != expected {
+                differ.push(format!(
+                    "{:?} {end:?}: shared {got:?}, in process {expected:?}",
+                    case.dimension
+                ));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{counted:?}:\n{}", differ.join("\n"));
+}
+
+// proves: Q-15, GW-15, Q-9 (a call in flight at a reload that the
+// provider counted after it: a limit the reload added to a shared scope
+// counts its estimate from the provider's instant, as in process, and
+// takes it as its own from then on: a usage above or below the estimate
+// moves it there, an unknown usage, a full refusal or a lease dropped
+// unsettled keep it, a refusal that charged nothing gives it back; so
+// the added limit never admits one estimate more than in process, the
+// tokens limit, the spend budget or a new window of requests alike),
+// BUD-2 (the same for the spend budget)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_a_reload_adds_counts_a_call_counted_after_it_as_in_process() {
+    let Some(server) = common::server("recounted_after_reload") else {
+        return;
+    };
+    compare_recounted(&server, Counted::AfterReload, 1, &ENDS).await;
+}
+
+// proves: Q-15, GW-15 (a call in flight at a reload, told twice after it
+// when the provider counted it, the second time a slot later: the limits
+// the reload added move its estimate there, as in process, and a usage
+// below it gives back there what it does in process)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_a_reload_adds_moves_a_call_counted_twice_after_it_as_in_process() {
+    let Some(server) = common::server("recounted_twice_after_reload") else {
+        return;
+    };
+    compare_recounted(&server, Counted::AfterReloadTwice, 1, &TWICE).await;
+}
+
+// proves: Q-15, GW-15, Q-9 (a call in flight at a reload that the
+// provider counted before it, its lease told after: a limit the reload
+// added to a shared scope counts its estimate from the provider's
+// instant, as in process, but the call stays one from before the limit:
+// a usage above the estimate counts the difference, and nothing given
+// back there, as in process)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_a_reload_adds_counts_a_call_counted_before_it_as_in_process() {
+    let Some(server) = common::server("recounted_before_reload") else {
+        return;
+    };
+    compare_recounted(&server, Counted::BeforeReload, 1, &ENDS).await;
+}
+
+// proves: DQ-6, Q-15, GW-15 (the settlements of a recounted call in
+// flight at a reload, each script run twice under its name as a retry
+// after a lost answer runs it, count in the limits the reload added what
+// they count once, as in process)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recounted_call_in_flight_at_a_reload_settled_twice_counts_once() {
+    let Some(server) = common::server("recounted_twice") else {
+        return;
+    };
+    compare_recounted(&server, Counted::AfterReload, 2, &ENDS).await;
+    compare_recounted(&server, Counted::BeforeReload, 2, &ENDS).await;
+    compare_recounted(&server, Counted::AfterReloadTwice, 2, &TWICE).await;
+}
+
+/// The figures the in-process scope gives for a recounted call, for the
+/// record: the added token limit of 100 counts the estimate of 10 from
+/// the provider's instant (90 left), then, counted after the reload, as
+/// its own (a usage of 90 leaves 10, of 5 leaves 95, a free refusal 100),
+/// counted before it, as a call from before the limit (a usage of 90
+/// leaves 10, of 5 or a free refusal still 90).
+#[tokio::test]
+async fn in_process_counts_a_recounted_call_in_flight_in_an_added_limit() {
+    let case = cases().remove(0);
+    let figures = [
+        (Counted::AfterReload, End::Dropped, 90),
+        (Counted::AfterReload, End::Used(40, 50), 10),
+        (Counted::AfterReload, End::Used(3, 2), 95),
+        (Counted::AfterReload, End::Refused(RefusalCost::Free), 100),
+        (Counted::BeforeReload, End::Dropped, 90),
+        (Counted::BeforeReload, End::Used(40, 50), 10),
+        (Counted::BeforeReload, End::Used(3, 2), 90),
+        (Counted::BeforeReload, End::Refused(RefusalCost::Free), 90),
+    ];
+    for (counted, end, tokens) in figures {
+        let local = AdmissionController::builder()
+            .config(config(base()))
+            .build()
+            .expect("controller");
+        let got = steps(&local, &case, counted, end, false).await;
+        let added = got.iter().find(|l| l.0 == "Tokens").and_then(|l| l.2);
+        assert_eq!(added, Some(tokens), "{counted:?} {end:?}");
     }
 }

@@ -27,8 +27,8 @@ pub use demand::{
 };
 pub use local::LocalQuota;
 pub use remote::{
-    HoldId, OpId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote, StoreError, StoreFuture,
-    Unavailable,
+    ForeignSettlement, HoldId, OpId, RemoteBackend, RemoteHold, RemoteQuota, SharedRemote,
+    StoreError, StoreFuture, Unavailable,
 };
 pub use saved::{Counted, SavedLimit, SavedScope};
 pub use store::{LimitSnapshot, LocalBackend, QuotaBackend, QuotaStore, SharedBackend};

@@ -26,6 +26,42 @@ use super::store::LimitSnapshot;
 use crate::config::ScopeConfig;
 use crate::error::ExceedsLimit;
 
+/// What a settlement of a reservation taken before a reload (SPEC GW-15)
+/// changes in a limit the reload added, which never counted its estimate
+/// (see [`RemoteQuota::settle_foreign`]): what the in-process store's
+/// limits do with a reservation from before their start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForeignSettlement {
+    /// Reconciled to this usage where it was counted: the limit counts
+    /// what it used beyond its estimate from the reservation's instant,
+    /// and gives nothing back (SPEC Q-5, BUD-2).
+    Debt(Actual),
+    /// Recounted (SPEC Q-15) to the reservation's instant (its `tick`, as
+    /// the recount moved it): the limit counts its estimate from there
+    /// (a token bucket counts a rate, not instants: nothing).
+    Recount,
+    /// Recounted again, from instant `from` (a tick) to the reservation's,
+    /// in a limit that took it as its own ([`Recount`](Self::Recount) at
+    /// or after the reload): moved there as where it was counted.
+    Move {
+        /// The tick the limit counts it at now.
+        from: u64,
+    },
+    /// Reconciled to this usage, in a limit that took it as its own: its
+    /// estimate there becomes the usage, as where it was counted.
+    Reconcile(Actual),
+    /// Refused (SPEC Q-16), in a limit that took it as its own: the
+    /// chosen dimensions give it back there, as where it was counted
+    /// (`tokens` covers every token dimension; the cost always goes back,
+    /// SPEC BUD-5).
+    Release {
+        /// The request unit goes back.
+        requests: bool,
+        /// The tokens go back.
+        tokens: bool,
+    },
+}
+
 /// A boxed, sendable future: what a shared store's operations return.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -304,7 +340,7 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     /// configuration (a reload, SPEC GW-15) counts in a state of the same
     /// name the same way (a limit the reload kept), so a reservation
     /// taken through this handle is counted there. The controller passes
-    /// them to [`reconcile_foreign`](Self::reconcile_foreign). The default
+    /// them to [`settle_foreign`](Self::settle_foreign). The default
     /// names none.
     fn limit_names(&self) -> Vec<String> {
         Vec::new()
@@ -313,22 +349,20 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
     /// A reservation taken through an earlier handle of the same scope
     /// (before a reload, SPEC GW-15), which counts its own limits in the
     /// states `earlier` names (its [`limit_names`](Self::limit_names)),
-    /// was settled there to `actual` ([`reconcile`](Self::reconcile)):
-    /// each limit of this handle's own that `earlier` does not name (a
-    /// limit the reload added) counts what it used beyond its estimate, on
-    /// each dimension, from the reservation's instant, and gives nothing
-    /// back (it never counted the estimate), as the in-process store
-    /// settles a reservation taken before one of its limits started. Once
-    /// per `op`. The default counts nothing (a store that cannot).
-    fn reconcile_foreign(
+    /// was settled there as `settlement` says: each limit of this
+    /// handle's own that `earlier` does not name (a limit the reload
+    /// added) counts it as the in-process store counts a reservation
+    /// taken before one of its limits started (see [`ForeignSettlement`]).
+    /// Once per `op`. The default counts nothing (a store that cannot).
+    fn settle_foreign(
         &self,
         earlier: Vec<String>,
         reservation: Reservation,
-        actual: Actual,
+        settlement: ForeignSettlement,
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>> {
-        let _ = (earlier, reservation, actual, op, budget);
+        let _ = (earlier, reservation, settlement, op, budget);
         Box::pin(async { Ok(()) })
     }
 

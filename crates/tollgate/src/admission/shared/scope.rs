@@ -112,9 +112,10 @@ pub(crate) struct SharedScope {
     /// The store's handle for the scope's current limits (replaced by a
     /// reconfiguration, SPEC GW-15). Each reservation is taken and settled
     /// through the handle it was taken with, so it is settled against the
-    /// limits that counted it; its debt also counts in the limits a reload
-    /// added since, through this one (`settle.rs`).
-    remote: RwLock<Arc<dyn RemoteQuota>>,
+    /// limits that counted it; it also counts in the limits a reload
+    /// added since, through this one (`settle.rs`). With the instant it
+    /// took over (the reload's, or the scope's start).
+    remote: RwLock<(Arc<dyn RemoteQuota>, Instant)>,
     /// The per-operation timeout, before clipping by a deadline.
     pub(crate) timeout: Duration,
     pub(crate) on_unavailable: Unavailable,
@@ -148,7 +149,7 @@ impl SharedScope {
         let waiting = waiting_line(capacity, overflow);
         let room = remote.changes().unwrap_or_default();
         SharedScope {
-            remote: RwLock::new(remote),
+            remote: RwLock::new((remote, clock.now())),
             timeout,
             on_unavailable,
             turn: FairTurn::new(config, waiting),
@@ -167,7 +168,16 @@ impl SharedScope {
 
     /// The store's handle for the scope's current limits.
     pub(crate) fn remote(&self) -> Arc<dyn RemoteQuota> {
-        Arc::clone(&self.remote.read())
+        Arc::clone(&self.remote.read().0)
+    }
+
+    /// The store's handle for the scope's current limits, and the instant
+    /// it took over: a limit it added takes a reservation from before as
+    /// its own once the reservation is recounted to that instant or later
+    /// (as the in-process store's limits do, `LimitState::foreign`).
+    pub(crate) fn current(&self) -> (Arc<dyn RemoteQuota>, Instant) {
+        let current = self.remote.read();
+        (Arc::clone(&current.0), current.1)
     }
 
     /// Takes a new configuration of the scope (SPEC GW-15): reservations
@@ -181,7 +191,7 @@ impl SharedScope {
         capacity: usize,
         overflow: Overflow,
     ) {
-        *self.remote.write() = remote;
+        *self.remote.write() = (remote, self.clock.now());
         self.turn
             .reconfigure(config, waiting_line(capacity, overflow));
         // The new limits may have room now.

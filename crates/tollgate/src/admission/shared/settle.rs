@@ -33,8 +33,8 @@ use crate::call::ScopeId;
 use crate::clock::Instant;
 use crate::flow::Flow;
 use crate::quota::{
-    Actual, BudgetReport, Dimension, HoldId, NotUntil, OpId, RemoteQuota, Reservation, StoreError,
-    StoreFuture,
+    Actual, BudgetReport, Dimension, ForeignSettlement, HoldId, NotUntil, OpId, RemoteQuota,
+    Reservation, StoreError, StoreFuture,
 };
 use crate::usage::{Settlement, Usage};
 
@@ -55,11 +55,39 @@ pub(crate) type Quota = Arc<dyn RemoteQuota>;
 /// The settlements of one lease kept in a shared store, applied in the
 /// order they were made: each task waits for the one before and starts
 /// from the reservation as that one left it (a recount restamps it).
-/// Every one goes through the handle the reservation was taken with.
+/// Every one goes through the handle the reservation was taken with, and
+/// through the later handles whose added limits count it (see
+/// [`Settling`]).
 #[derive(Debug)]
 pub(crate) struct RemoteLease {
-    last: Option<JoinHandle<Reservation>>,
+    last: Option<JoinHandle<Settling>>,
     quota: Quota,
+}
+
+/// A lease's reservation as its settlements so far leave it.
+#[derive(Debug, Clone)]
+pub(crate) struct Settling {
+    /// Where the store counts it (a recount restamps it).
+    r: Reservation,
+    /// A handle installed by a reload after the lease whose added limits
+    /// took the reservation as their own: it was recounted there to the
+    /// reload's instant or later (SPEC Q-15, GW-15). They then settle it
+    /// as the reservation's own handle does; the limits of a later
+    /// handle still count it as one from before them (debt only).
+    adopted: Option<Quota>,
+}
+
+impl Settling {
+    /// The names of every limit that counts the reservation as its own:
+    /// those of the handle it was taken with (`quota`) and of the handle
+    /// that adopted it.
+    fn counted_in(&self, quota: &Quota) -> Vec<String> {
+        let mut names = quota.limit_names();
+        if let Some(adopted) = &self.adopted {
+            names.extend(adopted.limit_names());
+        }
+        names
+    }
 }
 
 impl RemoteLease {
@@ -69,18 +97,22 @@ impl RemoteLease {
 
     fn then<F, Fut>(&mut self, shared: &Arc<SharedScope>, reservation: Reservation, op: F)
     where
-        F: FnOnce(Arc<SharedScope>, Quota, Reservation) -> Fut + Send + 'static,
-        Fut: Future<Output = Reservation> + Send + 'static,
+        F: FnOnce(Arc<SharedScope>, Quota, Settling) -> Fut + Send + 'static,
+        Fut: Future<Output = Settling> + Send + 'static,
     {
         let prev = self.last.take();
         let owned = Arc::clone(shared);
         let quota = Arc::clone(&self.quota);
         let task = async move {
-            let reservation = match prev {
-                Some(prev) => prev.await.unwrap_or(reservation),
-                None => reservation,
+            let fresh = Settling {
+                r: reservation,
+                adopted: None,
             };
-            op(owned, quota, reservation).await
+            let settling = match prev {
+                Some(prev) => prev.await.unwrap_or(fresh),
+                None => fresh,
+            };
+            op(owned, quota, settling).await
         };
         self.last = shared.detached.spawn(task);
         if self.last.is_none() {
@@ -220,26 +252,107 @@ pub(crate) fn refund_leasing(shared: &Arc<SharedScope>, quota: Quota, op: LeaseO
     });
 }
 
-/// The debt of a reservation settled through `quota` after a reload
-/// installed another handle (SPEC GW-15, Q-5, BUD-2): the limits the
-/// reload added, which `quota` does not count in, take what the call used
-/// beyond its estimate through the current handle, as the in-process
-/// store's limits count a reservation from before their start. The kept
-/// limits were settled through `quota` already and are not named here. A
-/// lease that saw no reload stops at the pointer comparison.
-async fn reconcile_added(shared: &SharedScope, quota: &Quota, r: Reservation, actual: Actual) {
-    let current = shared.remote();
-    if Arc::ptr_eq(&current, quota) {
-        return;
-    }
-    let (earlier, op, timeout) = (quota.limit_names(), OpId::new(), shared.timeout);
-    let done = retried(shared, &*current, |remote| {
-        remote.reconcile_foreign(earlier.clone(), r, actual, op, timeout)
+/// Runs `settlement` of reservation `r` through `through`, a handle a
+/// reload installed after `r` was taken, on its limits that `earlier`
+/// does not name (SPEC GW-15); whether it landed. A failure is counted
+/// and logged.
+async fn settle_added(
+    shared: &SharedScope,
+    through: &Quota,
+    earlier: Vec<String>,
+    r: Reservation,
+    settlement: ForeignSettlement,
+) -> bool {
+    let (op, timeout) = (OpId::new(), shared.timeout);
+    let done = retried(shared, &**through, |remote| {
+        remote.settle_foreign(earlier.clone(), r, settlement, op, timeout)
     })
     .await;
     if done.is_none() {
         SharedStats::count(&shared.stats.settlements_failed);
-        tracing::warn!("debt of a call in flight at a reload not recorded in the quota store");
+        tracing::warn!(
+            ?settlement,
+            "settlement of a call in flight at a reload not recorded in the limits it added"
+        );
+    }
+    done.is_some()
+}
+
+/// A reservation settled to `actual` through `quota` after a reload
+/// installed another handle (SPEC GW-15, Q-5, BUD-2), as the in-process
+/// store's limits settle a reservation from before their start: the
+/// limits of the handle that adopted it (see [`Settling`]) settle it as
+/// their own; those the current handle added besides take what the call
+/// used beyond its estimate (`debt`), from the reservation's instant.
+/// The kept limits were settled through `quota` already and are not
+/// named here. A lease that saw no reload stops at the pointer
+/// comparisons.
+async fn reconcile_added(
+    shared: &SharedScope,
+    quota: &Quota,
+    settling: &Settling,
+    actual: Actual,
+    debt: bool,
+) {
+    if !debt && settling.adopted.is_none() {
+        return;
+    }
+    let r = settling.r;
+    if let Some(adopted) = &settling.adopted {
+        let settlement = ForeignSettlement::Reconcile(actual);
+        if settle_added(shared, adopted, quota.limit_names(), r, settlement).await {
+            shared.wake();
+        }
+    }
+    let current = shared.remote();
+    let counted = Arc::ptr_eq(&current, quota)
+        || settling
+            .adopted
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(a, &current));
+    if debt && !counted {
+        let earlier = settling.counted_in(quota);
+        settle_added(
+            shared,
+            &current,
+            earlier,
+            r,
+            ForeignSettlement::Debt(actual),
+        )
+        .await;
+    }
+}
+
+/// The limits reloads added since reservation `s` was taken through
+/// `quota`, after its recount there to `moved` (SPEC Q-15, GW-15): those
+/// of the handle that adopted it move it as their own; those of the
+/// handle current at the recount (`current`), unless they counted it
+/// already, count its estimate at `moved` and adopt it when the recount
+/// came at the reload's instant or later (`after`) and no handle has yet.
+async fn recount_added(
+    shared: &SharedScope,
+    quota: &Quota,
+    s: Settling,
+    moved: Reservation,
+    (current, after): (Quota, bool),
+) -> Settling {
+    if let Some(adopted) = &s.adopted {
+        let settlement = ForeignSettlement::Move { from: s.r.tick };
+        settle_added(shared, adopted, quota.limit_names(), moved, settlement).await;
+    }
+    let counted = Arc::ptr_eq(&current, quota)
+        || s.adopted.as_ref().is_some_and(|a| Arc::ptr_eq(a, &current));
+    if counted {
+        return Settling { r: moved, ..s };
+    }
+    let earlier = s.counted_in(quota);
+    let recounted = settle_added(shared, &current, earlier, moved, ForeignSettlement::Recount);
+    // Adopted only where the estimate is counted: a later settlement
+    // there finds it at `moved`.
+    let adopt = recounted.await && after && s.adopted.is_none();
+    Settling {
+        r: moved,
+        adopted: if adopt { Some(current) } else { s.adopted },
     }
 }
 
@@ -276,8 +389,8 @@ impl Inner {
         if !debt && !actual.refunds(&reservation.demand) {
             return settlement;
         }
-        remote.then(shared, *reservation, move |shared, quota, r| async move {
-            let (op, timeout) = (OpId::new(), shared.timeout);
+        remote.then(shared, *reservation, move |shared, quota, s| async move {
+            let (op, timeout, r) = (OpId::new(), shared.timeout, s.r);
             let done = retried(&shared, &*quota, |remote| {
                 remote.reconcile(r, actual, op, timeout)
             })
@@ -289,10 +402,8 @@ impl Inner {
                     "token debt not recorded in the quota store"
                 );
             }
-            if debt {
-                reconcile_added(&shared, &quota, r, actual).await;
-            }
-            r
+            reconcile_added(&shared, &quota, &s, actual, debt).await;
+            s
         });
         settlement
     }
@@ -315,20 +426,35 @@ impl Inner {
             .lock()
             .counters
             .refused(&reservation.demand, requests || tokens);
-        remote.then(shared, *reservation, move |shared, quota, r| async move {
-            let (op, timeout) = (OpId::new(), shared.timeout);
+        remote.then(shared, *reservation, move |shared, quota, s| async move {
+            let (op, timeout, r) = (OpId::new(), shared.timeout, s.r);
             let done = retried(&shared, &*quota, |remote| {
                 remote.release(r, requests, tokens, op, timeout)
             })
             .await;
             landed(&shared, done.is_some());
-            r
+            // A limit a reload added gives back only a reservation it
+            // took as its own (SPEC GW-15, Q-16).
+            if let Some(adopted) = &s.adopted {
+                let settlement = ForeignSettlement::Release { requests, tokens };
+                if settle_added(&shared, adopted, quota.limit_names(), r, settlement).await {
+                    shared.wake();
+                }
+            }
+            s
         });
     }
 
     /// [`Lease::counted_by`](crate::Lease::counted_by) of a reservation
     /// kept in a shared store (SPEC Q-15): the store counts it until one
     /// window after `at`, measured back from the store's own now.
+    ///
+    /// After a reload, the limits it added count it too, as the
+    /// in-process store's limits count a reservation from before their
+    /// start (SPEC GW-15): the estimate from `at` on, and, `at` being the
+    /// reload's instant or later, as their own from then on (a later
+    /// settlement moves it there as where it was counted). Whether the
+    /// recount follows the reload is judged now, as in process.
     pub(crate) fn recount_shared(
         &self,
         scope: ScopeId,
@@ -339,7 +465,8 @@ impl Inner {
         let Some(shared) = self.shared_scope(scope) else {
             return;
         };
-        remote.then(shared, *reservation, move |shared, quota, r| async move {
+        let (current, since) = shared.current();
+        remote.then(shared, *reservation, move |shared, quota, s| async move {
             // An instant still ahead (an attempt cancelled before its
             // arrival bound, SPEC Q-15): the store counts from its own
             // now, so the recount waits for it (a bound is a fraction of
@@ -348,18 +475,20 @@ impl Inner {
             if !ahead.is_zero() {
                 tokio::time::sleep(ahead).await;
             }
-            let (op, timeout) = (OpId::new(), shared.timeout);
+            let (op, timeout, r) = (OpId::new(), shared.timeout, s.r);
             let moved = retried(&shared, &*quota, |remote| {
                 let ago = shared.clock.now().saturating_duration_since(at);
                 remote.recount(r, ago, op, timeout)
             });
-            match moved.await {
-                Some(moved) => moved,
-                None => {
-                    SharedStats::count(&shared.stats.settlements_failed);
-                    r
-                }
+            let Some(moved) = moved.await else {
+                SharedStats::count(&shared.stats.settlements_failed);
+                return s;
+            };
+            // Not moved: nothing moves anywhere, as in process.
+            if moved.tick == r.tick {
+                return Settling { r: moved, ..s };
             }
+            recount_added(&shared, &quota, s, moved, (current, at >= since)).await
         });
     }
 
@@ -384,8 +513,8 @@ impl Inner {
             return;
         }
         let leased = *reservation;
-        remote.then(shared, *reservation, move |shared, quota, r| async move {
-            let (op, timeout) = (OpId::new(), shared.timeout);
+        remote.then(shared, *reservation, move |shared, quota, s| async move {
+            let (op, timeout, r) = (OpId::new(), shared.timeout, s.r);
             // `r` as the recount left it: where the store counts it now.
             let observed = retried(&shared, &*quota, |remote| {
                 let ago = shared.clock.now().saturating_duration_since(at);
@@ -394,7 +523,7 @@ impl Inner {
             .await;
             let Some(observed) = observed else {
                 SharedStats::count(&shared.stats.settlements_failed);
-                return r;
+                return s;
             };
             let mut freed = false;
             for (report, o) in reports.iter().zip(&observed) {
@@ -408,7 +537,7 @@ impl Inner {
             if freed {
                 shared.wake();
             }
-            r
+            s
         });
     }
 }
