@@ -422,3 +422,113 @@ async fn in_process_counts_a_recounted_call_in_flight_in_an_added_limit() {
         assert_eq!(added, Some(tokens), "{counted:?} {end:?}");
     }
 }
+
+/// Runs a call in flight across two reloads, the first to `first`, the
+/// second to `second`, its lease told after each when the provider
+/// counted it (the second time a slot later), then ending as `end`; what
+/// every limit has available afterwards.
+async fn across_two_reloads(
+    c: &AdmissionController,
+    (first, second): (&ScopeConfig, &ScopeConfig),
+    call: &Call,
+    end: End,
+    shared: bool,
+) -> Limits {
+    let mut lease = c.acquire(call, Deadline::NONE).await.expect("admitted");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    c.reconfigure(config(first.clone())).expect("first reload");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    lease.counted_by(Instant::now());
+    tokio::time::sleep(MINUTE / 512 + Duration::from_millis(30)).await;
+    c.reconfigure(config(second.clone()))
+        .expect("second reload");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    lease.counted_by(Instant::now());
+    match end {
+        End::Used(input, output) => {
+            let usage = Usage::from_io(input, output).priced(&PRICE);
+            lease.reconcile(usage).expect("first settlement");
+        }
+        End::Unknown => {
+            lease.reconcile(Usage::UNKNOWN).expect("first settlement");
+        }
+        End::Refused(cost) => lease.refused(cost).expect("first settlement"),
+        End::Dropped => {}
+    }
+    drop(lease);
+    tokio::time::timeout(Duration::from_secs(10), c.close())
+        .await
+        .expect("close resolves");
+    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 0);
+    let limits = if shared {
+        c.shared_limits(ScopeId::FIRST)
+            .await
+            .expect("shared")
+            .expect("answered")
+    } else {
+        c.snapshot().scopes[0].limits.clone()
+    };
+    let mut out: Limits = limits
+        .iter()
+        .map(|l| {
+            let available = u64::try_from(l.available).ok();
+            (format!("{:?}", l.dimension), l.window, available)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+// proves: Q-15, GW-15, Q-9 (a call in flight across two reloads, its
+// lease told after each when the provider counted it: the limits the
+// second reload added count its estimate from the second instant and
+// take it as their own, as in process, whether the first reload added
+// limits of its own or changed none, so a usage below the estimate or a
+// free refusal gives back there what it does in process; each script
+// run once and twice under its name, DQ-6)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_recounted_after_each_of_two_reloads_settles_as_in_process() {
+    let Some(server) = common::server("recounted_after_two_reloads") else {
+        return;
+    };
+    let call = Call::new(ScopeId::FIRST)
+        .with_estimate(TokenEstimate::new(10, 0))
+        .with_price(PRICE);
+    let reloads = [
+        // The first reload changes no limit.
+        (base(), base().tokens(100, MINUTE)),
+        // Each adds one.
+        (
+            base().tokens(100, MINUTE),
+            base().tokens(100, MINUTE).cost(100, MINUTE),
+        ),
+    ];
+    let mut differ = Vec::new();
+    for (first, second) in &reloads {
+        for runs in [1, 2] {
+            for &end in &ENDS {
+                let local = AdmissionController::builder()
+                    .config(config(base()))
+                    .build()
+                    .expect("controller");
+                let expected = across_two_reloads(&local, (first, second), &call, end, false).await;
+                let backend: Arc<dyn RemoteBackend> = Arc::new(Repeated {
+                    backend: common::backend(&server, &common::unique("two-reloads")),
+                    runs,
+                });
+                let shared = AdmissionController::builder()
+                    .config(config(base()))
+                    .shared_store(backend)
+                    .build()
+                    .expect("controller");
+                let got = across_two_reloads(&shared, (first, second), &call, end, true).await;
+                if got != expected {
+                    differ.push(format!(
+                        "{first:?} -> {second:?}, runs {runs}, {end:?}: shared {got:?}, in process {expected:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}

@@ -69,24 +69,41 @@ pub(crate) struct RemoteLease {
 pub(crate) struct Settling {
     /// Where the store counts it (a recount restamps it).
     r: Reservation,
-    /// A handle installed by a reload after the lease whose added limits
-    /// took the reservation as their own: it was recounted there to the
-    /// reload's instant or later (SPEC Q-15, GW-15). They then settle it
-    /// as the reservation's own handle does; the limits of a later
-    /// handle still count it as one from before them (debt only).
-    adopted: Option<Quota>,
+    /// The handles installed by reloads after the lease whose added
+    /// limits took the reservation as their own, in the order they did:
+    /// it was recounted there to the reload's instant or later (SPEC
+    /// Q-15, GW-15). They then settle it as the reservation's own handle
+    /// does, each on the limits it added beside the handles before it
+    /// (one per reload it was recounted after, so the limits of a reload
+    /// that changed none never keep those of a later one from taking it);
+    /// the limits of a later handle still count it as one from before
+    /// them (debt only).
+    adopted: Vec<Quota>,
 }
 
 impl Settling {
     /// The names of every limit that counts the reservation as its own:
-    /// those of the handle it was taken with (`quota`) and of the handle
+    /// those of the handle it was taken with (`quota`) and of the handles
     /// that adopted it.
     fn counted_in(&self, quota: &Quota) -> Vec<String> {
+        self.counted_before(quota, self.adopted.len())
+    }
+
+    /// The names of the limits of `quota` and of the first `n` handles
+    /// that adopted the reservation: those an adopting handle's own
+    /// settlement leaves out.
+    fn counted_before(&self, quota: &Quota, n: usize) -> Vec<String> {
         let mut names = quota.limit_names();
-        if let Some(adopted) = &self.adopted {
+        for adopted in &self.adopted[..n] {
             names.extend(adopted.limit_names());
         }
         names
+    }
+
+    /// Whether `handle` counts the reservation as its own: the handle it
+    /// was taken with (`quota`) or one that adopted it.
+    fn counts(&self, quota: &Quota, handle: &Quota) -> bool {
+        Arc::ptr_eq(handle, quota) || self.adopted.iter().any(|a| Arc::ptr_eq(a, handle))
     }
 }
 
@@ -106,7 +123,7 @@ impl RemoteLease {
         let task = async move {
             let fresh = Settling {
                 r: reservation,
-                adopted: None,
+                adopted: Vec::new(),
             };
             let settling = match prev {
                 Some(prev) => prev.await.unwrap_or(fresh),
@@ -281,7 +298,7 @@ async fn settle_added(
 /// A reservation settled to `actual` through `quota` after a reload
 /// installed another handle (SPEC GW-15, Q-5, BUD-2), as the in-process
 /// store's limits settle a reservation from before their start: the
-/// limits of the handle that adopted it (see [`Settling`]) settle it as
+/// limits of the handles that adopted it (see [`Settling`]) settle it as
 /// their own; those the current handle added besides take what the call
 /// used beyond its estimate (`debt`), from the reservation's instant.
 /// The kept limits were settled through `quota` already and are not
@@ -294,23 +311,19 @@ async fn reconcile_added(
     actual: Actual,
     debt: bool,
 ) {
-    if !debt && settling.adopted.is_none() {
+    if !debt && settling.adopted.is_empty() {
         return;
     }
     let r = settling.r;
-    if let Some(adopted) = &settling.adopted {
+    for (n, adopted) in settling.adopted.iter().enumerate() {
         let settlement = ForeignSettlement::Reconcile(actual);
-        if settle_added(shared, adopted, quota.limit_names(), r, settlement).await {
+        let earlier = settling.counted_before(quota, n);
+        if settle_added(shared, adopted, earlier, r, settlement).await {
             shared.wake();
         }
     }
     let current = shared.remote();
-    let counted = Arc::ptr_eq(&current, quota)
-        || settling
-            .adopted
-            .as_ref()
-            .is_some_and(|a| Arc::ptr_eq(a, &current));
-    if debt && !counted {
+    if debt && !settling.counts(quota, &current) {
         let earlier = settling.counted_in(quota);
         settle_added(
             shared,
@@ -325,10 +338,10 @@ async fn reconcile_added(
 
 /// The limits reloads added since reservation `s` was taken through
 /// `quota`, after its recount there to `moved` (SPEC Q-15, GW-15): those
-/// of the handle that adopted it move it as their own; those of the
+/// of the handles that adopted it move it as their own; those of the
 /// handle current at the recount (`current`), unless they counted it
 /// already, count its estimate at `moved` and adopt it when the recount
-/// came at the reload's instant or later (`after`) and no handle has yet.
+/// came at the reload's instant or later (`after`).
 async fn recount_added(
     shared: &SharedScope,
     quota: &Quota,
@@ -336,24 +349,24 @@ async fn recount_added(
     moved: Reservation,
     (current, after): (Quota, bool),
 ) -> Settling {
-    if let Some(adopted) = &s.adopted {
+    for (n, adopted) in s.adopted.iter().enumerate() {
         let settlement = ForeignSettlement::Move { from: s.r.tick };
-        settle_added(shared, adopted, quota.limit_names(), moved, settlement).await;
+        let earlier = s.counted_before(quota, n);
+        settle_added(shared, adopted, earlier, moved, settlement).await;
     }
-    let counted = Arc::ptr_eq(&current, quota)
-        || s.adopted.as_ref().is_some_and(|a| Arc::ptr_eq(a, &current));
-    if counted {
+    if s.counts(quota, &current) {
         return Settling { r: moved, ..s };
     }
     let earlier = s.counted_in(quota);
     let recounted = settle_added(shared, &current, earlier, moved, ForeignSettlement::Recount);
     // Adopted only where the estimate is counted: a later settlement
     // there finds it at `moved`.
-    let adopt = recounted.await && after && s.adopted.is_none();
-    Settling {
-        r: moved,
-        adopted: if adopt { Some(current) } else { s.adopted },
+    let adopt = recounted.await && after;
+    let mut adopted = s.adopted;
+    if adopt {
+        adopted.push(current);
     }
+    Settling { r: moved, adopted }
 }
 
 impl Inner {
@@ -435,9 +448,10 @@ impl Inner {
             landed(&shared, done.is_some());
             // A limit a reload added gives back only a reservation it
             // took as its own (SPEC GW-15, Q-16).
-            if let Some(adopted) = &s.adopted {
+            for (n, adopted) in s.adopted.iter().enumerate() {
                 let settlement = ForeignSettlement::Release { requests, tokens };
-                if settle_added(&shared, adopted, quota.limit_names(), r, settlement).await {
+                let earlier = s.counted_before(&quota, n);
+                if settle_added(&shared, adopted, earlier, r, settlement).await {
                     shared.wake();
                 }
             }
