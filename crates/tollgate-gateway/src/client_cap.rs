@@ -7,10 +7,10 @@
 //! connections (and sending its request heads slowly, each within the
 //! header read timeout) would keep every other client's connections in the
 //! listen backlog. With this cap, a connection from a client that already
-//! holds its share is answered at once with a fixed 429
-//! `too_many_connections` ([`crate::error::too_many_connections`]) and
-//! closed, without a byte of its request read and without keeping its
-//! slot: the excess costs only its sender.
+//! holds its share gives its slot back at once (the excess costs only its
+//! sender) and is answered, as soon as its request starts arriving and
+//! without parsing it, with a fixed 429 `too_many_connections`
+//! ([`crate::error::too_many_connections`]) and closed.
 //!
 //! A client is its peer address: an IPv4 address (an IPv4-mapped IPv6
 //! address counts as that IPv4 address), or an IPv6 address's /64 prefix,
@@ -39,6 +39,13 @@ pub const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// file descriptor for up to [`REFUSE_TIMEOUT`]).
 pub const MAX_REFUSING: usize = 64;
 
+/// At most this many of the running refusals are one client's; past it
+/// that client's refused connection is closed at once without the
+/// answer. A client that opens refused connections and never closes them
+/// holds only these, not every refusal: another client's connection past
+/// its cap is still answered (SPEC GW-17).
+pub const MAX_REFUSING_PER_CLIENT: usize = 4;
+
 /// Most bytes a refusal reads and drops after its answer.
 const DRAIN_BYTES: usize = 64 * 1024;
 
@@ -64,6 +71,10 @@ pub struct ClientCap {
     refused: metrics::Counter,
     /// Refusals running (at most [`MAX_REFUSING`]).
     refusing: Arc<Semaphore>,
+    /// Refusals running per client (each at most
+    /// [`MAX_REFUSING_PER_CLIENT`]; an entry goes with its last one, so
+    /// at most [`MAX_REFUSING`] entries).
+    refusing_by: Mutex<HashMap<IpAddr, usize>>,
     /// The fixed 429.
     answer: bytes::Bytes,
 }
@@ -77,6 +88,7 @@ impl ClientCap {
             clients: metrics::gauge!("tollgate_connection_clients"),
             refused: metrics::counter!("tollgate_connections_refused_total"),
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+            refusing_by: Mutex::new(HashMap::new()),
             answer: crate::error::too_many_connections(),
         })
     }
@@ -85,17 +97,37 @@ impl ClientCap {
     /// turned down: counts it, and on a task of its own (the caller goes
     /// on accepting) answers it with the fixed 429 and closes it within
     /// [`REFUSE_TIMEOUT`]; with [`MAX_REFUSING`] refusals already running,
-    /// closes it at once without the answer.
-    pub fn refuse(&self, stream: TcpStream, peer: IpAddr) {
+    /// or [`MAX_REFUSING_PER_CLIENT`] of its client's, closes it at once
+    /// without the answer.
+    pub fn refuse(self: &Arc<Self>, stream: TcpStream, peer: IpAddr) {
         self.refused.increment(1);
-        tracing::debug!(client = %client_of(peer), "refusing a connection: its client holds its cap");
+        let client = client_of(peer);
+        tracing::debug!(client = %client, "refusing a connection: its client holds its cap");
+        let Some(own) = self.refusing_of(client) else {
+            return;
+        };
         if let Ok(running) = Arc::clone(&self.refusing).try_acquire_owned() {
             let answer = self.answer.clone();
             tokio::spawn(async move {
-                let _running = running;
+                let _running = (running, own);
                 answer_and_close(stream, &answer).await;
             });
         }
+    }
+
+    /// One more running refusal of `client`, or `None` when it already
+    /// runs [`MAX_REFUSING_PER_CLIENT`].
+    fn refusing_of(self: &Arc<Self>, client: IpAddr) -> Option<Refusing> {
+        let mut by = self.refusing_by.lock();
+        let count = by.entry(client).or_insert(0);
+        if *count >= MAX_REFUSING_PER_CLIENT {
+            return None;
+        }
+        *count += 1;
+        Some(Refusing {
+            cap: Arc::clone(self),
+            client,
+        })
     }
 
     /// One more connection of the client of `peer`, or `None` when that
@@ -143,17 +175,44 @@ impl Drop for ClientSlot {
     }
 }
 
+/// One running refusal counted against its client; dropping it gives it
+/// back (and forgets the client once it runs none).
+#[derive(Debug)]
+struct Refusing {
+    cap: Arc<ClientCap>,
+    client: IpAddr,
+}
+
+impl Drop for Refusing {
+    fn drop(&mut self) {
+        let mut by = self.cap.refusing_by.lock();
+        if let Some(count) = by.get_mut(&self.client) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                by.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// Answers `stream` with `response` (the fixed 429) and closes it, all
-/// within [`REFUSE_TIMEOUT`]: the answer is written, the write side shut,
-/// and whatever the client sent (up to 64 KiB) read and dropped until it
-/// closes too, so that the close does not reset the connection under the
-/// answer.
+/// within [`REFUSE_TIMEOUT`]. The answer waits until the client has sent
+/// something (its request, or the start of it): an answer that arrives
+/// before a client has written its request is, to an HTTP/1.1 client
+/// such as hyper's, an unexpected message and no 429 at all. Then the
+/// write side is shut, and whatever the client sent (up to 64 KiB) read
+/// and dropped until it closes too, so that the close does not reset the
+/// connection under the answer. A client that sends nothing, or closes
+/// first, is closed without the answer.
 async fn answer_and_close(mut stream: TcpStream, response: &[u8]) {
     let refusal = async {
+        let mut sink = [0u8; 4096];
+        let mut drained = match stream.read(&mut sink).await? {
+            0 => return Ok(()),
+            n => n,
+        };
         stream.write_all(response).await?;
         stream.shutdown().await?;
-        let mut sink = [0u8; 4096];
-        let mut drained = 0;
         while drained < DRAIN_BYTES {
             match stream.read(&mut sink).await? {
                 0 => break,
@@ -210,5 +269,27 @@ mod tests {
         let third = cap.take(a).expect("room again");
         drop((second, third, other));
         assert_eq!(cap.clients(), 0, "clients holding nothing are forgotten");
+    }
+
+    // proves: GW-17 (one client runs at most MAX_REFUSING_PER_CLIENT
+    // refusals, whatever it leaves open; another client has its own, and
+    // a client running none is forgotten)
+    #[test]
+    fn refusals_are_bounded_per_client() {
+        let cap = ClientCap::new(1);
+        let a: IpAddr = "10.0.0.1".parse().expect("address");
+        let b: IpAddr = "10.0.0.2".parse().expect("address");
+        let mut running: Vec<_> = (0..MAX_REFUSING_PER_CLIENT)
+            .map(|_| cap.refusing_of(a).expect("within a's share"))
+            .collect();
+        assert!(cap.refusing_of(a).is_none(), "past a's share");
+        let other = cap.refusing_of(b).expect("b has its own share");
+        running.pop();
+        running.push(cap.refusing_of(a).expect("room again"));
+        drop((running, other));
+        assert!(
+            cap.refusing_by.lock().is_empty(),
+            "clients running none are forgotten"
+        );
     }
 }
