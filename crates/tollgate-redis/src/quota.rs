@@ -70,6 +70,9 @@ pub struct RedisQuota {
     /// left from an earlier configuration is not taken as seeded), before
     /// this handle's first operation.
     floor_kept: AtomicBool,
+    /// Whether a limit has a source and no script that seeds has run
+    /// through this handle yet (see [`RemoteQuota::seed`]).
+    unseeded: AtomicBool,
     algorithm: Algorithm,
     ttl_ms: u64,
     /// Judges `check` from the configuration, without a round trip.
@@ -104,6 +107,7 @@ impl RedisQuota {
             })
             .collect();
         let floor_kept = sources.iter().any(|s| s.is_some_and(|s| s < own));
+        let unseeded = sources.iter().any(Option::is_some);
         let mut until = Vec::with_capacity(carried.transitional.len());
         for (params, end) in carried.transitional {
             limits.push(params);
@@ -120,6 +124,7 @@ impl RedisQuota {
             sources,
             floor_until,
             floor_kept: AtomicBool::new(floor_kept),
+            unseeded: AtomicBool::new(unseeded),
             algorithm,
             local,
             notify,
@@ -262,6 +267,9 @@ impl RedisQuota {
                 return Err(crate::error::malformed("a repeat answered differently"));
             }
         }
+        if op.seeds() {
+            self.unseeded.store(false, Ordering::Release);
+        }
         T::from_redis_value(first).map_err(|e| crate::error::malformed(&e.to_string()))
     }
 
@@ -334,7 +342,9 @@ pub(crate) fn num(v: u64) -> String {
 /// instant and the amount it counts there after (`debt.lua`), as the
 /// in-process store's limits settle a reservation from before their
 /// start (`LimitState::foreign`). A move changes neither: both are the
-/// amount moved (none in a token bucket, which counts no instants).
+/// amount moved (none in a token bucket, which counts no instants; it
+/// takes the estimate once, when it adopts the reservation,
+/// `LimitState::adopt`).
 fn foreign_change(l: &LimitParams, demand: &Demand, settlement: ForeignSettlement) -> (u64, u64) {
     let estimate = demand.amount(l.dimension);
     match settlement {
@@ -344,11 +354,14 @@ fn foreign_change(l: &LimitParams, demand: &Demand, settlement: ForeignSettlemen
             let used = actual.amount(l.dimension, demand);
             (0, used.map_or(0, |used| used.saturating_sub(estimate)))
         }
-        // A token bucket counts a rate, not instants: nothing.
-        ForeignSettlement::Recount | ForeignSettlement::Move { .. } if l.kind == Kind::Bucket => {
-            (0, 0)
+        // A token bucket counts a rate, not instants: the estimate once,
+        // as its own, so that a usage below it or a refusal gives back
+        // only what it took (SPEC ).
+        ForeignSettlement::Recount { adopts } if l.kind == Kind::Bucket => {
+            (0, if adopts { estimate } else { 0 })
         }
-        ForeignSettlement::Recount => (0, estimate),
+        ForeignSettlement::Move { .. } if l.kind == Kind::Bucket => (0, 0),
+        ForeignSettlement::Recount { .. } => (0, estimate),
         ForeignSettlement::Move { .. } => (estimate, estimate),
         // Each token limit from its own figure (SPEC Q-12); an unknown
         // cost keeps the worst case.
@@ -552,6 +565,21 @@ impl RemoteQuota for RedisQuota {
             .into_iter()
             .map(|i| self.limits[i].key_suffix())
             .collect()
+    }
+
+    fn seed(&self, budget: Duration) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if !self.unseeded.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            // The first script's snapshot (see `run`): a kept source
+            // floors the new limit there too.
+            let _: redis::Value = self
+                .run_on(&self.active(), Op::Snapshot, |_| 0, &[], None, budget)
+                .await?;
+            self.floor_kept.store(false, Ordering::Release);
+            Ok(())
+        })
     }
 
     fn settle_foreign(

@@ -362,7 +362,9 @@ impl Harness<'_> {
                 let e = &self.entries[k];
                 let settlement = |r: &Reservation| match kind {
                     0 => ForeignSettlement::Debt(Actual::total(actual)),
-                    1 => ForeignSettlement::Recount,
+                    1 => ForeignSettlement::Recount {
+                        adopts: actual % 2 == 0,
+                    },
                     2 => ForeignSettlement::Move {
                         from: r.tick.saturating_sub(actual * 10),
                     },

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::clock::Instant;
-use tollgate::config::{ControllerConfig, DAY, MINUTE, ScopeConfig};
+use tollgate::config::{Algorithm, ControllerConfig, DAY, MINUTE, ScopeConfig};
 use tollgate::quota::{Dimension, RemoteBackend, RemoteQuota, Unavailable};
 use tollgate::{
     AdmissionController, Call, Deadline, Price, RefusalCost, ScopeId, TokenEstimate, Usage,
@@ -98,10 +98,9 @@ enum Counted {
 /// available, in a stable order.
 type Limits = Vec<(String, Duration, Option<u64>)>;
 
-/// Runs the steps on `c` (a call in flight, a reload adding `case`'s
-/// limit, the provider counting the call as `counted` says, the call
-/// ending as `end`) and returns what every limit has available
-/// afterwards.
+/// Runs the steps on `c` (a call in flight, a reload to `case`'s limits,
+/// the provider counting the call as `counted` says, the call ending as
+/// `end`) and returns what every limit has available afterwards.
 async fn steps(
     c: &AdmissionController,
     case: &Case,
@@ -307,11 +306,24 @@ const TWICE: [End; 4] = [
 /// both stores (every script of the shared one run `runs` times), and
 /// compares what every limit has available afterwards.
 async fn compare_recounted(server: &RedisServer, counted: Counted, runs: u32, ends: &[End]) {
+    let cases = recounted_cases().into_iter().map(|c| (base(), c));
+    compare_recounted_in(server, counted, runs, ends, cases.collect()).await;
+}
+
+/// [`compare_recounted`] for `cases`, each with the limits before the
+/// reload.
+async fn compare_recounted_in(
+    server: &RedisServer,
+    counted: Counted,
+    runs: u32,
+    ends: &[End],
+    cases: Vec<(ScopeConfig, Case)>,
+) {
     let mut differ = Vec::new();
-    for case in recounted_cases() {
+    for (before, case) in cases {
         for &end in ends {
             let local = AdmissionController::builder()
-                .config(config(base()))
+                .config(config(before.clone()))
                 .build()
                 .expect("controller");
             let expected = steps(&local, &case, counted, end, false).await;
@@ -320,7 +332,7 @@ async fn compare_recounted(server: &RedisServer, counted: Counted, runs: u32, en
                 runs,
             });
             let shared = AdmissionController::builder()
-                .config(config(base()))
+                .config(config(before.clone()))
                 .shared_store(backend)
                 .build()
                 .expect("controller");
@@ -531,4 +543,101 @@ async fn a_call_recounted_after_each_of_two_reloads_settles_as_in_process() {
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// A new window of a dimension the scope limits already, and the limits
+/// before the reload: the reload seeds it with what the old window of its
+/// dimension counts, the call in flight included (a request per day
+/// beside the request per minute; tokens per day beside tokens per
+/// minute).
+fn new_window_cases() -> Vec<(ScopeConfig, Case)> {
+    let call = Call::new(ScopeId::FIRST).with_estimate(TokenEstimate::new(10, 0));
+    let tokens = base().tokens(100, MINUTE);
+    vec![
+        (
+            base(),
+            Case {
+                dimension: Dimension::Requests,
+                added: base().requests(100, DAY),
+                call,
+                price: PRICE,
+            },
+        ),
+        (
+            tokens.clone(),
+            Case {
+                dimension: Dimension::Tokens,
+                added: tokens.tokens(1000, DAY),
+                call,
+                price: PRICE,
+            },
+        ),
+    ]
+}
+
+// proves: GW-15, Q-9, Q-16, DQ-6 (a call in flight at a reload that adds
+// a window beside one of the same dimension, never recounted, settled
+// through its pre-reload handle before the reloaded handle has run a
+// script: the new window, seeded from the old one, holds the call as the
+// in-process scope's, seeded at the reload, does; a refusal or a usage
+// below the estimate no longer settles before the seed and leaves it
+// out (a request per day: 100 available after a free refusal, 99 in
+// process; tokens per day: 1000 after a free refusal, 995 after a usage
+// of 5, 990 in process), nor a usage above it counts its excess twice
+// (830 after a usage of 90, 910 in process); each script run twice
+// alike)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_window_counts_a_call_in_flight_settled_before_its_first_script_as_in_process() {
+    let Some(server) = common::server("new_window_in_flight") else {
+        return;
+    };
+    compare_recounted_in(&server, Counted::Never, 1, &ENDS, new_window_cases()).await;
+    compare_recounted_in(&server, Counted::Never, 2, &ENDS, new_window_cases()).await;
+}
+
+/// A token bucket a reload adds to a token-bucket scope, whose spend
+/// budget is a sliding window (which moves a recounted call, so that the
+/// bucket adopts it), and the limits before the reload.
+fn added_bucket() -> Vec<(ScopeConfig, Case)> {
+    let before = base()
+        .cost(100, MINUTE)
+        .algorithm(Algorithm::TokenBucket { burst: None });
+    let call = Call::new(ScopeId::FIRST)
+        .with_estimate(TokenEstimate::new(10, 0))
+        .with_price(PRICE);
+    vec![(
+        before.clone(),
+        Case {
+            dimension: Dimension::Tokens,
+            added: before.tokens(100, MINUTE),
+            call,
+            price: PRICE,
+        },
+    )]
+}
+
+// proves: Q-15, GW-15, Q-9, Q-7 (a token bucket a reload added to a
+// shared scope takes the estimate of a call in flight at the reload
+// that the provider counted after it, as in process, and a usage below
+// it or a refusal gives back only that: never tokens it did not take.
+// Counted after the reload and dropped, the bucket had 100 of 100
+// tokens available in Redis, 90 in process; a usage of 90 left 20, 10
+// in process; counted before the reload it takes nothing in both)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_a_reload_adds_takes_a_call_counted_after_it_as_in_process() {
+    let Some(server) = common::server("added_bucket") else {
+        return;
+    };
+    for counted in [Counted::AfterReload, Counted::BeforeReload] {
+        compare_recounted_in(&server, counted, 1, &ENDS, added_bucket()).await;
+    }
+    compare_recounted_in(
+        &server,
+        Counted::AfterReloadTwice,
+        1,
+        &TWICE,
+        added_bucket(),
+    )
+    .await;
+    compare_recounted_in(&server, Counted::AfterReload, 2, &ENDS, added_bucket()).await;
 }

@@ -1070,3 +1070,61 @@ fn a_refund_the_replaced_limit_never_held_keeps_another_pending_amount_held() {
         "admitted 20 tokens while Y (10) was pending: Y then starts at 15 s, the 20 s window holds 30 > 20"
     );
 }
+
+/// What the token limit has available at `at`.
+fn tokens_available(q: &mut LocalQuota, at: Instant) -> i64 {
+    let mut out: Vec<LimitSnapshot> = Vec::new();
+    q.snapshot(at, &mut out);
+    out.iter()
+        .find(|l| l.dimension == Dimension::Tokens)
+        .expect("a token limit")
+        .available
+}
+
+// proves: Q-15, GW-15, Q-9, Q-7 (a token bucket a reload added to a
+// bucket scope, whose budget is a sliding window, and a call in flight at
+// the reload that the provider counted after it: the budget takes the
+// call as its own at the provider's instant and so does the bucket,
+// which takes its estimate then, as the windows count it; a usage below
+// the estimate or a refusal that charged nothing then gives back only
+// what it took. Spent by another call, the bucket had 10 tokens
+// available after the first call's usage of 0 or free refusal, never
+// taken: 10 more than its rate allows; now 0)
+#[test]
+fn an_added_bucket_gives_back_only_what_it_took_of_a_call_from_before_it() {
+    use tollgate::quota::Actual;
+    let t0 = Instant::now();
+    let old = ScopeConfig::new("m")
+        .requests(100, s(60))
+        .cost(1_000, s(60))
+        .algorithm(Algorithm::TokenBucket { burst: None });
+    let new = old.clone().tokens(100, s(60));
+    let ms = Duration::from_millis;
+    for refused in [false, true] {
+        let mut q = LocalQuota::new(&old, t0);
+        let t = t0 + s(10);
+        // E in flight: 10 tokens estimated, its budget 10.
+        let mut e = q
+            .reserve(&Demand::new(10, 0).with_cost(10), t, Hold::Leased)
+            .unwrap();
+        // The reload adds 100 tokens per minute (a bucket, full), which
+        // another call spends at once.
+        q.reconfigure(&new, t + s(1));
+        q.reserve(&Demand::new(100, 0), t + s(1), Hold::Leased)
+            .unwrap();
+        // The provider counted E after the reload: the bucket takes it as
+        // its own.
+        q.recount(&mut e, t + s(1) + ms(1), t + s(1) + ms(1));
+        if refused {
+            q.release(&e, true, true, true);
+        } else {
+            q.reconcile(&e, &Actual::total(0));
+        }
+        // 2 ms of refill: 0.003 tokens.
+        assert_eq!(
+            tokens_available(&mut q, t + s(1) + ms(2)),
+            0,
+            "refused: {refused}: the bucket gave back 10 tokens it never took"
+        );
+    }
+}

@@ -38,6 +38,12 @@ impl Op {
         Op::Debt,
     ];
 
+    /// Whether the script reads the clock and so seeds every limit whose
+    /// state is missing (`common.lua`, Seeds).
+    pub(crate) fn seeds(self) -> bool {
+        !matches!(self, Op::Reconcile | Op::Release | Op::Cool)
+    }
+
     fn body(self) -> &'static str {
         match self {
             Op::Reserve => include_str!("reserve.lua"),

@@ -341,7 +341,8 @@ impl LimitState {
 
     /// Moves a leased amount to `at`, the latest instant the provider can
     /// have counted it (SPEC Q-15); returns the stamp that now locates it.
-    /// A token bucket counts a rate, not instants: nothing moves.
+    /// A token bucket counts a rate, not instants: nothing moves (but see
+    /// [`adopt`](Self::adopt)).
     pub(crate) fn recount(&mut self, stamp: Nanos, amount: u64, at: Nanos, now: Nanos) -> Nanos {
         if self.foreign(stamp, Hold::Leased) {
             return match &mut self.algo {
@@ -354,6 +355,19 @@ impl LimitState {
             Algo::Sliding(w) => w.recount(stamp, amount, at, now),
             Algo::Bucket(_) => stamp,
             Algo::Fixed(w) => w.recount(stamp, amount, at),
+        }
+    }
+
+    /// A recount moved a leased reservation of `amount` from `stamp` to
+    /// `moved` (see [`recount`](Self::recount)). A token bucket that took
+    /// nothing of it, being from before its start, takes it as its own
+    /// from there when `moved` is at or after that start, as a window
+    /// counts it at `moved`: so a later settlement, which finds it its
+    /// own, gives back only what it took (SPEC Q-15, GW-15, Q-7).
+    pub(crate) fn adopt(&mut self, stamp: Nanos, moved: Nanos, amount: u64) {
+        let adopts = self.foreign(stamp, Hold::Leased) && !self.foreign(moved, Hold::Leased);
+        if let (true, Algo::Bucket(b)) = (adopts, &mut self.algo) {
+            b.take(amount);
         }
     }
 

@@ -392,6 +392,9 @@ impl QuotaStore for LocalQuota {
             moved = moved.max(l.recount(stamp, amount, at, now));
         }
         if moved != stamp {
+            for l in &mut self.limits {
+                l.adopt(stamp, moved, reservation.demand.amount(l.dimension()));
+            }
             self.furthest = self.furthest.max(moved);
             reservation.tick = moved;
             reservation.stamp = self.instant(moved);

@@ -37,12 +37,18 @@ pub enum ForeignSettlement {
     /// and gives nothing back (SPEC Q-5, BUD-2).
     Debt(Actual),
     /// Recounted (SPEC Q-15) to the reservation's instant (its `tick`, as
-    /// the recount moved it): the limit counts its estimate from there
-    /// (a token bucket counts a rate, not instants: nothing).
-    Recount,
+    /// the recount moved it): the limit counts its estimate from there. A
+    /// token bucket, which counts a rate, not instants, takes it only
+    /// when it `adopts` the reservation (the instant is the reload's or
+    /// later): it then gives back only what it took.
+    Recount {
+        /// The limit takes the reservation as its own from now on.
+        adopts: bool,
+    },
     /// Recounted again, from instant `from` (a tick) to the reservation's,
     /// in a limit that took it as its own ([`Recount`](Self::Recount) at
-    /// or after the reload): moved there as where it was counted.
+    /// or after the reload): moved there as where it was counted (a
+    /// token bucket: nothing).
     Move {
         /// The tick the limit counts it at now.
         from: u64,
@@ -333,6 +339,19 @@ pub trait RemoteQuota: fmt::Debug + Send + Sync + 'static {
         op: OpId,
         budget: Duration,
     ) -> StoreFuture<'_, Result<(), StoreError>>;
+
+    /// Makes every limit of this handle seeded from another (a reload
+    /// that changed a window, SPEC GW-15) take its seed now, if it has
+    /// not yet: the controller calls it before it settles, through an
+    /// earlier handle, a reservation taken before the reload, so that
+    /// the seed holds what the old limit counted of it, as the in-process
+    /// store seeds at the reload (a refusal or a refund there then leaves
+    /// it in the new limit, as in process). The default does nothing (a
+    /// store whose limits take their seed when the handle opens).
+    fn seed(&self, budget: Duration) -> StoreFuture<'_, Result<(), StoreError>> {
+        let _ = budget;
+        Box::pin(async { Ok(()) })
+    }
 
     /// Names of the states this handle counts a reservation in now (its
     /// scope's limits, and those of a replaced configuration it still

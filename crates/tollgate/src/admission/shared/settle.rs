@@ -129,6 +129,7 @@ impl RemoteLease {
                 Some(prev) => prev.await.unwrap_or(fresh),
                 None => fresh,
             };
+            seed_current(&owned, &quota).await;
             op(owned, quota, settling).await
         };
         self.last = shared.detached.spawn(task);
@@ -173,6 +174,21 @@ async fn retried<'a, T>(
     None
 }
 
+/// Before a settlement through `quota`, a handle a reload has replaced
+/// since: the limits of the current one seeded from the old ones take
+/// their seed first (SPEC GW-15), so it holds what the old ones count of
+/// the reservation, as the in-process store seeds at the reload; the
+/// settlement then changes the old limits only, as in process (the new
+/// one took it as a call from before it). One round trip, until the
+/// current handle has seeded. Not landed: counted as a store error, and
+/// the settlement goes ahead.
+async fn seed_current(shared: &SharedScope, quota: &Quota) {
+    let current = shared.remote();
+    if !Arc::ptr_eq(&current, quota) {
+        attempt(shared, current.seed(shared.timeout)).await;
+    }
+}
+
 /// Counts a settlement that did not land, or wakes the turn's holder when
 /// room came back.
 fn landed(shared: &SharedScope, done: bool) {
@@ -201,6 +217,7 @@ pub(crate) fn refund(shared: &Arc<SharedScope>, quota: Quota, reservation: Reser
 }
 
 async fn refund_now(shared: &SharedScope, quota: &Quota, reservation: Reservation) {
+    seed_current(shared, quota).await;
     let op = OpId::new();
     let timeout = shared.timeout;
     let done = retried(shared, &**quota, |remote| {
@@ -358,7 +375,8 @@ async fn recount_added(
         return Settling { r: moved, ..s };
     }
     let earlier = s.counted_in(quota);
-    let recounted = settle_added(shared, &current, earlier, moved, ForeignSettlement::Recount);
+    let settlement = ForeignSettlement::Recount { adopts: after };
+    let recounted = settle_added(shared, &current, earlier, moved, settlement);
     // Adopted only where the estimate is counted: a later settlement
     // there finds it at `moved`.
     let adopt = recounted.await && after;
