@@ -20,6 +20,7 @@ use tollgate_gateway::config::GatewayConfig;
 use tollgate_gateway::live::Live;
 use tollgate_gateway::metrics::Metrics;
 use tollgate_gateway::server::{ServeOptions, serve_live};
+use tollgate_sim::SimServer;
 
 /// A gateway serving on `listener`: (its port, stop, task).
 async fn start_on(
@@ -294,12 +295,14 @@ async fn a_dual_stack_listener_caps_mapped_ipv4_and_ipv6_clients() {
     stop(tx, task).await;
 }
 
-// proves: GW-17 (a flooder's refused connections that never close cost
-// only their sender: while one address keeps far more refused
-// connections open than refusals may run at once, a connection of another
-// address past its own cap is still answered with the 429)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_refusals_leaves_other_clients_their_answer() {
+/// A gateway on 127.0.0.1 of 8 connections, one per client, with long
+/// header and idle timeouts: (its upstream, its address, stop, task).
+async fn one_connection_per_client() -> (
+    SimServer,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let sim = fast_sim().await;
     let toml = hostile_config(
         &sim.openai_base_url(),
@@ -311,7 +314,16 @@ async fn a_flood_of_refusals_leaves_other_clients_their_answer() {
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let (port, tx, task) = start_on(&toml, listener).await;
-    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    (sim, SocketAddr::from(([127, 0, 0, 1], port)), tx, task)
+}
+
+// proves: GW-17 (a flooder's refused connections that never close cost
+// only their sender: while one address keeps far more refused
+// connections open than refusals may run at once, a connection of another
+// address past its own cap is still answered with the 429)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_leaves_other_clients_their_answer() {
+    let (_sim, to, tx, task) = one_connection_per_client().await;
     let flooder = hold("127.0.0.2", to).await;
     let other = hold("127.0.0.3", to).await;
     // 100 connections past the flooder's cap, opened at once and never
@@ -337,18 +349,7 @@ async fn a_flood_of_refusals_leaves_other_clients_their_answer() {
 // so a client such as reqwest sees the 429 with its retry-after)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_answers_the_request_it_refuses() {
-    let sim = fast_sim().await;
-    let toml = hostile_config(
-        &sim.openai_base_url(),
-        "max_connections = 8\nmax_connections_per_client = 1\n\
-         header_read_timeout = \"60s\"\nidle_timeout = \"60s\"",
-        "",
-        "",
-        "",
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let (port, tx, task) = start_on(&toml, listener).await;
-    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    let (_sim, to, tx, task) = one_connection_per_client().await;
     let held = hold("127.0.0.2", to).await;
     // A connection opened ahead of its request (as a client's pool
     // does): nothing arrives before the request is sent.

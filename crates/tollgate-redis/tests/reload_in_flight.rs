@@ -18,7 +18,7 @@ use tollgate::clock::Instant;
 use tollgate::config::{Algorithm, ControllerConfig, DAY, MINUTE, ScopeConfig};
 use tollgate::quota::{Dimension, RemoteBackend, RemoteQuota, Unavailable};
 use tollgate::{
-    AdmissionController, Call, Deadline, Price, RefusalCost, ScopeId, TokenEstimate, Usage,
+    AdmissionController, Call, Deadline, Lease, Price, RefusalCost, ScopeId, TokenEstimate, Usage,
 };
 use tollgate_redis::{RedisBackend, RedisServer};
 
@@ -98,40 +98,19 @@ enum Counted {
 /// available, in a stable order.
 type Limits = Vec<(String, Duration, Option<u64>)>;
 
-/// Runs the steps on `c` (a call in flight, a reload to `case`'s limits,
-/// the provider counting the call as `counted` says, the call ending as
-/// `end`) and returns what every limit has available afterwards.
-async fn steps(
+/// Ends `lease` as `end` (a usage priced by `price`), waits for every
+/// settlement to land (closing `c`, none failed) and returns what every
+/// limit of the scope (in Redis if `shared`) has available.
+async fn end_and_read(
     c: &AdmissionController,
-    case: &Case,
-    counted: Counted,
+    mut lease: Lease,
     end: End,
+    price: &Price,
     shared: bool,
 ) -> Limits {
-    let mut lease = c
-        .acquire(&case.call, Deadline::NONE)
-        .await
-        .expect("admitted");
-    // Instants a few milliseconds apart: the lease's, the provider's
-    // count, the reload's.
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    let before = Instant::now();
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    c.reconfigure(config(case.added.clone())).expect("reload");
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    match counted {
-        Counted::Never => {}
-        Counted::AfterReload => lease.counted_by(Instant::now()),
-        Counted::BeforeReload => lease.counted_by(before),
-        Counted::AfterReloadTwice => {
-            lease.counted_by(Instant::now());
-            tokio::time::sleep(MINUTE / 512 + Duration::from_millis(30)).await;
-            lease.counted_by(Instant::now());
-        }
-    }
     match end {
         End::Used(input, output) => {
-            let usage = Usage::from_io(input, output).priced(&case.price);
+            let usage = Usage::from_io(input, output).priced(price);
             lease.reconcile(usage).expect("first settlement");
         }
         End::Unknown => {
@@ -163,6 +142,40 @@ async fn steps(
         .collect();
     out.sort();
     out
+}
+
+/// Runs the steps on `c` (a call in flight, a reload to `case`'s limits,
+/// the provider counting the call as `counted` says, the call ending as
+/// `end`) and returns what every limit has available afterwards.
+async fn steps(
+    c: &AdmissionController,
+    case: &Case,
+    counted: Counted,
+    end: End,
+    shared: bool,
+) -> Limits {
+    let mut lease = c
+        .acquire(&case.call, Deadline::NONE)
+        .await
+        .expect("admitted");
+    // Instants a few milliseconds apart: the lease's, the provider's
+    // count, the reload's.
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let before = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    c.reconfigure(config(case.added.clone())).expect("reload");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    match counted {
+        Counted::Never => {}
+        Counted::AfterReload => lease.counted_by(Instant::now()),
+        Counted::BeforeReload => lease.counted_by(before),
+        Counted::AfterReloadTwice => {
+            lease.counted_by(Instant::now());
+            tokio::time::sleep(MINUTE / 512 + Duration::from_millis(30)).await;
+            lease.counted_by(Instant::now());
+        }
+    }
+    end_and_read(c, lease, end, &case.price, shared).await
 }
 
 /// [`steps`] without a recount: what the added dimension and the
@@ -456,39 +469,7 @@ async fn across_two_reloads(
         .expect("second reload");
     tokio::time::sleep(Duration::from_millis(3)).await;
     lease.counted_by(Instant::now());
-    match end {
-        End::Used(input, output) => {
-            let usage = Usage::from_io(input, output).priced(&PRICE);
-            lease.reconcile(usage).expect("first settlement");
-        }
-        End::Unknown => {
-            lease.reconcile(Usage::UNKNOWN).expect("first settlement");
-        }
-        End::Refused(cost) => lease.refused(cost).expect("first settlement"),
-        End::Dropped => {}
-    }
-    drop(lease);
-    tokio::time::timeout(Duration::from_secs(10), c.close())
-        .await
-        .expect("close resolves");
-    assert_eq!(c.snapshot().scopes[0].counters.settlements_failed, 0);
-    let limits = if shared {
-        c.shared_limits(ScopeId::FIRST)
-            .await
-            .expect("shared")
-            .expect("answered")
-    } else {
-        c.snapshot().scopes[0].limits.clone()
-    };
-    let mut out: Limits = limits
-        .iter()
-        .map(|l| {
-            let available = u64::try_from(l.available).ok();
-            (format!("{:?}", l.dimension), l.window, available)
-        })
-        .collect();
-    out.sort();
-    out
+    end_and_read(c, lease, end, &PRICE, shared).await
 }
 
 // proves: Q-15, GW-15, Q-9 (a call in flight across two reloads, its
