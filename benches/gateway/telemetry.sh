@@ -72,6 +72,7 @@ LOADGEN=$TARGET/$PROFILE/tollgate-loadgen
 PIDS+=($!)
 "$TARGET/$PROFILE/examples/otlp_sink" 127.0.0.1:$SINK_PORT >"$WORK/sink.log" 2>&1 &
 PIDS+=($!)
+SINK_PID=$!
 wait_port $SIM_PORT
 wait_port $SINK_PORT
 
@@ -114,8 +115,10 @@ for r in $(seq "$ROUNDS"); do
   for k in $(seq 0 $((n - 1))); do
     name=${NAMES[$(((r + k) % n))]}
     t0=$(cpu_ticks "${PID[$name]}")
+    s0=$(cpu_ticks $SINK_PID)
     load "$name" "$RUN" "$WORK/$name-$r.json"
     echo "$(($(cpu_ticks "${PID[$name]}") - t0))" >"$WORK/$name-$r.ticks"
+    echo "$(($(cpu_ticks $SINK_PID) - s0))" >"$WORK/$name-$r.sink"
   done
 done
 
@@ -131,15 +134,18 @@ import json, statistics, sys
 work, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name, r):
     d = json.load(open(f"{work}/{name}-{r}.json"))
-    return d["ok"], d["elapsed_s"], int(open(f"{work}/{name}-{r}.ticks").read())
+    ticks = lambda kind: int(open(f"{work}/{name}-{r}.{kind}").read())
+    return d["ok"], d["elapsed_s"], ticks("ticks"), ticks("sink")
 runs = {n: [load(n, r) for r in range(1, rounds + 1)] for n in names}
-rate = {n: [ok / s for ok, s, _ in runs[n]] for n in names}
-print(f"{rounds} rounds; responses/s, mean (min-max); CPU µs per response")
+rate = {n: [ok / s for ok, s, _, _ in runs[n]] for n in names}
+print(f"{rounds} rounds; responses/s, mean (min-max); CPU µs per response: "
+      "the gateway, the receiver")
 for n in names:
-    ok = sum(o for o, _, _ in runs[n])
-    ticks = sum(t for _, _, t in runs[n])
+    ok = sum(o for o, _, _, _ in runs[n])
+    ticks = sum(t for _, _, t, _ in runs[n])
+    sink = sum(s for _, _, _, s in runs[n])
     print(f"  {n:9} {statistics.mean(rate[n]):8.0f} ({min(rate[n]):.0f}-{max(rate[n]):.0f})"
-          f"  {ticks * 1e4 / ok:5.1f} µs")
+          f"  {ticks * 1e4 / ok:5.1f} µs  {sink * 1e4 / ok:4.1f} µs")
 def compare(a, b):
     ratios = [y / x - 1 for x, y in zip(rate[a], rate[b])]
     se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")

@@ -118,7 +118,7 @@ struct Inner {
 
 struct State {
     /// The call's span while it is open and sampled.
-    record: Option<Record>,
+    record: Option<Box<Record>>,
     /// Why the last attempt failed: the next one's retry cause.
     last_error: Option<&'static str>,
     /// The attempt whose stream is being relayed: it ends with the call.
@@ -233,8 +233,8 @@ impl Telemetry {
         };
         let buffer = exporting.queue.buffer();
         let record = ids.sampled.then(|| {
-            let (attributes, text) = buffer.parts();
-            let mut record = Record {
+            let mut record = buffer.record();
+            *record = Record {
                 trace_id: ids.trace_id,
                 span_id,
                 parent_id: parent_id.unwrap_or_default(),
@@ -246,9 +246,9 @@ impl Telemetry {
                 model: None,
                 start: span::nanos(start),
                 end: 0,
-                attributes,
+                attributes: std::mem::take(&mut record.attributes),
                 error: None,
-                text,
+                text: std::mem::take(&mut record.text),
             };
             record.set(sc::GEN_AI_OPERATION_NAME, operation);
             record.set(sc::TOLLGATE_ROUTE, route);
@@ -340,8 +340,8 @@ impl CallTrace {
             ..i.ids.clone()
         };
         let record = ids.sampled.then(|| {
-            let (attributes, text) = i.buffer.parts();
-            let mut r = Record {
+            let mut r = i.buffer.record();
+            *r = Record {
                 trace_id: ids.trace_id,
                 span_id: ids.span_id,
                 parent_id: i.ids.span_id,
@@ -353,9 +353,9 @@ impl CallTrace {
                 model: Some(Text::Shared(Arc::clone(&target.upstream_model))),
                 start: span::now(),
                 end: 0,
-                attributes,
+                attributes: std::mem::take(&mut r.attributes),
                 error: None,
-                text,
+                text: std::mem::take(&mut r.text),
             };
             let (first, second) = target
                 .attributes
@@ -458,7 +458,7 @@ fn set_usage(r: &mut Record, usage: Option<Usage>) {
 pub struct AttemptSpan {
     ids: Ids,
     /// The span while it is open and sampled.
-    record: Option<Record>,
+    record: Option<Box<Record>>,
     /// Its target's `gen_ai.response.model`, encoded.
     response_model: Arc<[u8]>,
     buffer: Arc<Buffer>,

@@ -26,7 +26,14 @@ pub(crate) struct Encoder {
     scope_schema_url: String,
     /// The batch's spans' layouts.
     lens: Vec<Layout>,
+    /// The last request's bytes, given back once sent, for the next one:
+    /// a batch's body is written into memory already mapped and recently
+    /// used, not a new allocation of a few hundred kilobytes per batch.
+    pub(crate) body: Vec<u8>,
 }
+
+/// The largest body kept for the next batch.
+const KEEP_BODY: usize = 8 << 20;
 
 impl Encoder {
     /// An encoder for spans of service `service_name`, of the scope
@@ -43,14 +50,23 @@ impl Encoder {
             scope: scope_bytes,
             scope_schema_url: schema_url.to_owned(),
             lens: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// Takes back the bytes of a request once sent, for the next one.
+    pub(crate) fn reuse(&mut self, mut body: Vec<u8>) {
+        if body.capacity() <= KEEP_BODY {
+            body.clear();
+            self.body = body;
         }
     }
 
     /// The request exporting `spans`, each span written once, straight
     /// into the body (the lengths of every message are computed first).
-    pub(crate) fn request(&mut self, spans: &[Record]) -> Vec<u8> {
+    pub(crate) fn request(&mut self, spans: &[Box<Record>]) -> Vec<u8> {
         self.lens.clear();
-        self.lens.extend(spans.iter().map(Layout::of));
+        self.lens.extend(spans.iter().map(|s| Layout::of(s)));
         let spans_len: usize = self.lens.iter().map(|l| bytes_len(2, l.len)).sum();
         // ScopeSpans { scope = 1, spans = 2, schema_url = 3 }
         let scope_spans = if spans.is_empty() {
@@ -66,7 +82,10 @@ impl Encoder {
                 bytes_len(2, scope_spans)
             };
         // ExportTraceServiceRequest { resource_spans = 1 }
-        let mut request = Vec::with_capacity(bytes_len(1, resource_spans));
+        let len = bytes_len(1, resource_spans);
+        let mut request = std::mem::take(&mut self.body);
+        request.clear();
+        request.reserve_exact(len);
         encode_key(1, WireType::LengthDelimited, &mut request);
         encode_varint(resource_spans as u64, &mut request);
         put_bytes(1, &self.resource, &mut request);
@@ -81,7 +100,7 @@ impl Encoder {
             }
             put_str(3, &self.scope_schema_url, &mut request);
         }
-        debug_assert_eq!(request.len(), request.capacity());
+        debug_assert_eq!(request.len(), len);
         request
     }
 }
@@ -423,7 +442,7 @@ mod tests {
         let resource = Resource::builder_empty()
             .with_service_name("tollgate-test")
             .build();
-        let ours: Vec<Record> = records.iter().map(|(r, _)| r.clone()).collect();
+        let ours: Vec<Box<Record>> = records.iter().map(|(r, _)| Box::new(r.clone())).collect();
         let ours = ExportTraceServiceRequest::decode(encoder.request(&ours).as_slice());
         let theirs = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(

@@ -2,6 +2,7 @@
 //! [`Encoder`](crate::encode::Encoder) and POSTed as `http/protobuf` to
 //! `<endpoint>/v1/traces`, on the export task (SPEC OBS-5).
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::encode::Encoder;
@@ -39,8 +40,9 @@ impl OtlpHttp {
     ///
     /// # Errors
     /// The request failed or the collector did not answer 2xx.
-    async fn send(&mut self, spans: &[Record]) -> Result<(), String> {
-        let body = self.encoder.request(spans);
+    async fn send(&mut self, spans: &[Box<Record>]) -> Result<(), String> {
+        let body = Bytes::from(self.encoder.request(spans));
+        let kept = body.clone();
         let response = self
             .client
             .post(&self.url)
@@ -52,6 +54,11 @@ impl OtlpHttp {
         let status = response.status();
         // Read the (small) answer so the connection can be reused.
         let _ = response.bytes().await;
+        // The client has let go of the body once it is sent (else the
+        // next batch gets a new one).
+        if let Ok(body) = kept.try_into_mut() {
+            self.encoder.reuse(Vec::from(body));
+        }
         if status.is_success() {
             Ok(())
         } else {
@@ -61,7 +68,7 @@ impl OtlpHttp {
 }
 
 impl Export for OtlpHttp {
-    fn export(&mut self, spans: &[Record]) -> impl Future<Output = Result<(), String>> + Send {
+    fn export(&mut self, spans: &[Box<Record>]) -> impl Future<Output = Result<(), String>> + Send {
         self.send(spans)
     }
 }
@@ -118,7 +125,32 @@ fn percent_decode(text: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::env_headers;
+    use super::{OtlpHttp, env_headers};
+    use crate::encode::Encoder;
+    use crate::span::{Kind, Record};
+    use crate::testing::Collector;
+
+    // proves: OBS-5 (a batch's body goes back to the encoder once sent:
+    // the next batch is written into the same memory, and both arrive)
+    #[tokio::test]
+    async fn a_sent_body_is_reused() {
+        let collector = Collector::start().await;
+        let encoder = Encoder::new("svc", "scope", "0.1.0", "https://example/schema");
+        let url = format!("{}/v1/traces", collector.endpoint);
+        let mut exporter = OtlpHttp::new(url, encoder, http::HeaderMap::new()).expect("client");
+        let span = |i: u8| {
+            let mut r = Box::new(Record::empty(64, 8));
+            (r.trace_id, r.span_id, r.kind, r.operation) = ([i; 16], [i; 8], Kind::Client, "chat");
+            r.set("tollgate.attempt", i64::from(i));
+            r
+        };
+        exporter.send(&[span(1), span(2)]).await.expect("sent");
+        let kept = exporter.encoder.body.capacity();
+        assert!(kept > 0, "the first body was given back");
+        exporter.send(&[span(3)]).await.expect("sent");
+        assert_eq!(exporter.encoder.body.capacity(), kept, "and used again");
+        assert_eq!(collector.spans().len(), 3);
+    }
 
     // proves: OBS-5 (the standard OTLP header variables still reach the
     // collector now that the exporter is this crate's own: the traces

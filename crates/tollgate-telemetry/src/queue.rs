@@ -10,6 +10,11 @@
 //! or timed-out export drops its batch. Both are counted in
 //! `tollgate_telemetry_spans_dropped_total` and [`Telemetry::dropped`](crate::Telemetry::dropped).
 
+#![allow(
+    clippy::vec_box,
+    reason = "a span's record moves from its call to the export as a pointer and is recycled whole"
+)]
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,9 +26,6 @@ use tokio::time::Instant;
 
 use crate::span::Record;
 
-/// A span's encoded attributes.
-pub(crate) type Attributes = Vec<u8>;
-
 /// Bytes for the attributes a span ends with in most cases (a gateway
 /// call span's 20 take about 700), so that its buffer seldom grows.
 pub(crate) const ATTRIBUTES: usize = 1024;
@@ -34,7 +36,7 @@ const TEXT: usize = 64;
 /// What sends a batch: the OTLP/HTTP exporter (or a test's stand-in).
 pub(crate) trait Export: Send + 'static {
     /// Sends `spans` once.
-    fn export(&mut self, spans: &[Record]) -> impl Future<Output = Result<(), String>> + Send;
+    fn export(&mut self, spans: &[Box<Record>]) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// The metric counting spans never exported.
@@ -79,7 +81,7 @@ pub(super) struct Batching {
 struct Pending {
     /// Oldest first: a batch is taken from the front without moving the
     /// rest.
-    records: VecDeque<Record>,
+    records: VecDeque<Box<Record>>,
     /// When the oldest of `records` was pushed.
     since: Option<Instant>,
     /// The telemetry was dropped: nothing more is taken.
@@ -96,10 +98,11 @@ pub(crate) struct Buffer {
     /// Wakes the task: a batch is full.
     full: Notify,
     dropped: Dropped,
-    /// Exported spans' attribute lists and text buffers, emptied, for new
-    /// spans: no allocation per span on the request path, no free of a
-    /// request path's allocation on the export task.
-    spare: Mutex<Vec<(Attributes, String)>>,
+    /// Exported spans' records, their attribute lists and text buffers
+    /// emptied, for new spans: no allocation per span on the request
+    /// path, no free of a request path's allocation on the export task,
+    /// and a span moves as a pointer from its call to the export.
+    spare: Mutex<Vec<Box<Record>>>,
     /// The most kept in `spare`.
     spare_max: usize,
 }
@@ -108,7 +111,7 @@ impl Buffer {
     /// Queues an ended span for export; drops it (counted) if
     /// `queue_size` spans already wait. Wakes the export task only when
     /// this span fills a batch.
-    pub(crate) fn push(&self, record: Record) {
+    pub(crate) fn push(&self, record: Box<Record>) {
         let mut p = self.pending.lock();
         if p.closed {
             // Ended after the telemetry was dropped: nothing exports it
@@ -133,28 +136,31 @@ impl Buffer {
         }
     }
 
-    /// An empty attribute list and text buffer for a new span.
-    pub(crate) fn parts(&self) -> (Attributes, String) {
-        self.spare
-            .lock()
-            .pop()
-            .unwrap_or_else(|| (Vec::with_capacity(ATTRIBUTES), String::with_capacity(TEXT)))
+    /// A record for a new span: an exported one's, its attribute list
+    /// and text buffer empty (its other fields are the old span's, for
+    /// the caller to overwrite).
+    pub(crate) fn record(&self) -> Box<Record> {
+        let spare = self.spare.lock().pop();
+        spare.unwrap_or_else(|| Box::new(Record::empty(ATTRIBUTES, TEXT)))
     }
 
-    /// Empties `batch` (sent), keeping its spans' lists and buffers for
-    /// new spans (up to `spare_max`); `parts` is the task's own vector.
-    fn recycle(&self, batch: &mut Vec<Record>, parts: &mut Vec<(Attributes, String)>) {
+    /// Empties `batch` (sent), keeping its spans' records for new spans
+    /// (up to `spare_max`); `parts` is the task's own vector.
+    fn recycle(&self, batch: &mut Vec<Box<Record>>, parts: &mut Vec<Box<Record>>) {
         let room = self.spare_max.saturating_sub(self.spare.lock().len());
-        for (i, record) in batch.drain(..).enumerate() {
+        for (i, mut record) in batch.drain(..).enumerate() {
             // A span with unusually long values (a batch item's id from
             // its input file) does not keep its large buffers alive.
             let small = record.attributes.capacity() <= 4 * ATTRIBUTES
                 && record.text.capacity() <= 4 * TEXT;
             if i < room && small {
-                let (mut attributes, mut text) = (record.attributes, record.text);
-                attributes.clear();
-                text.clear();
-                parts.push((attributes, text));
+                record.attributes.clear();
+                record.text.clear();
+                // Nothing shared outlives its span.
+                record.trace_state = None;
+                record.model = None;
+                record.error = None;
+                parts.push(record);
             }
         }
         let mut spare = self.spare.lock();
@@ -164,7 +170,7 @@ impl Buffer {
 
     /// Moves the next batch into `batch` (empty): a full one, or if `any`
     /// whatever waits, at most `batch_size`. Whether it took any.
-    fn take(&self, batch: &mut Vec<Record>, any: bool) -> bool {
+    fn take(&self, batch: &mut Vec<Box<Record>>, any: bool) -> bool {
         let mut p = self.pending.lock();
         let n = p.records.len();
         if n == 0 || (!any && n < self.batch_size) {
@@ -295,8 +301,8 @@ async fn export_loop(
 struct Outbox<E> {
     exporter: E,
     buffer: Arc<Buffer>,
-    batch: Vec<Record>,
-    parts: Vec<(Attributes, String)>,
+    batch: Vec<Box<Record>>,
+    parts: Vec<Box<Record>>,
     timeout: Duration,
 }
 
@@ -323,8 +329,8 @@ impl<E: Export> Outbox<E> {
 /// or takes longer than `timeout`.
 async fn send(
     exporter: &mut impl Export,
-    batch: &mut Vec<Record>,
-    parts: &mut Vec<(Attributes, String)>,
+    batch: &mut Vec<Box<Record>>,
+    parts: &mut Vec<Box<Record>>,
     timeout: Duration,
     buffer: &Buffer,
 ) {
@@ -372,7 +378,7 @@ mod tests {
     }
 
     impl Export for Fake {
-        async fn export(&mut self, spans: &[Record]) -> Result<(), String> {
+        async fn export(&mut self, spans: &[Box<Record>]) -> Result<(), String> {
             tokio::time::sleep(self.latency).await;
             if let Some(gate) = &self.gate {
                 gate.acquire().await.map_err(|e| e.to_string())?.forget();
@@ -386,8 +392,8 @@ mod tests {
         }
     }
 
-    fn record(i: u8) -> Record {
-        Record {
+    fn record(i: u8) -> Box<Record> {
+        Box::new(Record {
             trace_id: [i; 16],
             span_id: [i; 8],
             parent_id: [0; 8],
@@ -402,7 +408,7 @@ mod tests {
             attributes: Vec::new(),
             error: None,
             text: String::new(),
-        }
+        })
     }
 
     struct Setup {
@@ -668,26 +674,25 @@ mod tests {
         assert_eq!(buffer.dropped.get(), 1, "a span never exported is counted");
     }
 
-    /// proves: OBS-5 (memory stays bounded: exported spans' attribute
-    /// lists and text buffers are kept emptied for new spans, at most
-    /// twice a batch of them)
+    /// proves: OBS-5 (memory stays bounded: exported spans' records are
+    /// kept, their attribute lists and text buffers emptied, for new
+    /// spans, at most twice a batch of them)
     #[tokio::test(start_paused = true)]
     async fn exported_spans_buffers_are_reused_within_a_bound() {
         let mut s = setup(100, 4, None, false);
         for i in 0..12 {
-            let mut r = record(i);
-            let (attributes, text) = s.queue.buffer().parts();
-            r.attributes = attributes;
-            r.text = text;
+            let mut r = s.queue.buffer().record();
+            r.trace_id = [i; 16];
             r.set("tollgate.tenant", "team-a");
+            r.model = Some(r.own("a-model"));
             s.queue.buffer().push(r);
         }
         assert!(s.queue.flush().await);
         while s.batches.try_recv().is_ok() {}
         assert_eq!(s.queue.buffer().spare.lock().len(), 8, "2 × batch_size");
-        let (attributes, text) = s.queue.buffer().parts();
-        assert!(attributes.is_empty() && text.is_empty());
-        assert!(attributes.capacity() >= super::ATTRIBUTES);
+        let r = s.queue.buffer().record();
+        assert!(r.attributes.is_empty() && r.text.is_empty() && r.model.is_none());
+        assert!(r.attributes.capacity() >= super::ATTRIBUTES);
         assert_eq!(s.queue.buffer().spare.lock().len(), 7);
     }
 }

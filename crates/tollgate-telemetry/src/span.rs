@@ -123,6 +123,27 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// A blank record whose attribute list and text buffer have room for
+    /// `attributes` and `text` bytes.
+    pub(crate) fn empty(attributes: usize, text: usize) -> Self {
+        Record {
+            trace_id: [0; 16],
+            span_id: [0; 8],
+            parent_id: [0; 8],
+            parent_remote: false,
+            flags: 0,
+            trace_state: None,
+            kind: Kind::Internal,
+            operation: "",
+            model: None,
+            start: 0,
+            end: 0,
+            attributes: Vec::with_capacity(attributes),
+            error: None,
+            text: String::with_capacity(text),
+        }
+    }
+
     /// The model part of the span's name, if known.
     pub(crate) fn model(&self) -> Option<&str> {
         self.model.as_ref().map(|m| m.as_str(&self.text))
