@@ -35,7 +35,7 @@ use crate::stats::Stats;
 use crate::summary::{Plan, SimFigures, Summary};
 use crate::trace::{ItemTrace, Unfinished};
 use crate::{BatchError, Outcome, Report, StopReason};
-use tollgate_telemetry::{CallEnd, Telemetry};
+use tollgate_telemetry::{CallEnd, Telemetry, TraceHeaders};
 
 /// How long a stopping run waits for the calls already at the provider.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(60);
@@ -101,7 +101,7 @@ impl Provider for BatchProvider {
                 let (span, headers) = trace.attempt(&attempt);
                 (Some(span), headers)
             }
-            None => (None, Vec::new()),
+            None => (None, TraceHeaders::default()),
         };
         async move {
             let _at_provider = at_provider;

@@ -9,12 +9,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use http::{HeaderName, HeaderValue};
 use tollgate::Usage;
 use tollgate::lifecycle::{AttemptContext, ProviderError};
 use tollgate_openai::provider::Endpoint;
 use tollgate_telemetry::semconv as sc;
-use tollgate_telemetry::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, Telemetry};
+use tollgate_telemetry::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, Telemetry, TraceHeaders};
 
 use crate::input::Item;
 
@@ -58,13 +57,10 @@ impl ItemTrace {
 
     /// The span of attempt `attempt` and the headers it adds to the
     /// request: its `traceparent`.
-    pub(crate) fn attempt(
-        &self,
-        attempt: &AttemptContext,
-    ) -> (Attempt, Vec<(HeaderName, HeaderValue)>) {
+    pub(crate) fn attempt(&self, attempt: &AttemptContext) -> (Attempt, TraceHeaders) {
         let left = attempt.deadline.remaining(tollgate::clock::Instant::now());
         let span = self.0.call.attempt(&self.0.target, attempt.attempt, left);
-        let headers = span.headers().collect();
+        let headers = span.headers();
         (
             Attempt {
                 span,

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue};
 use parking_lot::Mutex;
 use tollgate::TokenEstimate;
 use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, ProviderError, Reply};
@@ -14,7 +13,7 @@ use tollgate_openai::provider::ChunkStream;
 use tollgate_openai::{HttpProvider, UpstreamRequest};
 
 use crate::metrics::DeploymentMetrics;
-use crate::telemetry::{AttemptSpan, AttemptTarget, CallTrace};
+use crate::telemetry::{AttemptSpan, AttemptTarget, CallTrace, TraceHeaders};
 use crate::tenants::TenantLeases;
 
 /// An upstream request and the tokens it is expected to spend.
@@ -222,13 +221,13 @@ impl GatewayProvider {
         request: &GatewayRequest,
         number: u32,
         attempt: &AttemptContext,
-    ) -> (Option<AttemptSpan>, Vec<(HeaderName, HeaderValue)>) {
+    ) -> (Option<AttemptSpan>, TraceHeaders) {
         let Some(trace) = &request.trace else {
-            return (None, Vec::new());
+            return (None, TraceHeaders::default());
         };
         let left = attempt.deadline.remaining(tollgate::clock::Instant::now());
         let span = trace.attempt(&self.target, number, left);
-        let headers = span.headers().collect();
+        let headers = span.headers();
         (Some(span), headers)
     }
 

@@ -75,7 +75,7 @@ fn main() {
             .expect("on");
         call.requested("gpt-4o-mini");
         let mut attempt = call.attempt(&target, 1, Some(Duration::from_secs(30)));
-        attempt.headers().for_each(|h| {
+        attempt.headers().iter().for_each(|h| {
             std::hint::black_box(h);
         });
         let usage = Some(Usage::from_io(12, 34));

@@ -452,6 +452,43 @@ fn set_usage(r: &mut Record, usage: Option<Usage>) {
     }
 }
 
+/// The headers an attempt adds to its upstream request: its
+/// `traceparent`, then the client's `tracestate` if it sent one. Held in
+/// place (nothing allocated but the values); read as a slice.
+#[derive(Debug, Clone)]
+pub struct TraceHeaders {
+    headers: [(HeaderName, HeaderValue); 2],
+    len: usize,
+}
+
+impl Default for TraceHeaders {
+    /// None: the call is not traced.
+    fn default() -> Self {
+        let unused = || (TRACEPARENT, HeaderValue::from_static(""));
+        TraceHeaders {
+            headers: [unused(), unused()],
+            len: 0,
+        }
+    }
+}
+
+impl TraceHeaders {
+    fn push(&mut self, name: HeaderName, value: HeaderValue) {
+        if let Some(slot) = self.headers.get_mut(self.len) {
+            *slot = (name, value);
+            self.len += 1;
+        }
+    }
+}
+
+impl std::ops::Deref for TraceHeaders {
+    type Target = [(HeaderName, HeaderValue)];
+
+    fn deref(&self) -> &Self::Target {
+        &self.headers[..self.len]
+    }
+}
+
 /// The span of one upstream attempt. Dropped without an outcome (the
 /// attempt was abandoned: its timeout, the deadline, the client left) it
 /// ends with `error.type = cancelled`.
@@ -469,20 +506,20 @@ pub struct AttemptSpan {
 impl AttemptSpan {
     /// The `traceparent` (and `tracestate`) headers naming this attempt,
     /// for the upstream request.
-    pub fn headers(&self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + use<> {
+    pub fn headers(&self) -> TraceHeaders {
         let ids = &self.ids;
+        let mut out = TraceHeaders::default();
         let traceparent = w3c::traceparent(&ids.trace_id, &ids.span_id, ids.sampled);
-        let traceparent = HeaderValue::from_bytes(&traceparent)
-            .ok()
-            .map(|v| (TRACEPARENT, v));
+        if let Ok(v) = HeaderValue::from_bytes(&traceparent) {
+            out.push(TRACEPARENT, v);
+        }
         // The client's `tracestate`, when it sent one; none is sent empty
         // (W3C: accept empty ones, avoid sending them).
         let state = ids.trace_state.as_deref().filter(|s| !s.is_empty());
-        let state = state
-            .and_then(|s| HeaderValue::from_str(s).ok())
-            .map(|v| (TRACESTATE, v));
-        // (Chained options: an exact length for the caller to make room.)
-        traceparent.into_iter().chain(state)
+        if let Some(v) = state.and_then(|s| HeaderValue::from_str(s).ok()) {
+            out.push(TRACESTATE, v);
+        }
+        out
     }
 
     /// The upstream answered; a one-shot attempt ends here with `usage`.
@@ -584,7 +621,7 @@ mod tests {
             .expect("on");
         call.requested("model");
         let mut attempt = call.attempt(&target, 1, Some(Duration::from_secs(1)));
-        let sent: Vec<_> = attempt.headers().collect();
+        let sent = attempt.headers().to_vec();
         attempt.succeed(None);
         call.finish(&CallEnd::default());
         let get = |name: &str| {

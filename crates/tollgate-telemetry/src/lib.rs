@@ -43,7 +43,7 @@ mod w3c;
 
 use std::sync::Arc;
 
-pub use call::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, TRACEPARENT};
+pub use call::{AttemptSpan, AttemptTarget, CallEnd, CallTrace, TRACEPARENT, TraceHeaders};
 pub use config::{OtlpProtocol, TelemetryConfig};
 pub use queue::DROPPED_METRIC;
 

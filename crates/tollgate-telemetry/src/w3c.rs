@@ -4,10 +4,9 @@
 //! OpenTelemetry's `ParentBased(TraceIdRatioBased(ratio))`, which this
 //! crate used before it had its own spans.
 
-use std::cell::Cell;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
+
+use rand::Rng;
 
 /// The trace a client's valid `traceparent` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,42 +168,27 @@ pub(crate) fn sampled_root(ratio: f64, trace_id: &[u8; 16]) -> bool {
     (u64::from_be_bytes(low) >> 1) < bound
 }
 
-thread_local! {
-    /// Per thread: random SipHash keys (the standard library's, drawn from
-    /// the operating system) and a counter. An id is the keyed hash of the
-    /// next count, so the ids a provider sees upstream do not reveal what
-    /// this thread's next ids (other tenants' calls) will be.
-    static IDS: (RandomState, Cell<u64>) = (RandomState::new(), Cell::new(0));
-}
-
-/// The next 64 random bits of this thread.
-fn next_u64() -> u64 {
-    IDS.with(|(keys, count)| {
-        let n = count.get().wrapping_add(1);
-        count.set(n);
-        let mut h = keys.build_hasher();
-        h.write_u64(n);
-        h.finish()
-    })
-}
+// Ids come from `rand`'s thread-local generator (ChaCha12, seeded and
+// reseeded from the operating system): a cryptographic generator, so the
+// ids a provider sees upstream do not reveal the next ids of this thread
+// (other tenants' calls). It fills a buffer several blocks at a time, so
+// an id costs a copy, not a keyed hash per 8 bytes.
 
 /// A new trace id, never all zeros.
 pub(crate) fn trace_id() -> [u8; 16] {
-    loop {
-        let (high, low) = (next_u64(), next_u64());
-        if high | low != 0 {
-            let mut id = [0_u8; 16];
-            id[..8].copy_from_slice(&high.to_be_bytes());
-            id[8..].copy_from_slice(&low.to_be_bytes());
-            return id;
-        }
+    let mut rng = rand::rng();
+    let mut id = [0_u8; 16];
+    while id == [0; 16] {
+        rng.fill_bytes(&mut id);
     }
+    id
 }
 
 /// A new span id, never all zeros.
 pub(crate) fn span_id() -> [u8; 8] {
+    let mut rng = rand::rng();
     loop {
-        let id = next_u64();
+        let id = rng.next_u64();
         if id != 0 {
             return id.to_be_bytes();
         }
