@@ -93,13 +93,24 @@ pub(crate) fn traceparent(trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool)
 /// The most list members a `tracestate` keeps (W3C).
 const MAX_LIST_MEMBERS: usize = 32;
 
+/// The longest `tracestate` passed on; a longer one is cut down to it
+/// (W3C: propagate at least 512 characters, and truncate beyond that).
+const MAX_PASSED_ON: usize = 512;
+/// The members a `tracestate` longer than [`MAX_PASSED_ON`] loses first
+/// (W3C: those over 128 characters).
+const LONG_MEMBER: usize = 128;
+
 /// A client's `tracestate`, as passed on (upstream and in the exported
 /// spans): its members, at most 32, blanks around them and empty ones
 /// left out, joined by `,`; `None` if it has none or one is invalid (a
 /// member without `=`, a key or value the W3C grammar refuses), as
-/// OpenTelemetry's `TraceState` read and wrote it.
+/// OpenTelemetry's `TraceState` read and wrote it. Over 512 characters,
+/// it is cut as W3C's truncation says: members over 128 characters go
+/// first, then members from the end, until it fits. So a client's header
+/// costs each upstream request and span at most 512 bytes, not the 16 KB
+/// that 32 members of 512 could take.
 pub(crate) fn tracestate(value: &str) -> Option<Arc<str>> {
-    let mut out = String::with_capacity(value.len());
+    let mut members: Vec<(&str, &str)> = Vec::new();
     for member in value.split_terminator(',').take(MAX_LIST_MEMBERS) {
         let member = member.trim_matches([' ', '\t']);
         if member.is_empty() {
@@ -110,6 +121,19 @@ pub(crate) fn tracestate(value: &str) -> Option<Arc<str>> {
         if !valid_key(key) || !valid_value(value) {
             return None;
         }
+        members.push((key, value));
+    }
+    let len = |m: &[(&str, &str)]| -> usize {
+        m.iter().map(|(k, v)| k.len() + 1 + v.len()).sum::<usize>() + m.len().saturating_sub(1)
+    };
+    if len(&members) > MAX_PASSED_ON {
+        members.retain(|(k, v)| k.len() + 1 + v.len() <= LONG_MEMBER);
+        while len(&members) > MAX_PASSED_ON {
+            members.pop();
+        }
+    }
+    let mut out = String::with_capacity(len(&members));
+    for (key, value) in members {
         if !out.is_empty() {
             out.push(',');
         }
@@ -392,6 +416,47 @@ mod tests {
                 .map(|t| t.header())
                 .filter(|h| !h.is_empty());
             assert_eq!(ts(case), sdk, "{case:?}");
+        }
+    }
+
+    /// proves: OBS-5 (a client's `tracestate` over 512 characters is cut
+    /// as W3C says, members over 128 characters first, then from the end,
+    /// so no call sends upstream or exports more than 512 bytes of it)
+    #[test]
+    fn a_long_tracestate_is_cut_to_512_characters() {
+        let ts = |s: &str| tracestate(s).map(|t| t.to_string());
+        // At the limit: passed on whole.
+        let short: Vec<String> = (0..15)
+            .map(|i| format!("k{i:02}={}", "v".repeat(27)))
+            .collect();
+        let exact = short.join(",");
+        assert_eq!(exact.len(), 15 * 31 + 14);
+        let at_limit = format!("{exact},z={}", "w".repeat(512 - exact.len() - 3));
+        assert_eq!(at_limit.len(), 512);
+        assert_eq!(ts(&at_limit).as_deref(), Some(at_limit.as_str()));
+        // One member over 128 goes first, even though it comes first.
+        let long = format!("big={}", "x".repeat(200));
+        let over = format!("{long},{exact}");
+        assert!(over.len() > 512);
+        assert_eq!(ts(&over).as_deref(), Some(exact.as_str()));
+        // All short: members from the end go until it fits.
+        let many: Vec<String> = (0..32)
+            .map(|i| format!("k{i:02}={}", "v".repeat(27)))
+            .collect();
+        let kept = ts(&many.join(",")).expect("kept");
+        assert_eq!(
+            kept,
+            many[..16].join(","),
+            "16 members of 31 and 15 commas: 511"
+        );
+        // The largest a client can send (32 members of 256 + 1 + 256): at
+        // most 512 left, here nothing (every member is long).
+        let huge: Vec<String> = (0..32)
+            .map(|i| format!("{}{i:02}={}", "k".repeat(254), "v".repeat(256)))
+            .collect();
+        assert_eq!(ts(&huge.join(",")), None);
+        for case in [&at_limit, &over, &many.join(",")] {
+            assert!(ts(case).is_some_and(|t| t.len() <= 512), "{case}");
         }
     }
 
