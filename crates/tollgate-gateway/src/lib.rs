@@ -9,6 +9,7 @@ pub mod build;
 pub mod client_cap;
 pub mod config;
 pub mod connection;
+pub mod counting;
 pub mod deadline;
 pub mod error;
 pub mod live;

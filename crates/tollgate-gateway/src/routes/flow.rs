@@ -15,14 +15,15 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
-use tollgate::{Admission, Flow, Priority, ReservePrice, TokenEstimate, Usage};
-use tollgate_openai::UpstreamRequest;
+use tollgate::{Admission, Deadline, Flow, Priority, ReservePrice, TokenEstimate, Usage};
 use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::{ErrorResponse, UpstreamRequest};
 
 use super::common;
 use crate::access_log::{AccessLog, Record};
 use crate::config::ApiRoute;
 use crate::connection::{Arrival, LINGER};
+use crate::counting;
 use crate::error::ApiError;
 use crate::error::Dialect;
 use crate::provider::{GatewayRequest, Started};
@@ -33,9 +34,9 @@ use crate::tenants::TenantLeases;
 use crate::{ratelimit, request_id};
 
 /// What tells one model route from another.
-pub trait Route {
+pub trait Route: 'static {
     /// The parsed request body.
-    type Request: DeserializeOwned;
+    type Request: DeserializeOwned + Send + 'static;
     /// The route's label in metrics.
     const NAME: &'static str;
     /// Its `gen_ai.operation.name` in traces (SPEC OBS-5).
@@ -278,8 +279,13 @@ async fn serve<R: Route>(
     let chain = common::chain(app, tenant, &first, R::ROUTE);
     // The estimates of every deployment of the chain serve both the
     // tenant's reservation and the attempts: the tokenizer runs once per
-    // estimator.
-    let estimates = Estimates::<R>::new(&chain, &request);
+    // estimator; for a large body, off the async workers (SPEC GW-17).
+    let (request, estimates) = if raw.len() >= counting::OFF_WORKER_BYTES {
+        count_off_worker::<R>(&chain, request, deadline).await?
+    } else {
+        let estimates = Estimates::<R>::new(&chain, &request);
+        (request, estimates)
+    };
     // The tenant reserves the worst case of whichever deployment of the
     // chain may serve the call (SPEC BUD-2, GW-10, GW-11): the largest
     // input estimate and the largest output allowance any of them sends
@@ -583,6 +589,32 @@ impl Drop for Unsettled {
 /// a fallback chain (usually one per provider: deployments of one provider
 /// count alike), so the tokenizer runs once per estimator, not once per
 /// deployment.
+/// [`Estimates::new`] on the counting lane ([`counting`]), within the
+/// request's deadline.
+async fn count_off_worker<R: Route>(
+    chain: &[Arc<Model>],
+    request: R::Request,
+    deadline: Deadline,
+) -> Result<(R::Request, Estimates<R>), ApiError> {
+    let chain = chain.to_vec();
+    let count = counting::off_worker(move || {
+        let estimates = Estimates::<R>::new(&chain, &request);
+        (request, estimates)
+    });
+    let counted = match deadline.instant() {
+        Some(at) => tokio::time::timeout_at(at, count).await.map_err(|_| {
+            ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorResponse::deadline_exceeded(
+                    "The request's deadline ran out while its tokens were being counted.",
+                ),
+            )
+        })?,
+        None => count.await,
+    };
+    counted.ok_or_else(ApiError::shutting_down)
+}
+
 struct Estimates<R: Route> {
     computed: Vec<(TokenEstimator, TokenEstimate)>,
     _route: std::marker::PhantomData<fn() -> R>,
