@@ -106,7 +106,8 @@ const LONG_MEMBER: usize = 128;
 /// member without `=`, a key or value the W3C grammar refuses), as
 /// OpenTelemetry's `TraceState` read and wrote it. Over 512 characters,
 /// it is cut as W3C's truncation says: members over 128 characters go
-/// first, then members from the end, until it fits. So a client's header
+/// first (the last of them first), then members from the end, each only
+/// while it does not fit yet. So a client's header
 /// costs each upstream request and span at most 512 bytes, not the 16 KB
 /// that 32 members of 512 could take.
 pub(crate) fn tracestate(value: &str) -> Option<Arc<str>> {
@@ -126,11 +127,16 @@ pub(crate) fn tracestate(value: &str) -> Option<Arc<str>> {
     let len = |m: &[(&str, &str)]| -> usize {
         m.iter().map(|(k, v)| k.len() + 1 + v.len()).sum::<usize>() + m.len().saturating_sub(1)
     };
-    if len(&members) > MAX_PASSED_ON {
-        members.retain(|(k, v)| k.len() + 1 + v.len() <= LONG_MEMBER);
-        while len(&members) > MAX_PASSED_ON {
-            members.pop();
-        }
+    // Long members go first, from the end, only as many as needed; then
+    // any from the end.
+    while len(&members) > MAX_PASSED_ON {
+        let long = members
+            .iter()
+            .rposition(|(k, v)| k.len() + 1 + v.len() > LONG_MEMBER);
+        match long {
+            Some(i) => members.remove(i),
+            None => members.pop().unwrap_or_default(),
+        };
     }
     let mut out = String::with_capacity(len(&members));
     for (key, value) in members {
@@ -439,6 +445,13 @@ mod tests {
         let over = format!("{long},{exact}");
         assert!(over.len() > 512);
         assert_eq!(ts(&over).as_deref(), Some(exact.as_str()));
+        // Two long members, one enough: only the later goes.
+        let first = format!("one={}", "x".repeat(196));
+        let second = format!("two={}", "y".repeat(196));
+        let shorts = short[..8].join(",");
+        let both = format!("{first},{shorts},{second}");
+        assert!(both.len() > 512 && first.len() + 1 + shorts.len() <= 512);
+        assert_eq!(ts(&both), Some(format!("{first},{shorts}")));
         // All short: members from the end go until it fits.
         let many: Vec<String> = (0..32)
             .map(|i| format!("k{i:02}={}", "v".repeat(27)))

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use tollgate::clock::Instant;
 use tollgate::lifecycle::{CallError, CallOptions, ErrorKind, GiveUp, ProviderError};
 use tollgate::{Admission, Deadline, Flow, Priority, ReservePrice, TokenEstimate, Usage};
-use tollgate_openai::tokens::TokenEstimator;
+use tollgate_openai::tokens::{TokenEstimator, TokenizerKind};
 use tollgate_openai::{ErrorResponse, UpstreamRequest};
 
 use super::common;
@@ -279,8 +279,8 @@ async fn serve<R: Route>(
     let chain = common::chain(app, tenant, &first, R::ROUTE);
     // The estimates of every deployment of the chain serve both the
     // tenant's reservation and the attempts: the tokenizer runs once per
-    // estimator; for a large body, off the async workers (SPEC GW-17).
-    let (request, estimates) = if raw.len() >= counting::OFF_WORKER_BYTES {
+    // estimator; a long count, off the async workers (SPEC GW-17).
+    let (request, estimates) = if Estimates::<R>::long(&chain, &request, raw.len()) {
         count_off_worker::<R>(&chain, request, deadline).await?
     } else {
         let estimates = Estimates::<R>::new(&chain, &request);
@@ -585,12 +585,8 @@ impl Drop for Unsettled {
     }
 }
 
-/// A request's token estimate per distinct estimator of the deployments of
-/// a fallback chain (usually one per provider: deployments of one provider
-/// count alike), so the tokenizer runs once per estimator, not once per
-/// deployment.
 /// [`Estimates::new`] on the counting lane ([`counting`]), within the
-/// request's deadline.
+/// request's deadline (the wait for the lane and the count).
 async fn count_off_worker<R: Route>(
     chain: &[Arc<Model>],
     request: R::Request,
@@ -612,15 +608,47 @@ async fn count_off_worker<R: Route>(
         })?,
         None => count.await,
     };
-    counted.ok_or_else(ApiError::shutting_down)
+    counted.map_err(|e| match e {
+        counting::NotCounted::ShuttingDown => ApiError::shutting_down(),
+        counting::NotCounted::Panicked => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorResponse::server_error(
+                "internal_error",
+                "The gateway failed to count the request's tokens.",
+            ),
+        ),
+    })
 }
 
+/// A request's token estimate per distinct estimator of the deployments of
+/// a fallback chain (usually one per provider: deployments of one provider
+/// count alike), so the tokenizer runs once per estimator, not once per
+/// deployment.
 struct Estimates<R: Route> {
     computed: Vec<(TokenEstimator, TokenEstimate)>,
     _route: std::marker::PhantomData<fn() -> R>,
 }
 
 impl<R: Route> Estimates<R> {
+    /// Whether counting `request`, a body of `len` bytes, would hold up
+    /// an async worker: a model counted by a tokenizer, and `len` times
+    /// the chain's distinct estimators (each counts the text once) at
+    /// least [`counting::OFF_WORKER_BYTES`]. A body under 1 KiB is
+    /// counted in microseconds by any chain, and a model without a known
+    /// tokenizer by characters, in microseconds even for 1 MiB.
+    fn long(chain: &[Arc<Model>], request: &R::Request, len: usize) -> bool {
+        if len < 1024 || TokenizerKind::for_model(R::model(request)) == TokenizerKind::CharRatio {
+            return false;
+        }
+        let mut distinct: Vec<TokenEstimator> = Vec::with_capacity(1);
+        for d in chain.iter().flat_map(|m| &m.deployments) {
+            if !distinct.contains(&d.estimator) {
+                distinct.push(d.estimator);
+            }
+        }
+        len.saturating_mul(distinct.len()) >= counting::OFF_WORKER_BYTES
+    }
+
     fn new(chain: &[Arc<Model>], request: &R::Request) -> Self {
         let mut computed: Vec<(TokenEstimator, TokenEstimate)> = Vec::with_capacity(1);
         for d in chain.iter().flat_map(|m| &m.deployments) {
