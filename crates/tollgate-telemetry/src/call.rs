@@ -166,13 +166,11 @@ impl Telemetry {
         start: SystemTime,
     ) -> Option<CallTrace> {
         self.exporting()?;
-        let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-        let parent = text(&TRACEPARENT)
+        let parent = headers
+            .get(&TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
             .and_then(w3c::parse_traceparent)
-            .map(|p| {
-                let state = text(&TRACESTATE).and_then(w3c::tracestate);
-                (p, state)
-            });
+            .map(|p| (p, tracestate(headers)));
         self.begin(parent, Kind::Server, operation, route, start, None)
     }
 
@@ -268,6 +266,22 @@ impl Telemetry {
             }),
         })))
     }
+}
+
+/// The client's `tracestate`: its header lines joined by `,` as one list
+/// (W3C: several lines are one header), `None` if a line is not text.
+fn tracestate(headers: &HeaderMap) -> Option<Arc<str>> {
+    let mut lines = headers.get_all(&TRACESTATE).iter();
+    let first = lines.next()?.to_str().ok()?;
+    let Some(second) = lines.next() else {
+        return w3c::tracestate(first);
+    };
+    let mut joined = format!("{first},{}", second.to_str().ok()?);
+    for line in lines {
+        joined.push(',');
+        joined.push_str(line.to_str().ok()?);
+    }
+    w3c::tracestate(&joined)
 }
 
 /// What a call's span says when it ends: what the caller recorded of the
@@ -632,6 +646,28 @@ mod tests {
         let state = get("tracestate");
         assert_eq!(sent.len(), 1 + usize::from(state.is_some()), "{sent:?}");
         (get("traceparent").expect("a traceparent"), state)
+    }
+
+    /// proves: OBS-5 (a `tracestate` sent as several header lines is one
+    /// list: passed on joined, in order)
+    #[tokio::test]
+    async fn tracestate_lines_are_joined() {
+        let collector = Collector::start().await;
+        let t = telemetry(&collector, 1.0).await;
+        let mut headers = client(Some(&format!("00-{TRACE}-{CLIENT_SPAN}-01")), Some("a=1"));
+        headers.append("tracestate", HeaderValue::from_static("b=2, c=3"));
+        headers.append("tracestate", HeaderValue::from_static("d=4"));
+        let (_, ts) = one_call(&t, &headers);
+        assert_eq!(ts.as_deref(), Some("a=1,b=2,c=3,d=4"));
+        // A line that is not text: no tracestate at all.
+        let mut headers = client(Some(&format!("00-{TRACE}-{CLIENT_SPAN}-01")), Some("a=1"));
+        headers.append(
+            "tracestate",
+            HeaderValue::from_bytes(b"b=\xff").expect("opaque bytes"),
+        );
+        let (_, ts) = one_call(&t, &headers);
+        assert_eq!(ts, None);
+        t.flush().await;
     }
 
     /// The parts of a traceparent.
