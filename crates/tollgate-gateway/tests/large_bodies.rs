@@ -166,3 +166,48 @@ async fn large_requests_at_once(server: &str) {
     assert_eq!(r.status(), 200);
     gw.wait_idle().await;
 }
+
+// proves: GW-17 (a large prompt with a tiny deadline costs only its
+// sender: it is answered with a deadline error, nothing is admitted or
+// sent upstream, and the lane's place it held comes back for the next
+// large prompt)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_prompt_with_a_tiny_deadline_takes_nothing() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(&sim.openai_base_url(), "")).await;
+    let client = client();
+    for _ in 0..3 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(KEY_A)
+            .header("x-request-timeout", "0.001")
+            .json(&large_chat("gpt-4o", 64 * OFF_WORKER_BYTES, 3))
+            .send()
+            .await
+            .expect("an answer");
+        // The deadline ends it while the body arrives (408) or while it
+        // is counted (504): either way before admission.
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.expect("an error body");
+        let code = body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            (status, code.as_str()) == (504, "deadline_exceeded")
+                || (status, code.as_str()) == (408, "request_timeout"),
+            "{status} {body}"
+        );
+    }
+    gw.wait_idle().await;
+    assert_eq!(sim.stats().requests_total, 0, "nothing went upstream");
+    let r = post_chat(
+        &client,
+        &gw,
+        Some(KEY_A),
+        &large_chat("gpt-4o", OFF_WORKER_BYTES, 4),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "the lane serves again");
+    gw.wait_idle().await;
+}
