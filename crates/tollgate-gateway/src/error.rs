@@ -7,7 +7,7 @@
 //! | quota further away than `max_wait` | 429 | `admission_wait_deadline_exceeded` |
 //! | estimate larger than a whole token limit | 400 | `estimate_exceeds_limit` |
 //! | circuit open | 503 | `circuit_open` |
-//! | deadline passed upstream (hook, retry delay, transport, stream), or while a large prompt was counted | 504 | `deadline_exceeded` |
+//! | deadline passed upstream (hook, retry delay, transport, stream), or while a large prompt was parsed or counted | 504 | `deadline_exceeded` |
 //! | counting a large prompt's tokens failed (a defect) | 500 | `internal_error` |
 //! | a spend budget cannot take the call's worst case in time (or ever) | 429 | `budget_exceeded` |
 //! | upstream 429 after the retries | 429 | `upstream_rate_limited` |

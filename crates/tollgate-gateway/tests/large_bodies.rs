@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use tollgate_gateway::counting::OFF_WORKER_BYTES;
+use tollgate_gateway::counting::{OFF_WORKER_BYTES, PARSE_OFF_WORKER_BYTES};
 use tollgate_openai::wire::ChatCompletionRequest;
 
 /// A chat body of about `bytes` bytes of prose and one long run of
@@ -65,16 +65,17 @@ upstream_model = "sim-chat"
     )
 }
 
-// proves: GW-17 (a body over the off-worker size is estimated exactly as
-// the deployment's estimator counts it inline: the tenant reserves the
-// same tokens, whichever thread counted them)
+// proves: GW-17 (a body over the off-worker sizes is parsed and estimated
+// exactly as the deployment's estimator counts it inline: the tenant
+// reserves the same tokens, whichever thread counted them)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_is_estimated_as_if_counted_inline() {
     let sim = fast_sim().await;
     let gw = Gateway::start(&config(&sim.openai_base_url(), "")).await;
     let lines = gw.app.access_log.capture();
     let body = large_chat("gpt-4o", 8 * OFF_WORKER_BYTES, 1);
-    assert!(serde_json::to_vec(&body).unwrap().len() >= OFF_WORKER_BYTES);
+    // Parsed and counted off the workers, both.
+    assert!(serde_json::to_vec(&body).unwrap().len() >= PARSE_OFF_WORKER_BYTES);
     let r = post_chat(&client(), &gw, Some(KEY_A), &body).await;
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
     gw.wait_idle().await;
@@ -206,6 +207,43 @@ async fn a_large_prompt_with_a_tiny_deadline_takes_nothing() {
         &gw,
         Some(KEY_A),
         &large_chat("gpt-4o", OFF_WORKER_BYTES, 4),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "the lane serves again");
+    gw.wait_idle().await;
+}
+
+// proves: GW-17 (a large body that is not valid JSON, parsed off the async
+// workers, gets the same located 400 as a small one, sends nothing
+// upstream, and leaves the lane free)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_that_is_not_json_is_refused() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(&sim.openai_base_url(), "")).await;
+    let client = client();
+    let mut text = serde_json::to_string(&large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 5)).unwrap();
+    assert!(text.len() >= PARSE_OFF_WORKER_BYTES);
+    text.truncate(text.len() - 3);
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(KEY_A)
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.expect("an error body");
+    assert_eq!(body["error"]["code"], "invalid_body", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("line 1 column"), "located: {message}");
+    gw.wait_idle().await;
+    assert_eq!(sim.stats().requests_total, 0, "nothing went upstream");
+    let r = post_chat(
+        &client,
+        &gw,
+        Some(KEY_A),
+        &large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 6),
     )
     .await;
     assert_eq!(r.status(), 200, "the lane serves again");

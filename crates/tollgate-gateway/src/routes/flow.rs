@@ -266,7 +266,18 @@ async fn serve<R: Route>(
     x.class = Some(flow.priority());
     x.record.class = Some(flow.priority().as_str());
     let raw = common::read_body(app, headers, body, arrived, deadline).await?;
-    let request: R::Request = common::parse(&raw)?;
+    // A large body is parsed, then counted, off the async workers, in one
+    // turn of the counting lane (SPEC GW-17).
+    let mut turn = None;
+    let request: R::Request = if raw.len() >= counting::PARSE_OFF_WORKER_BYTES {
+        let t = within(deadline, "parsed", counting::turn(flow, raw.len())).await?;
+        let body = raw.clone();
+        let parsed = within(deadline, "parsed", t.run(move || common::parse(&body))).await?;
+        turn = Some(t);
+        parsed?
+    } else {
+        common::parse(&raw)?
+    };
     let first = common::model(app, tenant, R::model(&request), R::ROUTE)?;
     x.model = Some(Arc::clone(&first.name));
     x.record.model = Some(Arc::clone(&first.name));
@@ -280,12 +291,29 @@ async fn serve<R: Route>(
     // The estimates of every deployment of the chain serve both the
     // tenant's reservation and the attempts: the tokenizer runs once per
     // estimator; a long count, off the async workers (SPEC GW-17).
-    let (request, estimates) = if Estimates::<R>::long(&chain, &request, raw.len()) {
-        count_off_worker::<R>(&chain, request, deadline).await?
-    } else {
-        let estimates = Estimates::<R>::new(&chain, &request);
-        (request, estimates)
+    let (request, estimates) = match Estimates::<R>::long(&chain, &request, raw.len()) {
+        Some(bytes) => {
+            let turn = match turn.take() {
+                Some(t) => {
+                    t.charge(bytes);
+                    t
+                }
+                None => within(deadline, "counted", counting::turn(flow, bytes)).await?,
+            };
+            let chain = chain.to_vec();
+            let count = turn.run(move || {
+                let estimates = Estimates::<R>::new(&chain, &request);
+                (request, estimates)
+            });
+            within(deadline, "counted", count).await?
+        }
+        None => {
+            let estimates = Estimates::<R>::new(&chain, &request);
+            (request, estimates)
+        }
     };
+    // The lane's turn ends before admission, which may wait.
+    drop(turn);
     // The tenant reserves the worst case of whichever deployment of the
     // chain may serve the call (SPEC BUD-2, GW-10, GW-11): the largest
     // input estimate and the largest output allowance any of them sends
@@ -585,36 +613,33 @@ impl Drop for Unsettled {
     }
 }
 
-/// [`Estimates::new`] on the counting lane ([`counting`]), within the
-/// request's deadline (the wait for the lane and the count).
-async fn count_off_worker<R: Route>(
-    chain: &[Arc<Model>],
-    request: R::Request,
+/// `job`, a wait for the counting lane or a job on it ([`counting`]),
+/// within the request's deadline (504 past it). `doing` says what the
+/// lane does to the request ("parsed", "counted") in the deadline's
+/// error.
+async fn within<T>(
     deadline: Deadline,
-) -> Result<(R::Request, Estimates<R>), ApiError> {
-    let chain = chain.to_vec();
-    let count = counting::off_worker(move || {
-        let estimates = Estimates::<R>::new(&chain, &request);
-        (request, estimates)
-    });
-    let counted = match deadline.instant() {
-        Some(at) => tokio::time::timeout_at(at, count).await.map_err(|_| {
+    doing: &'static str,
+    job: impl Future<Output = Result<T, counting::NotCounted>>,
+) -> Result<T, ApiError> {
+    let done = match deadline.instant() {
+        Some(at) => tokio::time::timeout_at(at, job).await.map_err(|_| {
             ApiError::new(
                 StatusCode::GATEWAY_TIMEOUT,
-                ErrorResponse::deadline_exceeded(
-                    "The request's deadline ran out while its tokens were being counted.",
-                ),
+                ErrorResponse::deadline_exceeded(format!(
+                    "The request's deadline ran out while it was being {doing}."
+                )),
             )
         })?,
-        None => count.await,
+        None => job.await,
     };
-    counted.map_err(|e| match e {
+    done.map_err(|e| match e {
         counting::NotCounted::ShuttingDown => ApiError::shutting_down(),
         counting::NotCounted::Panicked => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorResponse::server_error(
                 "internal_error",
-                "The gateway failed to count the request's tokens.",
+                format!("The gateway failed while the request was being {doing}."),
             ),
         ),
     })
@@ -630,15 +655,16 @@ struct Estimates<R: Route> {
 }
 
 impl<R: Route> Estimates<R> {
-    /// Whether counting `request`, a body of `len` bytes, would hold up
-    /// an async worker: a model counted by a tokenizer, and `len` times
-    /// the chain's distinct estimators (each counts the text once) at
-    /// least [`counting::OFF_WORKER_BYTES`]. A body under 1 KiB is
-    /// counted in microseconds by any chain, and a model without a known
-    /// tokenizer by characters, in microseconds even for 1 MiB.
-    fn long(chain: &[Arc<Model>], request: &R::Request, len: usize) -> bool {
+    /// The count's size (`len` times the chain's distinct estimators:
+    /// each counts the text once) if counting `request`, a body of `len`
+    /// bytes, would hold up an async worker: a model counted by a
+    /// tokenizer, and a size of at least [`counting::OFF_WORKER_BYTES`].
+    /// A body under 1 KiB is counted in microseconds by any chain, and a
+    /// model without a known tokenizer by characters, in microseconds
+    /// even for 1 MiB.
+    fn long(chain: &[Arc<Model>], request: &R::Request, len: usize) -> Option<usize> {
         if len < 1024 || TokenizerKind::for_model(R::model(request)) == TokenizerKind::CharRatio {
-            return false;
+            return None;
         }
         let mut distinct: Vec<TokenEstimator> = Vec::with_capacity(1);
         for d in chain.iter().flat_map(|m| &m.deployments) {
@@ -646,7 +672,8 @@ impl<R: Route> Estimates<R> {
                 distinct.push(d.estimator);
             }
         }
-        len.saturating_mul(distinct.len()) >= counting::OFF_WORKER_BYTES
+        let bytes = len.saturating_mul(distinct.len());
+        (bytes >= counting::OFF_WORKER_BYTES).then_some(bytes)
     }
 
     fn new(chain: &[Arc<Model>], request: &R::Request) -> Self {
