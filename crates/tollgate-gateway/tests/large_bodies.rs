@@ -13,6 +13,7 @@ use common::*;
 use serde_json::{Value, json};
 use tollgate_gateway::counting::{OFF_WORKER_BYTES, PARSE_OFF_WORKER_BYTES};
 use tollgate_openai::wire::ChatCompletionRequest;
+use tollgate_sim::SimServer;
 
 /// A chat body of about `bytes` bytes of prose and one long run of
 /// letters (the tokenizer's slowest input).
@@ -200,17 +201,7 @@ async fn a_large_prompt_with_a_tiny_deadline_takes_nothing() {
             "{status} {body}"
         );
     }
-    gw.wait_idle().await;
-    assert_eq!(sim.stats().requests_total, 0, "nothing went upstream");
-    let r = post_chat(
-        &client,
-        &gw,
-        Some(KEY_A),
-        &large_chat("gpt-4o", OFF_WORKER_BYTES, 4),
-    )
-    .await;
-    assert_eq!(r.status(), 200, "the lane serves again");
-    gw.wait_idle().await;
+    nothing_upstream_and_the_lane_serves(&gw, &sim, OFF_WORKER_BYTES).await;
 }
 
 // proves: GW-17 (a large body that is not valid JSON, parsed off the async
@@ -237,15 +228,15 @@ async fn a_large_body_that_is_not_json_is_refused() {
     assert_eq!(body["error"]["code"], "invalid_body", "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("line 1 column"), "located: {message}");
+    nothing_upstream_and_the_lane_serves(&gw, &sim, PARSE_OFF_WORKER_BYTES).await;
+}
+
+/// Once the gateway is idle: nothing went upstream, and a large prompt of
+/// about `bytes` is served (the lane is free again).
+async fn nothing_upstream_and_the_lane_serves(gw: &Gateway, sim: &SimServer, bytes: usize) {
     gw.wait_idle().await;
     assert_eq!(sim.stats().requests_total, 0, "nothing went upstream");
-    let r = post_chat(
-        &client,
-        &gw,
-        Some(KEY_A),
-        &large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 6),
-    )
-    .await;
+    let r = post_chat(&client(), gw, Some(KEY_A), &large_chat("gpt-4o", bytes, 4)).await;
     assert_eq!(r.status(), 200, "the lane serves again");
     gw.wait_idle().await;
 }
