@@ -6,7 +6,8 @@
 # 10 s, and one client of a second tenant, `other`, posts the same large
 # prompt back to back. Prints the load generator's latency figures and
 # the second tenant's large-prompt latencies (ms). See BENCHMARKS.md,
-# "Large prompts beside small requests".
+# "Large prompts beside small requests" and "Large prompts from two
+# tenants".
 #
 #   cargo build --profile dist -p tollgate-cli -p tollgate-loadgen
 #   benches/gateway/large_prompts.sh                       # target/dist/tollgate

@@ -241,6 +241,14 @@ impl Metrics {
             .increment(1);
     }
 
+    /// A large request of `tenant` had its body parsed (`parse`) or its
+    /// tokens counted (`count`) on the counting lane, off the async
+    /// workers (SPEC GW-17).
+    pub fn large_body_job(&self, tenant: Option<&Arc<str>>, job: &'static str) {
+        let tenant = tenant.map_or_else(String::new, |t| t.to_string());
+        counter!("tollgate_large_body_jobs_total", "tenant" => tenant, "job" => job).increment(1);
+    }
+
     /// A model moved to its fallback (SPEC GW-10).
     pub fn fallback(&self, from: &str, to: &str) {
         counter!("tollgate_fallbacks_total", "from" => from.to_owned(), "to" => to.to_owned())

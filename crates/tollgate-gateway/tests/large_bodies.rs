@@ -2,7 +2,7 @@
 //! estimate is the same as if counted inline, and many of them at once,
 //! some abandoned by their clients mid-count, lose nothing and leave the
 //! gateway idle. (That a count off the worker lets the worker's other
-//! connections go on is proved in `counting.rs`; its effect on latency is
+//! connections go on is proved in `counting/mod.rs`; its effect on latency is
 //! measured by `benches/gateway/large_prompts.sh`.)
 
 mod common;
@@ -238,5 +238,126 @@ async fn nothing_upstream_and_the_lane_serves(gw: &Gateway, sim: &SimServer, byt
     assert_eq!(sim.stats().requests_total, 0, "nothing went upstream");
     let r = post_chat(&client(), gw, Some(KEY_A), &large_chat("gpt-4o", bytes, 4)).await;
     assert_eq!(r.status(), 200, "the lane serves again");
+    gw.wait_idle().await;
+}
+
+/// The key of tenant `c`, whose prompts wait for admission below.
+const KEY_C: &str = "sk-test-tenant-c-0003";
+/// The key of tenant `m`, whose jobs are counted below: a tenant of its
+/// own, so that its metric series (the recorder is the process's) are
+/// that test's alone.
+const KEY_M: &str = "sk-test-tenant-m-0004";
+
+/// [`config`] plus tenant `name` with key `key` and `extra` settings.
+fn config_with(base_url: &str, name: &str, key: &str, extra: &str) -> String {
+    format!(
+        "{}\n[tenants.{name}]\nkeys_sha256 = [\"{}\"]\n{extra}\n",
+        config(base_url, ""),
+        key_hash(key)
+    )
+}
+
+/// Tenant `m`'s jobs of kind `job` on the counting lane, from `/metrics`.
+async fn lane_jobs(gw: &Gateway, job: &str) -> u64 {
+    let text = metrics_text(gw).await;
+    text.lines()
+        .find(|l| {
+            l.starts_with("tollgate_large_body_jobs_total{")
+                && l.contains("tenant=\"m\"")
+                && l.contains(&format!("job=\"{job}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+// proves: GW-17 (where each request's work runs: a body of 128 KiB or more
+// is parsed and then counted on the lane, off the async workers; a
+// smaller one whose count is large enough only counted there; a small one
+// neither; the metric of the jobs says so, per tenant)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_parsed_and_counted_on_the_lane() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config_with(&sim.openai_base_url(), "m", KEY_M, "")).await;
+    let client = client();
+    let r = post_chat(&client, &gw, Some(KEY_M), &chat("gpt-4o", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        (lane_jobs(&gw, "parse").await, lane_jobs(&gw, "count").await),
+        (0, 0)
+    );
+    let counted_only = large_chat("gpt-4o", 4 * OFF_WORKER_BYTES, 7);
+    assert!(serde_json::to_vec(&counted_only).unwrap().len() < PARSE_OFF_WORKER_BYTES);
+    let r = post_chat(&client, &gw, Some(KEY_M), &counted_only).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        (lane_jobs(&gw, "parse").await, lane_jobs(&gw, "count").await),
+        (0, 1)
+    );
+    let r = post_chat(
+        &client,
+        &gw,
+        Some(KEY_M),
+        &large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 8),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        (lane_jobs(&gw, "parse").await, lane_jobs(&gw, "count").await),
+        (1, 2)
+    );
+    gw.wait_idle().await;
+}
+
+// proves: GW-17 (a large prompt waiting for admission holds no place of
+// the counting lane: with more of tenant c's large prompts waiting for
+// its one concurrency permit than the lane has places, another tenant's
+// large prompt is still parsed, counted and answered)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_prompt_waiting_for_admission_holds_no_lane_place() {
+    // Each completion token takes 20 ms: the holder's 3,000 take a minute.
+    let sim = slow_sim(Duration::from_millis(20), 3_000).await;
+    let gw = Gateway::start(&config_with(
+        &sim.openai_base_url(),
+        "c",
+        KEY_C,
+        "concurrency = 1",
+    ))
+    .await;
+    let client = client();
+    let send = |key: &'static str, body: Value| {
+        let request = client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .header("x-request-timeout", "120")
+            .json(&body);
+        tokio::spawn(async move { request.send().await.map(|r| r.status()) })
+    };
+    let holder = send(
+        KEY_C,
+        json!({"model": "gpt-4o", "max_tokens": 3000,
+        "messages": [{"role": "user", "content": "hold"}]}),
+    );
+    eventually("the holder holds tenant c's permit", || {
+        gw.in_use("tenant:c") == 1
+    })
+    .await;
+    let places = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+    let waiting: Vec<_> = (0..=places)
+        .map(|i| send(KEY_C, large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 10 + i)))
+        .collect();
+    eventually("tenant c's large prompts wait for admission", || {
+        gw.pool("tenant:c").waiting == places + 1
+    })
+    .await;
+    let other = send(KEY_A, large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 20));
+    let status = bounded("the other tenant's large prompt", other)
+        .await
+        .expect("the request task")
+        .expect("an answer");
+    assert_eq!(status, 200);
+    holder.abort();
+    for call in waiting {
+        call.abort();
+    }
     gw.wait_idle().await;
 }

@@ -1,6 +1,6 @@
 //! The counting lane: a few permits for large token counts, handed out in
-//! weighted fair order between tenants (SPEC GW-17, ordered as FAIR-3
-//! orders admission).
+//! weighted fair order between tenants (SPEC GW-17, much as FAIR-3 orders
+//! admission).
 //!
 //! A first-come queue would let one tenant's burst of large prompts make
 //! another tenant's single large prompt wait behind all of them. Here the
@@ -14,8 +14,9 @@
 //! banks no credit, yet a newcomer goes before the next job of a tenant
 //! that was just granted one. The counters are forgotten whenever nobody
 //! waits. So while two tenants both wait, the work granted to each
-//! differs by at most the largest single job, whatever their numbers of
-//! requests.
+//! differs by at most the largest single grant (a request's parse and
+//! count, when its permit is [charged](Permit::charge) for both),
+//! whatever their numbers of requests.
 //!
 //! A permit is an owned guard: wherever it is dropped (the count ended,
 //! or the permit was handed to a waiter that left meanwhile), it passes to
@@ -275,6 +276,12 @@ impl Lane {
     pub(crate) fn free(&self) -> usize {
         self.state.lock().free
     }
+
+    /// Jobs waiting (tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.state.lock().waiting
+    }
 }
 
 #[cfg(test)]
@@ -429,8 +436,10 @@ mod tests {
         });
         let release = waiter(&lane, flow(2), 10, "b", &log);
         settle().await;
+        assert_eq!(lane.waiting(), 2);
         leaving.abort();
         assert!(leaving.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(lane.waiting(), 1, "the waiter that left took its place out");
         drop(held);
         settle().await;
         assert_eq!(*log.lock(), ["b"]);

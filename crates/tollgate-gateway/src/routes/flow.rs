@@ -270,9 +270,13 @@ async fn serve<R: Route>(
     // turn of the counting lane (SPEC GW-17).
     let mut turn = None;
     let request: R::Request = if raw.len() >= counting::PARSE_OFF_WORKER_BYTES {
-        let t = within(deadline, "parsed", counting::turn(flow, raw.len())).await?;
+        let parsing = "parsing its body";
+        let work = raw.len() / counting::PARSE_SHARE;
+        let t = within(deadline, parsing, counting::turn(flow, work)).await?;
         let body = raw.clone();
-        let parsed = within(deadline, "parsed", t.run(move || common::parse(&body))).await?;
+        let parsed = within(deadline, parsing, t.run(move || common::parse(&body))).await?;
+        app.metrics
+            .large_body_job(x.record.tenant.as_ref(), "parse");
         turn = Some(t);
         parsed?
     } else {
@@ -298,14 +302,17 @@ async fn serve<R: Route>(
                     t.charge(bytes);
                     t
                 }
-                None => within(deadline, "counted", counting::turn(flow, bytes)).await?,
+                None => within(deadline, COUNTING, counting::turn(flow, bytes)).await?,
             };
             let chain = chain.to_vec();
             let count = turn.run(move || {
                 let estimates = Estimates::<R>::new(&chain, &request);
                 (request, estimates)
             });
-            within(deadline, "counted", count).await?
+            let counted = within(deadline, COUNTING, count).await?;
+            app.metrics
+                .large_body_job(x.record.tenant.as_ref(), "count");
+            counted
         }
         None => {
             let estimates = Estimates::<R>::new(&chain, &request);
@@ -613,10 +620,13 @@ impl Drop for Unsettled {
     }
 }
 
+/// What the counting lane does to a request, in its errors.
+const COUNTING: &str = "counting its tokens";
+
 /// `job`, a wait for the counting lane or a job on it ([`counting`]),
 /// within the request's deadline (504 past it). `doing` says what the
-/// lane does to the request ("parsed", "counted") in the deadline's
-/// error.
+/// lane does to the request ("parsing its body", [`COUNTING`]) in the
+/// errors.
 async fn within<T>(
     deadline: Deadline,
     doing: &'static str,
@@ -627,7 +637,7 @@ async fn within<T>(
             ApiError::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 ErrorResponse::deadline_exceeded(format!(
-                    "The request's deadline ran out while it was being {doing}."
+                    "The request's deadline ran out before the gateway finished {doing}."
                 )),
             )
         })?,
@@ -639,7 +649,7 @@ async fn within<T>(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorResponse::server_error(
                 "internal_error",
-                format!("The gateway failed while the request was being {doing}."),
+                format!("The gateway failed while {doing}."),
             ),
         ),
     })
