@@ -323,6 +323,24 @@ mod tests {
         done
     }
 
+    /// Ends the counts of `releases` in turn (a count whose end came before
+    /// its grant ends as soon as it is granted, so the lane alone decides
+    /// the order), then checks the order of the grants and that the lane
+    /// is idle.
+    async fn end_in_turn(
+        lane: &Lane,
+        log: &Log,
+        releases: impl IntoIterator<Item = oneshot::Sender<()>>,
+        expected: &[&str],
+    ) {
+        for release in releases {
+            drop(release);
+            settle().await;
+        }
+        assert_eq!(*log.lock(), expected);
+        assert!(lane.idle());
+    }
+
     /// Lets every spawned task of this single-threaded runtime run until
     /// it waits.
     async fn settle() {
@@ -349,14 +367,7 @@ mod tests {
         settle().await;
         assert!(log.lock().is_empty(), "the lane's one permit is held");
         drop(held);
-        // Each count ends in turn.
-        for release in releases {
-            settle().await;
-            drop(release);
-        }
-        settle().await;
-        assert_eq!(*log.lock(), ["a", "b", "a", "a", "a", "a"]);
-        assert!(lane.idle());
+        end_in_turn(&lane, &log, releases, &["a", "b", "a", "a", "a", "a"]).await;
     }
 
     /// proves: GW-17, FAIR-3 (the lane shares by work over weight: a
@@ -378,16 +389,10 @@ mod tests {
         }
         settle().await;
         drop(held);
-        for release in releases {
-            settle().await;
-            drop(release);
-        }
-        settle().await;
         let mut expected = vec!["a"];
         expected.extend(["b"; 10]);
         expected.extend(["a", "b", "b", "a", "a"]);
-        assert_eq!(*log.lock(), expected);
-        assert!(lane.idle());
+        end_in_turn(&lane, &log, releases, &expected).await;
     }
 
     /// proves: GW-17, FAIR-3 (time spent not waiting banks no credit: a
@@ -396,7 +401,7 @@ mod tests {
     /// taking every next turn until it catches up; as a newcomer it goes
     /// before the other's next job)
     #[tokio::test(flavor = "current_thread")]
-    async fn a_newcomer_starts_level_with_those_waiting() {
+    async fn a_newcomer_starts_at_the_lanes_virtual_time() {
         let lane = Lane::new(1);
         let log = Log::default();
         let held = lane.acquire(flow(1), 100).await;
@@ -413,14 +418,8 @@ mod tests {
             .map(|_| waiter(&lane, flow(2), 100, "b", &log))
             .collect();
         settle().await;
-        // Each count ends in turn (a count whose end came first ends as
-        // soon as it is granted): the lane alone decides the order.
-        for release in a.drain(..).chain(b.drain(..)) {
-            drop(release);
-            settle().await;
-        }
-        assert_eq!(*log.lock(), ["a", "a", "b", "a", "b", "a"]);
-        assert!(lane.idle());
+        let releases = a.drain(..).chain(b.drain(..));
+        end_in_turn(&lane, &log, releases, &["a", "a", "b", "a", "b", "a"]).await;
     }
 
     /// proves: GW-17 (a count that leaves before its turn takes nothing:
