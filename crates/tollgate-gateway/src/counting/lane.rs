@@ -47,8 +47,6 @@ struct State {
     /// The tenants that have waited since the lane last had no waiter,
     /// with their counters (usually a handful: a linear scan).
     tenants: Vec<Tenant>,
-    /// Counts waiting, over every tenant.
-    waiting: usize,
     /// The counter of the tenant last granted, before its grant: where a
     /// tenant that starts waiting starts, at least.
     vtime: u64,
@@ -102,10 +100,10 @@ impl State {
         Some(waiter)
     }
 
-    /// One waiter fewer; the counters are forgotten when none is left.
+    /// A waiter left the queue (granted or gone); the counters are
+    /// forgotten when none is left. (A scan of a handful of tenants.)
     fn left(&mut self) {
-        self.waiting -= 1;
-        if self.waiting == 0 {
+        if self.tenants.iter().all(|t| t.queue.is_empty()) {
             self.tenants.clear();
             self.vtime = 0;
         }
@@ -169,7 +167,6 @@ impl Lane {
             state: Mutex::new(State {
                 free: permits,
                 tenants: Vec::new(),
-                waiting: 0,
                 vtime: 0,
                 next: 0,
             }),
@@ -194,7 +191,6 @@ impl Lane {
             let floor = s.vtime;
             let number = s.next;
             s.next += 1;
-            s.waiting += 1;
             let (tx, rx) = oneshot::channel();
             let waiter = Waiter {
                 number,
@@ -268,7 +264,7 @@ impl Lane {
     #[cfg(test)]
     pub(crate) fn idle(&self) -> bool {
         let s = self.state.lock();
-        s.free == self.permits && s.waiting == 0 && s.tenants.is_empty()
+        s.free == self.permits && s.tenants.is_empty()
     }
 
     /// Permits nobody holds (tests).
@@ -280,7 +276,8 @@ impl Lane {
     /// Jobs waiting (tests).
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
-        self.state.lock().waiting
+        let s = self.state.lock();
+        s.tenants.iter().map(|t| t.queue.len()).sum()
     }
 }
 
