@@ -361,3 +361,58 @@ async fn a_large_prompt_waiting_for_admission_holds_no_lane_place() {
     }
     gw.wait_idle().await;
 }
+
+// proves: GW-17 (slow uploads of large bodies hold no place of the
+// counting lane: with more of them stalled halfway than the lane has
+// places, another tenant's large prompt is parsed, counted and answered;
+// then the stalled uploads finish and each is answered 200, nothing lost)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stalled_uploads_of_large_bodies_hold_no_lane_place() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(&sim.openai_base_url(), "")).await;
+    let places = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+    let mut stalled = Vec::new();
+    for i in 0..=places {
+        let body =
+            serde_json::to_vec(&large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 30 + i)).unwrap();
+        let mut tcp = tokio::net::TcpStream::connect(gw.addr())
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {KEY_B}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nx-request-timeout: 60\r\n\r\n",
+            body.len()
+        );
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        let half = body.len() / 2;
+        tcp.write_all(&body[..half])
+            .await
+            .expect("half of the body");
+        stalled.push((tcp, body, half));
+    }
+    let r = post_chat(
+        &client(),
+        &gw,
+        Some(KEY_A),
+        &large_chat("gpt-4o", PARSE_OFF_WORKER_BYTES, 40),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "served beside the stalled uploads");
+    for (mut tcp, body, half) in stalled {
+        tcp.write_all(&body[half..])
+            .await
+            .expect("the rest of the body");
+        let mut status = [0u8; 12];
+        bounded("a stalled upload's answer", tcp.read_exact(&mut status))
+            .await
+            .expect("a status line");
+        assert_eq!(
+            &status,
+            b"HTTP/1.1 200",
+            "{}",
+            String::from_utf8_lossy(&status)
+        );
+    }
+    gw.wait_idle().await;
+}
