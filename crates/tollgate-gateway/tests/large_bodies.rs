@@ -259,11 +259,16 @@ fn config_with(base_url: &str, name: &str, key: &str, extra: &str) -> String {
 
 /// Tenant `m`'s jobs of kind `job` on the counting lane, from `/metrics`.
 async fn lane_jobs(gw: &Gateway, job: &str) -> u64 {
+    tenant_lane_jobs(gw, "m", job).await
+}
+
+/// Tenant `tenant`'s jobs of kind `job` on the counting lane.
+async fn tenant_lane_jobs(gw: &Gateway, tenant: &str, job: &str) -> u64 {
     let text = metrics_text(gw).await;
     text.lines()
         .find(|l| {
             l.starts_with("tollgate_large_body_jobs_total{")
-                && l.contains("tenant=\"m\"")
+                && l.contains(&format!("tenant=\"{tenant}\""))
                 && l.contains(&format!("job=\"{job}\""))
         })
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
@@ -305,6 +310,41 @@ async fn large_bodies_are_parsed_and_counted_on_the_lane() {
         (lane_jobs(&gw, "parse").await, lane_jobs(&gw, "count").await),
         (1, 2)
     );
+    gw.wait_idle().await;
+}
+
+/// The key of tenant `r`, whose prompts go to a model counted by a
+/// `chars` rule below (a tenant of its own for its metric series).
+const KEY_R: &str = "sk-test-tenant-r-0005";
+
+// proves: GW-17, Q-16 (a `chars` accounting rule counts characters, in
+// microseconds even for a large prompt: its count does not go to the lane,
+// while the same prompt to a model counted by the tokenizer does)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chars_rule_counts_large_prompts_on_the_worker() {
+    let sim = fast_sim().await;
+    let by_chars = format!(
+        "[providers.sim-chars]\nbase_url = \"{}\"\naccounting = {{ chars_per_token = 4 }}\n\n\
+         [models.gpt-4o-chars]\nprovider = \"sim-chars\"\nupstream_model = \"sim-chat\"\n",
+        sim.openai_base_url()
+    );
+    let gw = Gateway::start(&format!(
+        "{}\n{by_chars}",
+        config_with(&sim.openai_base_url(), "r", KEY_R, "")
+    ))
+    .await;
+    let client = client();
+    let jobs = |job| tenant_lane_jobs(&gw, "r", job);
+    for (model, counted) in [("gpt-4o-chars", 0), ("gpt-4o", 1)] {
+        let body = large_chat(model, 4 * OFF_WORKER_BYTES, 9);
+        let r = post_chat(&client, &gw, Some(KEY_R), &body).await;
+        assert_eq!(r.status(), 200, "{model}");
+        assert_eq!(
+            (jobs("parse").await, jobs("count").await),
+            (0, counted),
+            "{model}"
+        );
+    }
     gw.wait_idle().await;
 }
 

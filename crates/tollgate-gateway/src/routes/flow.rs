@@ -665,20 +665,21 @@ struct Estimates<R: Route> {
 }
 
 impl<R: Route> Estimates<R> {
-    /// The count's size (`len` times the chain's distinct estimators:
-    /// each counts the text once) if counting `request`, a body of `len`
-    /// bytes, would hold up an async worker: a model counted by a
-    /// tokenizer, and a size of at least [`counting::OFF_WORKER_BYTES`].
-    /// A body under 1 KiB is counted in microseconds by any chain, and a
-    /// model without a known tokenizer by characters, in microseconds
-    /// even for 1 MiB.
+    /// The count's size (`len` times the chain's distinct estimators that
+    /// run the tokenizer: each counts the text once) if counting
+    /// `request`, a body of `len` bytes, would hold up an async worker: a
+    /// model counted by a tokenizer, and a size of at least
+    /// [`counting::OFF_WORKER_BYTES`]. A body under 1 KiB is counted in
+    /// microseconds by any chain, and a model without a known tokenizer
+    /// (or a `chars` accounting rule) by characters, in microseconds even
+    /// for 1 MiB.
     fn long(chain: &[Arc<Model>], request: &R::Request, len: usize) -> Option<usize> {
         if len < 1024 || TokenizerKind::for_model(R::model(request)) == TokenizerKind::CharRatio {
             return None;
         }
         let mut distinct: Vec<TokenEstimator> = Vec::with_capacity(1);
         for d in chain.iter().flat_map(|m| &m.deployments) {
-            if !distinct.contains(&d.estimator) {
+            if d.estimator.tokenizes() && !distinct.contains(&d.estimator) {
                 distinct.push(d.estimator);
             }
         }

@@ -84,6 +84,8 @@ impl TokenizerKind {
         let Some(bpe) = bpe else {
             return char_ratio(text);
         };
+        #[cfg(test)]
+        tests::BPE_RUNS.with(|n| n.set(n.get() + 1));
         slices(text)
             .map(|slice| {
                 catch_unwind(AssertUnwindSafe(|| bpe.count_ordinary(slice)))
@@ -148,8 +150,22 @@ fn cut_point(text: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::cell::Cell;
+
     use super::*;
+
+    thread_local! {
+        /// How many texts this thread handed to a BPE tokenizer.
+        pub(crate) static BPE_RUNS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// How many texts `f` hands to a BPE tokenizer on this thread.
+    pub(crate) fn bpe_runs(f: impl FnOnce()) -> u64 {
+        let before = BPE_RUNS.with(Cell::get);
+        f();
+        BPE_RUNS.with(Cell::get) - before
+    }
 
     #[test]
     fn model_family_mapping() {

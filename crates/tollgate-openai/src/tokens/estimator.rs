@@ -188,6 +188,18 @@ impl TokenEstimator {
     /// Output: `max_completion_tokens`, else `max_tokens`, else the default
     /// allowance, times `n`.
     pub fn chat(&self, request: &ChatCompletionRequest) -> TokenEstimate {
+        let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
+        let output = per_choice.saturating_mul(request.choice_count());
+        let chars = || {
+            request
+                .messages
+                .iter()
+                .map(message_chars)
+                .fold(0, u64::saturating_add)
+        };
+        if !self.tokenizes() {
+            return self.apply(TokenEstimate { input: 0, output }, chars);
+        }
         let kind = TokenizerKind::for_model(&request.model);
         let mut input = REPLY_PRIMING_TOKENS;
         for message in &request.messages {
@@ -211,20 +223,20 @@ impl TokenEstimator {
                 input = input.saturating_add(json_tokens(kind, definition));
             }
         }
-        let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
-        let output = per_choice.saturating_mul(request.choice_count());
-        let chars = || {
-            request
-                .messages
-                .iter()
-                .map(message_chars)
-                .fold(0, u64::saturating_add)
-        };
         self.apply(TokenEstimate { input, output }, chars)
     }
 
+    /// Whether the profile reads the tokenizer's count: every profile but
+    /// a `chars` rule, whose estimate is the characters alone (so under
+    /// it the tokenizer does not run at all).
+    pub fn tokenizes(&self) -> bool {
+        !matches!(self.profile, Profile::Chars { .. })
+    }
+
     /// Applies the accounting profile to a tokenizer estimate, given the
-    /// request's character count.
+    /// request's character count. A `chars` rule reads only `tokenized`'s
+    /// output: when [`tokenizes`](Self::tokenizes) is false the input may
+    /// be left uncounted (0).
     pub(super) fn apply(
         &self,
         tokenized: TokenEstimate,
@@ -260,28 +272,39 @@ impl TokenEstimator {
     /// Estimates an embeddings request: the tokens of every input (a
     /// pre-tokenised input counts its length), no framing, no output.
     pub fn embeddings(&self, request: &EmbeddingsRequest) -> TokenEstimate {
-        let kind = TokenizerKind::for_model(&request.model);
-        let input = match &request.input {
-            EmbeddingInput::Text(text) => kind.count(text),
-            EmbeddingInput::Texts(texts) => texts
-                .iter()
-                .map(|t| kind.count(t))
-                .fold(0, u64::saturating_add),
-            EmbeddingInput::Tokens(tokens) => tokens.len() as u64,
-            EmbeddingInput::TokenBatches(batches) => batches
-                .iter()
-                .map(|b| b.len() as u64)
-                .fold(0, u64::saturating_add),
+        let texts: &[String] = match &request.input {
+            EmbeddingInput::Text(text) => std::slice::from_ref(text),
+            EmbeddingInput::Texts(texts) => texts,
+            // Token ids are one token each, whatever the profile (a
+            // character rule must not divide them).
+            EmbeddingInput::Tokens(tokens) => {
+                return TokenEstimate {
+                    input: tokens.len() as u64,
+                    output: 0,
+                };
+            }
+            EmbeddingInput::TokenBatches(batches) => {
+                let ids = batches.iter().map(|b| b.len() as u64);
+                return TokenEstimate {
+                    input: ids.fold(0, u64::saturating_add),
+                    output: 0,
+                };
+            }
         };
-        let chars = || match &request.input {
-            EmbeddingInput::Text(text) => text.chars().count() as u64,
-            EmbeddingInput::Texts(texts) => texts
+        let chars = || {
+            texts
                 .iter()
                 .map(|t| t.chars().count() as u64)
-                .fold(0, u64::saturating_add),
-            // Token ids: one token each, whatever the rule.
-            EmbeddingInput::Tokens(_) | EmbeddingInput::TokenBatches(_) => input,
+                .fold(0, u64::saturating_add)
         };
+        if !self.tokenizes() {
+            return self.apply(TokenEstimate::default(), chars);
+        }
+        let kind = TokenizerKind::for_model(&request.model);
+        let input = texts
+            .iter()
+            .map(|t| kind.count(t))
+            .fold(0, u64::saturating_add);
         self.apply(TokenEstimate { input, output: 0 }, chars)
     }
 
@@ -419,6 +442,78 @@ mod tests {
             .with_profile(Profile::OpenAi)
             .embeddings(&embed);
         assert_eq!(e.input, chars.div_ceil(4));
+    }
+
+    // proves: Q-16 (a `chars` rule counts characters only: the estimate
+    // of a chat, a Responses and an embeddings request is its rule's (token
+    // ids one token each, not divided like characters), and the tokenizer,
+    // whose count the rule never reads, does not run; every other profile
+    // runs it)
+    #[test]
+    fn a_chars_rule_runs_no_tokenizer() {
+        use crate::tokens::encoding::tests::bpe_runs;
+        use crate::wire::ResponsesRequest;
+        let text = "Counted by characters, not by byte pairs. ".repeat(30);
+        let chars = text.chars().count() as u64;
+        let rule = TokenEstimator::new().with_profile(Profile::Chars {
+            chars_per_token: 3,
+            output: true,
+        });
+        let tool = json!({"type": "function", "function": {"name": "f", "parameters": {}}});
+        let req = chat(
+            json!({"model": "gpt-4o", "max_tokens": 20, "n": 2, "tools": [tool],
+            "messages": [{"role": "user", "content": text}]}),
+        );
+        let responses: ResponsesRequest = serde_json::from_value(json!({
+            "model": "gpt-4o", "instructions": text, "input": text, "max_output_tokens": 40,
+            "tools": [{"type": "function", "name": "f", "parameters": {}}]
+        }))
+        .unwrap();
+        let texts: EmbeddingsRequest = serde_json::from_value(
+            json!({"model": "text-embedding-3-small", "input": [text, text]}),
+        )
+        .unwrap();
+        let ids: EmbeddingsRequest = serde_json::from_value(
+            json!({"model": "text-embedding-3-small", "input": [[1, 2, 3], [4]]}),
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let runs = bpe_runs(|| {
+            got.push(rule.chat(&req));
+            got.push(rule.responses(&responses));
+            got.push(rule.embeddings(&texts));
+            got.push(rule.embeddings(&ids));
+        });
+        assert_eq!(runs, 0, "the tokenizer ran under a chars rule");
+        let expected = [
+            (chars.div_ceil(3), 40),
+            ((2 * chars).div_ceil(3), 40),
+            ((2 * chars).div_ceil(3), 0),
+            (4, 0),
+        ]
+        .map(|(input, output)| TokenEstimate { input, output });
+        assert_eq!(got, expected);
+        for profile in [Profile::Tokenizer, Profile::OpenAi, Profile::Anthropic] {
+            let est = TokenEstimator::new().with_profile(profile);
+            assert!(
+                bpe_runs(|| {
+                    let _ = est.chat(&req);
+                }) > 0,
+                "{profile:?}"
+            );
+            assert!(
+                bpe_runs(|| {
+                    let _ = est.responses(&responses);
+                }) > 0,
+                "{profile:?}"
+            );
+            assert!(
+                bpe_runs(|| {
+                    let _ = est.embeddings(&texts);
+                }) > 0,
+                "{profile:?}"
+            );
+        }
     }
 
     // proves: GW-5

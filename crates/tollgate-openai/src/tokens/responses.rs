@@ -52,21 +52,32 @@ impl TokenEstimator {
     /// `conversation`, `item_reference`, encrypted reasoning) is not
     /// visible here: the provider's reported usage settles it.
     pub fn responses(&self, request: &ResponsesRequest) -> TokenEstimate {
-        let kind = TokenizerKind::for_model(&request.model);
+        let output = request
+            .max_output_tokens
+            .unwrap_or(self.default_output.max(MIN_RESPONSES_OUTPUT_TOKENS));
+        // Under a `chars` rule only the characters are read: the
+        // tokenizer does not run.
+        let kind = self
+            .tokenizes()
+            .then(|| TokenizerKind::for_model(&request.model));
         let mut input = REPLY_PRIMING_TOKENS;
         let mut chars = 0u64;
         visit_request(request, &mut |piece| {
+            if let Piece::Text(text) = &piece {
+                chars = chars.saturating_add(text.chars().count() as u64);
+            }
+            let Some(kind) = kind else { return };
             let tokens = match piece {
-                Piece::Text(text) => {
-                    chars = chars.saturating_add(text.chars().count() as u64);
-                    kind.count(&text)
-                }
+                Piece::Text(text) => kind.count(&text),
                 Piece::Label(label) => kind.count(label),
                 Piece::Framing(tokens) => tokens,
                 Piece::NonText => self.non_text_part,
             };
             input = input.saturating_add(tokens);
         });
+        let Some(kind) = kind else {
+            return self.apply(TokenEstimate { input: 0, output }, || chars);
+        };
         let definitions: Vec<&Value> = request
             .tools
             .iter()
@@ -79,9 +90,6 @@ impl TokenEstimator {
                 input = input.saturating_add(json_tokens(kind, definition));
             }
         }
-        let output = request
-            .max_output_tokens
-            .unwrap_or(self.default_output.max(MIN_RESPONSES_OUTPUT_TOKENS));
         self.apply(TokenEstimate { input, output }, || chars)
     }
 }
