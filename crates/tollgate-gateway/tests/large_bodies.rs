@@ -348,6 +348,47 @@ async fn a_chars_rule_counts_large_prompts_on_the_worker() {
     gw.wait_idle().await;
 }
 
+/// The key of tenant `f`, whose prompts go to fallback chains below.
+const KEY_F: &str = "sk-test-tenant-f-0006";
+
+// proves: GW-17, GW-10 (a fallback chain whose models differ only in their
+// `default_max_tokens` counts the prompt's text once: a prompt of 10 KiB,
+// over the lane's size only if counted twice, is counted on the worker;
+// a chain whose providers count input differently counts it twice, on
+// the lane)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_differing_only_in_output_allowance_counts_once() {
+    let sim = fast_sim().await;
+    let base = sim.openai_base_url();
+    let chains = format!(
+        "[models.gpt-4o-long]\nprovider = \"sim\"\nupstream_model = \"sim-chat\"\n\
+         default_max_tokens = 300\nfallbacks = [\"gpt-4o-short\"]\n\n\
+         [models.gpt-4o-short]\nprovider = \"sim\"\nupstream_model = \"sim-chat\"\n\
+         default_max_tokens = 100\n\n\
+         [providers.sim-tokenizer]\nbase_url = \"{base}\"\naccounting = \"tokenizer\"\n\n\
+         [models.gpt-4o-two-ways]\nprovider = \"sim\"\nupstream_model = \"sim-chat\"\n\
+         fallbacks = [\"gpt-4o-by-tokenizer\"]\n\n\
+         [models.gpt-4o-by-tokenizer]\nprovider = \"sim-tokenizer\"\nupstream_model = \"sim-chat\"\n"
+    );
+    let gw = Gateway::start(&format!("{}\n{chains}", config_with(&base, "f", KEY_F, ""))).await;
+    let client = client();
+    let jobs = |job| tenant_lane_jobs(&gw, "f", job);
+    let bytes = 10 * 1024;
+    assert!(bytes < OFF_WORKER_BYTES && 2 * bytes >= OFF_WORKER_BYTES);
+    for (model, counted) in [("gpt-4o-long", 0), ("gpt-4o-two-ways", 1)] {
+        let mut body = large_chat(model, bytes, 10);
+        body.as_object_mut().unwrap().remove("max_tokens");
+        let r = post_chat(&client, &gw, Some(KEY_F), &body).await;
+        assert_eq!(r.status(), 200, "{model}");
+        assert_eq!(
+            (jobs("parse").await, jobs("count").await),
+            (0, counted),
+            "{model}"
+        );
+    }
+    gw.wait_idle().await;
+}
+
 // proves: GW-17 (a large prompt waiting for admission holds no place of
 // the counting lane: with more of tenant c's large prompts waiting for
 // its one concurrency permit than the lane has places, another tenant's

@@ -33,6 +33,10 @@ impl Route for Chat {
         estimator.chat(request).into()
     }
 
+    fn output(estimator: &TokenEstimator, request: &ChatCompletionRequest) -> u64 {
+        estimator.chat_output(request)
+    }
+
     fn upstream(
         request: &ChatCompletionRequest,
         body: &Bytes,

@@ -33,6 +33,10 @@ impl Route for Embeddings {
         estimator.embeddings(request).into()
     }
 
+    fn output(_: &TokenEstimator, _: &EmbeddingsRequest) -> u64 {
+        0
+    }
+
     fn upstream(
         request: &EmbeddingsRequest,
         body: &Bytes,

@@ -50,6 +50,11 @@ pub trait Route: 'static {
     /// Tokens the request will spend, counted by `estimator` (a
     /// deployment's tokenizer, accounting and output allowance).
     fn estimate(estimator: &TokenEstimator, request: &Self::Request) -> TokenEstimate;
+    /// [`estimate`](Self::estimate)'s output allowance alone, without
+    /// counting any text: what a deployment whose estimator counts input
+    /// like another's ([`TokenEstimator::same_input`]) adds to that
+    /// one's input estimate.
+    fn output(estimator: &TokenEstimator, request: &Self::Request) -> u64;
     /// The request as sent to `upstream_model`. `body` is the client's
     /// body as received: when nothing needs rewriting it goes upstream
     /// unchanged (no re-serialization).
@@ -657,8 +662,8 @@ async fn within<T>(
 
 /// A request's token estimate per distinct estimator of the deployments of
 /// a fallback chain (usually one per provider: deployments of one provider
-/// count alike), so the tokenizer runs once per estimator, not once per
-/// deployment.
+/// count alike), so the tokenizer runs once per way of counting input, not
+/// once per deployment.
 struct Estimates<R: Route> {
     computed: Vec<(TokenEstimator, TokenEstimate)>,
     _route: std::marker::PhantomData<fn() -> R>,
@@ -679,8 +684,9 @@ impl<R: Route> Estimates<R> {
         }
         let mut distinct: Vec<TokenEstimator> = Vec::with_capacity(1);
         for d in chain.iter().flat_map(|m| &m.deployments) {
-            if d.estimator.tokenizes() && !distinct.contains(&d.estimator) {
-                distinct.push(d.estimator);
+            let e = d.estimator;
+            if e.tokenizes() && !distinct.iter().any(|c| c.same_input(&e)) {
+                distinct.push(e);
             }
         }
         let bytes = len.saturating_mul(distinct.len());
@@ -690,9 +696,17 @@ impl<R: Route> Estimates<R> {
     fn new(chain: &[Arc<Model>], request: &R::Request) -> Self {
         let mut computed: Vec<(TokenEstimator, TokenEstimate)> = Vec::with_capacity(1);
         for d in chain.iter().flat_map(|m| &m.deployments) {
-            if !computed.iter().any(|(e, _)| *e == d.estimator) {
-                computed.push((d.estimator, R::estimate(&d.estimator, request)));
+            let e = d.estimator;
+            if computed.iter().any(|(c, _)| *c == e) {
+                continue;
             }
+            // Estimators that differ only in their output allowance (models
+            // with their own `default_max_tokens`) count the text once.
+            let estimate = match computed.iter().find(|(c, _)| c.same_input(&e)) {
+                Some((_, t)) => TokenEstimate::new(t.input, R::output(&e, request)),
+                None => R::estimate(&e, request),
+            };
+            computed.push((e, estimate));
         }
         Estimates {
             computed,

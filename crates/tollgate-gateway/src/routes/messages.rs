@@ -41,6 +41,10 @@ impl Route for Messages {
         estimator.messages(request).into()
     }
 
+    fn output(estimator: &TokenEstimator, request: &MessagesRequest) -> u64 {
+        estimator.messages_output(request)
+    }
+
     fn upstream(
         request: &MessagesRequest,
         body: &Bytes,

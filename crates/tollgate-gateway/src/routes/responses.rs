@@ -34,6 +34,10 @@ impl Route for Responses {
         estimator.responses(request).into()
     }
 
+    fn output(estimator: &TokenEstimator, request: &ResponsesRequest) -> u64 {
+        estimator.responses_output(request)
+    }
+
     fn upstream(
         request: &ResponsesRequest,
         body: &Bytes,

@@ -188,8 +188,7 @@ impl TokenEstimator {
     /// Output: `max_completion_tokens`, else `max_tokens`, else the default
     /// allowance, times `n`.
     pub fn chat(&self, request: &ChatCompletionRequest) -> TokenEstimate {
-        let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
-        let output = per_choice.saturating_mul(request.choice_count());
+        let output = self.chat_output(request);
         let chars = || {
             request
                 .messages
@@ -224,6 +223,29 @@ impl TokenEstimator {
             }
         }
         self.apply(TokenEstimate { input, output }, chars)
+    }
+
+    /// [`chat`](Self::chat)'s output allowance alone (no text is counted).
+    pub fn chat_output(&self, request: &ChatCompletionRequest) -> u64 {
+        let per_choice = request.max_output_tokens().unwrap_or(self.default_output);
+        self.counted_output(per_choice.saturating_mul(request.choice_count()))
+    }
+
+    /// `cap`, or 0 under a `chars` rule that leaves the output uncounted.
+    pub(super) fn counted_output(&self, cap: u64) -> u64 {
+        match self.profile {
+            Profile::Chars { output: false, .. } => 0,
+            _ => cap,
+        }
+    }
+
+    /// Whether this estimator and `other` count every request's input
+    /// alike: they differ at most in their default output allowance, so
+    /// one's input estimate is the other's, and the text need be counted
+    /// once (the output, [`chat_output`](Self::chat_output) and its kin,
+    /// is cheap).
+    pub fn same_input(&self, other: &TokenEstimator) -> bool {
+        self.profile == other.profile && self.non_text_part == other.non_text_part
     }
 
     /// Whether the profile reads the tokenizer's count: every profile but
@@ -513,6 +535,79 @@ mod tests {
                 }) > 0,
                 "{profile:?}"
             );
+        }
+    }
+
+    // proves: Q-16, GW-5 (the output allowance computed alone is the
+    // estimate's, on every route, profile and default allowance; and two
+    // estimators that differ only in their default allowance estimate the
+    // same input, so a chain of such deployments counts its text once)
+    #[test]
+    fn the_output_alone_and_the_shared_input_match_the_estimate() {
+        use crate::wire::{MessagesRequest, ResponsesRequest};
+        let text = "Output is priced apart from input. ".repeat(8);
+        let chats = [
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+            json!({"model": "gpt-4o", "n": 3, "max_completion_tokens": 9,
+                   "messages": [{"role": "user", "content": text}]}),
+        ]
+        .map(chat);
+        let responses = [
+            json!({"model": "gpt-4o", "input": text}),
+            json!({"model": "gpt-4o", "input": text, "max_output_tokens": 7}),
+        ]
+        .map(|r| serde_json::from_value::<ResponsesRequest>(r).unwrap());
+        let messages = [
+            json!({"model": "claude-sonnet-4", "max_tokens": 11,
+                   "messages": [{"role": "user", "content": text}]}),
+            json!({"model": "claude-sonnet-4", "messages": [{"role": "user", "content": text}]}),
+        ]
+        .map(|r| serde_json::from_value::<MessagesRequest>(r).unwrap());
+        let embeddings: EmbeddingsRequest =
+            serde_json::from_value(json!({"model": "text-embedding-3-small", "input": text}))
+                .unwrap();
+        let profiles = [
+            Profile::Tokenizer,
+            Profile::OpenAi,
+            Profile::Anthropic,
+            Profile::Chars {
+                chars_per_token: 3,
+                output: true,
+            },
+            Profile::Chars {
+                chars_per_token: 3,
+                output: false,
+            },
+        ];
+        for profile in profiles {
+            let base = TokenEstimator::new().with_profile(profile);
+            for default in [0, 100, 5_000] {
+                let e = base.with_default_output(default);
+                assert!(e.same_input(&base) && base.same_input(&e));
+                let at = format!("{profile:?}, default {default}");
+                for r in &chats {
+                    assert_eq!(e.chat_output(r), e.chat(r).output, "{at}");
+                    assert_eq!(e.chat(r).input, base.chat(r).input, "{at}");
+                }
+                for r in &responses {
+                    assert_eq!(e.responses_output(r), e.responses(r).output, "{at}");
+                    assert_eq!(e.responses(r).input, base.responses(r).input, "{at}");
+                }
+                for r in &messages {
+                    assert_eq!(e.messages_output(r), e.messages(r).output, "{at}");
+                    assert_eq!(e.messages(r).input, base.messages(r).input, "{at}");
+                }
+                assert_eq!(e.embeddings(&embeddings).output, 0, "{at}");
+                assert_eq!(
+                    e.embeddings(&embeddings).input,
+                    base.embeddings(&embeddings).input
+                );
+            }
+            for other in profiles.iter().filter(|p| **p != profile) {
+                assert!(!base.same_input(&base.with_profile(*other)), "{profile:?}");
+            }
+            let parts = base.with_non_text_part_tokens(DEFAULT_NON_TEXT_PART_TOKENS + 1);
+            assert!(!base.same_input(&parts), "{profile:?}");
         }
     }
 

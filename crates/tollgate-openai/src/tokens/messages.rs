@@ -92,14 +92,11 @@ impl TokenEstimator {
     /// documented count for the same request (`3 + T₄(system) + Σ (3 +
     /// T₄(content))` with 4 characters per token).
     pub fn messages(&self, request: &crate::wire::MessagesRequest) -> TokenEstimate {
-        let (ratio, counts_output) = match self.profile {
+        let ratio = match self.profile {
             Profile::Chars {
-                chars_per_token,
-                output,
-            } => (chars_per_token.max(1), output),
-            Profile::Tokenizer | Profile::OpenAi | Profile::Anthropic => {
-                (ANTHROPIC_CHARS_PER_TOKEN, true)
-            }
+                chars_per_token, ..
+            } => chars_per_token.max(1),
+            Profile::Tokenizer | Profile::OpenAi | Profile::Anthropic => ANTHROPIC_CHARS_PER_TOKEN,
         };
         let counter = Counter {
             ratio: u64::from(ratio),
@@ -122,12 +119,16 @@ impl TokenEstimator {
                     .saturating_add(builtin_tool_tokens(tool));
             }
         }
-        let output = if counts_output {
-            request.max_tokens.unwrap_or(self.default_output)
-        } else {
-            0
-        };
-        TokenEstimate { input, output }
+        TokenEstimate {
+            input,
+            output: self.messages_output(request),
+        }
+    }
+
+    /// [`messages`](Self::messages)'s output allowance alone (no text is
+    /// counted).
+    pub fn messages_output(&self, request: &crate::wire::MessagesRequest) -> u64 {
+        self.counted_output(request.max_tokens.unwrap_or(self.default_output))
     }
 }
 

@@ -52,9 +52,7 @@ impl TokenEstimator {
     /// `conversation`, `item_reference`, encrypted reasoning) is not
     /// visible here: the provider's reported usage settles it.
     pub fn responses(&self, request: &ResponsesRequest) -> TokenEstimate {
-        let output = request
-            .max_output_tokens
-            .unwrap_or(self.default_output.max(MIN_RESPONSES_OUTPUT_TOKENS));
+        let output = self.responses_output(request);
         // Under a `chars` rule only the characters are read: the
         // tokenizer does not run.
         let kind = self
@@ -91,6 +89,16 @@ impl TokenEstimator {
             }
         }
         self.apply(TokenEstimate { input, output }, || chars)
+    }
+
+    /// [`responses`](Self::responses)'s output allowance alone (no text
+    /// is counted).
+    pub fn responses_output(&self, request: &ResponsesRequest) -> u64 {
+        self.counted_output(
+            request
+                .max_output_tokens
+                .unwrap_or(self.default_output.max(MIN_RESPONSES_OUTPUT_TOKENS)),
+        )
     }
 }
 
