@@ -131,50 +131,79 @@ fn artifacts() -> PathBuf {
 /// Loads `url` in headless Chromium at `width`×`height` for a few seconds
 /// of the page's time; returns the rendered DOM and writes a screenshot
 /// to `shot`.
+///
+/// Headless Chromium with a virtual time budget now and then never ends
+/// (seen about once in fifty runs on a loaded machine, the page's polls
+/// answered all along): an attempt that takes longer than 40 s is killed
+/// with its child processes and the page is loaded again in a fresh
+/// profile, up to three attempts. What the page must show is asserted on
+/// whichever attempt ends.
 async fn render(chromium: &Path, url: &str, (width, height): (u32, u32), shot: &Path) -> String {
-    let profile =
-        std::env::temp_dir().join(format!("tollgate-chromium-{}-{width}", std::process::id()));
-    let tmp_shot = profile.with_extension("png");
-    let mut cmd = tokio::process::Command::new(chromium);
-    cmd.args([
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-extensions",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--virtual-time-budget=3000",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()))
-    .arg(format!("--window-size={width},{height}"))
-    .arg(format!("--screenshot={}", tmp_shot.display()))
-    .arg("--dump-dom")
-    .arg(url)
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("chromium finishes within a minute")
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success() && dom.contains("<body"),
-        "chromium failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Written whole, then moved in: two runs at once never leave half a file.
-    std::fs::create_dir_all(shot.parent().expect("a folder")).expect("artifact folder");
-    let staged = shot.with_extension(format!("{}.png", std::process::id()));
-    std::fs::copy(&tmp_shot, &staged).expect("chromium wrote a screenshot");
-    std::fs::rename(&staged, shot).expect("screenshot in place");
-    let _ = std::fs::remove_file(&tmp_shot);
-    let _ = std::fs::remove_dir_all(&profile);
-    dom
+    for attempt in 1..=3 {
+        let profile = std::env::temp_dir().join(format!(
+            "tollgate-chromium-{}-{width}-{attempt}",
+            std::process::id()
+        ));
+        let tmp_shot = profile.with_extension("png");
+        let mut cmd = tokio::process::Command::new(chromium);
+        cmd.args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(format!("--screenshot={}", tmp_shot.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so that a hung attempt's renderer and
+        // helper processes go with it.
+        .process_group(0)
+        .kill_on_drop(true);
+        let child = cmd.spawn().expect("chromium runs");
+        let group = child.id().map(|pid| format!("-{pid}"));
+        let Ok(out) = tokio::time::timeout(Duration::from_secs(40), child.wait_with_output()).await
+        else {
+            if let Some(group) = group {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", "--", &group])
+                    .status();
+            }
+            let _ = std::fs::remove_dir_all(&profile);
+            eprintln!(
+                "note: chromium did not finish within 40 s (attempt {attempt}); loading the page again"
+            );
+            continue;
+        };
+        let out = out.expect("chromium runs");
+        let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && dom.contains("<body"),
+            "chromium failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Written whole, then moved in: two runs at once never leave half a file.
+        std::fs::create_dir_all(shot.parent().expect("a folder")).expect("artifact folder");
+        let staged = shot.with_extension(format!("{}.png", std::process::id()));
+        std::fs::copy(&tmp_shot, &staged).expect("chromium wrote a screenshot");
+        std::fs::rename(&staged, shot).expect("screenshot in place");
+        let _ = std::fs::remove_file(&tmp_shot);
+        let _ = std::fs::remove_dir_all(&profile);
+        return dom;
+    }
+    panic!("chromium did not finish within 40 s in three attempts");
 }
 
 /// The values of attribute `name` in `dom`, as numbers.
@@ -211,9 +240,12 @@ fn section<'a>(dom: &'a str, id: &str) -> &'a str {
 #[test]
 fn status_page_under_load_in_a_real_browser() {
     runtime_with_env(&[]).block_on(async {
+        // The simulator refuses nothing: were it to answer 429, deployment
+        // `main` would cool down and the calls wait out the cooldown
+        // instead of in the account scope's queue, which could then be
+        // empty at the moment the browser's last poll shows it. The 429s
+        // come from the spare.
         let sim = sim(SimConfig {
-            rpm: Some(8),
-            window: Duration::from_secs(1),
             ttft: Duration::from_millis(20),
             completion_tokens: 24,
             ..SimConfig::default()
