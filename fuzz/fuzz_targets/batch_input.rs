@@ -25,7 +25,10 @@ fuzz_target!(|data: &[u8]| {
                 let raw = data
                     .get(start..start + item.len)
                     .expect("an item's bytes lie inside the file");
-                request_from_line(item, raw).expect("an item re-reads from its own line");
+                // With and without the output cap a worker may add.
+                for cap in [None, Some(64)] {
+                    request_from_line(item, raw, cap).expect("an item re-reads from its own line");
+                }
             }
         }
         Err(errors) => {

@@ -8,7 +8,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use tollgate::TokenEstimate;
 use tollgate_openai::tokens::TokenEstimator;
-use tollgate_openai::{ChatCompletionRequest, Endpoint, UpstreamRequest};
+use tollgate_openai::{ChatCompletionRequest, UpstreamRequest};
 
 use super::flow::{Route, handle};
 use crate::config::ApiRoute;
@@ -42,27 +42,14 @@ impl Route for Chat {
         body: &Bytes,
         deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        let upstream_model = deployment.upstream_model.as_str();
-        if request.max_output_tokens().is_none()
-            && let Some(cap) = deployment.estimator.output_cap()
-        {
-            let mut capped = request.clone();
-            capped.cap_output(cap, deployment.cap_field);
-            return UpstreamRequest::chat(&capped, upstream_model);
-        }
-        // The body goes as it came when the model keeps its name, sets its
-        // own output cap and, for a stream, the client itself asks for the
-        // usage chunk (GW-5).
-        let stream = request.is_stream();
-        if request.model == upstream_model && (!stream || request.wants_stream_usage()) {
-            return Ok(UpstreamRequest::new(
-                Endpoint::ChatCompletions,
-                body.clone(),
-                stream,
-                stream,
-            ));
-        }
-        UpstreamRequest::chat(request, upstream_model)
+        // The body goes as it came, with the upstream model's name, the
+        // output cap a request without one was reserved for, and for a
+        // stream the usage chunk asked for (GW-5): members set in its text.
+        let cap = deployment
+            .estimator
+            .output_cap()
+            .map(|cap| (cap, deployment.cap_field));
+        UpstreamRequest::chat_from(request, body, &deployment.upstream_model, cap)
     }
 
     fn is_stream(request: &ChatCompletionRequest) -> bool {

@@ -78,10 +78,10 @@ pub trait Route: 'static {
 }
 
 /// The upstream request of a dialect whose streams carry their usage in
-/// their own terminal events (Responses, Messages; embeddings do not
-/// stream): the client's body as received when the model keeps its name
-/// (nothing needs rewriting, so nothing is serialised again), else
-/// `renamed()`.
+/// their own terminal events (Messages; embeddings do not stream): the
+/// client's body as received, its `model` set in its text when the model
+/// is renamed (nothing is serialised again), else, for a body that cannot
+/// be edited as text, `renamed()`.
 pub fn as_received_or(
     endpoint: tollgate_openai::Endpoint,
     request_model: &str,
@@ -90,10 +90,8 @@ pub fn as_received_or(
     upstream_model: &str,
     renamed: impl FnOnce() -> Result<UpstreamRequest, serde_json::Error>,
 ) -> Result<UpstreamRequest, serde_json::Error> {
-    if request_model == upstream_model {
-        return Ok(UpstreamRequest::new(endpoint, body.clone(), stream, stream));
-    }
-    renamed()
+    UpstreamRequest::renamed(endpoint, request_model, body, upstream_model, stream)
+        .map_or_else(renamed, Ok)
 }
 
 /// What one request learned on its way, for its headers and its

@@ -9,9 +9,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use tollgate::TokenEstimate;
 use tollgate_openai::tokens::TokenEstimator;
-use tollgate_openai::{Endpoint, ResponsesRequest, UpstreamRequest};
+use tollgate_openai::{ResponsesRequest, UpstreamRequest};
 
-use super::flow::{Route, as_received_or, handle};
+use super::flow::{Route, handle};
 use crate::config::ApiRoute;
 use crate::error::Dialect;
 use crate::live::Live;
@@ -43,22 +43,8 @@ impl Route for Responses {
         body: &Bytes,
         deployment: &Deployment,
     ) -> Result<UpstreamRequest, serde_json::Error> {
-        let upstream_model = deployment.upstream_model.as_str();
-        if request.max_output_tokens.is_none()
-            && let Some(cap) = deployment.estimator.responses_output_cap()
-        {
-            let mut capped = request.clone();
-            capped.cap_output(cap);
-            return UpstreamRequest::responses(&capped, upstream_model);
-        }
-        as_received_or(
-            Endpoint::Responses,
-            &request.model,
-            request.is_stream(),
-            body,
-            upstream_model,
-            || UpstreamRequest::responses(request, upstream_model),
-        )
+        let cap = deployment.estimator.responses_output_cap();
+        UpstreamRequest::responses_from(request, body, &deployment.upstream_model, cap)
     }
 
     fn is_stream(request: &ResponsesRequest) -> bool {

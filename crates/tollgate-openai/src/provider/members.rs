@@ -95,6 +95,49 @@ pub(super) fn members(text: &str) -> Option<Members<'_>> {
     (s.i == s.b.len()).then_some(found)
 }
 
+/// Every top-level member of an object, as [`top_level`] finds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TopLevel<'a> {
+    /// Each member's key (its bytes between the quotes: no escape in it)
+    /// and where its value's text is, in order.
+    pub members: Vec<(&'a [u8], std::ops::Range<usize>)>,
+    /// Where the object's closing `}` is.
+    pub close: usize,
+}
+
+/// Every top-level member of `b`, an object with nothing but JSON
+/// whitespace around it, or `None` when serde_json must decide (as for
+/// [`members`]: an escape in a top-level key, deep nesting, anything
+/// invalid).
+pub(super) fn top_level(b: &[u8]) -> Option<TopLevel<'_>> {
+    let mut s = Scan { b, i: 0 };
+    let mut members = Vec::new();
+    s.ws();
+    s.eat(b'{')?;
+    s.ws();
+    if s.peek() != Some(b'}') {
+        loop {
+            s.ws();
+            let key = s.plain_key()?;
+            s.ws();
+            s.eat(b':')?;
+            s.ws();
+            let start = s.i;
+            s.value()?;
+            members.push((key, start..s.i));
+            s.ws();
+            if s.peek() == Some(b'}') {
+                break;
+            }
+            s.eat(b',')?;
+        }
+    }
+    let close = s.i;
+    s.eat(b'}')?;
+    s.ws();
+    (s.i == b.len()).then_some(TopLevel { members, close })
+}
+
 /// JSON's whitespace (serde_json's too): space, tab, line feed, return.
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')

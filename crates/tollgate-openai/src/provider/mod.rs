@@ -15,6 +15,7 @@ mod classify;
 mod client;
 mod config;
 mod dialect;
+mod edit;
 mod h1;
 mod members;
 mod request;

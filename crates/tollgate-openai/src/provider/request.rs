@@ -2,7 +2,10 @@
 
 use bytes::Bytes;
 
-use crate::wire::{ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest};
+use super::edit::{Member, with_members};
+use crate::wire::{
+    CapField, ChatCompletionRequest, EmbeddingsRequest, MessagesRequest, ResponsesRequest,
+};
 
 /// `x-request-id`, both ways (SPEC GW-14).
 pub(super) const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -116,6 +119,125 @@ impl UpstreamRequest {
     /// id included), in the order set.
     pub fn headers(&self) -> &[(http::HeaderName, http::HeaderValue)] {
         &self.headers
+    }
+
+    /// A chat completion for `upstream_model` made from `body`, the text
+    /// `request` was parsed from, with the output cap `cap` (its value and
+    /// field) when the request sets none. Like [`UpstreamRequest::chat`]
+    /// (a stream asks for its usage chunk), but the body is the client's
+    /// as it came with only those members set (no rewrite at all when
+    /// nothing changes), so a large prompt is not cloned and serialised
+    /// again. A body that cannot be edited as text (see
+    /// [`UpstreamRequest::renamed`]), or a stream whose `stream_options`
+    /// must be merged, goes through a serialised copy.
+    ///
+    /// # Errors
+    /// As [`UpstreamRequest::chat`].
+    pub fn chat_from(
+        request: &ChatCompletionRequest,
+        body: &Bytes,
+        upstream_model: &str,
+        cap: Option<(u64, CapField)>,
+    ) -> Result<Self, serde_json::Error> {
+        let cap = cap.filter(|_| request.max_output_tokens().is_none());
+        let stream = request.is_stream();
+        let asked = request.wants_stream_usage();
+        // The client's other stream options are kept by the copy's merge.
+        let merge = stream && !asked && request.stream_options.is_some();
+        if !merge {
+            let model = serde_json::to_vec(upstream_model)?;
+            let cap_text = cap.map(|(tokens, _)| tokens.to_string());
+            let mut set: Vec<Member<'_>> = Vec::with_capacity(3);
+            if request.model != upstream_model {
+                set.push(("model", &model));
+            }
+            if let (Some((_, field)), Some(text)) = (cap, &cap_text) {
+                set.push((field.member(), text.as_bytes()));
+            }
+            if stream && !asked {
+                set.push(("stream_options", br#"{"include_usage":true}"#));
+            }
+            let endpoint = Endpoint::ChatCompletions;
+            if let Some(edited) = Self::edited(endpoint, body, &set, stream, stream && asked) {
+                return Ok(edited);
+            }
+        }
+        let mut upstream = request.clone();
+        if let Some((tokens, field)) = cap {
+            upstream.cap_output(tokens, field);
+        }
+        Self::chat(&upstream, upstream_model)
+    }
+
+    /// A Responses request for `upstream_model` made from `body`, the text
+    /// `request` was parsed from, with `max_output_tokens = cap` when the
+    /// request sets none; as [`UpstreamRequest::chat_from`] does.
+    ///
+    /// # Errors
+    /// As [`UpstreamRequest::chat`].
+    pub fn responses_from(
+        request: &ResponsesRequest,
+        body: &Bytes,
+        upstream_model: &str,
+        cap: Option<u64>,
+    ) -> Result<Self, serde_json::Error> {
+        let cap = cap.filter(|_| request.max_output_tokens.is_none());
+        let model = serde_json::to_vec(upstream_model)?;
+        let cap_text = cap.map(|tokens| tokens.to_string());
+        let mut set: Vec<Member<'_>> = Vec::with_capacity(2);
+        if request.model != upstream_model {
+            set.push(("model", &model));
+        }
+        if let Some(text) = &cap_text {
+            set.push(("max_output_tokens", text.as_bytes()));
+        }
+        let stream = request.is_stream();
+        if let Some(edited) = Self::edited(Endpoint::Responses, body, &set, stream, stream) {
+            return Ok(edited);
+        }
+        let mut upstream = request.clone();
+        if let Some(tokens) = cap {
+            upstream.cap_output(tokens);
+        }
+        Self::responses(&upstream, upstream_model)
+    }
+
+    /// A request to `endpoint` made from `body` as the client sent it,
+    /// its top-level `model` set to `upstream_model` when it names
+    /// `request_model`, nothing else changed; a stream's usage (in its
+    /// terminal events) is forwarded. `None` when the model must change
+    /// and the body cannot be edited as text (an escape in a top-level
+    /// key, a repeated `model`, nesting deeper than 64): serialise a copy
+    /// of the parsed request then.
+    pub fn renamed(
+        endpoint: Endpoint,
+        request_model: &str,
+        body: &Bytes,
+        upstream_model: &str,
+        stream: bool,
+    ) -> Option<Self> {
+        if request_model == upstream_model {
+            return Some(UpstreamRequest::new(endpoint, body.clone(), stream, stream));
+        }
+        let model = serde_json::to_vec(upstream_model).ok()?;
+        Self::edited(endpoint, body, &[("model", &model)], stream, stream)
+    }
+
+    /// `body` with `set` (the body itself when `set` is empty), if it can
+    /// be edited as text.
+    fn edited(
+        endpoint: Endpoint,
+        body: &Bytes,
+        set: &[Member<'_>],
+        stream: bool,
+        forward_usage: bool,
+    ) -> Option<Self> {
+        let body = if set.is_empty() {
+            body.clone()
+        } else {
+            Bytes::from(with_members(body, set)?)
+        };
+        Some(UpstreamRequest::new(endpoint, body, stream, forward_usage))
     }
 
     /// A chat completion for `upstream_model`.
@@ -239,9 +361,176 @@ impl UpstreamRequest {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::{Value, json};
 
     use super::*;
+
+    /// A request body's members as text, in the order given, joined by
+    /// `sep` (spacing serde_json never writes).
+    fn object(members: &[(String, String)], sep: &str) -> Bytes {
+        let inner: Vec<String> = members
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+            .collect();
+        Bytes::from(format!("{{{}}}", inner.join(sep)))
+    }
+
+    /// An optional member: absent, `null`, or one of `values`.
+    fn maybe(
+        name: &'static str,
+        values: Vec<&'static str>,
+    ) -> impl Strategy<Value = Option<(String, String)>> {
+        let mut options = vec![None, Some("null")];
+        options.extend(values.into_iter().map(Some));
+        proptest::sample::select(options)
+            .prop_map(move |v| v.map(|v| (name.to_owned(), v.to_owned())))
+    }
+
+    fn cap() -> impl Strategy<Value = Option<(u64, CapField)>> {
+        proptest::option::of((
+            1u64..100_000,
+            prop_oneof![
+                Just(CapField::MaxTokens),
+                Just(CapField::MaxCompletionTokens)
+            ],
+        ))
+    }
+
+    /// Text members a request may carry besides the ones the gateway sets.
+    fn others() -> impl Strategy<Value = Vec<(String, String)>> {
+        let value = prop_oneof![
+            Just("1.50e3".to_owned()),
+            Just("18446744073709551615".to_owned()),
+            Just("\"caf\\u00e9 \\\"q\\\"\"".to_owned()),
+            Just("{\"model\":\"nested\",\"a\":[1,{\"b\":null}]}".to_owned()),
+            Just("[true,false]".to_owned()),
+        ];
+        proptest::collection::vec(("x_[a-z]{1,4}", value), 0..4).prop_map(|mut v| {
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v.dedup_by(|a, b| a.0 == b.0);
+            v
+        })
+    }
+
+    const MODELS: [&str; 3] = ["gpt-4o", "other-model", "q\"\\é"];
+    const SEP: &str = " ,\n ";
+
+    proptest! {
+        // proves: GW-5, GW-17 (a chat completion made from the client's
+        // body as text is the request the parsed copy makes: the upstream
+        // model, the output cap when it has none, a stream's usage chunk
+        // asked for and forwarded only when the client asked; every other
+        // member kept; and the text is edited, not serialised again,
+        // unless stream options must be merged)
+        #[test]
+        fn a_chat_from_its_text_is_the_parsed_copys(
+            model in proptest::sample::select(MODELS.to_vec()),
+            upstream in proptest::sample::select(MODELS.to_vec()),
+            stream in maybe("stream", vec!["true", "false"]),
+            options in maybe("stream_options", vec![
+                r#"{"include_usage":true}"#,
+                r#"{"include_usage":false}"#,
+                r#"{"x":1,"include_usage":false}"#,
+            ]),
+            max_tokens in maybe("max_tokens", vec!["7"]),
+            max_completion in maybe("max_completion_tokens", vec!["9"]),
+            others in others(),
+            cap in cap(),
+            shuffle in any::<proptest::sample::Index>(),
+        ) {
+            let mut members = vec![
+                ("model".to_owned(), Value::from(model).to_string()),
+                ("messages".to_owned(), r#"[{"role":"user","content":"hi \"there\""}]"#.to_owned()),
+            ];
+            members.extend([stream, options, max_tokens, max_completion].into_iter().flatten());
+            members.extend(others);
+            let at = shuffle.index(members.len());
+            members.rotate_left(at);
+            let body = object(&members, SEP);
+            let request: ChatCompletionRequest = serde_json::from_slice(&body).unwrap();
+
+            let made = UpstreamRequest::chat_from(&request, &body, upstream, cap).unwrap();
+
+            let mut copy = request.clone();
+            if let Some((tokens, field)) = cap {
+                copy.cap_output(tokens, field);
+            }
+            copy.model = upstream.to_owned();
+            let streams = copy.is_stream();
+            let forward = streams && copy.request_stream_usage();
+            let sent: ChatCompletionRequest = serde_json::from_slice(made.body()).unwrap();
+            prop_assert_eq!(&sent, &copy);
+            prop_assert_eq!(made.is_stream(), streams);
+            prop_assert_eq!(made.forward_usage(), forward);
+            let merged = streams && !request.wants_stream_usage() && request.stream_options.is_some();
+            let text = std::str::from_utf8(made.body()).unwrap();
+            prop_assert_eq!(text.contains(SEP), !merged, "{}", text);
+        }
+
+        // proves: GW-5, GW-17 (the same for a Responses request, its cap in
+        // `max_output_tokens`, and for the renamed Messages request)
+        #[test]
+        fn a_responses_or_messages_request_from_its_text_is_the_parsed_copys(
+            model in proptest::sample::select(MODELS.to_vec()),
+            upstream in proptest::sample::select(MODELS.to_vec()),
+            stream in maybe("stream", vec!["true", "false"]),
+            max_output in maybe("max_output_tokens", vec!["5"]),
+            others in others(),
+            cap in proptest::option::of(1u64..100_000),
+        ) {
+            let mut members = vec![
+                ("model".to_owned(), Value::from(model).to_string()),
+                ("input".to_owned(), r#""hi""#.to_owned()),
+            ];
+            members.extend([stream.clone(), max_output].into_iter().flatten());
+            members.extend(others.clone());
+            let body = object(&members, SEP);
+            let request: ResponsesRequest = serde_json::from_slice(&body).unwrap();
+            let made = UpstreamRequest::responses_from(&request, &body, upstream, cap).unwrap();
+            let mut copy = request.clone();
+            if let Some(tokens) = cap {
+                copy.cap_output(tokens);
+            }
+            copy.model = upstream.to_owned();
+            let sent: ResponsesRequest = serde_json::from_slice(made.body()).unwrap();
+            prop_assert_eq!(&sent, &copy);
+            prop_assert_eq!((made.is_stream(), made.forward_usage()), (copy.is_stream(), copy.is_stream()));
+            prop_assert!(std::str::from_utf8(made.body()).unwrap().contains(SEP));
+
+            let mut members = vec![
+                ("model".to_owned(), Value::from(model).to_string()),
+                ("max_tokens".to_owned(), "10".to_owned()),
+                ("messages".to_owned(), r#"[{"role":"user","content":"hi"}]"#.to_owned()),
+            ];
+            members.extend(stream.into_iter().chain(others));
+            let body = object(&members, SEP);
+            let request: MessagesRequest = serde_json::from_slice(&body).unwrap();
+            let made = UpstreamRequest::renamed(Endpoint::Messages, &request.model, &body, upstream, request.is_stream()).unwrap();
+            let mut copy = request.clone();
+            copy.model = upstream.to_owned();
+            let sent: MessagesRequest = serde_json::from_slice(made.body()).unwrap();
+            prop_assert_eq!(&sent, &copy);
+        }
+    }
+
+    // proves: GW-5 (a body that cannot be edited as text still goes with
+    // the upstream model, its cap and its usage chunk: through the copy)
+    #[test]
+    fn an_unusual_body_goes_through_the_copy() {
+        let body = Bytes::from_static(br#"{"mod\u0065l":"a","stream":true,"messages":[]}"#);
+        let request: ChatCompletionRequest = serde_json::from_slice(&body).unwrap();
+        assert_eq!(request.model, "a");
+        let made = UpstreamRequest::chat_from(&request, &body, "b", Some((5, CapField::MaxTokens)))
+            .unwrap();
+        let sent: Value = serde_json::from_slice(made.body()).unwrap();
+        assert_eq!(sent["model"], "b");
+        assert_eq!(sent["max_tokens"], 5);
+        assert_eq!(sent["stream_options"]["include_usage"], true);
+        assert!(!made.forward_usage());
+        let renamed = UpstreamRequest::renamed(Endpoint::Messages, "a", &body, "b", false);
+        assert_eq!(renamed, None);
+    }
 
     fn body(req: &UpstreamRequest) -> Value {
         serde_json::from_slice(req.body()).expect("json body")

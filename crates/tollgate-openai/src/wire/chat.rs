@@ -124,6 +124,16 @@ pub enum CapField {
     MaxTokens,
 }
 
+impl CapField {
+    /// The member's name in the request body.
+    pub const fn member(self) -> &'static str {
+        match self {
+            CapField::MaxCompletionTokens => "max_completion_tokens",
+            CapField::MaxTokens => "max_tokens",
+        }
+    }
+}
+
 /// `stream_options` of a chat request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamOptions {

@@ -82,17 +82,11 @@ pub(crate) fn route(
 ) -> Result<Routed, ApiError> {
     let (upstream, estimate) = match endpoint {
         Endpoint::ChatCompletions => {
-            let mut req: ChatCompletionRequest = parse(body)?;
+            let req: ChatCompletionRequest = parse(body)?;
             let estimate = estimator.chat(&req);
-            let model = req.model.clone();
-            let capped = estimator
-                .output_cap()
-                .is_some_and(|cap| req.cap_output(cap, cap_field));
-            let upstream = if req.is_stream() || capped {
-                UpstreamRequest::chat(&req, &model).map_err(invalid)?
-            } else {
-                UpstreamRequest::new(endpoint, body.clone(), false, false)
-            };
+            let cap = estimator.output_cap().map(|cap| (cap, cap_field));
+            let upstream =
+                UpstreamRequest::chat_from(&req, body, &req.model, cap).map_err(invalid)?;
             (upstream, estimate)
         }
         Endpoint::Embeddings => {
@@ -104,18 +98,11 @@ pub(crate) fn route(
             )
         }
         Endpoint::Responses => {
-            let mut req: ResponsesRequest = parse(body)?;
-            let stream = req.is_stream();
+            let req: ResponsesRequest = parse(body)?;
             let estimate = estimator.responses(&req);
-            let model = req.model.clone();
-            let upstream = if estimator
-                .responses_output_cap()
-                .is_some_and(|cap| req.cap_output(cap))
-            {
-                UpstreamRequest::responses(&req, &model).map_err(invalid)?
-            } else {
-                UpstreamRequest::new(endpoint, body.clone(), stream, stream)
-            };
+            let cap = estimator.responses_output_cap();
+            let upstream =
+                UpstreamRequest::responses_from(&req, body, &req.model, cap).map_err(invalid)?;
             (upstream, estimate)
         }
         Endpoint::Messages => {
