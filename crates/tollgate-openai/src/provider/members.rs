@@ -576,5 +576,55 @@ mod tests {
                 prop_assert_eq!(Some(fast), by_serde(&text), "{}", text);
             }
         }
+
+        // proves: GW-5 (the members `top_level` finds are serde_json's: on
+        // any text both accept (a body is edited only once serde_json has
+        // parsed it), serde_json reads an object with exactly those keys,
+        // each value (the last of a repeated key) the text of its range; and the
+        // closing brace is where it says)
+        #[test]
+        fn top_level_agrees_with_serde_json(
+            members_of in proptest::collection::vec(
+                (prop_oneof![Just("model"), Just("max_tokens"), Just("id"), Just("x\\n"), Just("é")], json(3)),
+                0..5,
+            ),
+            space in "[ \t\r\n]{0,2}",
+            flip in any::<prop::sample::Index>(),
+            byte in proptest::sample::select(b"{}[],:\"\\0-.eEtfnu \x01".to_vec()),
+            mutate in any::<bool>(),
+        ) {
+            let inner: Vec<String> = members_of
+                .iter()
+                .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
+                .collect();
+            let text = format!("{space}{{{space}{}{space}}}{space}", inner.join(","));
+            let mut bytes = text.into_bytes();
+            if mutate && !bytes.is_empty() {
+                let at = flip.index(bytes.len());
+                bytes[at] = byte;
+            }
+            let Some(top) = top_level(&bytes) else {
+                return Ok(());
+            };
+            let Ok(serde) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+                return Ok(());
+            };
+            let object = serde.as_object().expect("an object");
+            prop_assert_eq!(bytes.get(top.close), Some(&b'}'));
+            let mut distinct: Vec<&[u8]> = top.members.iter().map(|(k, _)| *k).collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            // serde_json's map keeps its keys sorted.
+            let serde_keys: Vec<&[u8]> = object.keys().map(|k| k.as_bytes()).collect();
+            prop_assert_eq!(&serde_keys, &distinct);
+            for (key, range) in &top.members {
+                let value: serde_json::Value = serde_json::from_slice(&bytes[range.clone()])
+                    .map_err(|e| TestCaseError::fail(format!("a member's range is not its value: {e}")))?;
+                let last = top.members.iter().rev().find(|(k, _)| k == key).map(|(_, r)| r.clone());
+                if last == Some(range.clone()) {
+                    prop_assert_eq!(Some(&value), object.get(std::str::from_utf8(key).unwrap()));
+                }
+            }
+        }
     }
 }

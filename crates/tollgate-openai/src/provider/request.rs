@@ -122,8 +122,9 @@ impl UpstreamRequest {
     }
 
     /// A chat completion for `upstream_model` made from `body`, the text
-    /// `request` was parsed from, with the output cap `cap` (its value and
-    /// field) when the request sets none. Like [`UpstreamRequest::chat`]
+    /// `request` was parsed from, with the output cap `cap` (the allowance
+    /// reserved and the deployment's field) set as
+    /// [`ChatCompletionRequest::cap_to_set`] says. Like [`UpstreamRequest::chat`]
     /// (a stream asks for its usage chunk), but the body is the client's
     /// as it came with only those members set (no rewrite at all when
     /// nothing changes), so a large prompt is not cloned and serialised
@@ -139,19 +140,20 @@ impl UpstreamRequest {
         upstream_model: &str,
         cap: Option<(u64, CapField)>,
     ) -> Result<Self, serde_json::Error> {
-        let cap = cap.filter(|_| request.max_output_tokens().is_none());
+        let to_set =
+            cap.and_then(|(tokens, field)| Some((request.cap_to_set(tokens, field)?, field)));
         let stream = request.is_stream();
         let asked = request.wants_stream_usage();
         // The client's other stream options are kept by the copy's merge.
         let merge = stream && !asked && request.stream_options.is_some();
         if !merge {
             let model = serde_json::to_vec(upstream_model)?;
-            let cap_text = cap.map(|(tokens, _)| tokens.to_string());
+            let cap_text = to_set.map(|(tokens, _)| tokens.to_string());
             let mut set: Vec<Member<'_>> = Vec::with_capacity(3);
             if request.model != upstream_model {
                 set.push(("model", &model));
             }
-            if let (Some((_, field)), Some(text)) = (cap, &cap_text) {
+            if let (Some((_, field)), Some(text)) = (to_set, &cap_text) {
                 set.push((field.member(), text.as_bytes()));
             }
             if stream && !asked {

@@ -661,9 +661,14 @@ mod tests {
         assert_eq!(with(json!({"n": 3})), 1500);
         assert_eq!(with(json!({"max_tokens": 100})), 100);
         assert_eq!(with(json!({"max_tokens": 100, "n": 2})), 200);
+        // Both caps: the larger, whichever field the provider reads.
         assert_eq!(
             with(json!({"max_tokens": 100, "max_completion_tokens": 40})),
-            40
+            100
+        );
+        assert_eq!(
+            with(json!({"max_tokens": 40, "max_completion_tokens": 100})),
+            100
         );
         assert_eq!(with(json!({"max_completion_tokens": 40, "n": 4})), 160);
         assert_eq!(

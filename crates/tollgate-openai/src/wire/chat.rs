@@ -86,19 +86,40 @@ impl ChatCompletionRequest {
         client_asked
     }
 
-    /// The requested output cap: `max_completion_tokens`, else `max_tokens`.
+    /// The requested output cap: the larger of `max_completion_tokens`
+    /// and `max_tokens` when both are set. Providers differ in which one
+    /// they read (OpenAI prefers the first, some OpenAI-compatible servers
+    /// know only the second), so what is reserved covers either reading
+    /// (SPEC Q-7).
     pub fn max_output_tokens(&self) -> Option<u64> {
-        self.max_completion_tokens.or(self.max_tokens)
+        match (self.max_completion_tokens, self.max_tokens) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Sets the output cap of a request that has none to `tokens`, in
-    /// `field`: the allowance its reservation counted (SPEC Q-7, BUD-2),
-    /// so that the provider never generates, and bills, more. A request
-    /// with a cap of its own keeps it. Returns whether it was set.
-    pub fn cap_output(&mut self, tokens: u64, field: CapField) -> bool {
-        if self.max_output_tokens().is_some() {
-            return false;
+    /// The value `field` must be given before the request goes to a
+    /// provider that reads that field, if the request does not carry it:
+    /// `tokens` (the allowance its reservation counted) when the request
+    /// sets no cap; the request's own `max_completion_tokens` when `field`
+    /// is `max_tokens` and only the other one is set (a server that knows
+    /// only `max_tokens` would otherwise generate up to its own default);
+    /// else none.
+    pub fn cap_to_set(&self, tokens: u64, field: CapField) -> Option<u64> {
+        match (self.max_output_tokens(), field, self.max_tokens) {
+            (None, _, _) => Some(tokens),
+            (Some(set), CapField::MaxTokens, None) => Some(set),
+            _ => None,
         }
+    }
+
+    /// Sets `field` as [`cap_to_set`](Self::cap_to_set) says, so that the
+    /// provider never generates, and bills, more than was reserved (SPEC
+    /// Q-7, BUD-2). Returns whether it set one.
+    pub fn cap_output(&mut self, tokens: u64, field: CapField) -> bool {
+        let Some(tokens) = self.cap_to_set(tokens, field) else {
+            return false;
+        };
         match field {
             CapField::MaxCompletionTokens => self.max_completion_tokens = Some(tokens),
             CapField::MaxTokens => self.max_tokens = Some(tokens),
@@ -608,7 +629,8 @@ mod tests {
     }
 
     // proves: Q-7, BUD-2 (a request without a cap takes the reserved
-    // allowance in the flavour's field; one with a cap keeps it)
+    // allowance in the flavour's field; one with a cap keeps its value,
+    // copied into max_tokens for a deployment that reads only that)
     #[test]
     fn cap_output_sets_only_a_missing_cap() {
         let mut req = ChatCompletionRequest::new("m", vec![]);
@@ -616,6 +638,12 @@ mod tests {
         assert_eq!(
             (req.max_completion_tokens, req.max_tokens),
             (Some(64), None)
+        );
+        assert!(!req.cap_output(32, CapField::MaxCompletionTokens));
+        assert!(req.cap_output(32, CapField::MaxTokens));
+        assert_eq!(
+            (req.max_completion_tokens, req.max_tokens),
+            (Some(64), Some(64))
         );
         assert!(!req.cap_output(32, CapField::MaxTokens));
         assert_eq!(req.max_output_tokens(), Some(64));
@@ -630,16 +658,47 @@ mod tests {
         assert!(json.get("max_completion_tokens").is_none());
     }
 
+    // proves: Q-7 (the output reserved covers either cap a provider may
+    // read: the larger of the two when both are set; and a deployment that
+    // reads only max_tokens is sent the cap in max_tokens)
     #[test]
-    fn max_output_prefers_max_completion_tokens() {
+    fn max_output_is_the_larger_cap_and_max_tokens_gets_it() {
         let mut req = ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")]);
         assert_eq!(req.max_output_tokens(), None);
         req.max_tokens = Some(10);
         assert_eq!(req.max_output_tokens(), Some(10));
         req.max_completion_tokens = Some(20);
         assert_eq!(req.max_output_tokens(), Some(20));
+        req.max_tokens = Some(30);
+        assert_eq!(req.max_output_tokens(), Some(30));
         req.n = Some(0);
         assert_eq!(req.choice_count(), 1);
+
+        let mut only_new = ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")]);
+        only_new.max_completion_tokens = Some(7);
+        assert_eq!(
+            only_new.cap_to_set(100, CapField::MaxCompletionTokens),
+            None
+        );
+        assert_eq!(only_new.cap_to_set(100, CapField::MaxTokens), Some(7));
+        assert!(only_new.cap_output(100, CapField::MaxTokens));
+        assert_eq!(
+            (only_new.max_completion_tokens, only_new.max_tokens),
+            (Some(7), Some(7))
+        );
+        let mut only_old = ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")]);
+        only_old.max_tokens = Some(9);
+        assert_eq!(
+            only_old.cap_to_set(100, CapField::MaxCompletionTokens),
+            None
+        );
+        assert_eq!(only_old.cap_to_set(100, CapField::MaxTokens), None);
+        let none = ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")]);
+        assert_eq!(none.cap_to_set(100, CapField::MaxTokens), Some(100));
+        assert_eq!(
+            none.cap_to_set(100, CapField::MaxCompletionTokens),
+            Some(100)
+        );
     }
 
     #[test]
