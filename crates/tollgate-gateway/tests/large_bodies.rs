@@ -333,17 +333,31 @@ async fn a_chars_rule_counts_large_prompts_on_the_worker() {
         config_with(&sim.openai_base_url(), "r", KEY_R, "")
     ))
     .await;
+    let cases = [("gpt-4o-chars", 0), ("gpt-4o", 1)];
+    counts_on_the_lane(&gw, ("r", KEY_R), &cases, |model| {
+        large_chat(model, 4 * OFF_WORKER_BYTES, 9)
+    })
+    .await;
+}
+
+/// Posts `body(model)` as `tenant` (its name and key) for each `(model,
+/// counted)` in turn: each is answered 200, no body was parsed on the
+/// lane, and the tenant's counts on the lane so far are `counted`.
+async fn counts_on_the_lane(
+    gw: &Gateway,
+    (tenant, key): (&str, &str),
+    cases: &[(&str, u64)],
+    body: impl Fn(&str) -> Value,
+) {
     let client = client();
-    let jobs = |job| tenant_lane_jobs(&gw, "r", job);
-    for (model, counted) in [("gpt-4o-chars", 0), ("gpt-4o", 1)] {
-        let body = large_chat(model, 4 * OFF_WORKER_BYTES, 9);
-        let r = post_chat(&client, &gw, Some(KEY_R), &body).await;
+    for &(model, counted) in cases {
+        let r = post_chat(&client, gw, Some(key), &body(model)).await;
         assert_eq!(r.status(), 200, "{model}");
-        assert_eq!(
-            (jobs("parse").await, jobs("count").await),
-            (0, counted),
-            "{model}"
+        let jobs = (
+            tenant_lane_jobs(gw, tenant, "parse").await,
+            tenant_lane_jobs(gw, tenant, "count").await,
         );
+        assert_eq!(jobs, (0, counted), "{model}");
     }
     gw.wait_idle().await;
 }
@@ -371,22 +385,15 @@ async fn a_chain_differing_only_in_output_allowance_counts_once() {
          [models.gpt-4o-by-tokenizer]\nprovider = \"sim-tokenizer\"\nupstream_model = \"sim-chat\"\n"
     );
     let gw = Gateway::start(&format!("{}\n{chains}", config_with(&base, "f", KEY_F, ""))).await;
-    let client = client();
-    let jobs = |job| tenant_lane_jobs(&gw, "f", job);
     let bytes = 10 * 1024;
     assert!(bytes < OFF_WORKER_BYTES && 2 * bytes >= OFF_WORKER_BYTES);
-    for (model, counted) in [("gpt-4o-long", 0), ("gpt-4o-two-ways", 1)] {
+    let cases = [("gpt-4o-long", 0), ("gpt-4o-two-ways", 1)];
+    counts_on_the_lane(&gw, ("f", KEY_F), &cases, |model| {
         let mut body = large_chat(model, bytes, 10);
         body.as_object_mut().unwrap().remove("max_tokens");
-        let r = post_chat(&client, &gw, Some(KEY_F), &body).await;
-        assert_eq!(r.status(), 200, "{model}");
-        assert_eq!(
-            (jobs("parse").await, jobs("count").await),
-            (0, counted),
-            "{model}"
-        );
-    }
-    gw.wait_idle().await;
+        body
+    })
+    .await;
 }
 
 // proves: GW-17 (a large prompt waiting for admission holds no place of

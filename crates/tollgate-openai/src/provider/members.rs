@@ -514,6 +514,16 @@ mod tests {
         .boxed()
     }
 
+    /// An object of `members_of` (keys as written), `space` around every
+    /// token.
+    fn object_text(members_of: &[(&str, String)], space: &str) -> String {
+        let inner: Vec<String> = members_of
+            .iter()
+            .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
+            .collect();
+        format!("{space}{{{space}{}{space}}}{space}", inner.join(","))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(8192))]
 
@@ -545,13 +555,8 @@ mod tests {
             mutate in 0u8..5,
             mark in proptest::sample::select(b"{}[],:\"".to_vec()),
         ) {
-            let inner: Vec<String> = members_of
-                .iter()
-                .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
-                .collect();
-            let text = format!("{space}{{{space}{}{space}}}{space}", inner.join(","));
             // Sometimes a flaw: cut short, or one byte changed.
-            let mut bytes = text.into_bytes();
+            let mut bytes = object_text(&members_of, &space).into_bytes();
             match mutate {
                 1 => bytes.truncate(cut.index(bytes.len() + 1)),
                 2 if !bytes.is_empty() => {
@@ -580,8 +585,8 @@ mod tests {
         // proves: GW-5 (the members `top_level` finds are serde_json's: on
         // any text both accept (a body is edited only once serde_json has
         // parsed it), serde_json reads an object with exactly those keys,
-        // each value (the last of a repeated key) the text of its range; and the
-        // closing brace is where it says)
+        // each value (the last of a repeated key) the text of its range;
+        // and the closing brace is where it says)
         #[test]
         fn top_level_agrees_with_serde_json(
             members_of in proptest::collection::vec(
@@ -593,12 +598,7 @@ mod tests {
             byte in proptest::sample::select(b"{}[],:\"\\0-.eEtfnu \x01".to_vec()),
             mutate in any::<bool>(),
         ) {
-            let inner: Vec<String> = members_of
-                .iter()
-                .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
-                .collect();
-            let text = format!("{space}{{{space}{}{space}}}{space}", inner.join(","));
-            let mut bytes = text.into_bytes();
+            let mut bytes = object_text(&members_of, &space).into_bytes();
             if mutate && !bytes.is_empty() {
                 let at = flip.index(bytes.len());
                 bytes[at] = byte;
