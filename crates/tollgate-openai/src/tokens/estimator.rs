@@ -197,7 +197,8 @@ impl TokenEstimator {
                 .fold(0, u64::saturating_add)
         };
         if !self.tokenizes() {
-            return self.apply(TokenEstimate { input: 0, output }, chars);
+            let input = self.input(0, chars);
+            return TokenEstimate { input, output };
         }
         let kind = TokenizerKind::for_model(&request.model);
         let mut input = REPLY_PRIMING_TOKENS;
@@ -222,7 +223,10 @@ impl TokenEstimator {
                 input = input.saturating_add(json_tokens(kind, definition));
             }
         }
-        self.apply(TokenEstimate { input, output }, chars)
+        TokenEstimate {
+            input: self.input(input, chars),
+            output,
+        }
     }
 
     /// [`chat`](Self::chat)'s output allowance alone (no text is counted).
@@ -255,39 +259,25 @@ impl TokenEstimator {
         !matches!(self.profile, Profile::Chars { .. })
     }
 
-    /// Applies the accounting profile to a tokenizer estimate, given the
-    /// request's character count. A `chars` rule reads only `tokenized`'s
-    /// output: when [`tokenizes`](Self::tokenizes) is false the input may
-    /// be left uncounted (0).
-    pub(super) fn apply(
-        &self,
-        tokenized: TokenEstimate,
-        chars: impl FnOnce() -> u64,
-    ) -> TokenEstimate {
-        let by_chars = |chars: u64, chars_per_token: u32, output: bool| TokenEstimate {
-            input: chars.div_ceil(u64::from(chars_per_token.max(1))),
-            output: if output { tokenized.output } else { 0 },
-        };
+    /// The input the accounting profile reserves, given the tokenizer's
+    /// count `tokenized` and the request's character count. A `chars`
+    /// rule reads only the characters: when [`tokenizes`](Self::tokenizes)
+    /// is false, `tokenized` may be left 0. (The output side of the
+    /// profile is [`counted_output`](Self::counted_output).)
+    pub(super) fn input(&self, tokenized: u64, chars: impl FnOnce() -> u64) -> u64 {
         match self.profile {
             Profile::Tokenizer => tokenized,
-            Profile::OpenAi => TokenEstimate {
-                input: tokenized.input.max(chars().div_ceil(4)),
-                output: tokenized.output,
-            },
+            Profile::OpenAi => tokenized.max(chars().div_ceil(4)),
             Profile::Chars {
-                chars_per_token,
-                output,
-            } => by_chars(chars(), chars_per_token, output),
+                chars_per_token, ..
+            } => chars().div_ceil(u64::from(chars_per_token.max(1))),
             // On an OpenAI-shaped request (an OpenAI-compatible endpoint
             // of Anthropic's): the character rule for the text, never
             // below the tokenizer's count, which also holds the tools,
             // schemas and non-text parts the character count leaves out.
-            Profile::Anthropic => TokenEstimate {
-                input: tokenized
-                    .input
-                    .max(chars().div_ceil(u64::from(ANTHROPIC_CHARS_PER_TOKEN))),
-                output: tokenized.output,
-            },
+            Profile::Anthropic => {
+                tokenized.max(chars().div_ceil(u64::from(ANTHROPIC_CHARS_PER_TOKEN)))
+            }
         }
     }
 
@@ -320,14 +310,18 @@ impl TokenEstimator {
                 .fold(0, u64::saturating_add)
         };
         if !self.tokenizes() {
-            return self.apply(TokenEstimate::default(), chars);
+            let input = self.input(0, chars);
+            return TokenEstimate { input, output: 0 };
         }
         let kind = TokenizerKind::for_model(&request.model);
         let input = texts
             .iter()
             .map(|t| kind.count(t))
             .fold(0, u64::saturating_add);
-        self.apply(TokenEstimate { input, output: 0 }, chars)
+        TokenEstimate {
+            input: self.input(input, chars),
+            output: 0,
+        }
     }
 
     fn message(&self, kind: TokenizerKind, message: &ChatMessage) -> u64 {

@@ -74,7 +74,8 @@ impl TokenEstimator {
             input = input.saturating_add(tokens);
         });
         let Some(kind) = kind else {
-            return self.apply(TokenEstimate { input: 0, output }, || chars);
+            let input = self.input(0, || chars);
+            return TokenEstimate { input, output };
         };
         let definitions: Vec<&Value> = request
             .tools
@@ -88,7 +89,10 @@ impl TokenEstimator {
                 input = input.saturating_add(json_tokens(kind, definition));
             }
         }
-        self.apply(TokenEstimate { input, output }, || chars)
+        TokenEstimate {
+            input: self.input(input, || chars),
+            output,
+        }
     }
 
     /// [`responses`](Self::responses)'s output allowance alone (no text
