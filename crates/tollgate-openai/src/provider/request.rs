@@ -1,6 +1,7 @@
 //! What the gateway hands the provider once per call.
 
 use bytes::Bytes;
+use serde_json::Value;
 
 use super::edit::{Member, with_members};
 use crate::wire::{
@@ -140,27 +141,24 @@ impl UpstreamRequest {
         upstream_model: &str,
         cap: Option<(u64, CapField)>,
     ) -> Result<Self, serde_json::Error> {
-        let to_set =
-            cap.and_then(|(tokens, field)| Some((request.cap_to_set(tokens, field)?, field)));
         let stream = request.is_stream();
         let asked = request.wants_stream_usage();
         // The client's other stream options are kept by the copy's merge.
         let merge = stream && !asked && request.stream_options.is_some();
         if !merge {
-            let model = serde_json::to_vec(upstream_model)?;
-            let cap_text = to_set.map(|(tokens, _)| tokens.to_string());
-            let mut set: Vec<Member<'_>> = Vec::with_capacity(3);
-            if request.model != upstream_model {
-                set.push(("model", &model));
-            }
-            if let (Some((_, field)), Some(text)) = (to_set, &cap_text) {
-                set.push((field.member(), text.as_bytes()));
-            }
-            if stream && !asked {
-                set.push(("stream_options", br#"{"include_usage":true}"#));
-            }
-            let endpoint = Endpoint::ChatCompletions;
-            if let Some(edited) = Self::edited(endpoint, body, &set, stream, stream && asked) {
+            let to_set = cap.and_then(|(tokens, field)| {
+                Some((field.member(), request.cap_to_set(tokens, field)?))
+            });
+            let usage: Member<'_> = ("stream_options", br#"{"include_usage":true}"#);
+            let edited = Self::from_text(
+                Endpoint::ChatCompletions,
+                body,
+                (&request.model, upstream_model),
+                to_set,
+                (stream && !asked).then_some(usage),
+                (stream, stream && asked),
+            );
+            if let Some(edited) = edited {
                 return Ok(edited);
             }
         }
@@ -184,17 +182,16 @@ impl UpstreamRequest {
         cap: Option<u64>,
     ) -> Result<Self, serde_json::Error> {
         let cap = cap.filter(|_| request.max_output_tokens.is_none());
-        let model = serde_json::to_vec(upstream_model)?;
-        let cap_text = cap.map(|tokens| tokens.to_string());
-        let mut set: Vec<Member<'_>> = Vec::with_capacity(2);
-        if request.model != upstream_model {
-            set.push(("model", &model));
-        }
-        if let Some(text) = &cap_text {
-            set.push(("max_output_tokens", text.as_bytes()));
-        }
         let stream = request.is_stream();
-        if let Some(edited) = Self::edited(Endpoint::Responses, body, &set, stream, stream) {
+        let edited = Self::from_text(
+            Endpoint::Responses,
+            body,
+            (&request.model, upstream_model),
+            cap.map(|tokens| ("max_output_tokens", tokens)),
+            None,
+            (stream, stream),
+        );
+        if let Some(edited) = edited {
             return Ok(edited);
         }
         let mut upstream = request.clone();
@@ -218,26 +215,41 @@ impl UpstreamRequest {
         upstream_model: &str,
         stream: bool,
     ) -> Option<Self> {
-        if request_model == upstream_model {
-            return Some(UpstreamRequest::new(endpoint, body.clone(), stream, stream));
-        }
-        let model = serde_json::to_vec(upstream_model).ok()?;
-        Self::edited(endpoint, body, &[("model", &model)], stream, stream)
+        let rename = (request_model, upstream_model);
+        Self::from_text(endpoint, body, rename, None, None, (stream, stream))
     }
 
-    /// `body` with `set` (the body itself when `set` is empty), if it can
-    /// be edited as text.
-    fn edited(
+    /// `body` as it came, with `model` set when `rename` (the request's
+    /// model, the upstream's) changes it, the output cap `cap` (its member
+    /// and value) and `extra` set too; the body itself when nothing is
+    /// set. `None` when it cannot be edited as text (see
+    /// [`with_members`]). `flags`: whether it streams, whether a stream's
+    /// usage reaches the client.
+    fn from_text(
         endpoint: Endpoint,
         body: &Bytes,
-        set: &[Member<'_>],
-        stream: bool,
-        forward_usage: bool,
+        (request_model, upstream_model): (&str, &str),
+        cap: Option<(&'static str, u64)>,
+        extra: Option<Member<'_>>,
+        (stream, forward_usage): (bool, bool),
     ) -> Option<Self> {
+        let model =
+            (request_model != upstream_model).then(|| Value::from(upstream_model).to_string());
+        let cap = cap.map(|(member, tokens)| (member, tokens.to_string()));
+        let set: Vec<Member<'_>> = model
+            .as_deref()
+            .map(|m| ("model", m.as_bytes()))
+            .into_iter()
+            .chain(
+                cap.as_ref()
+                    .map(|(member, text)| (*member, text.as_bytes())),
+            )
+            .chain(extra)
+            .collect();
         let body = if set.is_empty() {
             body.clone()
         } else {
-            Bytes::from(with_members(body, set)?)
+            Bytes::from(with_members(body, &set)?)
         };
         Some(UpstreamRequest::new(endpoint, body, stream, forward_usage))
     }
