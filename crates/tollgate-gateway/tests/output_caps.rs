@@ -102,3 +102,26 @@ fn a_responses_request_without_a_cap_gets_at_least_16() {
         }
     });
 }
+
+// proves: Q-7, WIRE-2 (a request that sets only max_completion_tokens is
+// sent to a provider written max_tokens (an OpenAI-compatible server, an
+// older Azure version, which may not know the newer field) with max_tokens
+// set to the same value, so the provider cannot write past what was
+// reserved; to OpenAI it goes as it came)
+#[test]
+fn a_cap_in_the_newer_field_reaches_a_max_tokens_provider() {
+    runtime().block_on(async {
+        let mut own = chat();
+        own["max_completion_tokens"] = json!(21);
+        let compatible = "flavor = \"openai_compatible\"\nbase_url = \"{base}\"";
+        let body = sent(compatible, "", "/v1/chat/completions", own.clone()).await;
+        assert_eq!(
+            (&body["max_completion_tokens"], &body["max_tokens"]),
+            (&json!(21), &json!(21)),
+            "{body}"
+        );
+        let body = sent("base_url = \"{base}\"", "", "/v1/chat/completions", own).await;
+        assert_eq!(body["max_completion_tokens"], 21);
+        assert!(body.get("max_tokens").is_none(), "{body}");
+    });
+}
