@@ -9,7 +9,8 @@
 # are unlocked with RUSTC_BOOTSTRAP=1, and sanitizers are off (`-s none`):
 # tollgate-openai forbids unsafe code, so libFuzzer's coverage guidance and
 # Rust's own panics/overflow checks (debug assertions are on) are what
-# matter. Not run in CI.
+# matter. Not run in CI (the test suite replays the checks on fuzz/seeds/
+# instead: crates/tollgate-cli/tests/fuzz_seeds.rs).
 set -euo pipefail
 
 # Run from fuzz/ so that everything libFuzzer writes (corpus, artifacts,

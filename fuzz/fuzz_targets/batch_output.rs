@@ -1,30 +1,7 @@
-//! An existing batch output file, read on resume (SPEC BATCH-3): arbitrary
-//! bytes (a torn last line after a crash, a corrupted or foreign file) are
-//! either the results it holds or a located error, never a panic. The
-//! valid part ends at a line break and the torn rest is what follows it.
+//! libFuzzer entry of `checks::batch_output` (what it checks is documented there).
 #![no_main]
 
-use std::path::Path;
+#[path = "../checks/mod.rs"]
+mod checks;
 
-use libfuzzer_sys::fuzz_target;
-use tollgate_batch::output::parse_existing;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(existing) = parse_existing(data, Path::new("out.jsonl")) else {
-        return;
-    };
-    let valid = usize::try_from(existing.valid_len).expect("fits");
-    assert_eq!(valid as u64 + existing.torn_bytes, data.len() as u64);
-    assert!(
-        valid == 0 || data[valid - 1] == b'\n',
-        "valid part ends a line"
-    );
-    assert!(
-        !data[valid..].contains(&b'\n'),
-        "torn part is one partial line"
-    );
-    let lines = data[..valid].split(|&b| b == b'\n').count();
-    for record in existing.records.values() {
-        assert!(record.line >= 1 && record.line <= lines);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::batch_output::check(data));

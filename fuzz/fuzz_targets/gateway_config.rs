@@ -1,28 +1,7 @@
-//! The gateway's TOML configuration: arbitrary text through the whole
-//! parse + validate path. Checks no panic, that every error names the file
-//! it came from and carries a reason, and that an accepted configuration
-//! builds its authenticator.
+//! libFuzzer entry of `checks::gateway_config` (what it checks is documented there).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tollgate_gateway::auth::Authenticator;
-use tollgate_gateway::config::GatewayConfig;
+#[path = "../checks/mod.rs"]
+mod checks;
 
-const ORIGIN: &str = "fuzz.toml";
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    match GatewayConfig::from_toml(text, ORIGIN) {
-        Ok(config) => {
-            let auth = Authenticator::new(&config);
-            assert!(auth.tenant_count() >= config.tenants.len());
-        }
-        Err(err) => {
-            assert_eq!(err.file, ORIGIN);
-            assert!(!err.reason.is_empty());
-            assert!(err.to_string().contains(ORIGIN));
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::gateway_config::check(data));

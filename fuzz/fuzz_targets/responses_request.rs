@@ -1,28 +1,7 @@
-//! Responses API request JSON (SPEC WIRE-1): deserialize arbitrary bytes;
-//! whatever parses must re-serialize to JSON that parses back to the same
-//! value, and must be estimable under every accounting profile without
-//! panicking (the estimate saturates, it never overflows).
+//! libFuzzer entry of `checks::responses_request` (what it checks is documented there).
 #![no_main]
 
-mod shared;
+#[path = "../checks/mod.rs"]
+mod checks;
 
-use libfuzzer_sys::fuzz_target;
-use tollgate_openai::tokens::{Profile, TokenEstimator};
-use tollgate_openai::wire::ResponsesRequest;
-
-fuzz_target!(|data: &[u8]| {
-    let Some(request) = shared::round_trip::<ResponsesRequest>(data) else {
-        return;
-    };
-    for profile in shared::PROFILES {
-        let estimate = TokenEstimator::new()
-            .with_profile(profile)
-            .responses(&request);
-        let _ = estimate.total();
-        if let Some(cap) = request.max_output_tokens
-            && !matches!(profile, Profile::Chars { output: false, .. })
-        {
-            assert_eq!(estimate.output, cap, "output allowance is the cap");
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::responses_request::check(data));

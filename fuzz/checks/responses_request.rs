@@ -1,0 +1,25 @@
+//! Responses API request JSON (SPEC WIRE-1): deserialize arbitrary bytes;
+//! whatever parses must re-serialize to JSON that parses back to the same
+//! value, and must be estimable under every accounting profile without
+//! panicking (the estimate saturates, it never overflows).
+
+use tollgate_openai::tokens::{Profile, TokenEstimator};
+use tollgate_openai::wire::ResponsesRequest;
+
+/// Checks one input; panics on a finding.
+pub fn check(data: &[u8]) {
+    let Some(request) = super::shared::round_trip::<ResponsesRequest>(data) else {
+        return;
+    };
+    for profile in super::shared::PROFILES {
+        let estimate = TokenEstimator::new()
+            .with_profile(profile)
+            .responses(&request);
+        let _ = estimate.total();
+        if let Some(cap) = request.max_output_tokens
+            && !matches!(profile, Profile::Chars { output: false, .. })
+        {
+            assert_eq!(estimate.output, cap, "output allowance is the cap");
+        }
+    }
+}
