@@ -84,8 +84,8 @@ impl LimitParams {
                     l.amount,
                     Algorithm::SlidingWindow,
                 ),
-                // A budget of a token bucket scope is a sliding window, as
-                // in process (`Limit::algorithm_in`).
+                // A rolling budget is a sliding window whatever the
+                // scope's algorithm, as in process (`Limit::algorithm_in`).
                 None => {
                     let algorithm = l.algorithm_in(algorithm);
                     LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm)

@@ -504,38 +504,54 @@ async fn a_budget_counts_every_worst_case_in_full() {
 }
 
 // proves: BUD-2, BUD-3 (a rolling "1d" budget admits at most its amount in
-// any 24 hours, also in a scope counted by a token bucket: the budget is a
-// sliding window there, not a bucket that refills as it is spent)
+// any 24 hours whatever the scope's algorithm: in a token bucket scope it
+// is not a bucket that refills as it is spent, and in a fixed-window scope
+// it is not admitted again when the scope's window turns, here a minute
+// after the whole budget was spent just before it)
 #[tokio::test(start_paused = true)]
-async fn a_rolling_day_budget_of_a_token_bucket_scope_spends_at_most_its_amount() {
-    let c = AdmissionController::new(ControllerConfig {
-        scopes: vec![
-            ScopeConfig::new("team")
-                .cost(1_000, DAY)
-                .algorithm(tollgate::config::Algorithm::TokenBucket { burst: None }),
-        ],
-        ..ControllerConfig::default()
-    })
-    .unwrap();
-    // 1 µ$ a token.
-    let price = Price::new(1_000_000, 0);
-    drop(
-        c.acquire(&priced(1_000, 0, price), Deadline::NONE)
-            .await
-            .unwrap(),
-    );
-    tokio::time::advance(secs(12 * 3_600)).await;
-    let second = c.acquire(&priced(500, 0, price), within(secs(1))).await;
-    assert!(
-        matches!(second, Err(AdmissionError::BudgetExceeded { .. })),
-        "1,500 µ$ admitted within 12 hours on a 1,000 µ$ per 1d budget: {second:?}"
-    );
-    tokio::time::advance(secs(12 * 3_600)).await;
-    drop(
-        c.acquire(&priced(1_000, 0, price), Deadline::NONE)
-            .await
-            .unwrap(),
-    );
+async fn a_rolling_day_budget_spends_at_most_its_amount_in_any_day() {
+    use tollgate::config::Algorithm;
+    for algorithm in [
+        Algorithm::TokenBucket { burst: None },
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let c = AdmissionController::new(ControllerConfig {
+            scopes: vec![
+                ScopeConfig::new("team")
+                    .cost(1_000, DAY)
+                    .algorithm(algorithm),
+            ],
+            ..ControllerConfig::default()
+        })
+        .unwrap();
+        // 1 µ$ a token.
+        let price = Price::new(1_000_000, 0);
+        // The whole budget, a minute before the scope's first day ends.
+        tokio::time::advance(DAY - secs(60)).await;
+        let spent = Instant::now();
+        drop(
+            c.acquire(&priced(1_000, 0, price), Deadline::NONE)
+                .await
+                .unwrap(),
+        );
+        for later in [secs(61), secs(12 * 3_600)] {
+            tokio::time::advance(spent + later - Instant::now()).await;
+            let again = c.acquire(&priced(1, 0, price), within(secs(1))).await;
+            assert!(
+                matches!(again, Err(AdmissionError::BudgetExceeded { .. })),
+                "{algorithm:?}: 1,001 µ$ admitted within {later:?} on a 1,000 µ$ per 1d \
+                 budget: {again:?}"
+            );
+        }
+        // A day after the spend it is whole again.
+        tokio::time::advance(spent + DAY + secs(1) - Instant::now()).await;
+        drop(
+            c.acquire(&priced(1_000, 0, price), Deadline::NONE)
+                .await
+                .unwrap(),
+        );
+    }
 }
 
 /// A day budget beside request and token limits: what a top-up must not

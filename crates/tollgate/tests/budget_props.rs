@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::Instant;
-use tollgate::config::{Algorithm, ScopeConfig};
+use tollgate::config::ScopeConfig;
 use tollgate::quota::Dimension;
 use tollgate::{
     AdmissionController, Call, Deadline, Lease, Parts, Price, RefusalCost, ScopeId, Snapshot,
@@ -156,7 +156,8 @@ proptest! {
     // proves: BUD-2 (a budget takes each attempt's worst case at its
     // price, all or none: an admission finds at least that much room in
     // the window, counting every earlier admission still inside it at its
-    // settled cost, so the cost dimension never admits over its limit),
+    // settled cost, so the cost dimension never admits over its limit;
+    // BUD-3: in any of its windows, whatever the scope's algorithm),
     // Q-5 (settling moves the available budget by exactly the priced
     // refund or debt, each kind at its own price; an unknown cost, or a
     // total without a split, keeps the worst case; known zero gives it all
@@ -177,36 +178,20 @@ proptest! {
                 )
                 .build()
                 .unwrap();
-            let t0 = Instant::now();
-            // A budget of a token bucket scope is a sliding window (BUD-2:
-            // a bucket would refill it as it is spent).
-            let algorithm = match algorithm {
-                Algorithm::TokenBucket { .. } => Algorithm::SlidingWindow,
-                a => a,
-            };
-            let sliding = algorithm == Algorithm::SlidingWindow;
-            let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
+            // A rolling budget is a sliding window whatever the scope's
+            // algorithm (BUD-2, BUD-3: a bucket would refill it as it is
+            // spent, a fixed window admit it again at each window's start).
             // Whether an amount counted at `at` is still counted now:
-            // `None` while a sliding window may still hold it in a merged
-            // slot (up to W / 512 longer).
+            // `None` while the window may still hold it in a merged slot
+            // (up to W / 512 longer).
             let counted = |at: Instant| -> Option<bool> {
-                let now = Instant::now();
-                match algorithm {
-                    Algorithm::SlidingWindow => {
-                        let age = now.duration_since(at);
-                        if age < W {
-                            Some(true)
-                        } else if age >= W + W / 256 {
-                            Some(false)
-                        } else {
-                            None
-                        }
-                    }
-                    Algorithm::FixedWindow => {
-                        let n = |t: Instant| t.duration_since(t0).as_nanos() / W.as_nanos();
-                        Some(n(at) == n(now))
-                    }
-                    Algorithm::TokenBucket { .. } => Some(true),
+                let age = Instant::now().duration_since(at);
+                if age < W {
+                    Some(true)
+                } else if age >= W + W / 256 {
+                    Some(false)
+                } else {
+                    None
                 }
             };
             let prices = prices();
@@ -215,7 +200,7 @@ proptest! {
             // own check: (instant, settled cost).
             let mut admitted: Vec<(Instant, u64)> = Vec::new();
             for op in ops {
-                let (before, capacity) = cost(&c.snapshot());
+                let (before, _) = cost(&c.snapshot());
                 match op {
                     Op::Acquire { input, output, price } => {
                         let price = prices[price];
@@ -231,14 +216,12 @@ proptest! {
                                 prop_assert_eq!(after, before - worst as i64);
                                 prop_assert_eq!(lease.reservation().demand.cost, worst);
                                 let now = Instant::now();
-                                if sliding {
-                                    let inside: u64 = admitted
-                                        .iter()
-                                        .filter(|(t, ..)| now.duration_since(*t) < W)
-                                        .map(|(_, c)| c)
-                                        .sum();
-                                    prop_assert!(inside + worst <= BUDGET, "window held {inside} + {worst}");
-                                }
+                                let inside: u64 = admitted
+                                    .iter()
+                                    .filter(|(t, ..)| now.duration_since(*t) < W)
+                                    .map(|(_, c)| c)
+                                    .sum();
+                                prop_assert!(inside + worst <= BUDGET, "window held {inside} + {worst}");
                                 admitted.push((now, worst));
                                 held.push(Held { lease, input, output, price, at: now });
                             }
@@ -264,7 +247,6 @@ proptest! {
                             Some(_) if inside == Some(false) => Some(before),
                             _ if inside.is_none() => None,
                             Some(x) if x > reserved => Some(before - (x - reserved) as i64),
-                            Some(x) if bucket => Some((before + (reserved - x) as i64).min(capacity)),
                             Some(x) => Some(before + (reserved - x) as i64),
                         };
                         if let Some(expected) = expected {
@@ -288,7 +270,6 @@ proptest! {
                         h.lease.refused(RefusalCost::Full).unwrap();
                         let (after, _) = cost(&c.snapshot());
                         let want = match counted(h.at) {
-                            Some(true) if bucket => Some((before + reserved as i64).min(capacity)),
                             Some(true) => Some(before + reserved as i64),
                             Some(false) => Some(before),
                             None => None,

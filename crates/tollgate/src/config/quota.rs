@@ -91,17 +91,17 @@ impl Limit {
 
     /// The arithmetic this limit is counted with in a scope counted by
     /// `scope`: a calendar window is a fixed window whatever the scope's
-    /// algorithm (SPEC BUD-3), and a budget (a cost limit) of a token
-    /// bucket scope is a sliding window, so that it admits at most its
-    /// amount in any of its windows (SPEC BUD-2: a bucket would refill it
-    /// as it is spent, up to twice the amount in one window).
+    /// algorithm (SPEC BUD-3), and a rolling budget (a cost limit) is a
+    /// sliding window whatever the scope's algorithm, so that it admits
+    /// at most its amount in any of its windows (SPEC BUD-2, BUD-3: a
+    /// bucket would refill it as it is spent, and a fixed window would
+    /// admit it again at each window's start, both up to twice the amount
+    /// in one window).
     pub fn algorithm_in(&self, scope: Algorithm) -> Algorithm {
-        match (self.calendar, scope) {
-            (Some(_), _) => Algorithm::FixedWindow,
-            (None, Algorithm::TokenBucket { .. }) if self.dimension.is_cost() => {
-                Algorithm::SlidingWindow
-            }
-            (None, algorithm) => algorithm,
+        match self.calendar {
+            Some(_) => Algorithm::FixedWindow,
+            None if self.dimension.is_cost() => Algorithm::SlidingWindow,
+            None => scope,
         }
     }
 
