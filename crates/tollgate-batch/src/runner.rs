@@ -290,6 +290,13 @@ fn scope_config(config: &BatchConfig) -> ScopeConfig {
     scope
 }
 
+/// The limits `--state-dir` keeps from run to run: the long windows of
+/// `--limit`, never the run's `--budget` (a cost limit; it belongs to one
+/// run, and a re-run is given what is left for the rest).
+fn kept_across_runs(limit: &tollgate::config::Limit) -> bool {
+    !limit.dimension.is_cost() && tollgate_state::keep(limit)
+}
+
 /// Runs a batch (or, with `dry_run`, plans it).
 ///
 /// `interrupt` resolving (e.g. Ctrl-C) stops the run cleanly: no new item
@@ -417,7 +424,8 @@ pub async fn run(
     let state = match &config.state_dir {
         Some(dir) => {
             let file = tollgate_state::StateFile::open(dir, config.on_unreadable_state)
-                .map_err(|e| BatchError::Config(format!("--state-dir: {e}")))?;
+                .map_err(|e| BatchError::Config(format!("--state-dir: {e}")))?
+                .keeping(kept_across_runs);
             file.restore(STATE_OWNER, &controller);
             Some(Arc::new(file))
         }

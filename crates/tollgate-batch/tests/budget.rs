@@ -264,3 +264,64 @@ async fn with_redis_the_budget_spans_runs() {
     // budget for the second (one run in fifty sent more in the second).
     // The invariant is the bill above.
 }
+
+// proves: BUD-6, DQ-8 (with `--state-dir` and no Redis, `--budget` belongs
+// to one run: a second run of new items on the same directory is given its
+// whole budget, not what the first run left, also when the file holds a
+// budget an earlier version saved; the long `--limit` windows are what the
+// directory keeps, see state_dir.rs)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_budget_is_its_own_with_a_state_dir() {
+    let dir = Dir::new("cost-state-dir");
+    let server = sim(300).await;
+    let run = |name: &str| {
+        let lines: Vec<Value> = (0..10)
+            .map(|i| line(&format!("{name}{i}"), "o1", 1_000))
+            .collect();
+        write_lines(&dir.path(&format!("{name}.jsonl")), &lines);
+        let mut c = config(&dir, &server);
+        c.input = dir.path(&format!("{name}.jsonl"));
+        c.output = Some(dir.path(&format!("{name}-out.jsonl")));
+        c.concurrency = 2;
+        // Ten items of about $0.018 each; two in flight reserve $0.12.
+        c.budget = Some(micros("0.30"));
+        c.state_dir = Some(dir.path("state"));
+        c
+    };
+    let first = tollgate_batch::run(run("a"), never()).await.expect("run");
+    assert_eq!(first.outcome, Outcome::Complete, "{}", first.summary);
+    let charged = first.summary.cost.charged;
+    assert!(charged > micros("0.15"), "the first run spent {charged} µ$");
+    let second = tollgate_batch::run(run("b"), never()).await.expect("run");
+    assert_eq!(
+        second.outcome,
+        Outcome::Complete,
+        "the first run's {charged} µ$ counted against the second's budget: {}",
+        second.summary
+    );
+
+    // A file in which an earlier version saved the run's budget, spent.
+    {
+        let file = tollgate_state::StateFile::open(&dir.path("state"), Default::default())
+            .expect("state file");
+        let spent = tollgate::AdmissionController::builder()
+            .scope(
+                tollgate::config::ScopeConfig::new("batch")
+                    .cost(micros("0.30"), tollgate_batch::config::BUDGET_WINDOW),
+            )
+            .build()
+            .expect("controller");
+        let call = tollgate::Call::new(tollgate::ScopeId::FIRST)
+            .with_estimate(tollgate::TokenEstimate::new(300_000, 0))
+            .with_price(tollgate::Price::new(1_000_000, 0));
+        let lease = spent
+            .acquire(&call, tollgate::Deadline::NONE)
+            .await
+            .expect("the whole budget");
+        drop(lease);
+        assert_eq!(file.save(&[("batch", &spent)]).expect("saved"), 1);
+    }
+    let third = tollgate_batch::run(run("c"), never()).await.expect("run");
+    assert_eq!(third.outcome, Outcome::Complete, "{}", third.summary);
+    server.shutdown().await.expect("shutdown");
+}

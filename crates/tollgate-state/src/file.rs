@@ -95,6 +95,9 @@ pub struct StateFile {
     /// The directory's lock, held while the file is open (`None` where
     /// the file system has no locks).
     _lock: Option<std::fs::File>,
+    /// The limits saved and restored ([`keep`] unless
+    /// [`keeping`](Self::keeping) says otherwise).
+    keep: fn(&Limit) -> bool,
 }
 
 impl StateFile {
@@ -204,7 +207,17 @@ impl StateFile {
             loaded,
             full: AtomicBool::new(true),
             _lock: None,
+            keep,
         })
+    }
+
+    /// Saves and restores only the limits `keep` selects (by default
+    /// [`keep`]): a limit that belongs to one run (the batch runner's
+    /// `--budget`) is neither written nor read back, whatever an earlier
+    /// version wrote.
+    #[must_use]
+    pub fn keeping(self, keep: fn(&Limit) -> bool) -> Self {
+        StateFile { keep, ..self }
     }
 
     /// The file's path.
@@ -226,7 +239,21 @@ impl StateFile {
         self.loaded
             .range((owner.to_owned(), String::new())..)
             .take_while(|((o, _), _)| o == owner)
-            .filter(|((_, scope), saved)| controller.restore_quota(scope, saved))
+            .filter(|((_, scope), saved)| {
+                let kept;
+                let saved = if saved.limits.iter().all(|l| (self.keep)(&l.limit)) {
+                    *saved
+                } else {
+                    kept = SavedScope {
+                        limits: (saved.limits.iter())
+                            .filter(|l| (self.keep)(&l.limit))
+                            .cloned()
+                            .collect(),
+                    };
+                    &kept
+                };
+                controller.restore_quota(scope, saved)
+            })
             .count()
     }
 
@@ -262,7 +289,7 @@ impl StateFile {
                     .get(&((*owner).to_owned(), scope.to_owned()))
                     .is_some_and(|v| *v == version)
             };
-            for saved in controller.save_quota(keep, &unchanged) {
+            for saved in controller.save_quota(self.keep, &unchanged) {
                 changed.push(((*owner).to_owned(), saved));
             }
         }
