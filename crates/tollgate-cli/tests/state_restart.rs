@@ -185,3 +185,142 @@ async fn an_unreadable_state_file_stops_the_start() {
     drop(served);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const KEY_A: &str = "sk-state-tenant-a";
+const KEY_B: &str = "sk-state-tenant-b";
+const ADMIN: &str = "sk-state-admin";
+
+/// Tenant `a` (50 requests per day) and the account scope `acct` (100 per
+/// day) when `with_a`; tenant `b` (no limits of its own: it is told the
+/// account's) always.
+fn readd_config(base: &str, dir: &Path, with_a: bool) -> String {
+    let hash = |key| tollgate_gateway::auth::hash_key_for_config(key).unwrap();
+    let (scope, model_scope, tenant_a) = if with_a {
+        (
+            "[scopes.acct]\nlimits = [{ requests = 100, per = \"1d\" }]\n".to_owned(),
+            "scope = \"acct\"\n",
+            format!(
+                "[tenants.a]\nkeys_sha256 = [\"{}\"]\nlimits = [{{ requests = 50, per = \"1d\" }}]\n",
+                hash(KEY_A)
+            ),
+        )
+    } else {
+        (String::new(), "", String::new())
+    };
+    format!(
+        "[server]\nstate_dir = {dir:?}\nadmin_key_env = \"TOLLGATE_TEST_ADMIN_KEY\"\n\n\
+         [providers.p]\nbase_url = \"{base}\"\n\n{scope}\n\
+         [models.m]\nprovider = \"p\"\n{model_scope}\n\
+         [tenants.b]\nkeys_sha256 = [\"{}\"]\n\n{tenant_a}",
+        hash(KEY_B)
+    )
+}
+
+/// One call as `key`: the requests it has left by the response's headers.
+async fn remaining(served: &Served, key: &str) -> u64 {
+    let resp = client()
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.headers()["x-ratelimit-remaining-requests"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Rewrites the configuration at `path` and reloads it by the admin
+/// endpoint.
+async fn reload_to(served: &Served, path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    let resp = client()
+        .post(served.url("/admin/reload"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+}
+
+// proves: DQ-8, GW-15 (a tenant and an account scope that a reload or a
+// deploy leaves out and a later reload adds back count what they had spent
+// that day, as the file kept it: after remove-and-re-add reloads in one
+// process, after a deploy without them and a reload adding them, and after
+// the restart that follows; not a fresh day)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_and_a_scope_added_back_by_a_reload_keep_their_day() {
+    let sim = sim().await;
+    let dir = state_dir("readd");
+    let base = sim.openai_base_url();
+    let path = write_config("readd.toml", &readd_config(&base, &dir, true));
+    let args = ["--config", path.to_str().unwrap()];
+    let env = [("TOLLGATE_TEST_ADMIN_KEY", ADMIN)];
+    let restart = |with_a: bool| {
+        std::fs::write(&path, readd_config(&base, &dir, with_a)).unwrap();
+        Served::start(&args, &env)
+    };
+
+    // 10 calls of a's 50 and 15 of the account's 100 (a's and b's).
+    let mut served = Served::start(&args, &env);
+    for _ in 0..10 {
+        remaining(&served, KEY_A).await;
+    }
+    for _ in 0..5 {
+        remaining(&served, KEY_B).await;
+    }
+    served.terminate();
+
+    // One process: left out by a reload, added back by the next.
+    let mut served = restart(true);
+    reload_to(&served, &path, &readd_config(&base, &dir, false)).await;
+    reload_to(&served, &path, &readd_config(&base, &dir, true)).await;
+    assert_eq!(
+        remaining(&served, KEY_A).await,
+        50 - 11,
+        "tenant a, re-added"
+    );
+    assert_eq!(
+        remaining(&served, KEY_B).await,
+        100 - 17,
+        "scope acct, re-added"
+    );
+    served.terminate();
+
+    // A deploy without them, then a reload that adds them back.
+    let mut served = restart(false);
+    reload_to(&served, &path, &readd_config(&base, &dir, true)).await;
+    assert_eq!(
+        remaining(&served, KEY_A).await,
+        50 - 12,
+        "tenant a, deployed back"
+    );
+    assert_eq!(
+        remaining(&served, KEY_B).await,
+        100 - 19,
+        "scope acct, deployed back"
+    );
+    served.terminate();
+
+    // And the restart after that.
+    let served = restart(true);
+    assert_eq!(
+        remaining(&served, KEY_A).await,
+        50 - 13,
+        "tenant a, restarted"
+    );
+    assert_eq!(
+        remaining(&served, KEY_B).await,
+        100 - 21,
+        "scope acct, restarted"
+    );
+    drop(served);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -61,6 +61,9 @@ pub struct Live {
     shutting_down: std::sync::atomic::AtomicBool,
     /// The status page's samples, kept across reloads (SPEC OBS-6).
     history: crate::status::History,
+    /// The quota state file (`server.state_dir`): a reload counts in the
+    /// controllers it makes afresh what the file holds for them.
+    state: Option<Arc<tollgate_state::StateFile>>,
 }
 
 impl Live {
@@ -74,6 +77,18 @@ impl Live {
             reloading: tokio::sync::Mutex::new(()),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             history: crate::status::History::default(),
+            state: None,
+        }
+    }
+
+    /// With the quota state file `file` (SPEC DQ-8): a tenant or an
+    /// upstream scope a reload adds (back) counts what the file holds for
+    /// it before the reloaded state serves.
+    #[must_use]
+    pub fn with_state(self, file: Option<Arc<tollgate_state::StateFile>>) -> Self {
+        Live {
+            state: file,
+            ..self
         }
     }
 
@@ -153,6 +168,12 @@ impl Live {
             );
         }
         let new = build_with(&config, self.metrics.clone(), Some(&old))?;
+        if let Some(file) = &self.state {
+            let restored = crate::persist::restore_new(file, &old, &new);
+            if restored > 0 {
+                tracing::info!(scopes = restored, "quota state restored for added scopes");
+            }
+        }
         let mut current = self.current.write();
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ReloadError::ShuttingDown);

@@ -5,9 +5,10 @@
 //! unless `on_unreadable_state = "start_empty"`) and what it holds is
 //! counted in the new controllers before any request is served. Then every
 //! `state_save_interval` the scopes whose count changed are written, in one
-//! transaction, off the request path (a blocking thread); a reload makes
-//! the next save rewrite the whole file; a graceful shutdown saves once
-//! more. Owners: `upstream` for the upstream scopes (their names are
+//! transaction, off the request path (a blocking thread); a reload counts
+//! in the controllers it makes afresh what the file holds for them
+//! ([`restore_new`]) and makes the next save rewrite the whole file; a
+//! graceful shutdown saves once more. Owners: `upstream` for the upstream scopes (their names are
 //! unique), `tenant:<name>` for each tenant's scopes. Scopes kept in Redis
 //! are never written (Redis holds them); tenant scopes, which stay per
 //! replica, are.
@@ -48,6 +49,21 @@ fn owners(app: &AppState) -> Vec<(String, &AdmissionController)> {
 pub fn restore(file: &StateFile, app: &AppState) -> usize {
     owners(app)
         .iter()
+        .map(|(owner, controller)| file.restore(owner, controller))
+        .sum()
+}
+
+/// Counts in the controllers of `new` (a reloaded state) that `old` did
+/// not have, a tenant or an upstream scope the reload added (or moved to
+/// another store), what `file` holds for them now: one left out of a
+/// deploy or a reload and added back finds its window as the file kept it
+/// (SPEC DQ-8), not a fresh one. Controllers kept by the reload count as
+/// they did. Returns how many scopes took something.
+pub fn restore_new(file: &StateFile, old: &AppState, new: &AppState) -> usize {
+    let running = owners(old);
+    owners(new)
+        .iter()
+        .filter(|(_, c)| !running.iter().any(|(_, r)| r.same(c)))
         .map(|(owner, controller)| file.restore(owner, controller))
         .sum()
 }

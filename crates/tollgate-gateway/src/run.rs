@@ -111,7 +111,9 @@ pub async fn run(
     };
     let local = listener.local_addr().unwrap_or(addr);
     let options = ServeOptions::from_config(&config.server);
-    let live = Arc::new(Live::new(app, config_path.map(Path::to_path_buf), metrics));
+    let live = Arc::new(
+        Live::new(app, config_path.map(Path::to_path_buf), metrics).with_state(state.clone()),
+    );
     // SIGHUP is handled before the banner says the gateway is up: until
     // then the signal's default action would end the process.
     let hangup = tokio::spawn(reload_on_hangup(Arc::clone(&live), hangups()));

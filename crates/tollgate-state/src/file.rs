@@ -230,13 +230,17 @@ impl StateFile {
         self.loaded.len()
     }
 
-    /// Counts in `controller` what the file held for `owner`'s scopes when
-    /// it was opened (see
+    /// Counts in `controller` what the file holds for `owner`'s scopes now:
+    /// what it held when opened, as this process has written it since (see
     /// [`AdmissionController::restore_quota`]); returns how many scopes
     /// counted something. Scopes the controller lacks, or keeps in a
-    /// shared store, take nothing.
+    /// shared store, take nothing. At start every controller is restored;
+    /// after a reload only the new ones (a tenant or scope added back
+    /// finds what the file kept of it).
     pub fn restore(&self, owner: &str, controller: &AdmissionController) -> usize {
-        self.loaded
+        let written = self.written.lock();
+        written
+            .on_disk
             .range((owner.to_owned(), String::new())..)
             .take_while(|((o, _), _)| o == owner)
             .filter(|((_, scope), saved)| {

@@ -99,6 +99,12 @@ impl AdmissionController {
         Self::builder().config(config).build()
     }
 
+    /// Whether `self` and `other` are handles of one controller (clones
+    /// share it; a reload that keeps a scope keeps its controller).
+    pub fn same(&self, other: &AdmissionController) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The ordinal of the scope called `name`.
     pub fn scope_id(&self, name: &str) -> Option<ScopeId> {
         self.inner
