@@ -1,5 +1,6 @@
-//! What the request fuzz targets share: the round trip every parsed request
-//! must survive, and the accounting profiles it must be estimable under.
+//! What the checks share: the round trip every parsed request must
+//! survive, the accounting profiles it must be estimable under, and the
+//! cuts of a stream read in pieces.
 
 use std::fmt::Debug;
 
@@ -8,7 +9,6 @@ use serde::de::DeserializeOwned;
 use tollgate_openai::tokens::Profile;
 
 /// Every accounting profile, with the degenerate character ratios.
-#[allow(dead_code)]
 pub const PROFILES: [Profile; 6] = [
     Profile::Tokenizer,
     Profile::OpenAi,
@@ -35,4 +35,24 @@ pub fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(data: &[u
     let again: T = serde_json::from_slice(&json).expect("serialized request parses");
     assert_eq!(request, again, "round trip changed the request");
     Some(request)
+}
+
+/// `rest` as up to `count` cut seeds then a body, and the body cut where
+/// the seeds say (each seed's 256ths of its length, in order): the body
+/// and its pieces.
+pub fn cut(rest: &[u8], count: usize) -> (&[u8], Vec<&[u8]>) {
+    let (seeds, body) = rest.split_at(count.min(rest.len()));
+    let mut cuts: Vec<usize> = seeds
+        .iter()
+        .map(|&s| usize::from(s) * body.len() / 256)
+        .collect();
+    cuts.sort_unstable();
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for cut in cuts {
+        pieces.push(&body[start..cut]);
+        start = cut;
+    }
+    pieces.push(&body[start..]);
+    (body, pieces)
 }

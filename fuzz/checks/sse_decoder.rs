@@ -28,20 +28,7 @@ pub fn check(data: &[u8]) {
     } else {
         tollgate_openai::sse::DEFAULT_MAX_EVENT_SIZE
     };
-    let cut_count = usize::from(selector & 0x07).min(rest.len());
-    let (seeds, stream) = rest.split_at(cut_count);
-    let mut cuts: Vec<usize> = seeds
-        .iter()
-        .map(|&s| usize::from(s) * stream.len() / 256)
-        .collect();
-    cuts.sort_unstable();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        pieces.push(&stream[start..cut]);
-        start = cut;
-    }
-    pieces.push(&stream[start..]);
+    let (stream, pieces) = super::shared::cut(rest, usize::from(selector & 0x07));
 
     let whole = decode(&[stream], limit);
     let split = decode(&pieces, limit);

@@ -108,20 +108,7 @@ pub fn check(data: &[u8]) {
         DEFAULT_MAX_EVENT_SIZE
     };
     let forward_usage = selector & 0x08 != 0;
-    let cut_count = usize::from(selector & 0x07).min(rest.len());
-    let (seeds, body) = rest.split_at(cut_count);
-    let mut cuts: Vec<usize> = seeds
-        .iter()
-        .map(|&s| usize::from(s) * body.len() / 256)
-        .collect();
-    cuts.sort_unstable();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        pieces.push(&body[start..cut]);
-        start = cut;
-    }
-    pieces.push(&body[start..]);
+    let (body, pieces) = super::shared::cut(rest, usize::from(selector & 0x07));
 
     for endpoint in ENDPOINTS {
         let whole = read(endpoint, &[body], limit, forward_usage);
