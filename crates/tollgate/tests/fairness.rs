@@ -816,3 +816,65 @@ async fn a_lower_class_is_served_behind_a_held_call_of_a_class_without_share() {
         t.abort();
     }
 }
+
+/// Tenant 1's calls charged at weight 1000 and held, then its weight set
+/// to 1 (a reload), its new calls queued beside tenant 2's, and the held
+/// calls settled with `used` tokens: the grants that follow, by label.
+async fn after_a_weight_change(used: u64) -> Vec<&'static str> {
+    let c = paced(ScopeConfig::new("s").tokens(1_000_000, MINUTE));
+    let log = Log::default();
+    let _full = fill(&c).await;
+    let mut tasks = spawn_n(&c, 60, call(flow(2, Priority::Standard), 100), "b", &log);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(15_500)).await;
+    // Ten calls of tenant 1 at weight 1000, granted and held.
+    let heavy = flow(1, Priority::Standard).with_weight(1_000);
+    let go = Arc::new(tokio::sync::Notify::new());
+    for _ in 0..10 {
+        let (c, log, go) = (c.clone(), log.clone(), Arc::clone(&go));
+        tasks.push(tokio::spawn(async move {
+            let mut lease = c.acquire(&call(heavy, 100), Deadline::NONE).await?;
+            log.lock().push(("A", Instant::now()));
+            go.notified().await;
+            lease.reconcile(Usage::known(used)).unwrap();
+            Ok(())
+        }));
+    }
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = labels(&log).len();
+    tasks.extend(spawn_n(
+        &c,
+        40,
+        call(flow(1, Priority::Standard), 100),
+        "a",
+        &log,
+    ));
+    settle().await;
+    go.notify_waiters();
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for t in tasks {
+        t.abort();
+    }
+    labels(&log)[before..].to_vec()
+}
+
+// proves: FAIR-3, FAIR-4 (a correction divides by the weight its grant was
+// charged at: calls charged at weight 1000 and settled at 0 after a reload
+// lowered the weight to 1 take off what they added, a tenth of a token
+// each, not 100 tokens each; so the two flows, both weight 1 now, keep
+// alternating within FAIR-4's bound, as when the calls used their
+// estimate)
+#[tokio::test(start_paused = true)]
+async fn a_correction_after_a_weight_change_takes_off_what_was_charged() {
+    for used in [100, 0] {
+        let after = after_a_weight_change(used).await;
+        let a = after.iter().filter(|l| **l == "a").count();
+        let b = after.iter().filter(|l| **l == "b").count();
+        assert!(
+            a.abs_diff(b) <= 3,
+            "settled at {used}: a={a} b={b}: {after:?}"
+        );
+    }
+}

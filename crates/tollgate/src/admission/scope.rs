@@ -574,7 +574,7 @@ impl ScopeState {
             match self.store.reserve(&demand, now, Hold::Pending) {
                 Ok(reservation) => {
                     let cost = self.cost(demand.tokens());
-                    self.queue.granted(key, cost);
+                    let charged = self.queue.granted(key, cost);
                     self.head_armed = None;
                     // Join the permit queue now, under the scope lock, so
                     // permits follow the grant order (SPEC ADM-4).
@@ -594,7 +594,7 @@ impl ScopeState {
                                 generation: self.cooldown.generation,
                                 order: self.grants - 1,
                                 permit,
-                                charged: self.queue.model(),
+                                charged,
                             }
                         }
                         Err(e) => {
@@ -602,8 +602,7 @@ impl ScopeState {
                             // its flow's charge, and the projection that
                             // counted it; its class was not served.
                             self.store.refund(&reservation, now);
-                            let model = self.queue.model();
-                            self.queue.correct(flow, model, cost, 0);
+                            self.queue.correct(flow, charged, cost, 0);
                             self.counters.refunded_reservations += 1;
                             self.invalidate_projection();
                             match e {

@@ -1321,3 +1321,163 @@ async fn a_recount_to_an_instant_ahead_counts_from_that_instant() {
         60 * SECOND + Duration::from_millis(500)
     );
 }
+
+/// Tenant 1's call of 1,000 tokens takes the turn from the line (its flow
+/// charged 1,000) and is cancelled while it waits for the pool's permit
+/// or, with `cancel_in_lease`, while its lease round trip is in flight;
+/// then tenant 1 comes back with calls of one token beside tenant 2's
+/// backlog: the grants that follow, by label.
+async fn lease_cancel_scenario(cancel_in_lease: bool) -> Vec<&'static str> {
+    use tollgate::Priority;
+    let store = TestStore::new(Duration::from_secs(5));
+    store.set_latency(Duration::from_millis(10));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(3, SECOND)
+        .tokens(1_000_000, 60 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let tok =
+        |tenant: u32, n: u64| call(n).with_flow(tollgate::Flow::new(tenant, Priority::Standard));
+    // Holds the one permit and the first second's request.
+    let blocker = c.acquire(&tok(9, 1), Deadline::NONE).await.expect("room");
+    // C takes the free turn (not charged); A waits in line behind it.
+    let cc = c.clone();
+    let c_task = tokio::spawn(async move {
+        drop(cc.acquire(&tok(3, 1), Deadline::NONE).await);
+    });
+    settle().await;
+    let ca = c.clone();
+    let a_task = tokio::spawn(async move { ca.acquire(&tok(1, 1000), Deadline::NONE).await });
+    settle().await;
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let (c, log) = (c.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = c.acquire(&tok(2, 1), Deadline::NONE).await;
+            log.lock().push("b");
+            drop(l);
+        }));
+    }
+    settle().await;
+    // By 2.5 s: C and A hold pending grants waiting for the permit.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    if cancel_in_lease {
+        drop(blocker);
+        // C leases (10 ms) and drops; A gets the permit and starts its
+        // lease round trip (10 ms): cancel A in the middle of it.
+        let t0 = Instant::now();
+        while Calls::get(&backend.calls.lease) < 2 && t0.elapsed() < SECOND {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // A's lease round trip (10 ms) is in flight: cancel it there.
+        assert_eq!(Calls::get(&backend.calls.lease), 2);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        a_task.abort();
+    } else {
+        // Cancel A while it waits for the permit.
+        a_task.abort();
+        drop(blocker);
+    }
+    let _ = c_task.await;
+    settle().await;
+    // A comes back with small calls while b is backlogged.
+    for _ in 0..10 {
+        let (c, log) = (c.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = c.acquire(&tok(1, 1), Deadline::NONE).await;
+            log.lock().push("a");
+            drop(l);
+        }));
+    }
+    settle().await;
+    let before = log.lock().len();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after: Vec<_> = log.lock()[before..].to_vec();
+    for t in tasks {
+        t.abort();
+    }
+    after
+}
+
+// proves: FAIR-3, FAIR-9 on a shared scope (a call cancelled after its
+// turn charged its flow gives the charge back with its reservation, while
+// it waits for its permit and while its lease round trip is in flight
+// alike: its flow's next small calls alternate with the other flow's
+// backlog instead of waiting behind a thousand of them)
+#[tokio::test(start_paused = true)]
+async fn a_call_cancelled_after_its_turn_gives_its_flows_charge_back() {
+    for in_lease in [false, true] {
+        let after = lease_cancel_scenario(in_lease).await;
+        let a = after.iter().filter(|l| **l == "a").count();
+        assert!(a >= 8, "cancelled in its lease: {in_lease}: {after:?}");
+    }
+}
+
+// proves: FAIR-3, FAIR-9 on a shared scope (a pending hold that expires
+// while its call waits for a permit sends the call back to the turn's
+// line, and the charge of its first turn is taken off: its flow is
+// charged once for the call, not once per turn)
+#[tokio::test(start_paused = true)]
+async fn an_expired_hold_charges_its_flow_once() {
+    use tollgate::Priority;
+    let store = TestStore::new(Duration::from_secs(5));
+    store.set_latency(Duration::from_millis(10));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(3, SECOND)
+        .tokens(1_000_000, 600 * SECOND);
+    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let tok =
+        |tenant: u32, n: u64| call(n).with_flow(tollgate::Flow::new(tenant, Priority::Standard));
+    let blocker = c.acquire(&tok(9, 1), Deadline::NONE).await.expect("room");
+    let cc = c.clone();
+    let c_task = tokio::spawn(async move {
+        drop(cc.acquire(&tok(3, 1), Deadline::NONE).await);
+    });
+    settle().await;
+    let ca = c.clone();
+    let a_task = tokio::spawn(async move {
+        let mut l = ca.acquire(&tok(1, 1000), Deadline::NONE).await.expect("a");
+        // The provider used nothing: the flow ends up charged nothing.
+        l.reconcile(Usage::known(0)).unwrap();
+    });
+    settle().await;
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..300 {
+        let (c, log) = (c.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = c.acquire(&tok(2, 1), Deadline::NONE).await;
+            log.lock().push("b");
+            drop(l);
+        }));
+    }
+    settle().await;
+    // The holds (a minute without a deadline) expire meanwhile.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    drop(blocker);
+    let _ = c_task.await;
+    a_task.await.expect("a admitted");
+    assert_eq!(c.snapshot().scopes[0].counters.holds_expired, 3);
+    let _ = backend;
+    // With the first turn's charge taken off at the expiry, a is served
+    // after a handful of b's (5 with the fix); with it kept, all 300.
+    let b_first = log.lock().len();
+    assert!(b_first < 50, "a waited behind {b_first} grants of b");
+    for _ in 0..10 {
+        let (c, log) = (c.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = c.acquire(&tok(1, 1), Deadline::NONE).await;
+            log.lock().push("a");
+            drop(l);
+        }));
+    }
+    settle().await;
+    let before = log.lock().len();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after: Vec<_> = log.lock()[before..].to_vec();
+    for t in tasks {
+        t.abort();
+    }
+    let a = after.iter().filter(|l| **l == "a").count();
+    assert!(a >= 8, "{after:?}");
+}

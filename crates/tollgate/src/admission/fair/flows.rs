@@ -82,7 +82,7 @@ pub(crate) struct FairQueue<T> {
     min_share: [u8; CLASSES],
     pub(crate) share: ShareRecord,
     /// The cost model counters are kept in (see [`Charged`]).
-    model: Charged,
+    model: u32,
 }
 
 impl<T> FairQueue<T> {
@@ -98,13 +98,8 @@ impl<T> FairQueue<T> {
             idle: 0,
             min_share,
             share: ShareRecord::new(window),
-            model: Charged(0),
+            model: 0,
         }
-    }
-
-    /// The cost model a grant made now is charged under.
-    pub(crate) fn model(&self) -> Charged {
-        self.model
     }
 
     /// Starts a new cost model (SPEC GW-15, FAIR-3, FAIR-4): counters in
@@ -114,7 +109,7 @@ impl<T> FairQueue<T> {
     /// are forgotten; the cost admitted per class counts afresh (FAIR-2).
     /// Lines, the head and each class's chosen call stay.
     pub(crate) fn new_model(&mut self) {
-        self.model = Charged(self.model.0.wrapping_add(1));
+        self.model = self.model.wrapping_add(1);
         for class in &mut self.classes {
             class.backlogged.clear();
             class.vtime = 0;
@@ -311,15 +306,21 @@ impl<T> FairQueue<T> {
     }
 
     /// Takes a granted call out of its line and charges its flow `cost`
-    /// (FAIR-3: the counter grows by cost / weight). The caller records the
-    /// cost in [`share`](Self::share) once it is admitted.
-    pub(crate) fn granted(&mut self, key: usize, cost: u64) {
+    /// (FAIR-3: the counter grows by cost / weight); returns how, for its
+    /// corrections. The caller records the cost in [`share`](Self::share)
+    /// once it is admitted.
+    pub(crate) fn granted(&mut self, key: usize, cost: u64) -> Charged {
+        let mut charged = Charged {
+            model: self.model,
+            weight: 1,
+        };
         let Some(chain) = self.take_out(key) else {
-            return;
+            return charged;
         };
         let Some(c) = self.lines.chain_mut(chain) else {
-            return;
+            return charged;
         };
+        charged.weight = c.meta.weight;
         let class = &mut self.classes[c.meta.key.priority.index()];
         class.backlogged.remove(&c.meta.entry(chain));
         class.vtime = class.vtime.max(c.meta.counter);
@@ -329,13 +330,15 @@ impl<T> FairQueue<T> {
         } else {
             self.went_idle(chain);
         }
+        charged
     }
 
     /// Corrects a flow's counter by what its granted call really cost
-    /// (settlement, or a refund before the lease: `actual` 0). A flow no
-    /// longer kept, or charged under another cost model, is not corrected.
+    /// (settlement, or a refund before the lease: `actual` 0), at the
+    /// weight it was charged at. A flow no longer kept, or charged under
+    /// another cost model, is not corrected.
     pub(crate) fn correct(&mut self, flow: FlowKey, charged: Charged, estimated: u64, actual: u64) {
-        if estimated == actual || charged != self.model {
+        if estimated == actual || charged.model != self.model {
             return;
         }
         let Some(&chain) = self.index.get(&flow) else {
@@ -346,7 +349,7 @@ impl<T> FairQueue<T> {
         };
         let class = &mut self.classes[c.meta.key.priority.index()];
         let backlogged = class.backlogged.remove(&c.meta.entry(chain));
-        let weight = c.meta.weight;
+        let weight = charged.weight;
         c.meta.counter = if actual > estimated {
             c.meta
                 .counter

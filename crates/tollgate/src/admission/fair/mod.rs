@@ -42,13 +42,21 @@ mod turn;
 
 use crate::quota::{Actual, Demand};
 
-/// The cost model a grant's flow was charged under (SPEC FAIR-3, GW-15).
-/// A reload that changes what a grant costs (a token limit added or
-/// removed) starts a new model: every counter in the old unit is set back
-/// to zero, and a correction of a grant charged under another model is
-/// skipped, since its charge went with the old counters.
+/// How a grant's flow was charged (SPEC FAIR-3, GW-15): under which cost
+/// model and at which weight. A reload that changes what a grant costs (a
+/// token limit added or removed) starts a new model: every counter in the
+/// old unit is set back to zero, and a correction of a grant charged under
+/// another model is skipped, since its charge went with the old counters.
+/// A correction divides by the weight the grant was charged at, not the
+/// flow's weight now (a reload may have changed it): it never takes off
+/// more than the grant added, nor adds debt at another rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Charged(pub(crate) u32);
+pub(crate) struct Charged {
+    /// The cost model.
+    pub(crate) model: u32,
+    /// The flow's weight when it was charged.
+    pub(crate) weight: u32,
+}
 
 /// What a grant costs its flow (SPEC FAIR-3): its token estimate (at least
 /// 1) in a scope with a token limit, 1 per request otherwise.

@@ -77,10 +77,9 @@ impl Turn {
             return;
         };
         let cost = self.cost(tokens);
-        self.queue.granted(key, cost);
-        let model = self.queue.model();
+        let charged = self.queue.granted(key, cost);
         if let Some(w) = self.queue.get_mut(key) {
-            w.state = State::Granted(model);
+            w.state = State::Granted(charged);
             if let Some(waker) = w.waker.take() {
                 waker.wake();
             }

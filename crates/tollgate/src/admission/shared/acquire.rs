@@ -742,6 +742,8 @@ impl<'a> SharedAcquire<'a> {
                     st.pending = st.pending.saturating_sub(1);
                 }
                 SharedStats::count(&self.shared.stats.holds_expired);
+                // Its next turn charges it again.
+                self.uncharge(&grant.reservation.demand);
                 self.inner().pools.release(self.pool, self.holder());
                 self.stage = Stage::Turn { key: None };
                 Poll::Ready(Ok(None))
@@ -817,13 +819,19 @@ impl<'a> SharedAcquire<'a> {
     }
 
     /// Refunds a grant that will not be leased (SPEC Q-9), exactly once.
-    fn refund(&mut self, grant: Granted) {
+    /// Takes the flow's charge for this call's turn off again (FAIR-3): the
+    /// reservation of `demand` it paid for is given back whole. Once per
+    /// turn: a call that takes a new turn is charged anew.
+    fn uncharge(&mut self, demand: &Demand) {
         if let Some(charged) = self.charged.take() {
-            let flow = self.flow.key();
             self.shared
                 .turn
-                .correct(flow, charged, &grant.reservation.demand, None);
+                .correct(self.flow.key(), charged, demand, None);
         }
+    }
+
+    fn refund(&mut self, grant: Granted) {
+        self.uncharge(&grant.reservation.demand);
         let now = self.now();
         let mut st = self.scope.state.lock();
         if grant.reservation.hold == Hold::Pending {
@@ -872,6 +880,7 @@ impl<'a> SharedAcquire<'a> {
                 }
             }
             Stage::Lease { grant, op, .. } => {
+                self.uncharge(&grant.reservation.demand);
                 {
                     let mut st = self.scope.state.lock();
                     st.pending = st.pending.saturating_sub(1);
