@@ -187,12 +187,34 @@ pub(crate) fn micros_down(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The TTL of every key of a scope: two of its longest windows plus an
-/// hour (room for pending reservations), in milliseconds. Refreshed on
-/// every write, so only an abandoned scope expires.
+/// The TTL of every key of a scope, in milliseconds: two of its longest
+/// windows, or longer while a token bucket emptied by its last write would
+/// still be refilling (a burst of hours on a minute's rate), plus an hour
+/// (room for pending reservations). Refreshed on every write, so only an
+/// abandoned scope expires, and not before a fresh scope (every window
+/// empty, every bucket full) counts what it would have counted. A bucket
+/// in debt deeper than its capacity when abandoned is the exception
+/// (docs/redis.md).
 pub(crate) fn ttl_ms(limits: &[LimitParams]) -> u64 {
-    let longest = limits.iter().map(|l| l.window_us).max().unwrap_or(0);
-    (longest.saturating_mul(2) / 1_000).saturating_add(3_600_000)
+    let longest = limits
+        .iter()
+        .map(|l| {
+            let windows = l.window_us.saturating_mul(2);
+            match l.kind {
+                Kind::Bucket => windows.max(refill_us(l)),
+                Kind::Sliding | Kind::Fixed => windows,
+            }
+        })
+        .max()
+        .unwrap_or(0);
+    (longest / 1_000).saturating_add(3_600_000)
+}
+
+/// How long a bucket takes to refill from empty, in µs (rounded up).
+fn refill_us(l: &LimitParams) -> u64 {
+    let us =
+        (u128::from(l.capacity) * u128::from(l.window_us)).div_ceil(u128::from(l.limit.max(1)));
+    u64::try_from(us).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -283,6 +305,35 @@ mod tests {
             // A rolling budget is a sliding window in every scope (BUD-3).
             assert!(kinds[3].starts_with("s:cost:"), "{algorithm:?}: {kinds:?}");
         }
+    }
+
+    // proves: DQ-5 (a scope's keys outlive the time its token bucket
+    // takes to refill from empty: a burst of three hours on a rate of 100
+    // a minute keeps them three hours and an hour, not two minutes and an
+    // hour; windows keep two windows and an hour)
+    #[test]
+    fn keys_outlive_a_long_burst() {
+        let minute = Duration::from_secs(60);
+        let bucket = |capacity| {
+            LimitParams::new(
+                Dimension::Tokens,
+                100,
+                minute,
+                capacity,
+                Algorithm::TokenBucket { burst: None },
+            )
+        };
+        let hour_ms = 3_600_000;
+        assert_eq!(ttl_ms(&[bucket(18_000)]), 3 * hour_ms + hour_ms);
+        assert_eq!(ttl_ms(&[bucket(100)]), 2 * 60_000 + hour_ms);
+        let day = LimitParams::new(
+            Dimension::Requests,
+            5,
+            Duration::from_secs(86_400),
+            5,
+            Algorithm::SlidingWindow,
+        );
+        assert_eq!(ttl_ms(&[bucket(18_000), day]), 48 * hour_ms + hour_ms);
     }
 
     // proves: DQ-1 (a bucket's level stays exact in Lua: a large daily

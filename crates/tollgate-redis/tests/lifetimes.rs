@@ -126,3 +126,37 @@ async fn a_shorter_configuration_never_shortens_a_key() {
         );
     }
 }
+
+// proves: DQ-5 (a token bucket whose burst is longer than two windows and
+// an hour keeps its keys until it would have refilled from empty: a burst
+// of three hours on 100 tokens a minute, emptied, leaves every key of the
+// scope at least three hours to live, so an abandoned scope never comes
+// back as a fresh, full bucket while the bucket it replaces still refills)
+#[tokio::test]
+async fn a_bucket_keeps_its_keys_until_it_has_refilled() {
+    let Some(server) = common::server("a_bucket_keeps_its_keys_until_it_has_refilled") else {
+        return;
+    };
+    let mut raw = common::raw(&server).await;
+    let burst = Duration::from_secs(3 * 3_600);
+    let config = ScopeConfig::new(common::unique("refill"))
+        .algorithm(Algorithm::TokenBucket { burst: Some(burst) })
+        .tokens(100, MINUTE);
+    let store = common::backend(&server, "refill").open_scope(&config);
+    assert_eq!(store.snapshot(BUDGET).await.unwrap()[0].available, 18_000);
+    for _ in 0..180 {
+        store
+            .reserve(Demand::new(100, 0), RemoteHold::Leased, BUDGET)
+            .await
+            .expect("answered")
+            .expect("room");
+    }
+    assert_eq!(store.snapshot(BUDGET).await.unwrap()[0].available, 0);
+    let burst_ms = i64::try_from(burst.as_millis()).expect("small");
+    for (key, ttl) in store.keys().iter().zip(ttls(&mut raw, store.keys()).await) {
+        if ttl == -2 {
+            continue;
+        }
+        assert!(ttl >= burst_ms, "{key} expires in {ttl} ms, before the bucket refills");
+    }
+}
