@@ -157,6 +157,9 @@ async fn a_bucket_keeps_its_keys_until_it_has_refilled() {
         if ttl == -2 {
             continue;
         }
-        assert!(ttl >= burst_ms, "{key} expires in {ttl} ms, before the bucket refills");
+        assert!(
+            ttl >= burst_ms,
+            "{key} expires in {ttl} ms, before the bucket refills"
+        );
     }
 }

@@ -257,16 +257,6 @@ pub(crate) fn validate_shared(
             "must be at least 1",
         ));
     }
-    if let Some((s, i)) = config.scopes.iter().find_map(|s| {
-        let i = s.limits().iter().position(|l| l.calendar.is_some())?;
-        Some((s, i))
-    }) {
-        return Err(ConfigError::new(
-            format!("scopes.{}.limits[{i}].per", s.name()),
-            "calendar windows are not supported by this shared quota store yet; \
-             use a rolling window such as \"1d\"",
-        ));
-    }
     // The store keeps one state per dimension and window (to the
     // microsecond): two such limits of one scope would share it.
     for s in &config.scopes {
