@@ -431,9 +431,11 @@ pub async fn run(
         }
         None => None,
     };
-    let saver = state
-        .as_ref()
-        .map(|file| tokio::spawn(save_every(Arc::clone(file), controller.clone())));
+    let saver = state.as_ref().map(|file| {
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(save_every(Arc::clone(file), controller.clone(), stopped));
+        (stop, task)
+    });
     let policy = AttemptPolicy {
         max_attempts: config.max_attempts,
         ..AttemptPolicy::default()
@@ -602,8 +604,11 @@ pub async fn run(
         }
         None => None,
     };
-    if let (Some(saver), Some(file)) = (saver, state) {
-        saver.abort();
+    if let (Some((stop, saver)), Some(file)) = (saver, state) {
+        // Stopped, not aborted: a save in progress finishes and lets go
+        // of the file, so the directory's lock is free when the run
+        // returns (a next run in this process opens it at once).
+        let _ = stop.send(());
         let _ = saver.await;
         let c = controller.clone();
         match tokio::task::spawn_blocking(move || file.save(&[(STATE_OWNER, &c)])).await {
@@ -1123,12 +1128,20 @@ const STATE_OWNER: &str = "batch";
 const STATE_SAVE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Saves the scope's long windows every [`STATE_SAVE_INTERVAL`] until
-/// aborted (SPEC DQ-8); a failed save is logged and retried.
-async fn save_every(file: Arc<tollgate_state::StateFile>, controller: AdmissionController) {
+/// `stop` (SPEC DQ-8), ending between two saves; a failed save is logged
+/// and retried.
+async fn save_every(
+    file: Arc<tollgate_state::StateFile>,
+    controller: AdmissionController,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
     let mut ticks = tokio::time::interval(STATE_SAVE_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = &mut stop => return,
+        }
         let (f, c) = (Arc::clone(&file), controller.clone());
         match tokio::task::spawn_blocking(move || f.save(&[(STATE_OWNER, &c)])).await {
             Ok(Ok(_)) => {}
