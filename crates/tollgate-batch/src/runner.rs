@@ -1139,8 +1139,9 @@ async fn save_every(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = ticks.tick() => {}
+            biased;
             _ = &mut stop => return,
+            _ = ticks.tick() => {}
         }
         let (f, c) = (Arc::clone(&file), controller.clone());
         match tokio::task::spawn_blocking(move || f.save(&[(STATE_OWNER, &c)])).await {

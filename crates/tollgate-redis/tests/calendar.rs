@@ -1,8 +1,7 @@
 //! Calendar windows on a shared scope (SPEC BUD-3, DQ-1): the store keeps
 //! no calendar and counts one as a sliding window of its longest period
 //! (docs/redis.md), so two replicas sharing a scope's "per day" limit
-//! admit at most its amount between them, and neither admits more after
-//! midnight passes for the other. Real `redis-server`.
+//! admit at most its amount between them. Real `redis-server`.
 
 mod common;
 
@@ -16,8 +15,7 @@ use tollgate::{AdmissionController, AdmissionError, Call, Deadline, ScopeId};
 // proves: BUD-3, DQ-1, Q-7 (a calendar day limit of a shared scope is
 // accepted and holds across two replicas: 5 requests per day (Paris), 3
 // admitted by one replica and 2 by the other, the sixth refused by either
-// at once with the instant room frees, since none frees within its
-// deadline)
+// with the instant room frees, since none frees within its deadline)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_calendar_day_is_shared_by_replicas() {
     let Some(server) = common::server("calendar") else {

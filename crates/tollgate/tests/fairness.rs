@@ -817,8 +817,9 @@ async fn a_lower_class_is_served_behind_a_held_call_of_a_class_without_share() {
     }
 }
 
-/// Tenant 1's calls charged at weight 1000 and held, then its weight set
-/// to 1 (a reload), its new calls queued beside tenant 2's, and the held
+/// Tenant 1's calls charged at weight 1000 and held, then its later calls
+/// carrying weight 1 (as after a reload that lowered it: a call's flow
+/// carries its tenant's weight), queued beside tenant 2's, and the held
 /// calls settled with `used` tokens: the grants that follow, by label.
 async fn after_a_weight_change(used: u64) -> Vec<&'static str> {
     let c = paced(ScopeConfig::new("s").tokens(1_000_000, MINUTE));
@@ -861,8 +862,8 @@ async fn after_a_weight_change(used: u64) -> Vec<&'static str> {
 }
 
 // proves: FAIR-3, FAIR-4 (a correction divides by the weight its grant was
-// charged at: calls charged at weight 1000 and settled at 0 after a reload
-// lowered the weight to 1 take off what they added, a tenth of a token
+// charged at: calls charged at weight 1000 and settled at 0 after the
+// flow's weight became 1 take off what they added, a tenth of a token
 // each, not 100 tokens each; so the two flows, both weight 1 now, keep
 // alternating within FAIR-4's bound, as when the calls used their
 // estimate)

@@ -1400,10 +1400,11 @@ async fn lease_cancel_scenario(cancel_in_lease: bool) -> Vec<&'static str> {
 }
 
 // proves: FAIR-3, FAIR-9 on a shared scope (a call cancelled after its
-// turn charged its flow gives the charge back with its reservation, while
-// it waits for its permit and while its lease round trip is in flight
-// alike: its flow's next small calls alternate with the other flow's
-// backlog instead of waiting behind a thousand of them)
+// turn charged its flow gives the charge back with its reservation while
+// its lease round trip is in flight, as it already did while it waited
+// for its permit (the control case): its flow's next small calls
+// alternate with the other flow's backlog instead of waiting behind a
+// thousand of them)
 #[tokio::test(start_paused = true)]
 async fn a_call_cancelled_after_its_turn_gives_its_flows_charge_back() {
     for in_lease in [false, true] {

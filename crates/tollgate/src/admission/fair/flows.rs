@@ -310,9 +310,10 @@ impl<T> FairQueue<T> {
     /// corrections. The caller records the cost in [`share`](Self::share)
     /// once it is admitted.
     pub(crate) fn granted(&mut self, key: usize, cost: u64) -> Charged {
+        // Weight 0: nothing was charged, so nothing is corrected.
         let mut charged = Charged {
             model: self.model,
-            weight: 1,
+            weight: 0,
         };
         let Some(chain) = self.take_out(key) else {
             return charged;
@@ -320,7 +321,7 @@ impl<T> FairQueue<T> {
         let Some(c) = self.lines.chain_mut(chain) else {
             return charged;
         };
-        charged.weight = c.meta.weight;
+        charged.weight = c.meta.weight.max(1);
         let class = &mut self.classes[c.meta.key.priority.index()];
         class.backlogged.remove(&c.meta.entry(chain));
         class.vtime = class.vtime.max(c.meta.counter);
@@ -338,7 +339,7 @@ impl<T> FairQueue<T> {
     /// weight it was charged at. A flow no longer kept, or charged under
     /// another cost model, is not corrected.
     pub(crate) fn correct(&mut self, flow: FlowKey, charged: Charged, estimated: u64, actual: u64) {
-        if estimated == actual || charged.model != self.model {
+        if estimated == actual || charged.model != self.model || charged.weight == 0 {
             return;
         }
         let Some(&chain) = self.index.get(&flow) else {

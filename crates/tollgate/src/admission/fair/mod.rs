@@ -54,7 +54,8 @@ use crate::quota::{Actual, Demand};
 pub(crate) struct Charged {
     /// The cost model.
     pub(crate) model: u32,
-    /// The flow's weight when it was charged.
+    /// The flow's weight when it was charged; 0 when no flow was charged
+    /// (then nothing is corrected).
     pub(crate) weight: u32,
 }
 
