@@ -188,14 +188,16 @@ async fn an_unreadable_state_file_stops_the_start() {
 
 const KEY_A: &str = "sk-state-tenant-a";
 const KEY_B: &str = "sk-state-tenant-b";
+const KEY_C: &str = "sk-state-tenant-c";
 const ADMIN: &str = "sk-state-admin";
 
-/// Tenant `a` (50 requests per day) and the account scope `acct` (100 per
-/// day) when `with_a`; tenant `b` (no limits of its own: it is told the
-/// account's) always.
-fn readd_config(base: &str, dir: &Path, with_a: bool) -> String {
+/// With `all`: tenant `a` (50 requests per day), tenant `b`'s limit on
+/// model `m` (30 per day) and the account scope `acct` (100 per day);
+/// without: none of them. Tenants `b` and `c` always; `c` has no limits
+/// of its own, so it is told the account's.
+fn readd_config(base: &str, dir: &Path, all: bool) -> String {
     let hash = |key| tollgate_gateway::auth::hash_key_for_config(key).unwrap();
-    let (scope, model_scope, tenant_a) = if with_a {
+    let (scope, model_scope, tenant_a, b_on_m) = if all {
         (
             "[scopes.acct]\nlimits = [{ requests = 100, per = \"1d\" }]\n".to_owned(),
             "scope = \"acct\"\n",
@@ -203,16 +205,19 @@ fn readd_config(base: &str, dir: &Path, with_a: bool) -> String {
                 "[tenants.a]\nkeys_sha256 = [\"{}\"]\nlimits = [{{ requests = 50, per = \"1d\" }}]\n",
                 hash(KEY_A)
             ),
+            "[tenants.b.per_model.m]\nlimits = [{ requests = 30, per = \"1d\" }]\n",
         )
     } else {
-        (String::new(), "", String::new())
+        (String::new(), "", String::new(), "")
     };
     format!(
         "[server]\nstate_dir = {dir:?}\nadmin_key_env = \"TOLLGATE_TEST_ADMIN_KEY\"\n\n\
          [providers.p]\nbase_url = \"{base}\"\n\n{scope}\n\
          [models.m]\nprovider = \"p\"\n{model_scope}\n\
-         [tenants.b]\nkeys_sha256 = [\"{}\"]\n\n{tenant_a}",
-        hash(KEY_B)
+         [tenants.b]\nkeys_sha256 = [\"{}\"]\n{b_on_m}\n\
+         [tenants.c]\nkeys_sha256 = [\"{}\"]\n\n{tenant_a}",
+        hash(KEY_B),
+        hash(KEY_C)
     )
 }
 
@@ -250,11 +255,22 @@ async fn reload_to(served: &Served, path: &Path, text: &str) {
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
 }
 
-// proves: DQ-8, GW-15 (a tenant and an account scope that a reload or a
-// deploy leaves out and a later reload adds back count what they had spent
-// that day, as the file kept it: after remove-and-re-add reloads in one
-// process, after a deploy without them and a reload adding them, and after
-// the restart that follows; not a fresh day)
+/// One call each of `a`, `b` and `c` (in that order): what each is told
+/// it has left (a: its own day, b: its day on `m`, c: the account's).
+async fn one_each(served: &Served) -> [u64; 3] {
+    [
+        remaining(served, KEY_A).await,
+        remaining(served, KEY_B).await,
+        remaining(served, KEY_C).await,
+    ]
+}
+
+// proves: DQ-8, GW-15 (a tenant, a tenant's limits on a model and an
+// account scope that a reload or a deploy leaves out and a later reload
+// adds back count what they had spent that day, as the file kept it:
+// after remove-and-re-add reloads in one process, after a deploy without
+// them and a reload adding them, and after the restart that follows; not
+// a fresh day)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_and_a_scope_added_back_by_a_reload_keep_their_day() {
     let sim = sim().await;
@@ -263,18 +279,17 @@ async fn a_tenant_and_a_scope_added_back_by_a_reload_keep_their_day() {
     let path = write_config("readd.toml", &readd_config(&base, &dir, true));
     let args = ["--config", path.to_str().unwrap()];
     let env = [("TOLLGATE_TEST_ADMIN_KEY", ADMIN)];
-    let restart = |with_a: bool| {
-        std::fs::write(&path, readd_config(&base, &dir, with_a)).unwrap();
+    let restart = |all: bool| {
+        std::fs::write(&path, readd_config(&base, &dir, all)).unwrap();
         Served::start(&args, &env)
     };
 
-    // 10 calls of a's 50 and 15 of the account's 100 (a's and b's).
+    // a: 10 of 50; b on m: 5 of 30; the account: 20 of 100.
     let mut served = Served::start(&args, &env);
-    for _ in 0..10 {
-        remaining(&served, KEY_A).await;
-    }
-    for _ in 0..5 {
-        remaining(&served, KEY_B).await;
+    for (key, n) in [(KEY_A, 10), (KEY_B, 5), (KEY_C, 5)] {
+        for _ in 0..n {
+            remaining(&served, key).await;
+        }
     }
     served.terminate();
 
@@ -283,14 +298,9 @@ async fn a_tenant_and_a_scope_added_back_by_a_reload_keep_their_day() {
     reload_to(&served, &path, &readd_config(&base, &dir, false)).await;
     reload_to(&served, &path, &readd_config(&base, &dir, true)).await;
     assert_eq!(
-        remaining(&served, KEY_A).await,
-        50 - 11,
-        "tenant a, re-added"
-    );
-    assert_eq!(
-        remaining(&served, KEY_B).await,
-        100 - 17,
-        "scope acct, re-added"
+        one_each(&served).await,
+        [50 - 11, 30 - 6, 100 - 23],
+        "re-added by reloads"
     );
     served.terminate();
 
@@ -298,28 +308,18 @@ async fn a_tenant_and_a_scope_added_back_by_a_reload_keep_their_day() {
     let mut served = restart(false);
     reload_to(&served, &path, &readd_config(&base, &dir, true)).await;
     assert_eq!(
-        remaining(&served, KEY_A).await,
-        50 - 12,
-        "tenant a, deployed back"
-    );
-    assert_eq!(
-        remaining(&served, KEY_B).await,
-        100 - 19,
-        "scope acct, deployed back"
+        one_each(&served).await,
+        [50 - 12, 30 - 7, 100 - 26],
+        "deployed back"
     );
     served.terminate();
 
     // And the restart after that.
     let served = restart(true);
     assert_eq!(
-        remaining(&served, KEY_A).await,
-        50 - 13,
-        "tenant a, restarted"
-    );
-    assert_eq!(
-        remaining(&served, KEY_B).await,
-        100 - 21,
-        "scope acct, restarted"
+        one_each(&served).await,
+        [50 - 13, 30 - 8, 100 - 29],
+        "restarted"
     );
     drop(served);
     let _ = std::fs::remove_dir_all(&dir);

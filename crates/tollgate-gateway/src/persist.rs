@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::AdmissionController;
+use tollgate::config::ControllerConfig;
 use tollgate_state::{StateError, StateFile};
 
 use crate::config::GatewayConfig;
@@ -31,15 +32,15 @@ pub fn open(config: &GatewayConfig) -> Result<Option<Arc<StateFile>>, StateError
     StateFile::open(dir, config.server.on_unreadable_state).map(|f| Some(Arc::new(f)))
 }
 
-/// Every controller of `app` with its owner's name.
-fn owners(app: &AppState) -> Vec<(String, &AdmissionController)> {
+/// Every controller of `app` with its owner's name and its configuration.
+fn owners(app: &AppState) -> Vec<(String, &AdmissionController, &ControllerConfig)> {
     app.upstream
         .iter()
-        .map(|s| ("upstream".to_owned(), &s.controller))
+        .map(|s| ("upstream".to_owned(), &s.controller, &s.settings))
         .chain(
             app.tenant_slots
                 .iter()
-                .map(|t| (format!("tenant:{}", t.name), &t.controller)),
+                .map(|t| (format!("tenant:{}", t.name), &t.controller, &t.settings)),
         )
         .collect()
 }
@@ -49,22 +50,37 @@ fn owners(app: &AppState) -> Vec<(String, &AdmissionController)> {
 pub fn restore(file: &StateFile, app: &AppState) -> usize {
     owners(app)
         .iter()
-        .map(|(owner, controller)| file.restore(owner, controller))
+        .map(|(owner, controller, _)| file.restore(owner, controller))
         .sum()
 }
 
-/// Counts in the controllers of `new` (a reloaded state) that `old` did
-/// not have, a tenant or an upstream scope the reload added (or moved to
-/// another store), what `file` holds for them now: one left out of a
-/// deploy or a reload and added back finds its window as the file kept it
-/// (SPEC DQ-8), not a fresh one. Controllers kept by the reload count as
-/// they did. Returns how many scopes took something.
+/// Counts in the scopes of `new` (a reloaded state) that `old` did not
+/// have what `file` holds for them now: a tenant or an upstream scope the
+/// reload added (or moved to another store), and a scope it added to a
+/// controller it keeps (a tenant's limits on a model) that the controller
+/// never had. One left out of a deploy and added back by a reload finds
+/// its windows as the file kept them (SPEC DQ-8), not fresh ones. Scopes
+/// the reload keeps count as they did, and so does a scope a controller
+/// retired at an earlier reload and takes back now (the engine kept its
+/// counts). Returns how many scopes took something.
 pub fn restore_new(file: &StateFile, old: &AppState, new: &AppState) -> usize {
     let running = owners(old);
     owners(new)
         .iter()
-        .filter(|(_, c)| !running.iter().any(|(_, r)| r.same(c)))
-        .map(|(owner, controller)| file.restore(owner, controller))
+        .map(|(owner, controller, settings)| {
+            match running.iter().find(|(_, r, _)| r.same(controller)) {
+                None => file.restore(owner, controller),
+                Some((_, _, before)) => {
+                    let had = |scope: &str| before.scopes.iter().any(|s| s.name() == scope);
+                    let added = |scope: &str| !had(scope) && controller.quota_untouched(scope);
+                    if settings.scopes.iter().any(|s| added(s.name())) {
+                        file.restore_where(owner, controller, added)
+                    } else {
+                        0
+                    }
+                }
+            }
+        })
         .sum()
 }
 
@@ -72,7 +88,7 @@ pub fn restore_new(file: &StateFile, old: &AppState, new: &AppState) -> usize {
 pub fn save(file: &StateFile, app: &AppState) -> Result<usize, StateError> {
     let owners = owners(app);
     let refs: Vec<(&str, &AdmissionController)> =
-        owners.iter().map(|(o, c)| (o.as_str(), *c)).collect();
+        owners.iter().map(|(o, c, _)| (o.as_str(), *c)).collect();
     file.save(&refs)
 }
 

@@ -73,23 +73,20 @@ impl LimitParams {
             .limits()
             .iter()
             .zip(snapshot.iter())
-            .map(|(l, s)| match l.calendar {
+            .map(|(l, s)| {
                 // The store keeps no calendar: a calendar window is a
                 // sliding window of its longest period, which never admits
-                // more than the calendar would (it frees later).
-                Some(c) => LimitParams::new(
-                    l.dimension,
-                    l.amount,
-                    c.longest(),
-                    l.amount,
-                    Algorithm::SlidingWindow,
-                ),
-                // A rolling budget is a sliding window whatever the
-                // scope's algorithm, as in process (`Limit::algorithm_in`).
-                None => {
-                    let algorithm = l.algorithm_in(algorithm);
-                    LimitParams::new(l.dimension, l.amount, l.window, s.capacity, algorithm)
-                }
+                // more than the calendar would (it frees later); a rolling
+                // budget is a sliding window whatever the scope's
+                // algorithm, as in process (`Limit::without_calendar`, the
+                // same rule the engine checks duplicates by).
+                let (counted, window) = l.without_calendar(algorithm);
+                let capacity = if l.calendar.is_some() {
+                    l.amount
+                } else {
+                    s.capacity
+                };
+                LimitParams::new(l.dimension, l.amount, window, capacity, counted)
             })
             .collect();
         (params, algorithm)

@@ -59,3 +59,34 @@ async fn a_calendar_day_is_shared_by_replicas() {
     }
     drop(held);
 }
+
+// proves: DQ-1, CFG-3 (two limits of a shared scope that the store would
+// count as one, same dimension, arithmetic and window once a calendar
+// window is its longest sliding window, are a located configuration error:
+// a day in Paris (25 hours) beside a rolling 25 hours; a day in Paris
+// beside a rolling day is not, since they are counted apart)
+#[tokio::test]
+async fn limits_the_store_would_count_as_one_are_refused() {
+    let Some(server) = common::server("calendar_duplicates") else {
+        return;
+    };
+    let day = Calendar::new(Period::Day).zone(Zone::named("Europe/Paris").expect("zone"));
+    let build = |second: Limit| {
+        let backend: Arc<dyn RemoteBackend> = Arc::new(common::backend(&server, "dup"));
+        let scope = ScopeConfig::new("acct")
+            .limit(Limit::per(Dimension::Requests, 5, day))
+            .limit(second);
+        AdmissionController::builder()
+            .config(ControllerConfig {
+                scopes: vec![scope],
+                ..ControllerConfig::default()
+            })
+            .shared_store(backend)
+            .build()
+    };
+    let hours = |h: u64| Duration::from_secs(h * 3_600);
+    let err = build(Limit::new(Dimension::Requests, 9, hours(25))).expect_err("one count");
+    assert_eq!(err.field, "scopes.acct.limits[1]", "{err}");
+    build(Limit::new(Dimension::Requests, 9, hours(24))).expect("counted apart");
+    build(Limit::new(Dimension::Tokens, 9, hours(25))).expect("another dimension");
+}

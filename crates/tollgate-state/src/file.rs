@@ -72,13 +72,11 @@ pub enum OnUnreadable {
 
 type Key = (String, String);
 
-/// What the file holds, as this process last wrote it.
+/// What this process last wrote, held by a save from start to end.
 #[derive(Debug, Default)]
 struct Written {
     /// The store version last written of each (owner, scope).
     versions: HashMap<Key, u64>,
-    /// What the file holds of each (owner, scope).
-    on_disk: BTreeMap<Key, SavedScope>,
 }
 
 /// An open state file.
@@ -86,9 +84,15 @@ struct Written {
 pub struct StateFile {
     path: PathBuf,
     conn: Mutex<Connection>,
-    /// What the file held when opened, by (owner, scope).
-    loaded: BTreeMap<Key, SavedScope>,
-    /// What was last written.
+    /// How many scopes the file held when opened.
+    loaded: usize,
+    /// What the file holds of each (owner, scope): what it held when
+    /// opened, as this process has written it since. Locked only to read
+    /// or update it, never across a write: a reload's restore never waits
+    /// for the disk.
+    on_disk: Mutex<BTreeMap<Key, SavedScope>>,
+    /// What was last written; held by a save from start to end (one save
+    /// at a time).
     written: Mutex<Written>,
     /// The next save rewrites everything.
     full: AtomicBool,
@@ -202,9 +206,9 @@ impl StateFile {
             conn: Mutex::new(conn),
             written: Mutex::new(Written {
                 versions: HashMap::new(),
-                on_disk: loaded.clone(),
             }),
-            loaded,
+            loaded: loaded.len(),
+            on_disk: Mutex::new(loaded),
             full: AtomicBool::new(true),
             _lock: None,
             keep,
@@ -227,7 +231,7 @@ impl StateFile {
 
     /// How many scopes the file held when opened.
     pub fn loaded_scopes(&self) -> usize {
-        self.loaded.len()
+        self.loaded
     }
 
     /// Counts in `controller` what the file holds for `owner`'s scopes now:
@@ -238,11 +242,22 @@ impl StateFile {
     /// after a reload only the new ones (a tenant or scope added back
     /// finds what the file kept of it).
     pub fn restore(&self, owner: &str, controller: &AdmissionController) -> usize {
-        let written = self.written.lock();
-        written
-            .on_disk
+        self.restore_where(owner, controller, |_| true)
+    }
+
+    /// [`restore`](Self::restore) of the scopes `wanted` names only (after
+    /// a reload: the scopes a running controller was given by it).
+    pub fn restore_where(
+        &self,
+        owner: &str,
+        controller: &AdmissionController,
+        wanted: impl Fn(&str) -> bool,
+    ) -> usize {
+        let on_disk = self.on_disk.lock();
+        on_disk
             .range((owner.to_owned(), String::new())..)
             .take_while(|((o, _), _)| o == owner)
+            .filter(|((_, scope), _)| wanted(scope))
             .filter(|((_, scope), saved)| {
                 let kept;
                 let saved = if saved.limits.iter().all(|l| (self.keep)(&l.limit)) {
@@ -310,8 +325,8 @@ impl StateFile {
                 .iter()
                 .map(|(o, s)| (o.as_str(), s.scope.as_str()))
                 .collect();
-            let (kept, dropped): (Vec<_>, Vec<_>) = written
-                .on_disk
+            let on_disk = self.on_disk.lock();
+            let (kept, dropped): (Vec<_>, Vec<_>) = on_disk
                 .iter()
                 .filter(|((o, s), _)| !saving.contains(&(o.as_str(), s.as_str())))
                 .partition(|(_, saved)| counts_something(saved, now));
@@ -332,13 +347,14 @@ impl StateFile {
                 source: e,
             });
         }
+        let mut on_disk = self.on_disk.lock();
         for key in dropped {
-            written.on_disk.remove(&key);
+            on_disk.remove(&key);
         }
         for (owner, saved) in changed.iter() {
             let key = (owner.clone(), saved.scope.clone());
             written.versions.insert(key.clone(), saved.version);
-            written.on_disk.insert(key, saved.state.clone());
+            on_disk.insert(key, saved.state.clone());
         }
         Ok(changed.len())
     }

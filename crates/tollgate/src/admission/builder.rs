@@ -257,14 +257,21 @@ pub(crate) fn validate_shared(
             "must be at least 1",
         ));
     }
-    // The store keeps one state per dimension and window (to the
-    // microsecond): two such limits of one scope would share it.
+    // The store keeps one state per dimension, arithmetic and window (to
+    // the microsecond, rounded up), a calendar window as a sliding window
+    // of its longest period: two such limits of one scope would share it.
     for s in &config.scopes {
         let limits = s.limits();
+        let counted = |k: &crate::config::Limit| {
+            let (algorithm, window) = k.without_calendar(s.algorithm);
+            (
+                k.dimension,
+                std::mem::discriminant(&algorithm),
+                window.as_nanos().div_ceil(1_000),
+            )
+        };
         for (j, l) in limits.iter().enumerate() {
-            let same = |k: &crate::config::Limit| {
-                k.dimension == l.dimension && k.window.as_micros() == l.window.as_micros()
-            };
+            let same = |k: &crate::config::Limit| counted(k) == counted(l);
             if let Some(i) = limits[..j].iter().position(same) {
                 return Err(ConfigError::new(
                     format!("scopes.{}.limits[{j}]", s.name()),

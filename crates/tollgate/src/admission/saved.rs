@@ -60,6 +60,26 @@ impl AdmissionController {
         out
     }
 
+    /// Whether the in-process scope `scope` has counted nothing since it
+    /// was made: no admission, no settlement, no restore. A scope a
+    /// reconfiguration appended is; one it brought back after retiring it
+    /// keeps its counts and is not. `false` for an unknown scope or one
+    /// kept in a shared store.
+    pub fn quota_untouched(&self, scope: &str) -> bool {
+        let Some((_, s)) = self
+            .inner
+            .scopes
+            .iter()
+            .find(|(_, s)| &*s.name == scope && !s.is_retired())
+        else {
+            return false;
+        };
+        if s.shared.is_some() {
+            return false;
+        }
+        s.state.lock().store.version() == Some(0)
+    }
+
     /// Counts in scope `scope` what a save before a restart still counts
     /// (see [`SavedScope`]): call it before the scope takes traffic, or
     /// any time later (what is restored next to counted amounts is counted

@@ -105,6 +105,19 @@ impl Limit {
         }
     }
 
+    /// How a store that keeps no calendar (the shared store) counts this
+    /// limit in a scope counted by `scope`: a calendar window as a sliding
+    /// window of its longest period (so no period admits more than its
+    /// amount), any other window as [`algorithm_in`](Self::algorithm_in)
+    /// says. Two limits of one scope with the same dimension and the same
+    /// answer share one count there.
+    pub fn without_calendar(&self, scope: Algorithm) -> (Algorithm, Duration) {
+        match self.calendar {
+            Some(c) => (Algorithm::SlidingWindow, c.longest()),
+            None => (self.algorithm_in(scope), self.window),
+        }
+    }
+
     /// The window as configured: `1m`-style for a rolling one, `day
     /// (Europe/Paris)`-style for a calendar one.
     pub fn window_label(&self) -> String {
