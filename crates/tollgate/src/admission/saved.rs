@@ -4,6 +4,7 @@
 //! business.
 
 use super::controller::AdmissionController;
+use super::scope::Scope;
 use crate::config::Limit;
 use crate::quota::SavedScope;
 
@@ -66,18 +67,17 @@ impl AdmissionController {
     /// keeps its counts and is not. `false` for an unknown scope or one
     /// kept in a shared store.
     pub fn quota_untouched(&self, scope: &str) -> bool {
-        let Some((_, s)) = self
-            .inner
+        self.in_process(scope)
+            .is_some_and(|s| s.state.lock().store.version() == Some(0))
+    }
+
+    /// The running scope named `name` whose quota is counted in process.
+    fn in_process(&self, name: &str) -> Option<&Scope> {
+        self.inner
             .scopes
             .iter()
-            .find(|(_, s)| &*s.name == scope && !s.is_retired())
-        else {
-            return false;
-        };
-        if s.shared.is_some() {
-            return false;
-        }
-        s.state.lock().store.version() == Some(0)
+            .map(|(_, s)| s)
+            .find(|s| &*s.name == name && !s.is_retired() && s.shared.is_none())
     }
 
     /// Counts in scope `scope` what a save before a restart still counts
@@ -88,17 +88,9 @@ impl AdmissionController {
     /// store.
     pub fn restore_quota(&self, scope: &str, saved: &SavedScope) -> bool {
         let now = self.inner.clock.now();
-        let Some((_, s)) = self
-            .inner
-            .scopes
-            .iter()
-            .find(|(_, s)| &*s.name == scope && !s.is_retired())
-        else {
+        let Some(s) = self.in_process(scope) else {
             return false;
         };
-        if s.shared.is_some() {
-            return false;
-        }
         let mut st = s.state.lock();
         let restored = st.store.restore(saved, now);
         if restored {

@@ -1322,42 +1322,102 @@ async fn a_recount_to_an_instant_ahead_counts_from_that_instant() {
     );
 }
 
+/// A call of `n` tokens of tenant `tenant`'s standard flow.
+fn of_tenant(tenant: u32, n: u64) -> tollgate::Call {
+    call(n).with_flow(tollgate::Flow::new(tenant, tollgate::Priority::Standard))
+}
+
+type Log = Arc<parking_lot::Mutex<Vec<&'static str>>>;
+
+/// `n` calls of one token of `tenant`, each logging `label` once it is
+/// answered.
+fn logged(
+    c: &AdmissionController,
+    tenant: u32,
+    n: usize,
+    label: &'static str,
+    log: &Log,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let (c, log) = (c.clone(), Arc::clone(log));
+            tokio::spawn(async move {
+                let l = c.acquire(&of_tenant(tenant, 1), Deadline::NONE).await;
+                log.lock().push(label);
+                drop(l);
+            })
+        })
+        .collect()
+}
+
+/// On a shared scope of 3 requests a second and one permit: a blocker
+/// holding the permit and the first second's request, tenant 3's call
+/// taking the free turn (not charged), then tenant 1's call of 1,000
+/// tokens (`a`, charged when its turn comes from the line) behind it.
+async fn turn_charged_to_tenant_1(
+    store: &Arc<TestStore>,
+    tokens_window: Duration,
+    a: impl FnOnce(AdmissionController) -> tokio::task::JoinHandle<()>,
+) -> (
+    AdmissionController,
+    TestBackend,
+    tollgate::Lease,
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    store.set_latency(Duration::from_millis(10));
+    let scope = ScopeConfig::new(SCOPE)
+        .requests(3, SECOND)
+        .tokens(1_000_000, tokens_window);
+    let (c, backend) = replica(store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
+    let blocker = c
+        .acquire(&of_tenant(9, 1), Deadline::NONE)
+        .await
+        .expect("room");
+    let cc = c.clone();
+    let c_task = tokio::spawn(async move {
+        drop(cc.acquire(&of_tenant(3, 1), Deadline::NONE).await);
+    });
+    settle().await;
+    let a_task = a(c.clone());
+    settle().await;
+    (c, backend, blocker, c_task, a_task)
+}
+
+/// Tenant 1's calls of one token beside the backlog: the labels granted in
+/// the next 20 s.
+async fn next_grants(
+    c: &AdmissionController,
+    log: &Log,
+    mut tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> Vec<&'static str> {
+    tasks.extend(logged(c, 1, 10, "a", log));
+    settle().await;
+    let before = log.lock().len();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after: Vec<_> = log.lock()[before..].to_vec();
+    for t in tasks {
+        t.abort();
+    }
+    after
+}
+
 /// Tenant 1's call of 1,000 tokens takes the turn from the line (its flow
 /// charged 1,000) and is cancelled while it waits for the pool's permit
 /// or, with `cancel_in_lease`, while its lease round trip is in flight;
 /// then tenant 1 comes back with calls of one token beside tenant 2's
 /// backlog: the grants that follow, by label.
 async fn lease_cancel_scenario(cancel_in_lease: bool) -> Vec<&'static str> {
-    use tollgate::Priority;
     let store = TestStore::new(Duration::from_secs(5));
-    store.set_latency(Duration::from_millis(10));
-    let scope = ScopeConfig::new(SCOPE)
-        .requests(3, SECOND)
-        .tokens(1_000_000, 60 * SECOND);
-    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
-    let tok =
-        |tenant: u32, n: u64| call(n).with_flow(tollgate::Flow::new(tenant, Priority::Standard));
-    // Holds the one permit and the first second's request.
-    let blocker = c.acquire(&tok(9, 1), Deadline::NONE).await.expect("room");
-    // C takes the free turn (not charged); A waits in line behind it.
-    let cc = c.clone();
-    let c_task = tokio::spawn(async move {
-        drop(cc.acquire(&tok(3, 1), Deadline::NONE).await);
-    });
-    settle().await;
-    let ca = c.clone();
-    let a_task = tokio::spawn(async move { ca.acquire(&tok(1, 1000), Deadline::NONE).await });
-    settle().await;
-    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..100 {
-        let (c, log) = (c.clone(), log.clone());
-        tasks.push(tokio::spawn(async move {
-            let l = c.acquire(&tok(2, 1), Deadline::NONE).await;
-            log.lock().push("b");
-            drop(l);
-        }));
-    }
+    let (c, backend, blocker, c_task, a_task) =
+        turn_charged_to_tenant_1(&store, 60 * SECOND, |c| {
+            tokio::spawn(async move {
+                drop(c.acquire(&of_tenant(1, 1000), Deadline::NONE).await);
+            })
+        })
+        .await;
+    let log = Log::default();
+    let tasks = logged(&c, 2, 100, "b", &log);
     settle().await;
     // By 2.5 s: C and A hold pending grants waiting for the permit.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
@@ -1380,23 +1440,7 @@ async fn lease_cancel_scenario(cancel_in_lease: bool) -> Vec<&'static str> {
     }
     let _ = c_task.await;
     settle().await;
-    // A comes back with small calls while b is backlogged.
-    for _ in 0..10 {
-        let (c, log) = (c.clone(), log.clone());
-        tasks.push(tokio::spawn(async move {
-            let l = c.acquire(&tok(1, 1), Deadline::NONE).await;
-            log.lock().push("a");
-            drop(l);
-        }));
-    }
-    settle().await;
-    let before = log.lock().len();
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let after: Vec<_> = log.lock()[before..].to_vec();
-    for t in tasks {
-        t.abort();
-    }
-    after
+    next_grants(&c, &log, tasks).await
 }
 
 // proves: FAIR-3, FAIR-9 on a shared scope (a call cancelled after its
@@ -1420,38 +1464,21 @@ async fn a_call_cancelled_after_its_turn_gives_its_flows_charge_back() {
 // charged once for the call, not once per turn)
 #[tokio::test(start_paused = true)]
 async fn an_expired_hold_charges_its_flow_once() {
-    use tollgate::Priority;
     let store = TestStore::new(Duration::from_secs(5));
-    store.set_latency(Duration::from_millis(10));
-    let scope = ScopeConfig::new(SCOPE)
-        .requests(3, SECOND)
-        .tokens(1_000_000, 600 * SECOND);
-    let (c, backend) = replica(&store, Unavailable::FailClosed, scope, |b| b.concurrency(1));
-    let tok =
-        |tenant: u32, n: u64| call(n).with_flow(tollgate::Flow::new(tenant, Priority::Standard));
-    let blocker = c.acquire(&tok(9, 1), Deadline::NONE).await.expect("room");
-    let cc = c.clone();
-    let c_task = tokio::spawn(async move {
-        drop(cc.acquire(&tok(3, 1), Deadline::NONE).await);
-    });
-    settle().await;
-    let ca = c.clone();
-    let a_task = tokio::spawn(async move {
-        let mut l = ca.acquire(&tok(1, 1000), Deadline::NONE).await.expect("a");
-        // The provider used nothing: the flow ends up charged nothing.
-        l.reconcile(Usage::known(0)).unwrap();
-    });
-    settle().await;
-    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..300 {
-        let (c, log) = (c.clone(), log.clone());
-        tasks.push(tokio::spawn(async move {
-            let l = c.acquire(&tok(2, 1), Deadline::NONE).await;
-            log.lock().push("b");
-            drop(l);
-        }));
-    }
+    let (c, _backend, blocker, c_task, a_task) =
+        turn_charged_to_tenant_1(&store, 600 * SECOND, |c| {
+            tokio::spawn(async move {
+                let mut l = c
+                    .acquire(&of_tenant(1, 1000), Deadline::NONE)
+                    .await
+                    .expect("a");
+                // The provider used nothing: the flow ends up charged nothing.
+                l.reconcile(Usage::known(0)).unwrap();
+            })
+        })
+        .await;
+    let log = Log::default();
+    let tasks = logged(&c, 2, 300, "b", &log);
     settle().await;
     // The holds (a minute without a deadline) expire meanwhile.
     tokio::time::sleep(Duration::from_secs(61)).await;
@@ -1459,26 +1486,11 @@ async fn an_expired_hold_charges_its_flow_once() {
     let _ = c_task.await;
     a_task.await.expect("a admitted");
     assert_eq!(c.snapshot().scopes[0].counters.holds_expired, 3);
-    let _ = backend;
     // With the first turn's charge taken off at the expiry, a is served
     // after a handful of b's (5 with the fix); with it kept, all 300.
     let b_first = log.lock().len();
     assert!(b_first < 50, "a waited behind {b_first} grants of b");
-    for _ in 0..10 {
-        let (c, log) = (c.clone(), log.clone());
-        tasks.push(tokio::spawn(async move {
-            let l = c.acquire(&tok(1, 1), Deadline::NONE).await;
-            log.lock().push("a");
-            drop(l);
-        }));
-    }
-    settle().await;
-    let before = log.lock().len();
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let after: Vec<_> = log.lock()[before..].to_vec();
-    for t in tasks {
-        t.abort();
-    }
+    let after = next_grants(&c, &log, tasks).await;
     let a = after.iter().filter(|l| **l == "a").count();
     assert!(a >= 8, "{after:?}");
 }
