@@ -3,7 +3,7 @@
 //! same value, and must be estimable under every accounting profile without
 //! panicking (the estimate saturates, it never overflows).
 
-use tollgate_openai::tokens::{ANTHROPIC_REQUEST_OVERHEAD, Profile, TokenEstimator};
+use tollgate_openai::tokens::ANTHROPIC_REQUEST_OVERHEAD;
 use tollgate_openai::wire::MessagesRequest;
 
 /// Checks one input; panics on a finding.
@@ -11,16 +11,9 @@ pub fn check(data: &[u8]) {
     let Some(request) = super::shared::round_trip::<MessagesRequest>(data) else {
         return;
     };
-    for profile in super::shared::PROFILES {
-        let estimate = TokenEstimator::new()
-            .with_profile(profile)
-            .messages(&request);
-        let _ = estimate.total();
-        assert!(estimate.input >= ANTHROPIC_REQUEST_OVERHEAD);
-        if let Some(cap) = request.max_tokens
-            && !matches!(profile, Profile::Chars { output: false, .. })
-        {
-            assert_eq!(estimate.output, cap, "output allowance is the cap");
-        }
-    }
+    super::shared::estimable(
+        request.max_tokens,
+        |e| e.messages(&request),
+        |e| assert!(e.input >= ANTHROPIC_REQUEST_OVERHEAD),
+    );
 }

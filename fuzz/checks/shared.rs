@@ -6,7 +6,7 @@ use std::fmt::Debug;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tollgate_openai::tokens::Profile;
+use tollgate_openai::tokens::{Profile, TokenEstimate, TokenEstimator};
 
 /// Every accounting profile, with the degenerate character ratios.
 pub const PROFILES: [Profile; 6] = [
@@ -55,4 +55,25 @@ pub fn cut(rest: &[u8], count: usize) -> (&[u8], Vec<&[u8]>) {
     }
     pieces.push(&body[start..]);
     (body, pieces)
+}
+
+/// Estimates a parsed request under every profile of [`PROFILES`] with
+/// `estimate` (it never panics, the total saturates) and checks each
+/// estimate with `check`; where a profile counts output, the allowance is
+/// the request's `cap` when it has one.
+pub fn estimable(
+    cap: Option<u64>,
+    estimate: impl Fn(&TokenEstimator) -> TokenEstimate,
+    check: impl Fn(&TokenEstimate),
+) {
+    for profile in PROFILES {
+        let e = estimate(&TokenEstimator::new().with_profile(profile));
+        let _ = e.total();
+        check(&e);
+        if let Some(cap) = cap
+            && !matches!(profile, Profile::Chars { output: false, .. })
+        {
+            assert_eq!(e.output, cap, "output allowance is the cap");
+        }
+    }
 }
