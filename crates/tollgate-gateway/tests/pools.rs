@@ -6,11 +6,24 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
-use tollgate_sim::SimConfig;
 use tollgate_sim::faults::FaultPlan;
+use tollgate_sim::{SimConfig, SimServer};
 
 fn provider(base_url: &str) -> String {
     format!("[providers.sim]\nbase_url = \"{base_url}\"\n")
+}
+
+/// A gateway in front of `sim` whose model `chat` has a pool of
+/// `concurrency` permits and `max_waiting` places in line; tenants a and b
+/// without limits of their own.
+async fn model_pool_gateway(sim: &SimServer, concurrency: usize, max_waiting: usize) -> Gateway {
+    Gateway::start(&format!(
+        "{}\n[models.chat]\nprovider = \"sim\"\nupstream_model = \"sim-chat\"\n\
+         concurrency = {concurrency}\nmax_waiting = {max_waiting}\n\n{}",
+        provider(&sim.openai_base_url()),
+        tenants("", "")
+    ))
+    .await
 }
 
 /// A short one-shot request (two completion tokens).
@@ -84,21 +97,7 @@ async fn model_pool_caps_attempts_across_tenants() {
         ..SimConfig::default()
     })
     .await;
-    let gw = Gateway::start(&format!(
-        r#"
-{}
-[models.chat]
-provider = "sim"
-upstream_model = "sim-chat"
-concurrency = 2
-max_waiting = 16
-
-{}
-"#,
-        provider(&sim.openai_base_url()),
-        tenants("", "")
-    ))
-    .await;
+    let gw = model_pool_gateway(&sim, 2, 16).await;
     let mut calls = Vec::new();
     for i in 0..6 {
         let key = if i % 2 == 0 { KEY_A } else { KEY_B };
@@ -117,6 +116,56 @@ max_waiting = 16
     let stats = sim.stats();
     assert_eq!(stats.ok, 6);
     assert_eq!(stats.max_active, 2, "the model pool caps the upstream");
+    gw.wait_idle().await;
+}
+
+// proves: FAIR-10, POOL-3, FAIR-6 (a model pool's full waiting line is
+// shared between tenants: tenant a's backlog fills it, yet b's first call
+// waits for its turn instead of a 429, and a's last waiting call is
+// refused in its place; the line never holds more than max_waiting)
+#[tokio::test]
+async fn a_full_model_pool_line_takes_another_tenants_first_call() {
+    let sim = slow_sim(Duration::from_millis(50), 40).await;
+    let gw = model_pool_gateway(&sim, 1, 2).await;
+    let client = client();
+    // a's stream holds the model's only permit.
+    let mut held = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
+    assert_eq!(held.status(), 200);
+    let first = bounded("first chunk", held.chunk()).await.unwrap().unwrap();
+    // Two more of a's calls fill the waiting line, one after the other.
+    let a1 = spawn_chat(&gw, KEY_A, short("chat"));
+    eventually("a's first call waiting", || {
+        gw.pool("model:chat").waiting == 1
+    })
+    .await;
+    let a2 = spawn_chat(&gw, KEY_A, short("chat"));
+    eventually("a's second call waiting", || {
+        gw.pool("model:chat").waiting == 2
+    })
+    .await;
+    // b's first call takes a2's place.
+    let b1 = spawn_chat(&gw, KEY_B, short("chat"));
+    let refused = bounded("a's last call refused", a2).await.unwrap().unwrap();
+    let (status, _, error) = error_of(refused).await;
+    assert_eq!((status, code(&error)), (429, "admission_rejected"));
+    assert!(
+        error.to_string().contains("waiting for capacity"),
+        "{error}"
+    );
+    assert_eq!(gw.pool("model:chat").waiting, 2, "a1 and b1 wait");
+    // The stream ends; a1 and b1 are served in turn.
+    let read = read_sse_from(held.bytes_stream(), String::from_utf8_lossy(&first).into()).await;
+    assert!(read.completed(), "{read:?}");
+    for call in [a1, b1] {
+        let resp = bounded("call", call).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.bytes().await.unwrap();
+    }
+    assert_eq!(
+        sim.stats().ok,
+        3,
+        "the stream, a1 and b1; a2 never went upstream"
+    );
     gw.wait_idle().await;
 }
 

@@ -75,6 +75,9 @@ pub(crate) enum TryAcquire {
 struct Waiter {
     waker: Option<Waker>,
     granted: bool,
+    /// Refused to make room in a full line (SPEC FAIR-10): unlinked, and
+    /// its next poll fails with [`Refused::Full`].
+    displaced: bool,
     /// Its place in the order of arrivals (ties between holders).
     seq: u64,
     holder: u64,
@@ -194,6 +197,55 @@ impl Line {
                 } else if c.meta.held > 0 {
                     c.meta.held -= 1;
                     line.others -= 1;
+                }
+            }
+        });
+    }
+
+    /// The waiter to refuse so that one of `holder` may join a line of
+    /// `capacity` that is full (SPEC FAIR-10 for a pool's waiting bound,
+    /// POOL-3), or `None` when the arrival is refused instead: `holder`
+    /// must have fewer waiters than an equal share of the capacity among
+    /// the waiting holders (itself included), and the victim is the last
+    /// waiter of the holder with the most (ties: the latest last waiter),
+    /// which must have more than `holder`.
+    fn room_for(&self, holder: u64, capacity: usize) -> Option<usize> {
+        let own_chain = if holder == DEFAULT_HOLDER {
+            self.default
+        } else {
+            self.index.get(&holder).copied()
+        };
+        let own = own_chain
+            .and_then(|c| self.lines.chain(c))
+            .map_or(0, |c| c.len());
+        let waiting = self.lines.chains().filter(|(_, c)| c.len() > 0).count();
+        let holders = waiting + usize::from(own == 0);
+        if (own as u128) * (holders as u128) >= capacity as u128 {
+            return None;
+        }
+        let (holds, _, victim) = self
+            .lines
+            .chains()
+            .filter_map(|(_, c)| {
+                let last = c.back()?;
+                Some((c.len(), self.lines.get(last)?.seq, last))
+            })
+            .max()?;
+        (holds > own).then_some(victim)
+    }
+
+    /// Refuses the waiter `key` (still linked) to make room: unlinked,
+    /// marked, and woken to find out.
+    fn displace(&mut self, key: usize) {
+        let Some(chain) = self.lines.chain_of(key) else {
+            return;
+        };
+        self.update(chain, |line| {
+            line.lines.unlink(key);
+            if let Some(w) = line.lines.get_mut(key) {
+                w.displaced = true;
+                if let Some(waker) = w.waker.take() {
+                    waker.wake();
                 }
             }
         });
@@ -525,11 +577,26 @@ impl Permits {
             line.count(holder, true);
             return Ok(None);
         }
-        if line.len() >= self.max_waiters.load(Ordering::SeqCst) {
-            return refuse(line, Refused::Full);
-        }
-        let Some(chain) = line.chain(holder) else {
-            return refuse(line, Refused::Full);
+        let capacity = self.max_waiters.load(Ordering::SeqCst);
+        let chain = if line.len() >= capacity {
+            // A holder under its share of the full line still gets in, and
+            // the holder waiting with the most gives up its last waiter
+            // (SPEC FAIR-10): one holder's backlog cannot turn another's
+            // first call away.
+            let Some(victim) = line.room_for(holder, capacity) else {
+                return refuse(line, Refused::Full);
+            };
+            // (Opening a line closes only lines without waiters.)
+            let Some(chain) = line.chain(holder) else {
+                return refuse(line, Refused::Full);
+            };
+            line.displace(victim);
+            chain
+        } else {
+            match line.chain(holder) {
+                Some(chain) => chain,
+                None => return refuse(line, Refused::Full),
+            }
         };
         let seq = line.seq;
         line.seq += 1;
@@ -538,6 +605,7 @@ impl Permits {
             let waiter = Waiter {
                 waker,
                 granted: false,
+                displaced: false,
                 seq,
                 holder,
             };
@@ -589,6 +657,12 @@ impl Permits {
             line.lines.remove(k);
             *key = None;
             return Poll::Ready(Ok(()));
+        }
+        if w.displaced {
+            line.lines.remove(k);
+            *key = None;
+            self.clear_waiters(&line);
+            return Poll::Ready(Err(Refused::Full));
         }
         if self.state.load(Ordering::SeqCst) & CLOSED != 0 {
             Self::withdraw(&mut line, k);

@@ -176,3 +176,161 @@ async fn resizing_keeps_the_permits_held() {
     p.release();
     assert_eq!((p.held(), p.available()), (0, 4));
 }
+
+/// Polls a registered waiter once, without a waker.
+fn poll_once(p: &Permits, key: &mut Option<usize>) -> std::task::Poll<Result<(), Refused>> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    p.poll_acquire_for(&mut cx, key, DEFAULT_HOLDER)
+}
+
+// proves: FAIR-10, POOL-3 (a pool's full waiting line is shared between
+// holders: a holder under its equal share still gets in, the holder with
+// the most gives up its last waiter, and the line never grows past its
+// bound)
+#[test]
+fn a_full_pool_line_makes_room_for_a_holder_under_its_share() {
+    let (a, b) = (7, 9);
+    let p = Permits::bounded(1, 4);
+    assert_eq!(p.register_for(a), Ok(None), "the one permit");
+    let mut a_keys: Vec<Option<usize>> = (0..4).map(|_| p.register_for(a).unwrap()).collect();
+    assert!(a_keys.iter().all(Option::is_some));
+    // Full, and `a` holds all four places: its fifth is refused.
+    assert_eq!(p.register_for(a), Err(Refused::Full));
+    // `b`'s first call gets in; `a`'s last waiter is refused instead.
+    let mut b1 = p.register_for(b).unwrap();
+    assert!(b1.is_some());
+    assert_eq!(p.waiting(), 4);
+    assert_eq!(
+        poll_once(&p, &mut a_keys[3]),
+        std::task::Poll::Ready(Err(Refused::Full))
+    );
+    assert_eq!(a_keys[3], None);
+    for key in &mut a_keys[..3] {
+        assert!(
+            poll_once(&p, key).is_pending(),
+            "a's earlier waiters keep their places"
+        );
+    }
+    // `b` holds 1 of an equal share of 2: its second gets in too.
+    let mut b2 = p.register_for(b).unwrap();
+    assert!(poll_once(&p, &mut a_keys[2]).is_ready());
+    // Two each: both at their share, both refused now.
+    assert_eq!(p.register_for(b), Err(Refused::Full));
+    assert_eq!(p.register_for(a), Err(Refused::Full));
+    assert_eq!(p.waiting(), 4);
+    // A third holder's first call: its share is 4/3 > 0.
+    let mut c1 = p.register_for(11).unwrap();
+    assert_eq!(p.waiting(), 4);
+    // The victim was the latest last waiter of the two holders with two.
+    assert!(poll_once(&p, &mut b2).is_ready());
+    // The permit still reaches every waiter left, fewest held first
+    // (FAIR-6), then in order of arrival.
+    let [first, second, ..] = &mut a_keys[..] else {
+        unreachable!()
+    };
+    for (holder, key) in [(a, first), (a, second), (a, &mut b1), (b, &mut c1)] {
+        p.release_for(holder);
+        assert_eq!(poll_once(&p, key), std::task::Poll::Ready(Ok(())));
+    }
+    p.release_for(11);
+    assert_eq!((p.waiting(), p.held(), p.available()), (0, 0, 1));
+}
+
+mod fair_line_props {
+    use proptest::prelude::*;
+
+    use super::super::permits::*;
+    use super::poll_once;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Arrive(u64),
+        Release,
+        Cancel(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u64..5).prop_map(Op::Arrive),
+            2 => Just(Op::Release),
+            1 => (0usize..64).prop_map(Op::Cancel),
+        ]
+    }
+
+    proptest! {
+        // proves: FAIR-10, POOL-3 (under any arrivals, releases and
+        // cancellations of four holders: the line never holds more than
+        // its bound; an arrival whose holder has fewer waiters than an
+        // equal share among the waiting holders is never refused; no
+        // permit is lost)
+        #[test]
+        fn a_shared_pool_line_is_bounded_and_fair(
+            limit in 1usize..4,
+            capacity in 1usize..9,
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let p = Permits::bounded(limit, capacity);
+            // Queued waiters (holder, key) and permits held, by holder.
+            let mut queued: Vec<(u64, Option<usize>)> = Vec::new();
+            let mut held: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Arrive(h) => {
+                        let own = queued.iter().filter(|(q, _)| *q == h).count();
+                        let mut holders: Vec<u64> = queued.iter().map(|(q, _)| *q).collect();
+                        holders.push(h);
+                        holders.sort_unstable();
+                        holders.dedup();
+                        match p.register_for(h) {
+                            Ok(None) => held.push(h),
+                            Ok(Some(k)) => queued.push((h, Some(k))),
+                            Err(Refused::Full) => prop_assert!(
+                                own * holders.len() >= capacity,
+                                "holder {h} with {own} of {capacity} among {} refused",
+                                holders.len()
+                            ),
+                            Err(e) => prop_assert!(false, "{e:?}"),
+                        }
+                    }
+                    Op::Release => {
+                        if let Some(h) = held.pop() {
+                            p.release_for(h);
+                        }
+                    }
+                    Op::Cancel(i) => {
+                        if !queued.is_empty() {
+                            let (_, key) = queued.remove(i % queued.len());
+                            if let Some(k) = key {
+                                p.cancel(k);
+                            }
+                        }
+                    }
+                }
+                // Learn what happened to every waiter.
+                let mut still = Vec::new();
+                for (h, mut key) in queued.drain(..) {
+                    match poll_once(&p, &mut key) {
+                        std::task::Poll::Ready(Ok(())) => held.push(h),
+                        std::task::Poll::Ready(Err(Refused::Full)) => {}
+                        std::task::Poll::Ready(Err(e)) => prop_assert!(false, "{e:?}"),
+                        std::task::Poll::Pending => still.push((h, key)),
+                    }
+                }
+                queued = still;
+                prop_assert!(p.waiting() <= capacity);
+                prop_assert_eq!(p.waiting(), queued.len());
+                prop_assert!(held.len() <= limit);
+                prop_assert_eq!(p.held(), held.len());
+            }
+            for (_, key) in queued {
+                if let Some(k) = key {
+                    p.cancel(k);
+                }
+            }
+            for h in held {
+                p.release_for(h);
+            }
+            prop_assert_eq!((p.waiting(), p.held(), p.available()), (0, 0, limit));
+        }
+    }
+}
