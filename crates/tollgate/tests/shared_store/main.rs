@@ -598,6 +598,34 @@ async fn early_verdict_on_a_shared_scope() {
     assert!(c.snapshot().is_idle());
 }
 
+// proves, DQ-4 (no early verdict while a settlement of the same
+// replica is on its way to the store: the store's answer does not count
+// the room that settlement gives back, so the call waits for it instead
+// of failing at once; it used to be refused with a hint a window away)
+#[tokio::test(start_paused = true)]
+async fn a_refund_on_its_way_defers_the_early_verdict() {
+    let store = TestStore::new(Duration::from_secs(17));
+    let scope = ScopeConfig::new(SCOPE).tokens(100, 60 * SECOND);
+    let (c, _) = replica(&store, Unavailable::FailClosed, scope, |b| b);
+    let mut lease = c.acquire(&call(100), Deadline::NONE).await.expect("room");
+    // Every store operation now takes 10 ms: the next reservation, sent
+    // first, is answered before the refund lands.
+    store.set_latency(Duration::from_millis(10));
+    lease.reconcile(Usage::known(0)).expect("first settlement");
+    drop(lease);
+    let started = Instant::now();
+    let again = c
+        .acquire(&call(100), within(5 * SECOND))
+        .await
+        .expect("the refund gives the room back within the deadline");
+    assert!(started.elapsed() < SECOND, "{:?}", started.elapsed());
+    assert_eq!(available(&store, Dimension::Tokens), 0);
+    drop(again);
+    settle().await;
+    assert_eq!(available(&store, Dimension::Tokens), 0, "kept: unsettled");
+    assert!(c.snapshot().is_idle());
+}
+
 // proves: DQ-1 fast path (one store round trip per admitted call; a call
 // that waits for concurrency takes two)
 #[tokio::test(start_paused = true)]

@@ -524,10 +524,23 @@ impl<'a> SharedAcquire<'a> {
         now: Instant,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
         self.admission.limited_by = self.admission.limited_by.union(not_until.limited_by);
+        if self.room_came_back() {
+            // Quota came back while the answer was on its way (a
+            // settlement landed, here or in another process): the answer
+            // is stale, so ask again rather than wait or give a verdict.
+            self.stage = Stage::Start;
+            return Poll::Ready(Ok(None));
+        }
         let (until, retry_at) = match not_until.at {
             Some(at) => {
-                let budget = not_until.limited_by.cost.then_some(self.scope.id);
-                self.inner().verdict(at, now, self.deadline, None, budget)?;
+                // The store's instant leaves out what this replica's
+                // settlements on their way will give back: with one in
+                // flight the call waits for it (its landing wakes the
+                // call) rather than take an early verdict (SPEC Q-11).
+                if !self.shared.detached.busy() {
+                    let budget = not_until.limited_by.cost.then_some(self.scope.id);
+                    self.inner().verdict(at, now, self.deadline, None, budget)?;
+                }
                 (at, Some(at))
             }
             None => (now + PENDING_RETRY, None),
@@ -538,6 +551,20 @@ impl<'a> SharedAcquire<'a> {
             retry_at,
         };
         Poll::Ready(Ok(None))
+    }
+
+    /// Whether the scope's notice that quota came back fired since the
+    /// reservation was sent (taken: the next reservation arms a new one).
+    fn room_came_back(&mut self) -> bool {
+        let Some(notice) = self.notice.as_mut() else {
+            return false;
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let fired = notice.as_mut().poll(&mut cx).is_ready();
+        if fired {
+            self.notice = None;
+        }
+        fired
     }
 
     fn poll_sleep(

@@ -49,6 +49,12 @@ impl Detached {
         self.0.get()
     }
 
+    /// Whether any is running (a settlement on its way may give room
+    /// back that the store does not count yet).
+    pub(crate) fn busy(&self) -> bool {
+        self.0.get() > 0
+    }
+
     /// Resolves once none is running.
     pub(crate) async fn idle(&self) {
         self.0.idle().await;
