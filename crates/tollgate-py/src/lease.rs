@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use tollgate::{Counter, RefusalCost, Usage};
 
 use crate::errors;
+use crate::process::Made;
 use crate::usage;
 
 /// An admitted attempt. Settle it with what the provider reported
@@ -27,6 +28,8 @@ pub(crate) struct PyLease {
     scope: Py<pyo3::types::PyString>,
     estimate: tollgate::TokenEstimate,
     refusal: RefusalCost,
+    /// The process the lease was granted in.
+    made: Made,
 }
 
 impl PyLease {
@@ -41,6 +44,7 @@ impl PyLease {
             scope,
             estimate,
             refusal: RefusalCost::Full,
+            made: Made::current(),
         }
     }
 
@@ -49,7 +53,7 @@ impl PyLease {
     fn with<T>(&self, f: impl FnOnce(&mut tollgate::Lease) -> T) -> PyResult<T> {
         let mut guard = self.lease.lock();
         match guard.as_mut() {
-            Some(lease) => Ok(f(lease)),
+            Some(lease) => Ok(in_runtime(|| f(lease))),
             None => Err(pyo3::exceptions::PyRuntimeError::new_err(
                 "this lease was already released",
             )),
@@ -68,7 +72,7 @@ impl PyLease {
     ) -> PyResult<T> {
         let mut guard = self.lease.lock();
         match guard.as_mut() {
-            Some(lease) => Ok(f(lease)),
+            Some(lease) => Ok(in_runtime(|| f(lease))),
             None if self.settled_at_release.load(Ordering::Relaxed) => Err(already(py)),
             None => Err(pyo3::exceptions::PyRuntimeError::new_err(
                 "this lease was released without being settled, so it keeps its whole \
@@ -89,9 +93,26 @@ impl PyLease {
             lease
         };
         if lease.is_some() {
-            let _runtime = crate::runtime::enter();
-            drop(lease);
+            self.made.drop_here(lease);
         }
+    }
+}
+
+/// Runs `f` in the runtime's context: a settlement of a scope kept in
+/// Redis goes to the store as a task of the runtime (outside it, none
+/// could start and the settlement would be lost).
+fn in_runtime<T>(f: impl FnOnce() -> T) -> T {
+    let _runtime = crate::runtime::enter();
+    f()
+}
+
+impl Drop for PyLease {
+    fn drop(&mut self) {
+        // A lease collected without `release()` or the end of its block
+        // gives back what it holds as release does: in the runtime (its
+        // store round trip is a runtime task). In a forked child the
+        // lease is the parent's: never dropped there.
+        self.made.drop_here(self.lease.get_mut().take());
     }
 }
 

@@ -18,6 +18,7 @@ mod gil;
 mod lease;
 mod limiter;
 mod notifier;
+mod process;
 mod pyawait;
 mod runtime;
 mod simulator;
@@ -42,6 +43,7 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<simulator::SimulatorServer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     notifier::register_exit(m)?;
+    process::register(m)?;
     // Whether this build is optimised: speed bounds (PY-7) hold only for
     // an optimised one; the test command builds without (faster, and it
     // shares the workspace's test builds).

@@ -17,6 +17,7 @@ use crate::config::{self, Settings};
 use crate::driver::{self, Driver, Ready};
 use crate::errors;
 use crate::lease::PyLease;
+use crate::process::Made;
 use crate::runtime;
 use crate::snapshot;
 use crate::usage::strict_count;
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) settings: Settings,
     /// The supervisors of `call` and `stream`.
     pub(crate) supervisors: crate::supervised::Supervisors,
+    /// The process the limiter was made in: the only one it works in.
+    pub(crate) made: Made,
 }
 
 impl Shared {
@@ -143,8 +146,16 @@ impl Limiter {
                 scopes,
                 settings,
                 supervisors: crate::supervised::Supervisors::default(),
+                made: Made::here()?,
             }),
         })
+    }
+
+    /// The limiter's state, or `RuntimeError` in a process other than the
+    /// one it was made in (a child made by `fork()`).
+    pub(crate) fn shared(&self) -> PyResult<&Arc<Shared>> {
+        self.shared.made.check("Limiter")?;
+        Ok(&self.shared)
     }
 
     /// The call to admit, validated: scope, estimate, deadline.
@@ -157,7 +168,7 @@ impl Limiter {
         output_tokens: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Call, Deadline, Py<PyString>)> {
-        let entry = self.shared.scope(py, scope)?;
+        let entry = self.shared()?.scope(py, scope)?;
         let estimate = estimate(tokens, input_tokens, output_tokens)?;
         let mut call = Call::new(entry.id);
         call.estimate = estimate;
@@ -322,7 +333,7 @@ impl Limiter {
     ) -> PyResult<AcquireCall> {
         let (call, deadline, name) =
             self.admission_call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
-        let controller = self.shared.controller.clone();
+        let controller = self.shared()?.controller.clone();
         let future = Box::pin(async move { controller.acquire(&call, deadline).await });
         Ok(AcquireCall {
             driver: Mutex::new(Driver::new(future)),
@@ -347,7 +358,7 @@ impl Limiter {
     ) -> PyResult<PyLease> {
         let (call, deadline, name) =
             self.admission_call(py, scope, tokens, input_tokens, output_tokens, timeout)?;
-        let controller = &self.shared.controller;
+        let controller = &self.shared()?.controller;
         let result = crate::blocking::block_on(py, controller.acquire(&call, deadline))?;
         lease_of(py, result, name, call.estimate.unwrap_or_default())
     }
@@ -391,7 +402,7 @@ impl Limiter {
             usage,
             provider,
         };
-        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.invoke(py))
+        Ok(crate::supervised::Prepared::new(py, self.shared()?, args)?.invoke(py))
     }
 
     /// Runs `func(*args)`, which returns an async iterable (or an
@@ -430,16 +441,17 @@ impl Limiter {
             usage,
             provider,
         };
-        Ok(crate::supervised::Prepared::new(py, &self.shared, args)?.into_stream())
+        Ok(crate::supervised::Prepared::new(py, self.shared()?, args)?.into_stream())
     }
 
     /// The limiter's state as plain dicts (see the stub for the keys):
     /// queues, reservations, permits, every limit's availability,
     /// cooldowns and counters. Never payloads or keys.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let shared = self.shared()?;
         let snapshot = {
             let _runtime = runtime::enter();
-            self.shared.controller.snapshot()
+            shared.controller.snapshot()
         };
         snapshot::to_dict(py, &snapshot)
     }
@@ -456,8 +468,8 @@ impl Limiter {
     /// `Closed`, waiting ones are refused. Idempotent. Returns an
     /// awaitable that resolves once every lease was released; awaiting it
     /// is optional.
-    fn close(&self) -> crate::driver::Pending {
-        let controller = self.shared.controller.clone();
+    fn close(&self) -> PyResult<crate::driver::Pending> {
+        let controller = self.shared()?.controller.clone();
         {
             // Close now, synchronously: `close()` without await closes too.
             let _runtime = runtime::enter();
@@ -468,15 +480,22 @@ impl Limiter {
                 &mut std::task::Context::from_waker(waker),
             );
         }
-        crate::driver::Pending::new(Box::pin(async move {
+        Ok(crate::driver::Pending::new(Box::pin(async move {
             controller.close().await;
             let out: crate::driver::Output = Box::new(|py| Ok(py.None()));
             out
-        }))
+        })))
     }
 
     fn __repr__(&self) -> String {
         format!("<tollgate.Limiter scopes={:?}>", self.scopes())
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        // In a forked child the state is the parent's: never dropped here.
+        self.shared.made.leak_unless_here(Arc::clone(&self.shared));
     }
 }
 

@@ -14,12 +14,14 @@
 //! that arrive after that are dropped without touching Python: every loop
 //! they would act on has stopped.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Mutex, OnceLock};
+use std::sync::mpsc::{Receiver, channel};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+
+use crate::process::Process;
 
 /// Python work for the notifier thread.
 pub(crate) enum Job {
@@ -61,12 +63,12 @@ pub(crate) fn submit(job: Job) {
 
 /// Hands `job` to the notifier thread.
 pub(crate) fn send(job: Job) {
-    static NOTIFIER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
-    let sender = NOTIFIER.get_or_init(|| {
+    let process = crate::process::current();
+    let sender = process.notifier.get_or_init(|| {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("tollgate-notify".into())
-            .spawn(move || run(rx))
+            .spawn(move || run(process, rx))
             .expect("the notifier thread starts");
         Mutex::new(tx)
     });
@@ -78,12 +80,12 @@ pub(crate) fn send(job: Job) {
 
 /// Runs jobs, in batches: one GIL acquisition for all the jobs that
 /// arrived meanwhile.
-fn run(rx: Receiver<Job>) {
+fn run(process: &'static Process, rx: Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         // Held while this thread may be in Python: `exiting` waits for it.
-        let _in_python = IN_PYTHON.lock();
+        let _in_python = process.in_python.lock();
         if EXITING.load(Ordering::Acquire) {
             // Not dropped: a reference's release would need the GIL.
             std::mem::forget(batch);
@@ -98,10 +100,9 @@ fn run(rx: Receiver<Job>) {
 }
 
 /// The interpreter is exiting: the notifier thread takes the GIL no more.
+/// (The notifier thread holds its process's `in_python` from its check of
+/// this until it is out of Python again.)
 static EXITING: AtomicBool = AtomicBool::new(false);
-/// Held by the notifier thread from its check of [`EXITING`] until it is
-/// out of Python again.
-static IN_PYTHON: Mutex<()> = Mutex::new(());
 
 /// The `atexit` callback: from now on the notifier thread leaves Python
 /// alone; returns once a batch it is running (if any) is done, the GIL
@@ -109,7 +110,8 @@ static IN_PYTHON: Mutex<()> = Mutex::new(());
 #[pyfunction]
 fn exiting(py: Python<'_>) {
     EXITING.store(true, Ordering::Release);
-    crate::gil::detach(py, || drop(IN_PYTHON.lock()));
+    let process = crate::process::current();
+    crate::gil::detach(py, || drop(process.in_python.lock()));
 }
 
 /// Registers [`exiting`] with `atexit` (at module load).

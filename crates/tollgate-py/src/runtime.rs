@@ -8,10 +8,10 @@
 
 use tokio::runtime::{EnterGuard, Handle, Runtime};
 
-/// The process's runtime (pyo3-async-runtimes' multi-threaded tokio
-/// runtime, built on first use).
+/// This process's runtime (multi-threaded, built on first use; a child
+/// made by `fork()` builds its own: `process.rs`).
 pub(crate) fn runtime() -> &'static Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
+    crate::process::current().runtime()
 }
 
 /// A handle to the runtime.

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use tollgate_sim::{SimArgs, SimServer, Simulator};
 
 use crate::blocking;
+use crate::process::Made;
 
 /// `tollgate sim`'s flags.
 #[derive(Parser)]
@@ -27,10 +28,13 @@ pub(crate) struct SimulatorServer {
     server: Mutex<Option<SimServer>>,
     base_url: String,
     openai_base_url: String,
+    /// The process whose runtime serves it.
+    made: Made,
 }
 
 impl SimulatorServer {
     fn with<T>(&self, f: impl FnOnce(&SimServer) -> T) -> PyResult<T> {
+        self.made.check("SimulatorServer")?;
         match self.server.lock().as_ref() {
             Some(s) => Ok(f(s)),
             None => Err(PyRuntimeError::new_err("the simulator was stopped")),
@@ -45,6 +49,7 @@ impl SimulatorServer {
     /// loopback port unless `--listen` says otherwise.
     #[new]
     fn new(py: Python<'_>, flags: Vec<String>) -> PyResult<SimulatorServer> {
+        let made = Made::here()?;
         let mut argv = vec![
             "simulator".to_owned(),
             "--listen".to_owned(),
@@ -64,6 +69,7 @@ impl SimulatorServer {
             base_url: server.base_url(),
             openai_base_url: server.openai_base_url(),
             server: Mutex::new(Some(server)),
+            made,
         })
     }
 
@@ -93,6 +99,7 @@ impl SimulatorServer {
     /// Stops accepting connections and lets requests in progress finish.
     /// Idempotent.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.made.check("SimulatorServer")?;
         let Some(server) = self.server.lock().take() else {
             return Ok(());
         };
@@ -103,8 +110,8 @@ impl SimulatorServer {
 
 impl Drop for SimulatorServer {
     fn drop(&mut self) {
-        // Dropping the server aborts its task: in the runtime.
-        let _runtime = crate::runtime::enter();
-        drop(self.server.lock().take());
+        // Dropping the server aborts its task (in the runtime); a forked
+        // child's copy is the parent's task and socket: never dropped.
+        self.made.drop_here(self.server.get_mut().take());
     }
 }

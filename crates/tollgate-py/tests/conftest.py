@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import os
+import shutil
+import socket
+import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
 
 
 @dataclass
@@ -38,3 +46,47 @@ class Record:
 
 def now() -> float:
     return time.monotonic()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(7) == b"+PONG\r\n"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A redis-server on a free loopback port without persistence, killed
+    afterwards; the test is skipped when redis-server is missing, unless
+    TOLLGATE_REQUIRE_REDIS=1."""
+    binary = shutil.which(os.environ.get("REDIS_SERVER", "redis-server"))
+    if binary is None:
+        if os.environ.get("TOLLGATE_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server not found and TOLLGATE_REQUIRE_REDIS=1")
+        pytest.skip("redis-server not found (set TOLLGATE_REQUIRE_REDIS=1 to fail instead)")
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not ping(port):
+            assert server.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()

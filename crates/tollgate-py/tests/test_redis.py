@@ -4,67 +4,18 @@ processes on one redis-server started by the test spend one budget."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tollgate
-from conftest import Record
+from conftest import Record, free_port
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import redis_worker  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(7) == b"+PONG\r\n"
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port without persistence, killed
-    afterwards; the test is skipped when redis-server is missing, unless
-    TOLLGATE_REQUIRE_REDIS=1."""
-    binary = shutil.which(os.environ.get("REDIS_SERVER", "redis-server"))
-    if binary is None:
-        if os.environ.get("TOLLGATE_REQUIRE_REDIS") == "1":
-            pytest.fail("redis-server not found and TOLLGATE_REQUIRE_REDIS=1")
-        pytest.skip("redis-server not found (set TOLLGATE_REQUIRE_REDIS=1 to fail instead)")
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while not ping(port):
-            assert server.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
-            time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        server.kill()
-        server.wait()
 
 
 def test_two_processes_share_one_budget_exactly(redis_url: str) -> None:
@@ -123,3 +74,26 @@ def test_redis_limiter_reports_its_store(redis_url: str) -> None:
     assert dead.snapshot()["idle"]
     with pytest.raises(TypeError):
         tollgate.Limiter(scopes={"s": {"rpm": 5}}, redis=redis_url, quota_store={"backend": "local"})
+
+
+def test_a_settlement_from_python_reaches_the_store(redis_url: str) -> None:
+    """PY-5, Q-5, DQ-6: `lease.settle()` gives the difference back in the
+    store, not only in the process: after 20 reservations of 100 tokens
+    settled at 0 and one settled at 30, exactly 30 of the minute's 2,000
+    tokens are spent, so 1,971 more wait and 1,970 are admitted. (The
+    settlement's round trip used to start outside the runtime and was
+    lost: every reservation kept its whole estimate in Redis.)"""
+    limiter = tollgate.Limiter(
+        scopes={"s": {"limits": [{"tokens": 2_000, "per": "1m"}]}},
+        quota_store={"backend": "redis", "url": redis_url, "timeout": "2s"},
+    )
+    for _ in range(20):
+        with limiter.acquire_blocking("s", tokens=100, timeout=5) as lease:
+            lease.settle(total_tokens=0)
+    with limiter.acquire_blocking("s", tokens=100, timeout=5) as lease:
+        lease.settle(total_tokens=30)
+    with pytest.raises(tollgate.DeadlineExceeded):
+        limiter.acquire_blocking("s", tokens=1_971, timeout=0.3)
+    with limiter.acquire_blocking("s", tokens=1_970, timeout=5) as lease:
+        lease.settle(total_tokens=1_970)
+    assert limiter.snapshot()["idle"]

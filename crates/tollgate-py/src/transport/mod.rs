@@ -187,6 +187,7 @@ impl TransportCore {
         kit: Kit,
         mode: Mode,
     ) -> PyResult<Plan> {
+        self.shared.made.check("transport")?;
         let method: String = request.getattr("method")?.extract()?;
         let url = request.getattr("url")?;
         let path: String = url.getattr("path")?.extract()?;
@@ -428,7 +429,7 @@ impl TransportCore {
         default_max_tokens: Option<&Bound<'_, PyAny>>,
         blocking: bool,
     ) -> PyResult<TransportCore> {
-        let shared = Arc::clone(&limiter.get().shared);
+        let shared = Arc::clone(limiter.get().shared()?);
         let entry = shared.scope_or_only(py, scope)?;
         let flavor = flavor
             .map(|name| {
@@ -516,5 +517,13 @@ impl TransportCore {
     #[getter]
     fn scope(&self) -> &str {
         &self.scope_name
+    }
+}
+
+impl Drop for TransportCore {
+    fn drop(&mut self) {
+        // In a forked child the limiter's state is the parent's: never
+        // dropped here.
+        self.shared.made.leak_unless_here(Arc::clone(&self.shared));
     }
 }

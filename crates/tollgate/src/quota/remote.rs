@@ -144,10 +144,18 @@ impl fmt::Display for HoldId {
 
 /// A number never returned before by this process: a random 64-bit number
 /// per process and a counter (unique across processes in practice).
+///
+/// The process's number mixes in its id: a child made by `fork()` inherits
+/// the random number and the counter, and would otherwise name its
+/// settlements as its parent names the next ones (each would then read
+/// the other's as a repeat, DQ-6).
 fn unique() -> u128 {
-    static PROCESS: OnceLock<u64> = OnceLock::new();
+    static RANDOM: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let process = *PROCESS.get_or_init(|| fastrand::u64(..));
+    let random = *RANDOM.get_or_init(|| fastrand::u64(..));
+    // Multiplying by an odd number is one-to-one on u64: two processes
+    // with the same random number (a parent and its child) differ here.
+    let process = random ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     (u128::from(process) << 64) | u128::from(n)
 }
