@@ -28,6 +28,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use crate::process::Made;
 use crate::runtime;
 use crate::waker::LoopWake;
 
@@ -50,6 +51,9 @@ pub(crate) struct Driver<T> {
     future: Option<BoxFuture<T>>,
     wake: Arc<LoopWake>,
     waker: Waker,
+    /// The process the awaitable was made in: polled or dropped only
+    /// there (`process.rs`).
+    made: Made,
 }
 
 impl<T> Driver<T> {
@@ -61,11 +65,13 @@ impl<T> Driver<T> {
             future: Some(future),
             wake,
             waker,
+            made: Made::current(),
         }
     }
 
     /// Polls the future once or a few times; see the module documentation.
     pub(crate) fn step(&mut self, py: Python<'_>) -> PyResult<Step<T>> {
+        self.made.check("awaitable")?;
         let Some(future) = self.future.as_mut() else {
             return Err(PyRuntimeError::new_err(
                 "this awaitable was already awaited to its end or cancelled",
@@ -106,6 +112,12 @@ impl<T> Driver<T> {
 
     /// Drops the future (cancellation): the engine gives back what it held.
     pub(crate) fn cancel(&mut self) {
+        if !self.made.is_here() {
+            // A forked child's copy of the parent's awaitable: its future
+            // holds the parent's state, never dropped here.
+            std::mem::forget(self.future.take());
+            return;
+        }
         self.wake.clear();
         if let Some(future) = self.future.take() {
             let _runtime = runtime::enter();

@@ -51,6 +51,7 @@ impl PyLease {
     /// Runs `f` on the lease while it is held; `RuntimeError` once it was
     /// released.
     fn with<T>(&self, f: impl FnOnce(&mut tollgate::Lease) -> T) -> PyResult<T> {
+        self.made.check("Lease")?;
         let mut guard = self.lease.lock();
         match guard.as_mut() {
             Some(lease) => Ok(in_runtime(|| f(lease))),
@@ -70,6 +71,7 @@ impl PyLease {
         py: Python<'_>,
         f: impl FnOnce(&mut tollgate::Lease) -> T,
     ) -> PyResult<T> {
+        self.made.check("Lease")?;
         let mut guard = self.lease.lock();
         match guard.as_mut() {
             Some(lease) => Ok(in_runtime(|| f(lease))),

@@ -124,6 +124,7 @@ impl Limiter {
         settings: Settings,
         concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Limiter> {
+        let made = Made::here()?;
         let concurrency = config::positive_count("concurrency", concurrency)?;
         let controller = settings.build(py, concurrency)?;
         let snapshot = controller.snapshot();
@@ -146,7 +147,7 @@ impl Limiter {
                 scopes,
                 settings,
                 supervisors: crate::supervised::Supervisors::default(),
-                made: Made::here()?,
+                made,
             }),
         })
     }

@@ -110,6 +110,11 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 #[pyfunction]
 fn exiting(py: Python<'_>) {
     EXITING.store(true, Ordering::Release);
+    if crate::process::overflowed() {
+        // The slot is an ancestor's: its lock may be held by a thread this
+        // process lacks, and no notifier of this process ever ran.
+        return;
+    }
     let process = crate::process::current();
     crate::gil::detach(py, || drop(process.in_python.lock()));
 }

@@ -74,6 +74,12 @@ pub(crate) fn current() -> &'static Process {
     &PROCESSES[DEPTH.load(Ordering::Acquire).min(DEPTHS - 1)]
 }
 
+/// Whether this process is forked deeper than the slots go (it can make
+/// no object, so no notifier thread of its own runs).
+pub(crate) fn overflowed() -> bool {
+    DEPTH.load(Ordering::Acquire) >= DEPTHS
+}
+
 /// The process an object was made in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Made(usize);

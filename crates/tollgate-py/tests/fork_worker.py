@@ -62,10 +62,16 @@ def paced_in_this_process() -> int:
     return admitted
 
 
-def refusals(before_fork: tollgate.Limiter, transport: tollgate.Transport) -> list[str]:
-    """What a limiter and a transport made before the fork say when used
-    in the child: each attempt's RuntimeError, or "not refused"."""
+def refusals(
+    before_fork: tollgate.Limiter, transport: tollgate.Transport, awaitable: object, lease: tollgate.Lease
+) -> list[str]:
+    """What a limiter, a transport, an acquisition not yet awaited and a
+    lease made before the fork say when used in the child: each attempt's
+    RuntimeError, or "not refused"."""
     import httpx
+
+    async def wait_for_it() -> None:
+        await awaitable  # type: ignore[misc]
 
     def send() -> None:
         with httpx.Client(transport=transport) as client:
@@ -78,6 +84,8 @@ def refusals(before_fork: tollgate.Limiter, transport: tollgate.Transport) -> li
         lambda: before_fork.snapshot(),
         lambda: tollgate.Transport(before_fork),
         send,
+        lambda: asyncio.run(wait_for_it()),
+        lambda: lease.settle(total_tokens=1),
     ):
         try:
             attempt()
@@ -122,12 +130,18 @@ def waits() -> dict:
     before_fork = tollgate.Limiter(scopes=PACED)
     transport = tollgate.Transport(before_fork)
     use(before_fork)
+    lease = before_fork.acquire_blocking("s", timeout=5)
+    awaitable = before_fork.acquire("s", timeout=5)
     read, write = os.pipe()
 
     def body() -> dict:
-        return {"admitted": paced_in_this_process(), "refusals": refusals(before_fork, transport)}
+        return {
+            "admitted": paced_in_this_process(),
+            "refusals": refusals(before_fork, transport, awaitable, lease),
+        }
 
     pid = child_report(read, write, body)
+    lease.release()
     with os.fdopen(read) as src:
         report = src.read()
     code = wait_child(pid, 30)

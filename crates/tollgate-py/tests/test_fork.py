@@ -31,8 +31,10 @@ def test_a_forked_child_waits_and_is_woken() -> None:
     notifier thread run in it), a child made by os.fork() makes its own
     limiter, and its blocking and asyncio acquisitions that must wait for
     the window are admitted (they hung before: the parent's threads are
-    not in the child). A limiter and a transport made before the fork are
-    refused in the child with a RuntimeError that says so, the child exits
+    not in the child). A limiter, a transport, an acquisition not yet
+    awaited and a lease made before the fork are refused in the child with
+    a RuntimeError that says so (the lease's settlement would have gone to
+    the parent's state), the child exits
     normally (atexit and finalization included), and the parent's limiter
     still works afterwards."""
     out = run("waits")
@@ -41,7 +43,7 @@ def test_a_forked_child_waits_and_is_woken() -> None:
     assert child["ok"], child
     assert child["result"]["admitted"] == 6
     refusals = child["result"]["refusals"]
-    assert len(refusals) == 5
+    assert len(refusals) == 7
     for message in refusals:
         assert "made in another process (before fork())" in message, refusals
 

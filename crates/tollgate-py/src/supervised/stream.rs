@@ -25,6 +25,7 @@ use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 
 use super::{CallProvider, CallRequest, LastFailure, call_error};
 use crate::driver::{Output, Pending, Ready};
+use crate::process::Made;
 use crate::pyawait::Stragglers;
 use crate::runtime;
 
@@ -56,6 +57,8 @@ pub(crate) struct SupervisedStream {
     /// holds the engine's stream, drops it and ends the iteration.
     closed: Arc<Closed>,
     scope: Py<PyString>,
+    /// The process the stream was made in: read or dropped only there.
+    made: Made,
 }
 
 /// The iterator was closed; wakes an `__anext__` in flight.
@@ -91,6 +94,7 @@ impl SupervisedStream {
             })),
             closed: Arc::default(),
             scope,
+            made: Made::current(),
         }
     }
 
@@ -107,6 +111,11 @@ impl SupervisedStream {
 
 impl Drop for SupervisedStream {
     fn drop(&mut self) {
+        if !self.made.is_here() {
+            // A forked child's copy: the stream is the parent's.
+            std::mem::forget(Arc::clone(&self.state));
+            return;
+        }
         // Dropping the engine's stream may release a lease: in the runtime.
         let _runtime = runtime::enter();
         let taken = std::mem::replace(&mut *self.state.lock(), State::Done);
@@ -137,11 +146,12 @@ impl SupervisedStream {
     }
 
     /// The next item: an awaitable.
-    fn __anext__(&self, py: Python<'_>) -> Pending {
+    fn __anext__(&self, py: Python<'_>) -> PyResult<Pending> {
+        self.made.check("stream")?;
         let state = Arc::clone(&self.state);
         let closed = Arc::clone(&self.closed);
         let scope = self.scope.bind(py).to_string();
-        Pending::new(Box::pin(async move {
+        Ok(Pending::new(Box::pin(async move {
             let taken = std::mem::replace(&mut *state.lock(), State::Busy);
             // Cancelled while running (the awaiting task went away): the
             // stream it held is dropped with it, and the iterator is done.
@@ -234,7 +244,7 @@ impl SupervisedStream {
                     stop()
                 }
             }
-        }))
+        })))
     }
 
     /// Leaves the stream: the upstream is cancelled and closed, the lease

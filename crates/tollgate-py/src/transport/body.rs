@@ -27,6 +27,7 @@ use tollgate::lifecycle::{CallError, CallStream};
 
 use super::provider::HttpxProvider;
 use crate::driver::{Output, Pending};
+use crate::process::Made;
 use crate::pyawait::Stragglers;
 use crate::supervised::{LastFailure, call_error};
 use crate::{gil, runtime};
@@ -45,6 +46,8 @@ pub(crate) struct ResponseBody {
     /// The call's tasks (its body's `__anext__()` ones included): a
     /// failure is raised once the read it cut has ended (DL-6).
     stragglers: Stragglers,
+    /// The process the body was made in: read or dropped only there.
+    made: Made,
 }
 
 impl ResponseBody {
@@ -61,6 +64,7 @@ impl ResponseBody {
             failure,
             finished,
             stragglers,
+            made: Made::current(),
         }
     }
 
@@ -113,12 +117,13 @@ impl ResponseBody {
 #[pymethods]
 impl ResponseBody {
     /// An awaitable of the next bytes (`None` at the end).
-    fn next(&self) -> Pending {
+    fn next(&self) -> PyResult<Pending> {
+        self.made.check("response body")?;
         let stream = Arc::clone(&self.stream);
         let scope = self.scope.clone();
         let failure = Arc::clone(&self.failure);
         let stragglers = self.stragglers.clone();
-        Pending::new(Box::pin(async move {
+        Ok(Pending::new(Box::pin(async move {
             let item = next(stream).await;
             if let Some(Err(_)) = item {
                 // No body read runs on after the error is raised (DL-6):
@@ -128,12 +133,13 @@ impl ResponseBody {
             }
             let out: Output = Box::new(move |py| Self::convert(py, item, &scope, &failure));
             out
-        }))
+        })))
     }
 
     /// The next bytes (`None` at the end), waiting on this thread without
     /// the GIL.
     fn next_blocking(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.made.check("response body")?;
         let item = crate::blocking::block_on(py, next(Arc::clone(&self.stream)))?;
         Self::convert(py, item, &self.scope, &self.failure)
     }
@@ -178,6 +184,11 @@ impl ResponseBody {
 
 impl Drop for ResponseBody {
     fn drop(&mut self) {
+        if !self.made.is_here() {
+            // A forked child's copy: the stream is the parent's.
+            std::mem::forget(Arc::clone(&self.stream));
+            return;
+        }
         let _runtime = runtime::enter();
         let taken = self.stream.lock().take();
         drop(taken);

@@ -320,7 +320,8 @@ impl Permits {
     /// new limit. A raised limit hands the new permits to waiters
     /// at once (as returned ones); a limit lowered below what is held frees nothing
     /// until enough holders have returned theirs. Waiters keep their
-    /// places; a lowered waiting bound refuses only new waiters.
+    /// places; a lowered waiting bound refuses only new waiters (a full
+    /// line may still make room for a holder under its share: `join`).
     pub(crate) fn resize(&self, limit: usize, max_waiters: usize) {
         let limit = limit.min(Self::MAX);
         let mut line = self.waiters.lock();

@@ -15,8 +15,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -145,17 +145,29 @@ impl fmt::Display for HoldId {
 /// A number never returned before by this process: a random 64-bit number
 /// per process and a counter (unique across processes in practice).
 ///
-/// The process's number mixes in its id: a child made by `fork()` inherits
-/// the random number and the counter, and would otherwise name its
-/// settlements as its parent names the next ones (each would then read
-/// the other's as a repeat, DQ-6).
+/// A child made by `fork()` inherits the random number, the counter and
+/// the random generator's state, and would otherwise name its settlements
+/// as its parent (or a sibling, or an earlier child with the same process
+/// id) names the next ones: each would read the other's as a repeat
+/// (DQ-6). So the random number is drawn again, mixed with the clock,
+/// whenever the process id changes, and the process id is mixed in too.
 fn unique() -> u128 {
-    static RANDOM: OnceLock<u64> = OnceLock::new();
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static RANDOM: AtomicU64 = AtomicU64::new(0);
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let random = *RANDOM.get_or_init(|| fastrand::u64(..));
-    // Multiplying by an odd number is one-to-one on u64: two processes
-    // with the same random number (a parent and its child) differ here.
-    let process = random ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let pid = std::process::id();
+    if PID.load(Ordering::Acquire) != pid {
+        // Two threads may both draw here: either number serves, as the
+        // counter alone keeps this process's numbers apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        RANDOM.store(fastrand::u64(..) ^ nanos.rotate_left(32), Ordering::Release);
+        PID.store(pid, Ordering::Release);
+    }
+    // Multiplying by an odd number is one-to-one on u64.
+    let process =
+        RANDOM.load(Ordering::Acquire) ^ u64::from(pid).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     (u128::from(process) << 64) | u128::from(n)
 }

@@ -626,6 +626,33 @@ async fn a_refund_on_its_way_defers_the_early_verdict() {
     assert!(c.snapshot().is_idle());
 }
 
+// proves: Q-11, DQ-3 (a probe of a store that does not answer is not a
+// settlement on its way: the local share's refusal still gets its early
+// verdict at once, not after the deadline)
+#[tokio::test(start_paused = true)]
+async fn a_probe_in_flight_leaves_the_early_verdict_alone() {
+    let store = TestStore::new(Duration::from_secs(13));
+    let scope = ScopeConfig::new(SCOPE).requests(4, 60 * SECOND);
+    let policy = Unavailable::FailOpenLocal { replicas: 2 };
+    let (c, _) = replica(&store, policy, scope, |b| b);
+    store.set_outage(Outage::Hang);
+    let mut leases = Vec::new();
+    while leases.len() < 2 {
+        if let Ok(lease) = c.acquire(&call(1), within(SECOND)).await {
+            leases.push(lease);
+        }
+    }
+    assert_eq!(mode(&c), Some(StoreMode::LocalFallback));
+    let started = Instant::now();
+    let e = c
+        .acquire(&call(1), within(5 * SECOND))
+        .await
+        .expect_err("share spent");
+    assert_eq!(started.elapsed(), Duration::ZERO, "{e:?}");
+    assert!(e.retry_at().is_some(), "{e:?}");
+    drop(leases);
+}
+
 // proves: DQ-1 fast path (one store round trip per admitted call; a call
 // that waits for concurrency takes two)
 #[tokio::test(start_paused = true)]

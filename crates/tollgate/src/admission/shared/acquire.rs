@@ -159,6 +159,10 @@ pub(crate) struct SharedAcquire<'a> {
     notice: Option<Pin<Box<Notified<'a>>>>,
     /// Counted in the scope's holds (see `hold`).
     holding: bool,
+    /// A refusal was already asked again or its verdict deferred because
+    /// the answer may have been stale (see `wait_for`): once per call, so
+    /// the refunds of a busy scope cannot postpone a verdict for long.
+    looked_again: bool,
     /// The store's handle of this call's latest reservation: its lease and
     /// settlements go through it (a reconfiguration may have replaced the
     /// scope's handle meanwhile, SPEC GW-15).
@@ -205,6 +209,7 @@ impl<'a> SharedAcquire<'a> {
             timer: None,
             notice: None,
             holding: false,
+            looked_again: false,
             quota: None,
         }
     }
@@ -524,20 +529,24 @@ impl<'a> SharedAcquire<'a> {
         now: Instant,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
         self.admission.limited_by = self.admission.limited_by.union(not_until.limited_by);
-        if self.room_came_back() {
-            // Quota came back while the answer was on its way (a
-            // settlement landed, here or in another process): the answer
-            // is stale, so ask again rather than wait or give a verdict.
+        // An answer may be stale: quota came back while it was on its way
+        // (a settlement landed, here or in another process), or a
+        // settlement of this replica is still on its way (the store does
+        // not count the room it gives back yet). Once per call, such a
+        // refusal is asked again at once, or waits for that settlement
+        // (whose end wakes it) instead of taking an early verdict (SPEC
+        // Q-11); the next refusal is judged as it stands.
+        let first_look = !self.looked_again;
+        if first_look && self.room_came_back() {
+            self.looked_again = true;
             self.stage = Stage::Start;
             return Poll::Ready(Ok(None));
         }
         let (until, retry_at) = match not_until.at {
             Some(at) => {
-                // The store's instant leaves out what this replica's
-                // settlements on their way will give back: with one in
-                // flight the call waits for it (its landing wakes the
-                // call) rather than take an early verdict (SPEC Q-11).
-                if !self.shared.detached.busy() {
+                if first_look && self.shared.detached.busy() {
+                    self.looked_again = true;
+                } else {
                     let budget = not_until.limited_by.cost.then_some(self.scope.id);
                     self.inner().verdict(at, now, self.deadline, None, budget)?;
                 }

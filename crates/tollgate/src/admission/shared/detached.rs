@@ -8,21 +8,36 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::in_flight::InFlight;
 
 /// The detached tasks of one shared scope.
 #[derive(Debug, Default)]
-pub(crate) struct Detached(InFlight);
+pub(crate) struct Detached {
+    /// Every task (what `idle` waits for).
+    all: InFlight,
+    /// The settlements among them: round trips that may give room back
+    /// which the store does not count yet (see [`busy`](Self::busy)).
+    settling: InFlight,
+}
 
 /// Counts one task until dropped (when the task ends, or when the runtime
-/// drops it unfinished).
-struct Running(Arc<Detached>);
+/// drops it unfinished); a settlement's end also notifies `room`, after it
+/// stopped counting as busy, however it ended.
+struct Running {
+    detached: Arc<Detached>,
+    room: Option<Arc<Notify>>,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.0.leave();
+        if let Some(room) = self.room.take() {
+            self.detached.settling.leave();
+            room.notify_waiters();
+        }
+        self.detached.all.leave();
     }
 }
 
@@ -34,9 +49,39 @@ impl Detached {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.run(task, None)
+    }
+
+    /// Runs the settlement `task` detached, as [`spawn`](Self::spawn):
+    /// [`busy`](Self::busy) until it ends, and `room` notified when it
+    /// ends (landed, failed or dropped), so a call that waits because of
+    /// it is always woken to ask again.
+    pub(crate) fn spawn_settlement<F>(
+        self: &Arc<Self>,
+        room: &Arc<Notify>,
+        task: F,
+    ) -> Option<JoinHandle<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.run(task, Some(Arc::clone(room)))
+    }
+
+    fn run<F>(self: &Arc<Self>, task: F, room: Option<Arc<Notify>>) -> Option<JoinHandle<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         let handle = tokio::runtime::Handle::try_current().ok()?;
-        self.0.enter();
-        let running = Running(Arc::clone(self));
+        self.all.enter();
+        if room.is_some() {
+            self.settling.enter();
+        }
+        let running = Running {
+            detached: Arc::clone(self),
+            room,
+        };
         Some(handle.spawn(async move {
             let _running = running;
             task.await
@@ -46,18 +91,18 @@ impl Detached {
     /// How many are running.
     #[cfg(test)]
     pub(crate) fn running(&self) -> usize {
-        self.0.get()
+        self.all.get()
     }
 
-    /// Whether any is running (a settlement on its way may give room
-    /// back that the store does not count yet).
+    /// Whether a settlement is on its way: room it gives back is not yet
+    /// counted by the store, so an answer given meanwhile may be stale.
     pub(crate) fn busy(&self) -> bool {
-        self.0.get() > 0
+        self.settling.get() > 0
     }
 
     /// Resolves once none is running.
     pub(crate) async fn idle(&self) {
-        self.0.idle().await;
+        self.all.idle().await;
     }
 }
 
@@ -84,6 +129,41 @@ mod tests {
         tx.send(()).expect("task waits");
         idle.await.expect("idle");
         assert_eq!(d.running(), 0);
+    }
+
+    // proves: Q-11 (a settlement counts as busy until it ends, and its end
+    // notifies the scope's room after it stopped counting, also when it
+    // failed or was dropped unfinished)
+    #[tokio::test]
+    async fn a_settlement_is_busy_until_it_ends_and_then_wakes() {
+        let d = Arc::new(Detached::default());
+        let room = Arc::new(Notify::new());
+        let woken = room.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = d
+            .spawn_settlement(&room, async move {
+                let _ = rx.await;
+            })
+            .expect("in a runtime");
+        assert!(d.busy());
+        let probe = d.spawn(std::future::pending::<()>()).expect("in a runtime");
+        drop(tx);
+        task.await.expect("ends");
+        woken.await;
+        assert!(!d.busy(), "a probe is not a settlement");
+        probe.abort();
+        // Dropped unfinished: still a wake.
+        let woken = room.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let task = d
+            .spawn_settlement(&room, std::future::pending::<()>())
+            .expect("in a runtime");
+        task.abort();
+        woken.await;
+        assert!(!d.busy());
     }
 
     // proves: LC-7 (nothing is counted outside a runtime)

@@ -132,7 +132,7 @@ impl RemoteLease {
             seed_current(&owned, &quota).await;
             op(owned, quota, settling).await
         };
-        self.last = shared.detached.spawn(task);
+        self.last = shared.detached.spawn_settlement(&shared.room, task);
         if self.last.is_none() {
             SharedStats::count(&shared.stats.settlements_failed);
         }
@@ -202,7 +202,11 @@ fn landed(shared: &SharedScope, done: bool) {
 /// Runs `task` detached on `shared`'s count; a task that cannot start
 /// (outside a runtime) is a settlement that did not land.
 fn detach(shared: &Arc<SharedScope>, task: impl Future<Output = ()> + Send + 'static) {
-    if !shared.spawn(task) {
+    if shared
+        .detached
+        .spawn_settlement(&shared.room, task)
+        .is_none()
+    {
         SharedStats::count(&shared.stats.settlements_failed);
     }
 }
