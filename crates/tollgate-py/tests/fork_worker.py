@@ -63,7 +63,10 @@ def paced_in_this_process() -> int:
 
 
 def refusals(
-    before_fork: tollgate.Limiter, transport: tollgate.Transport, awaitable: object, lease: tollgate.Lease
+    before_fork: tollgate.Limiter,
+    transport: tollgate.Transport,
+    awaitable: object,
+    lease: tollgate.Lease,
 ) -> list[str]:
     """What a limiter, a transport, an acquisition not yet awaited and a
     lease made before the fork say when used in the child: each attempt's

@@ -32,9 +32,9 @@ def test_a_forked_child_waits_and_is_woken() -> None:
     limiter, and its blocking and asyncio acquisitions that must wait for
     the window are admitted (they hung before: the parent's threads are
     not in the child). A limiter, a transport, an acquisition not yet
-    awaited and a lease made before the fork are refused in the child with
-    a RuntimeError that says so (the lease's settlement would have gone to
-    the parent's state), the child exits
+    awaited and a lease made before the fork are refused in the child
+    with a RuntimeError that says so (the lease's settlement would have
+    gone to the parent's state), the child exits
     normally (atexit and finalization included), and the parent's limiter
     still works afterwards."""
     out = run("waits")

@@ -101,6 +101,11 @@ impl SupervisedStream {
     /// Ends the stream now (on a thread holding the GIL); an `__anext__`
     /// in flight ends it as soon as its loop runs it again (SPEC LC-5).
     fn end(&self, py: Python<'_>) {
+        if !self.made.is_here() {
+            // A forked child's copy: the stream is the parent's, left
+            // alone (closing it here does nothing).
+            return;
+        }
         self.closed.close();
         let taken = std::mem::replace(&mut *self.state.lock(), State::Done);
         let _runtime = runtime::enter();

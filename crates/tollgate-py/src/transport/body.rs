@@ -147,6 +147,11 @@ impl ResponseBody {
     /// The SDK closed the response (async): an awaitable that ends the
     /// stream (see the module documentation). Idempotent.
     fn aclose(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if !self.made.is_here() {
+            // A forked child's copy: the stream is the parent's, left
+            // alone (closing it here does nothing).
+            return Ok(crate::driver::Ready::none(py)?.into_any());
+        }
         if self.complete_on_close() {
             let stream = Arc::clone(&self.stream);
             let pending = Pending::new(Box::pin(async move {
@@ -163,6 +168,10 @@ impl ResponseBody {
     /// The SDK closed the response (sync): ends the stream (see the module
     /// documentation). Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.made.is_here() {
+            // A forked child's copy: left alone, as in `aclose`.
+            return Ok(());
+        }
         if self.complete_on_close() {
             crate::blocking::block_on(py, finish(Arc::clone(&self.stream)))?;
         }

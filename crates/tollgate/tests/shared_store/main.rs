@@ -626,16 +626,20 @@ async fn a_refund_on_its_way_defers_the_early_verdict() {
     assert!(c.snapshot().is_idle());
 }
 
-// proves: Q-11, DQ-3 (a probe of a store that does not answer is not a
-// settlement on its way: the local share's refusal still gets its early
-// verdict at once, not after the deadline)
+// proves: Q-11, DQ-3 (the local share's refusal gets its early verdict at
+// once, not after the deadline, while the store does not answer: neither
+// a probe nor a settlement stuck on its way to the store can give the
+// local share room back)
 #[tokio::test(start_paused = true)]
 async fn a_probe_in_flight_leaves_the_early_verdict_alone() {
     let store = TestStore::new(Duration::from_secs(13));
     let scope = ScopeConfig::new(SCOPE).requests(4, 60 * SECOND);
     let policy = Unavailable::FailOpenLocal { replicas: 2 };
     let (c, _) = replica(&store, policy, scope, |b| b);
+    let mut before = c.acquire(&call(1), Deadline::NONE).await.expect("room");
     store.set_outage(Outage::Hang);
+    // Its settlement hangs on its way to the store meanwhile.
+    before.reconcile(Usage::known(0)).expect("first settlement");
     let mut leases = Vec::new();
     while leases.len() < 2 {
         if let Ok(lease) = c.acquire(&call(1), within(SECOND)).await {
@@ -650,7 +654,7 @@ async fn a_probe_in_flight_leaves_the_early_verdict_alone() {
         .expect_err("share spent");
     assert_eq!(started.elapsed(), Duration::ZERO, "{e:?}");
     assert!(e.retry_at().is_some(), "{e:?}");
-    drop(leases);
+    drop((leases, before));
 }
 
 // proves: DQ-1 fast path (one store round trip per admitted call; a call

@@ -488,7 +488,7 @@ impl<'a> SharedAcquire<'a> {
                     // No permit is held while waiting for quota (ADM-2).
                     self.inner().pools.release(self.pool, self.holder());
                 }
-                return self.wait_for(not_until, now);
+                return self.wait_for(not_until, origin, now);
             }
         };
         self.admission.quota_wait = now - self.arrived;
@@ -526,17 +526,19 @@ impl<'a> SharedAcquire<'a> {
     fn wait_for(
         &mut self,
         not_until: NotUntil,
+        origin: Origin,
         now: Instant,
     ) -> Poll<Result<Option<Lease>, AdmissionError>> {
         self.admission.limited_by = self.admission.limited_by.union(not_until.limited_by);
-        // An answer may be stale: quota came back while it was on its way
-        // (a settlement landed, here or in another process), or a
+        // The store's answer may be stale: quota came back while it was on
+        // its way (a settlement landed, here or in another process), or a
         // settlement of this replica is still on its way (the store does
         // not count the room it gives back yet). Once per call, such a
         // refusal is asked again at once, or waits for that settlement
-        // (whose end wakes it) instead of taking an early verdict (SPEC
-        // Q-11); the next refusal is judged as it stands.
-        let first_look = !self.looked_again;
+        // (whose end wakes it) instead of failing on an early verdict
+        // (SPEC Q-11); the next refusal is judged as it stands. The local
+        // share's answers (fallback) are never stale that way.
+        let first_look = !self.looked_again && matches!(origin, Origin::Remote);
         if first_look && self.room_came_back() {
             self.looked_again = true;
             self.stage = Stage::Start;
@@ -544,11 +546,12 @@ impl<'a> SharedAcquire<'a> {
         }
         let (until, retry_at) = match not_until.at {
             Some(at) => {
-                if first_look && self.shared.detached.busy() {
+                let budget = not_until.limited_by.cost.then_some(self.scope.id);
+                if let Err(e) = self.inner().verdict(at, now, self.deadline, None, budget) {
+                    if !(first_look && self.shared.detached.busy()) {
+                        return Poll::Ready(Err(e));
+                    }
                     self.looked_again = true;
-                } else {
-                    let budget = not_until.limited_by.cost.then_some(self.scope.id);
-                    self.inner().verdict(at, now, self.deadline, None, budget)?;
                 }
                 (at, Some(at))
             }
