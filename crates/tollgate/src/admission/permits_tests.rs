@@ -236,6 +236,83 @@ fn a_full_pool_line_makes_room_for_a_holder_under_its_share() {
     assert_eq!((p.waiting(), p.held(), p.available()), (0, 0, 1));
 }
 
+/// Waits for a permit of `holder`; a waiter dropped while in line is
+/// withdrawn (a permit handed to it meanwhile goes on).
+async fn acquire_for(p: &Permits, holder: u64) -> Result<(), Refused> {
+    struct Waiting<'a>(&'a Permits, Option<usize>);
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            if let Some(key) = self.1.take() {
+                self.0.cancel(key);
+            }
+        }
+    }
+    let mut waiting = Waiting(p, None);
+    std::future::poll_fn(|cx| waiting.0.poll_acquire_for(cx, &mut waiting.1, holder)).await
+}
+
+// proves: FAIR-10, POOL-3, Q-13 (five holders on real threads and a real
+// clock, with waits cut short at random: the shared line never holds more
+// than its bound, the permits never more than their limit, every holder
+// is served, and at the end every permit is back and nobody waits)
+#[test]
+fn a_shared_line_under_threads_loses_nothing() {
+    const LIMIT: usize = 2;
+    const LINE: usize = 6;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap();
+    let p = Arc::new(Permits::bounded(LIMIT, LINE));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let served: Arc<[AtomicUsize; 5]> = Arc::new(Default::default());
+    let full = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for task in 0..40u64 {
+            let holder = task % 5 + 1;
+            let (p, inside, served, full) =
+                (p.clone(), inside.clone(), served.clone(), full.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..200u64 {
+                    let patience = std::time::Duration::from_micros((task * 37 + i * 11) % 2_000);
+                    match tokio::time::timeout(patience, acquire_for(&p, holder)).await {
+                        Ok(Ok(())) => {
+                            let n = inside.fetch_add(1, Ordering::SeqCst);
+                            assert!(n < LIMIT, "limit exceeded");
+                            served[(holder - 1) as usize].fetch_add(1, Ordering::SeqCst);
+                            tokio::task::yield_now().await;
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            p.release_for(holder);
+                        }
+                        Ok(Err(Refused::Full)) => {
+                            full.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(_) => {}
+                        Ok(Err(e)) => panic!("{e:?}"),
+                    }
+                    assert!(p.waiting() <= LINE, "line over its bound");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    // The line was full most of the time (thousands of refusals and
+    // displacements per run): the path under test ran.
+    assert!(full.load(Ordering::SeqCst) > 0);
+    for (h, n) in served.iter().enumerate() {
+        assert!(
+            n.load(Ordering::SeqCst) > 0,
+            "holder {} never served",
+            h + 1
+        );
+    }
+    assert_eq!((p.waiting(), p.held(), p.available()), (0, 0, LIMIT));
+}
+
 mod fair_line_props {
     use proptest::prelude::*;
 
