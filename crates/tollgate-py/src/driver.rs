@@ -112,16 +112,13 @@ impl<T> Driver<T> {
 
     /// Drops the future (cancellation): the engine gives back what it held.
     pub(crate) fn cancel(&mut self) {
-        if !self.made.is_here() {
-            // A forked child's copy of the parent's awaitable: its future
-            // holds the parent's state, never dropped here.
-            std::mem::forget(self.future.take());
-            return;
+        // A forked child's copy of the parent's awaitable: its future holds
+        // the parent's state, never dropped there (`drop_here`).
+        if self.made.is_here() {
+            self.wake.clear();
         }
-        self.wake.clear();
         if let Some(future) = self.future.take() {
-            let _runtime = runtime::enter();
-            drop(future);
+            self.made.drop_here(future);
         }
     }
 }

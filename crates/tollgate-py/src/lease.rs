@@ -94,7 +94,7 @@ impl PyLease {
             }
             lease
         };
-        if lease.is_some() {
+        if let Some(lease) = lease {
             self.made.drop_here(lease);
         }
     }
@@ -114,7 +114,9 @@ impl Drop for PyLease {
         // gives back what it holds as release does: in the runtime (its
         // store round trip is a runtime task). In a forked child the
         // lease is the parent's: never dropped there.
-        self.made.drop_here(self.lease.get_mut().take());
+        if let Some(lease) = self.lease.get_mut().take() {
+            self.made.drop_here(lease);
+        }
     }
 }
 

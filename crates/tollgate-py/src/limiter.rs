@@ -496,7 +496,7 @@ impl Limiter {
 impl Drop for Limiter {
     fn drop(&mut self) {
         // In a forked child the state is the parent's: never dropped here.
-        self.shared.made.leak_unless_here(Arc::clone(&self.shared));
+        self.shared.made.keeps(&self.shared);
     }
 }
 

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -121,12 +121,15 @@ impl Made {
         }
     }
 
-    /// Keeps `value` from ever being dropped unless this is the process it
-    /// was made in (call from the owner's `Drop`).
-    pub(crate) fn leak_unless_here<T>(self, value: T) {
-        if !self.is_here() {
-            std::mem::forget(value);
+    /// In a process other than the one it was made in, keeps what
+    /// `shared` points to from ever being dropped (one reference is
+    /// leaked) and returns `true`: the owner's `Drop` then leaves it alone.
+    pub(crate) fn keeps<T>(self, shared: &Arc<T>) -> bool {
+        if self.is_here() {
+            return false;
         }
+        std::mem::forget(Arc::clone(shared));
+        true
     }
 
     /// Drops `value` inside this process's runtime (its drop may start

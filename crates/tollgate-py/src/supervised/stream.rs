@@ -116,9 +116,8 @@ impl SupervisedStream {
 
 impl Drop for SupervisedStream {
     fn drop(&mut self) {
-        if !self.made.is_here() {
+        if self.made.keeps(&self.state) {
             // A forked child's copy: the stream is the parent's.
-            std::mem::forget(Arc::clone(&self.state));
             return;
         }
         // Dropping the engine's stream may release a lease: in the runtime.

@@ -193,9 +193,8 @@ impl ResponseBody {
 
 impl Drop for ResponseBody {
     fn drop(&mut self) {
-        if !self.made.is_here() {
+        if self.made.keeps(&self.stream) {
             // A forked child's copy: the stream is the parent's.
-            std::mem::forget(Arc::clone(&self.stream));
             return;
         }
         let _runtime = runtime::enter();

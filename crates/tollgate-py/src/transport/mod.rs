@@ -524,6 +524,6 @@ impl Drop for TransportCore {
     fn drop(&mut self) {
         // In a forked child the limiter's state is the parent's: never
         // dropped here.
-        self.shared.made.leak_unless_here(Arc::clone(&self.shared));
+        self.shared.made.keeps(&self.shared);
     }
 }
