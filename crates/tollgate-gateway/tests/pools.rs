@@ -169,6 +169,51 @@ async fn a_full_model_pool_line_takes_another_tenants_first_call() {
     gw.wait_idle().await;
 }
 
+// proves: FAIR-10, POOL-3, DL-4, GW-16 (hostile waiters in a full model
+// pool line: a's calls with tiny deadlines fill the line and run out of
+// time there, each answered with a deadline error at once; their places
+// come back, so b's call then waits in line and is served, and the pool
+// ends with nobody waiting and nothing held)
+#[tokio::test]
+async fn tiny_deadlines_in_a_full_pool_line_give_their_places_back() {
+    let sim = slow_sim(Duration::from_millis(50), 20).await;
+    let gw = model_pool_gateway(&sim, 1, 2).await;
+    let client = client();
+    let mut held = post_chat(&client, &gw, Some(KEY_A), &chat("chat", true)).await;
+    assert_eq!(held.status(), 200);
+    let first = bounded("first chunk", held.chunk()).await.unwrap().unwrap();
+    let hasty: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, url) = (client.clone(), gw.url("/v1/chat/completions"));
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth(KEY_A)
+                    .header("x-request-timeout", "0.2")
+                    .json(&short("chat"))
+                    .send()
+                    .await
+            })
+        })
+        .collect();
+    for call in hasty {
+        let resp = bounded("a hasty call", call).await.unwrap().unwrap();
+        let (status, _, error) = error_of(resp).await;
+        assert!(code(&error).contains("deadline"), "{status} {error}");
+    }
+    assert_eq!(gw.pool("model:chat").waiting, 0, "their places came back");
+    let b = spawn_chat(&gw, KEY_B, short("chat"));
+    eventually("b waiting in line", || gw.pool("model:chat").waiting == 1).await;
+    let read = read_sse_from(held.bytes_stream(), String::from_utf8_lossy(&first).into()).await;
+    assert!(read.completed(), "{read:?}");
+    let resp = bounded("b", b).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+    gw.wait_idle().await;
+    let pool = gw.pool("model:chat");
+    assert_eq!((pool.waiting, pool.available), (0, pool.limit));
+}
+
 /// A simulator seed whose first request fails with a 5xx and whose next
 /// ones succeed (faults are a pure function of seed and sequence number).
 fn seed_failing_first(config: &SimConfig) -> u64 {
