@@ -70,6 +70,7 @@ LOADGEN=$TARGET/$PROFILE/tollgate-loadgen
 
 "$TOLLGATE" sim --listen 127.0.0.1:$SIM_PORT >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
+SIM_PID=$!
 "$TARGET/$PROFILE/examples/otlp_sink" 127.0.0.1:$SINK_PORT >"$WORK/sink.log" 2>&1 &
 PIDS+=($!)
 SINK_PID=$!
@@ -116,9 +117,11 @@ for r in $(seq "$ROUNDS"); do
     name=${NAMES[$(((r + k) % n))]}
     t0=$(cpu_ticks "${PID[$name]}")
     s0=$(cpu_ticks $SINK_PID)
+    u0=$(cpu_ticks $SIM_PID)
     load "$name" "$RUN" "$WORK/$name-$r.json"
     echo "$(($(cpu_ticks "${PID[$name]}") - t0))" >"$WORK/$name-$r.ticks"
     echo "$(($(cpu_ticks $SINK_PID) - s0))" >"$WORK/$name-$r.sink"
+    echo "$(($(cpu_ticks $SIM_PID) - u0))" >"$WORK/$name-$r.sim"
   done
 done
 
@@ -135,17 +138,15 @@ work, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name, r):
     d = json.load(open(f"{work}/{name}-{r}.json"))
     ticks = lambda kind: int(open(f"{work}/{name}-{r}.{kind}").read())
-    return d["ok"], d["elapsed_s"], ticks("ticks"), ticks("sink")
+    return d["ok"], d["elapsed_s"], ticks("ticks"), ticks("sink"), ticks("sim")
 runs = {n: [load(n, r) for r in range(1, rounds + 1)] for n in names}
-rate = {n: [ok / s for ok, s, _, _ in runs[n]] for n in names}
+rate = {n: [run[0] / run[1] for run in runs[n]] for n in names}
 print(f"{rounds} rounds; responses/s, mean (min-max); CPU µs per response: "
-      "the gateway, the receiver")
+      "the gateway, the receiver, the simulator")
 for n in names:
-    ok = sum(o for o, _, _, _ in runs[n])
-    ticks = sum(t for _, _, t, _ in runs[n])
-    sink = sum(s for _, _, _, s in runs[n])
+    ok, _, ticks, sink, sim = (sum(col) for col in zip(*runs[n]))
     print(f"  {n:9} {statistics.mean(rate[n]):8.0f} ({min(rate[n]):.0f}-{max(rate[n]):.0f})"
-          f"  {ticks * 1e4 / ok:5.1f} µs  {sink * 1e4 / ok:4.1f} µs")
+          f"  {ticks * 1e4 / ok:5.1f} µs  {sink * 1e4 / ok:4.1f} µs  {sim * 1e4 / ok:5.1f} µs")
 def compare(a, b):
     ratios = [y / x - 1 for x, y in zip(rate[a], rate[b])]
     se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
