@@ -527,6 +527,13 @@ impl Permits {
     /// meantime goes to the next waiter or back to the pool.
     #[cfg(test)]
     pub(crate) async fn acquire(&self) -> Result<(), Refused> {
+        self.acquire_for(DEFAULT_HOLDER).await
+    }
+
+    /// [`acquire`](Self::acquire) for `holder` (the shared line's share is
+    /// per holder, SPEC FAIR-10).
+    #[cfg(test)]
+    pub(crate) async fn acquire_for(&self, holder: u64) -> Result<(), Refused> {
         struct Waiting<'a>(&'a Permits, Option<usize>);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
@@ -536,7 +543,7 @@ impl Permits {
             }
         }
         let mut waiting = Waiting(self, None);
-        std::future::poll_fn(|cx| waiting.0.poll_acquire(cx, &mut waiting.1)).await
+        std::future::poll_fn(|cx| waiting.0.poll_acquire_for(cx, &mut waiting.1, holder)).await
     }
 
     /// Takes a free permit, or joins the queue without a waker yet (the

@@ -236,21 +236,6 @@ fn a_full_pool_line_makes_room_for_a_holder_under_its_share() {
     assert_eq!((p.waiting(), p.held(), p.available()), (0, 0, 1));
 }
 
-/// Waits for a permit of `holder`; a waiter dropped while in line is
-/// withdrawn (a permit handed to it meanwhile goes on).
-async fn acquire_for(p: &Permits, holder: u64) -> Result<(), Refused> {
-    struct Waiting<'a>(&'a Permits, Option<usize>);
-    impl Drop for Waiting<'_> {
-        fn drop(&mut self) {
-            if let Some(key) = self.1.take() {
-                self.0.cancel(key);
-            }
-        }
-    }
-    let mut waiting = Waiting(p, None);
-    std::future::poll_fn(|cx| waiting.0.poll_acquire_for(cx, &mut waiting.1, holder)).await
-}
-
 // proves: FAIR-10, POOL-3, Q-13 (five holders on real threads and a real
 // clock, with waits cut short at random: the shared line never holds more
 // than its bound, the permits never more than their limit, every holder
@@ -277,7 +262,7 @@ fn a_shared_line_under_threads_loses_nothing() {
             tasks.push(tokio::spawn(async move {
                 for i in 0..200u64 {
                     let patience = std::time::Duration::from_micros((task * 37 + i * 11) % 2_000);
-                    match tokio::time::timeout(patience, acquire_for(&p, holder)).await {
+                    match tokio::time::timeout(patience, p.acquire_for(holder)).await {
                         Ok(Ok(())) => {
                             let n = inside.fetch_add(1, Ordering::SeqCst);
                             assert!(n < LIMIT, "limit exceeded");
