@@ -124,7 +124,7 @@ impl HttpProvider {
         Ok(response.map(|body| BodyChunks::new(body, read)))
     }
 
-    /// Sends a stream request (on the stream path, see `h1`) and waits for
+    /// Sends a stream request (on the driven path, see `h1`) and waits for
     /// the response headers.
     async fn send_stream(
         &self,

@@ -62,3 +62,5 @@ pub fn answer_usage(
 mod dialect_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

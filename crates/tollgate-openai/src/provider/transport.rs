@@ -1,6 +1,7 @@
 //! The HTTP client under [`HttpProvider`](super::HttpProvider): hyper's
-//! pooling client over TCP or rustls for one-shot calls, the stream path of
-//! its own (see `h1`), and the body types they yield.
+//! pooling client over TCP or rustls for one-shot calls, the driven
+//! HTTP/1.1 path of its own for streams (see `h1`), and the body types
+//! they yield.
 //!
 //! A provider sends one `POST` per attempt and nothing else: no redirects,
 //! no proxies, no cookies, no decompression. Using hyper directly keeps the
@@ -29,7 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use super::h1::{DrivenBody, StreamClient};
+use super::h1::{DrivenBody, DrivenClient};
 use super::shard::{self, MAX_SHARDS};
 
 /// Settings of an [`HttpClient`].
@@ -118,10 +119,10 @@ impl tower_service::Service<Uri> for Connector {
 /// A pooling HTTP/1.1 and HTTP/2 client (TLS by rustls with the platform's
 /// certificate verifier; HTTP/2 when the server offers it through ALPN).
 /// Stream requests take a path of their own: HTTP/1.1 connections, pooled
-/// apart from the others, each driven by the task that reads its body
-/// (see the `h1` module), so that a stream's events reach their reader
-/// without a hand-over between tasks. The pool settings apply to each of
-/// the two pools.
+/// apart from the others, each driven by the task that reads its body (see
+/// the `h1` module), so that a stream's events reach their reader without
+/// a hand-over between tasks. The pool settings apply to each of the two
+/// pools.
 ///
 /// A thread pinned to a shard ([`pin_to_thread`](super::pin_to_thread))
 /// uses connections of its own on both paths, so the pool settings then
@@ -135,7 +136,7 @@ pub struct HttpClient {
     /// One-shot requests: hyper's pooling client, one per thread shard.
     pooled: Arc<Pooled>,
     /// Stream requests: HTTP/1.1 connections driven by their reader.
-    streams: StreamClient,
+    driven: DrivenClient,
     proxies: Proxies,
     read_timeout: Option<Duration>,
     /// Why no certificate can be verified (e.g. the system has no CA
@@ -200,7 +201,7 @@ impl HttpClient {
             tcp,
             proxies: proxies.clone(),
         };
-        let streams = StreamClient::new(
+        let driven = DrivenClient::new(
             HttpsConnectorBuilder::new()
                 .with_tls_config(tls.clone())
                 .https_or_http()
@@ -216,7 +217,7 @@ impl HttpClient {
             .wrap_connector(connector);
         HttpClient {
             pooled: Arc::new(Pooled::new(connector, settings)),
-            streams,
+            driven,
             proxies,
             read_timeout: settings.read_timeout,
             tls_error,
@@ -237,6 +238,19 @@ impl HttpClient {
             tls,
             Some(rustls::Error::General("no CA certificates".to_owned())),
         )
+    }
+
+    /// A client trusting only `roots` (for tests against a server of a
+    /// test certificate authority).
+    #[cfg(test)]
+    pub(super) fn with_roots(settings: &ClientSettings, roots: rustls::RootCertStore) -> Self {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("default versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Self::with_tls(settings, tls, None)
     }
 
     /// The proxy an `https` upstream at `uri` is reached through, if any.
@@ -269,10 +283,10 @@ impl HttpClient {
         async move { sent.await.map_err(|e| SendError(SendFailure::Pooled(e))) }
     }
 
-    /// Idle connections of the stream path to the host of `uri`.
+    /// Idle connections of the driven path to the host of `uri`.
     #[cfg(test)]
-    pub(super) fn stream_idle(&self, uri: &Uri) -> usize {
-        self.streams.idle(uri)
+    pub(super) fn driven_idle(&self, uri: &Uri) -> usize {
+        self.driven.idle(uri)
     }
 
     /// Starts a `POST` of `body` to `uri` whose response body is a stream,
@@ -285,7 +299,7 @@ impl HttpClient {
         extra: [&[(HeaderName, HeaderValue)]; 2],
         body: Bytes,
     ) -> impl Future<Output = Result<Response<DrivenBody>, SendError>> + Send + 'static {
-        self.streams.send(post(uri, headers, extra, body))
+        self.driven.send(post(uri, headers, extra, body))
     }
 }
 
@@ -360,11 +374,11 @@ pub struct SendError(SendFailure);
 enum SendFailure {
     /// From the pooling client (one-shot calls).
     Pooled(hyper_util::client::legacy::Error),
-    /// Opening a connection of the stream path failed.
+    /// Opening a connection of the driven path failed.
     Connect(BoxError),
-    /// A connection of the stream path failed before the response head.
+    /// A connection of the driven path failed before the response head.
     Http(hyper::Error),
-    /// A connection of the stream path ended before the response head
+    /// A connection of the driven path ended before the response head
     /// without saying whether the request was written: it may have been.
     Lost(BoxError),
 }
@@ -463,9 +477,8 @@ pub struct BodyChunks {
 enum Source {
     /// hyper's body, its connection run by the pooling client.
     Pooled(BodyDataStream<Incoming>),
-    /// A stream body whose connection its reader drives (boxed: the
-    /// connection's state is large).
-    Driven(Box<DrivenBody>),
+    /// A stream body whose connection its reader drives.
+    Driven(DrivenBody),
 }
 
 impl BodyChunks {
@@ -474,7 +487,7 @@ impl BodyChunks {
     }
 
     pub(super) fn driven(body: DrivenBody, read_timeout: Option<Duration>) -> Self {
-        Self::with_source(Source::Driven(Box::new(body)), read_timeout)
+        Self::with_source(Source::Driven(body), read_timeout)
     }
 
     fn with_source(body: Source, read_timeout: Option<Duration>) -> Self {

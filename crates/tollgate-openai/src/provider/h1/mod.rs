@@ -1,6 +1,6 @@
-//! An HTTP/1.1 path of its own for streams: the upstream connection is
-//! driven by the task that reads the response body, not by a task of its
-//! own.
+//! An HTTP/1.1 path of its own for streams, the driven path: the upstream
+//! connection is driven by the task that reads the response body, not by a
+//! task of its own.
 //!
 //! hyper's pooling client (used for one-shot calls) runs every connection
 //! in a spawned task and hands the response body over one HTTP chunk at a
@@ -9,7 +9,9 @@
 //! write and a context switch). Here the connection of a stream is polled
 //! by whoever polls its body — in the gateway, the task that writes the
 //! response to the client: one wake-up per upstream read, whatever the
-//! number of events in it.
+//! number of events in it. (One-shot calls to plain-`http` upstreams were
+//! tried on this path too and cost more CPU at saturation: BENCHMARKS.md,
+//! "Smaller futures, and the driven path for one-shot calls measured".)
 //!
 //! Implementation notes (invariants):
 //! * A [`Conn`](pool::Conn) is owned by exactly one place at a time: the
@@ -34,9 +36,9 @@ mod client;
 mod pool;
 
 pub(super) use body::DrivenBody;
-pub(super) use client::StreamClient;
+pub(super) use client::DrivenClient;
 
 #[cfg(test)]
-mod resend_tests;
+pub(super) mod resend_tests;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

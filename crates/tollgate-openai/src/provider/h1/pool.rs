@@ -1,4 +1,4 @@
-//! Idle HTTP/1.1 connections of the stream path, per upstream host.
+//! Idle HTTP/1.1 connections of the driven path, per upstream host.
 //!
 //! At most `max_idle_per_host` stay per host. Connections past the idle
 //! timeout are dropped when their host is next used (taken or given
@@ -33,10 +33,18 @@ pub(super) type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 /// the same thread shard (see [`pin_to_thread`](crate::provider::pin_to_thread)).
 pub(super) type Key = (Scheme, Authority, usize);
 
+/// Idle connections by key. Keys are the configured upstream hosts, not
+/// input, so the map uses a fast hash (it is looked up twice per request).
+type IdleMap = HashMap<Key, Vec<Idle>, rustc_hash::FxBuildHasher>;
+
 /// One HTTP/1.1 connection: the handle that sends requests and the state
 /// machine that does its I/O, polled by the connection's current user.
-pub(super) struct Conn {
-    pub(super) sender: SendRequest<Full<Bytes>>,
+/// Boxed: the state is large (hyper's buffers, and a TLS session inline),
+/// and a connection changes hands several times per request.
+pub(super) struct Conn(Box<ConnState>);
+
+struct ConnState {
+    sender: SendRequest<Full<Bytes>>,
     driver: Connection<Io, Full<Bytes>>,
     /// The driver completed: the connection is over, never polled again.
     ended: bool,
@@ -47,11 +55,16 @@ impl Conn {
         sender: SendRequest<Full<Bytes>>,
         driver: Connection<Io, Full<Bytes>>,
     ) -> Self {
-        Conn {
+        Conn(Box::new(ConnState {
             sender,
             driver,
             ended: false,
-        }
+        }))
+    }
+
+    /// The handle that sends requests on the connection.
+    pub(super) fn sender(&mut self) -> &mut SendRequest<Full<Bytes>> {
+        &mut self.0.sender
     }
 
     /// Does the connection's pending I/O (writes the request, reads and
@@ -59,14 +72,15 @@ impl Conn {
     /// Its failures reach the response or the body; once it completed it
     /// is not polled again.
     pub(super) fn drive(&mut self, cx: &mut Context<'_>) {
-        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
-            self.ended = true;
+        let state = &mut *self.0;
+        if !state.ended && Pin::new(&mut state.driver).poll(cx).is_ready() {
+            state.ended = true;
         }
     }
 
     /// Whether the connection is over (closed, failed or shut down).
     pub(super) fn ended(&self) -> bool {
-        self.ended
+        self.0.ended
     }
 
     /// Whether the connection can take another request now. Polls it once
@@ -75,7 +89,7 @@ impl Conn {
     fn reusable(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         self.drive(&mut cx);
-        !self.ended && self.sender.is_ready()
+        !self.0.ended && self.0.sender.is_ready()
     }
 }
 
@@ -89,7 +103,7 @@ struct Idle {
 #[derive(Clone)]
 pub(super) struct Pool {
     /// Per host, oldest first.
-    idle: Arc<Mutex<HashMap<Key, Vec<Idle>>>>,
+    idle: Arc<Mutex<IdleMap>>,
     max_idle_per_host: usize,
     idle_timeout: Option<Duration>,
     /// A reaper task is running.
@@ -99,7 +113,7 @@ pub(super) struct Pool {
 impl Pool {
     pub(super) fn new(max_idle_per_host: usize, idle_timeout: Option<Duration>) -> Self {
         Pool {
-            idle: Arc::new(Mutex::new(HashMap::new())),
+            idle: Arc::new(Mutex::new(IdleMap::default())),
             max_idle_per_host,
             idle_timeout,
             reaping: Arc::new(AtomicBool::new(false)),
@@ -161,6 +175,10 @@ impl Pool {
         let Some(timeout) = self.idle_timeout else {
             return;
         };
+        // The usual case, without touching the runtime's context.
+        if self.reaping.load(Ordering::Acquire) {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -207,7 +225,7 @@ impl Drop for Running {
 /// connections idle for `timeout` or more and those no longer usable; ends
 /// when nothing is idle or the pool is gone, clearing `reaping`.
 async fn reap(
-    idle: Weak<Mutex<HashMap<Key, Vec<Idle>>>>,
+    idle: Weak<Mutex<IdleMap>>,
     mut running: Running,
     timeout: Duration,
     period: Duration,

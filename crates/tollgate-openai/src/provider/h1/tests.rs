@@ -1,4 +1,4 @@
-//! The stream path against a raw HTTP/1.1 upstream: connection reuse,
+//! The driven path against a raw HTTP/1.1 upstream: connection reuse,
 //! early drops, connections the server closed while idle, and bodies split
 //! at every byte.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, Uri};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tollgate::Deadline;
 use tollgate::lifecycle::{AttemptContext, ErrorKind, Provider, StreamEvent};
@@ -63,7 +63,7 @@ async fn upstream(answer: Answer) -> Upstream {
 }
 
 /// Reads one request (head and `content-length` body); `false` at EOF.
-pub(super) async fn read_request(sock: &mut TcpStream) -> bool {
+pub(super) async fn read_request<S: AsyncRead + Unpin + ?Sized>(sock: &mut S) -> bool {
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -148,14 +148,14 @@ pub(super) fn provider(base: &str) -> HttpProvider {
         .expect("provider")
 }
 
-pub(super) fn request() -> UpstreamRequest {
+pub(in crate::provider) fn request() -> UpstreamRequest {
     let body = Bytes::from_static(
         b"{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
     );
     UpstreamRequest::new(Endpoint::ChatCompletions, body, true, false)
 }
 
-pub(super) fn attempt() -> AttemptContext {
+pub(in crate::provider) fn attempt() -> AttemptContext {
     AttemptContext {
         call_id: None,
         attempt: 1,
@@ -175,7 +175,9 @@ async fn items(provider: &HttpProvider) -> Vec<ChunkItem> {
 }
 
 /// The chunks' bytes joined, and the usage reports.
-pub(super) fn relayed(items: &[ChunkItem]) -> (Vec<u8>, Vec<tollgate::Usage>, Option<ErrorKind>) {
+pub(in crate::provider) fn relayed(
+    items: &[ChunkItem],
+) -> (Vec<u8>, Vec<tollgate::Usage>, Option<ErrorKind>) {
     let mut bytes = Vec::new();
     let mut usage = Vec::new();
     let mut error = None;
@@ -227,7 +229,7 @@ async fn completed_streams_reuse_their_connection() {
         assert!(bytes.ends_with(DONE.as_bytes()));
     }
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
-    assert_eq!(provider.client().stream_idle(&chat_url(&up.base)), 1);
+    assert_eq!(provider.client().driven_idle(&chat_url(&up.base)), 1);
 }
 
 // A connection the server closed while it sat in the pool is replaced
@@ -270,7 +272,7 @@ async fn a_stream_dropped_early_closes_its_connection() {
     })
     .await
     .expect("the upstream sees the close");
-    assert_eq!(provider.client().stream_idle(&chat_url(&up.base)), 0);
+    assert_eq!(provider.client().driven_idle(&chat_url(&up.base)), 0);
 }
 
 // proves: LC-3 (a body cut before its first complete event fails before
@@ -307,7 +309,7 @@ async fn streams_cut_before_and_after_the_first_event() {
     assert_eq!(
         provider(&after.base)
             .client()
-            .stream_idle(&chat_url(&after.base)),
+            .driven_idle(&chat_url(&after.base)),
         0
     );
 }
@@ -376,7 +378,7 @@ async fn the_pool_is_capped_and_expires() {
     assert_eq!(relayed(&a).2, None);
     assert_eq!(relayed(&b).2, None);
     assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
-    assert_eq!(capped.client().stream_idle(&chat_url(&up.base)), 1);
+    assert_eq!(capped.client().driven_idle(&chat_url(&up.base)), 1);
 
     let up = upstream(Answer::Stream { piece: 64 }).await;
     let brief = HttpProvider::builder(&up.base)
@@ -400,9 +402,9 @@ async fn idle_connections_are_reaped_without_further_use() {
         .expect("provider");
     assert_eq!(relayed(&items(&brief).await).2, None);
     let url = chat_url(&up.base);
-    assert_eq!(brief.client().stream_idle(&url), 1);
+    assert_eq!(brief.client().driven_idle(&url), 1);
     let reaped = async {
-        while brief.client().stream_idle(&url) > 0 {
+        while brief.client().driven_idle(&url) > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
