@@ -82,33 +82,50 @@ fn names(dimension: Dimension) -> [HeaderName; 3] {
 }
 
 /// Where the headers of a dimension come from: a controller and the
-/// limits of some of its scopes, as they are now.
+/// limits of one or two of its scopes, as they are now.
 struct Budget<'a> {
     controller: &'a AdmissionController,
-    limits: Vec<(ScopeId, LimitSnapshot)>,
+    /// The limits of `first` (the first `split`), then those of `second`.
+    limits: Vec<LimitSnapshot>,
+    first: ScopeId,
+    split: usize,
+    second: Option<ScopeId>,
 }
 
 impl<'a> Budget<'a> {
-    /// The limits of `scopes` in `controller`, each scope read on its own
-    /// (not the whole controller's snapshot: this runs for every response).
-    fn of(controller: &'a AdmissionController, scopes: &[ScopeId]) -> Self {
-        let mut limits = Vec::new();
-        let mut read = Vec::new();
-        for &scope in scopes {
-            read.clear();
-            controller.scope_limits(scope, &mut read);
-            limits.extend(read.drain(..).map(|l| (scope, l)));
+    /// The limits of `first` and `second` in `controller`, each scope read
+    /// on its own (not the whole controller's snapshot: this runs for every
+    /// response).
+    fn of(controller: &'a AdmissionController, first: ScopeId, second: Option<ScopeId>) -> Self {
+        let mut limits = Vec::with_capacity(8);
+        controller.scope_limits(first, &mut limits);
+        let split = limits.len();
+        if let Some(second) = second {
+            controller.scope_limits(second, &mut limits);
         }
-        Budget { controller, limits }
+        Budget {
+            controller,
+            limits,
+            first,
+            split,
+            second,
+        }
     }
 
     /// The limit of `dimension` with the least left (ties: the longer
-    /// window).
-    fn tightest(&self, dimension: Dimension) -> Option<&(ScopeId, LimitSnapshot)> {
-        self.limits
+    /// window, then the first scope), and its scope.
+    fn tightest(&self, dimension: Dimension) -> Option<(ScopeId, &LimitSnapshot)> {
+        let (i, limit) = self
+            .limits
             .iter()
+            .enumerate()
             .filter(|(_, l)| l.dimension == dimension)
-            .min_by_key(|(_, l)| (l.available, Reverse(l.window)))
+            .min_by_key(|(_, l)| (l.available, Reverse(l.window)))?;
+        let scope = match self.second {
+            Some(second) if i >= self.split => second,
+            _ => self.first,
+        };
+        Some((scope, limit))
     }
 }
 
@@ -126,15 +143,8 @@ pub fn add(
     price: Option<ReservePrice>,
     headers: &mut HeaderMap,
 ) {
-    let pair;
-    let own: &[ScopeId] = match model.and_then(|m| slot.model_scope(m)) {
-        Some(m) => {
-            pair = [slot.scope, m];
-            &pair
-        }
-        None => std::slice::from_ref(&slot.scope),
-    };
-    let tenant = Budget::of(&slot.controller, own);
+    let model_scope = model.and_then(|m| slot.model_scope(m));
+    let tenant = Budget::of(&slot.controller, slot.scope, model_scope);
     let mut upstream: Option<Budget<'_>> = None;
     for dimension in Dimension::ALL {
         let (budget, (scope, limit)) = match tenant.tightest(dimension) {
@@ -144,14 +154,14 @@ pub fn add(
                 let Some((controller, scope)) = account else {
                     continue;
                 };
-                let budget = upstream.get_or_insert_with(|| Budget::of(controller, &[scope]));
+                let budget = upstream.get_or_insert_with(|| Budget::of(controller, scope, None));
                 match budget.tightest(dimension) {
                     Some(t) => (&*budget, t),
                     None => continue,
                 }
             }
         };
-        let mut call = Call::new(*scope);
+        let mut call = Call::new(scope);
         call.estimate = Some(estimate);
         call.price = price;
         insert(budget.controller, &call, limit, dimension, headers);

@@ -226,6 +226,10 @@ pub async fn handle<R: Route>(app: &AppState, request: Request) -> Response {
         }
     };
     let headers = response.headers_mut();
+    // Room for what usually follows (the rate-limit headers of requests
+    // and tokens, the request id, the class) at once, not one table growth
+    // after another.
+    headers.reserve(8);
     if let Some(slot) = x.tenant.and_then(|t| app.tenant_slots.get(t)) {
         let account = x.account(app).map(|d| (d.supervisor.controller(), d.scope));
         ratelimit::add(
@@ -407,7 +411,11 @@ async fn serve<R: Route>(
         };
         let started = Instant::now();
         let result = if R::is_stream(&request) {
-            let routed = router::route(model, &estimate, options, flow, |d| {
+            // Boxed, here and below: the attempts' state is most of the
+            // handler's future, which is otherwise copied whole into its
+            // box at the start of every request (BENCHMARKS.md, "Smaller
+            // futures, and the driven path for one-shot calls measured").
+            let routed = Box::pin(router::route(model, &estimate, options, flow, |d| {
                 let call = make(d);
                 let supervisor = d.supervisor.clone();
                 async move {
@@ -415,7 +423,7 @@ async fn serve<R: Route>(
                         .stream_with_flow(&call.map_err(|e| *e)?, options, flow)
                         .await
                 }
-            })
+            }))
             .await;
             match routed {
                 Ok(Routed {
@@ -473,7 +481,7 @@ async fn serve<R: Route>(
                 Err(e) => e,
             }
         } else {
-            let routed = router::route(model, &estimate, options, flow, |d| {
+            let routed = Box::pin(router::route(model, &estimate, options, flow, |d| {
                 let call = make(d);
                 let supervisor = d.supervisor.clone();
                 async move {
@@ -481,7 +489,7 @@ async fn serve<R: Route>(
                         .invoke_with_flow(&call.map_err(|e| *e)?, options, flow)
                         .await
                 }
-            })
+            }))
             .await;
             match routed {
                 Ok(Routed {
