@@ -19,9 +19,13 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/benches/gateway
+# shellcheck source=../lib.sh
+source "$ROOT/benches/lib.sh"
 A=${1:?build A}
 B=${2:?build B}
 ROUNDS=${3:-30}
+[[ $ROUNDS =~ ^[0-9]+$ ]] && (( ROUNDS >= 2 )) ||
+  { echo "rounds: a number of at least 2, not '$ROUNDS'" >&2; exit 1; }
 shift $(( $# < 3 ? $# : 3 ))
 ARGS=("$@")
 (( ${#ARGS[@]} )) || ARGS=(--concurrency 64 --duration 3s)
@@ -29,11 +33,11 @@ LOADGEN=${LOADGEN:-${CARGO_TARGET_DIR:-$ROOT/target}/dist/tollgate-loadgen}
 WORK=$(mktemp -d /tmp/tollgate-ab.XXXXXX)
 export TOLLGATE_LOADGEN_API_KEY=sk-bench-gateway
 
+require_free_ports 18181 18182 18184
 sed "s/^\[server\]\$/[server]\nconnection_threads = 2/" "$HERE/gateway.toml" >"$WORK/a.toml"
 sed 's/127.0.0.1:18182/127.0.0.1:18184/' "$WORK/a.toml" >"$WORK/b.toml"
 
-PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null; echo "results: $WORK" >&2' EXIT
+trap 'stop_pids; echo "results: $WORK" >&2' EXIT
 "$A" sim --listen 127.0.0.1:18181 >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
 "$A" serve --config "$WORK/a.toml" >"$WORK/a.log" 2>&1 &
@@ -43,13 +47,14 @@ PIDS+=($GA)
 GB=$!
 PIDS+=($GB)
 for port in 18181 18182 18184; do
-  for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-    sleep 0.1
-  done
+  wait_port "$port"
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks of gateway $1, which must still run.
+ticks() {
+  kill -0 "$1" 2>/dev/null || { echo "gateway $1 exited (see $WORK/*.log)" >&2; exit 1; }
+  cpu_ticks "$1"
+}
 
 # One run: label, gateway pid, port.
 run() {

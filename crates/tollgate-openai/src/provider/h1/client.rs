@@ -206,8 +206,11 @@ async fn exchange(
                 // Dropping the connection drops that queue, which hands
                 // the request back as never written; one already written
                 // fails as such.
+                // Polled outside the runtime's per-task budget, which may
+                // be spent by now and would answer `Pending` with the
+                // answer waiting.
                 drop(conn.take());
-                match response.as_mut().poll(cx) {
+                match pin!(tokio::task::unconstrained(response.as_mut())).poll(cx) {
                     Poll::Ready(result) => Poll::Ready(Some(result)),
                     // Only a guard against waiting for ever.
                     Poll::Pending => Poll::Ready(None),
