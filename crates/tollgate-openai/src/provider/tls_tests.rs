@@ -21,10 +21,12 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tollgate::lifecycle::{ErrorKind, Provider};
 
-use super::h1::resend_tests::{dies_mid_head, one_shot_answer, second_call_is_not_sent_twice};
+use super::HttpProvider;
+use super::h1::resend_tests::{
+    dies_mid_head, one_shot, one_shot_answer, second_call_is_not_sent_twice,
+};
 use super::h1::tests::{attempt, relayed, request};
 use super::transport::HttpClient;
-use super::{Endpoint, HttpProvider, UpstreamRequest};
 
 const CA: &[u8] = include_bytes!("../../tests/fixtures/tls/ca.pem");
 const CERT: &[u8] = include_bytes!("../../tests/fixtures/tls/server.pem");
@@ -133,15 +135,6 @@ fn provider(base: &str) -> HttpProvider {
         .https_proxy(None);
     let client = HttpClient::with_roots(&builder.client_settings(), roots);
     builder.client(client).build().expect("provider")
-}
-
-fn one_shot() -> UpstreamRequest {
-    UpstreamRequest::new(
-        Endpoint::ChatCompletions,
-        Bytes::from_static(b"{\"model\":\"m\"}"),
-        false,
-        false,
-    )
 }
 
 // proves: GW-5, Q-6 (over TLS: one-shot calls speak HTTP/2 when the

@@ -79,6 +79,16 @@ pub(in crate::provider) fn one_shot_answer() -> Vec<u8> {
     .into_bytes()
 }
 
+/// A one-shot (not streamed) chat request.
+pub(in crate::provider) fn one_shot() -> UpstreamRequest {
+    UpstreamRequest::new(
+        Endpoint::ChatCompletions,
+        Bytes::from_static(b"{\"model\":\"m\"}"),
+        false,
+        false,
+    )
+}
+
 /// Two one-shot calls to `p` (through `dies_mid_head`): the first
 /// succeeds; the second fails to the engine as possibly sent, and the
 /// upstream read exactly one request per attempt.
@@ -86,16 +96,8 @@ pub(in crate::provider) async fn second_call_is_not_sent_twice(
     p: &HttpProvider,
     requests: &AtomicUsize,
 ) {
-    let one = || {
-        UpstreamRequest::new(
-            Endpoint::ChatCompletions,
-            Bytes::from_static(b"{}"),
-            false,
-            false,
-        )
-    };
-    p.call(&one(), attempt()).await.expect("first");
-    let second = tokio::time::timeout(Duration::from_secs(10), p.call(&one(), attempt()))
+    p.call(&one_shot(), attempt()).await.expect("first");
+    let second = tokio::time::timeout(Duration::from_secs(10), p.call(&one_shot(), attempt()))
         .await
         .expect("bounded");
     let err = second.expect_err("fails to the engine");
