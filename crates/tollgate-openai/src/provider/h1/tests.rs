@@ -26,8 +26,9 @@ pub(super) const DONE: &str = "data: [DONE]\n\n";
 enum Answer {
     /// The whole stream, each piece its own HTTP chunk, flushed one by one.
     Stream { piece: usize },
-    /// The whole stream in one chunk, then the connection is closed
-    /// (without announcing it).
+    /// The whole stream in one chunk, then, when the test says so
+    /// ([`Upstream::hang_up`]), the connection is closed without announcing
+    /// it.
     StreamThenClose,
     /// The head and `ROLE`, then nothing (the connection stays open until
     /// the client closes it).
@@ -41,6 +42,28 @@ struct Upstream {
     accepted: Arc<AtomicUsize>,
     /// Connections the client closed.
     closed: Arc<AtomicUsize>,
+    signals: Arc<Signals>,
+}
+
+#[derive(Default)]
+struct Signals {
+    /// Tells a [`Answer::StreamThenClose`] connection to close.
+    hang_up: tokio::sync::Notify,
+    /// Connections the server closed on [`Signals::hang_up`].
+    hung_up: AtomicUsize,
+}
+
+impl Upstream {
+    /// Closes the connection waiting in [`Answer::StreamThenClose`], and
+    /// returns once it is closed (its FIN is on the client's socket: over
+    /// loopback it is queued there by the server's close).
+    async fn hang_up(&self) {
+        let before = self.signals.hung_up.load(Ordering::SeqCst);
+        self.signals.hang_up.notify_one();
+        while self.signals.hung_up.load(Ordering::SeqCst) == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 }
 
 async fn upstream(answer: Answer) -> Upstream {
@@ -48,17 +71,23 @@ async fn upstream(answer: Answer) -> Upstream {
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
     let closed = Arc::new(AtomicUsize::new(0));
-    let (a, c) = (Arc::clone(&accepted), Arc::clone(&closed));
+    let signals = Arc::new(Signals::default());
+    let (a, c, s) = (
+        Arc::clone(&accepted),
+        Arc::clone(&closed),
+        Arc::clone(&signals),
+    );
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             a.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(serve(sock, answer, Arc::clone(&c)));
+            tokio::spawn(serve(sock, answer, Arc::clone(&c), Arc::clone(&s)));
         }
     });
     Upstream {
         base: format!("http://{addr}/v1"),
         accepted,
         closed,
+        signals,
     }
 }
 
@@ -103,7 +132,12 @@ pub(super) fn whole() -> String {
     [ROLE, HELLO, USAGE, DONE].concat()
 }
 
-async fn serve(mut sock: TcpStream, answer: Answer, closed: Arc<AtomicUsize>) {
+async fn serve(
+    mut sock: TcpStream,
+    answer: Answer,
+    closed: Arc<AtomicUsize>,
+    signals: Arc<Signals>,
+) {
     loop {
         if !read_request(&mut sock).await {
             closed.fetch_add(1, Ordering::SeqCst);
@@ -123,6 +157,9 @@ async fn serve(mut sock: TcpStream, answer: Answer, closed: Arc<AtomicUsize>) {
             Answer::StreamThenClose => {
                 let _ = sock.write_all(&chunk(body.as_bytes())).await;
                 let _ = sock.write_all(b"0\r\n\r\n").await;
+                signals.hang_up.notified().await;
+                drop(sock);
+                signals.hung_up.fetch_add(1, Ordering::SeqCst);
                 return;
             }
             Answer::Stall => {
@@ -232,17 +269,21 @@ async fn completed_streams_reuse_their_connection() {
     assert_eq!(provider.client().driven_idle(&chat_url(&up.base)), 1);
 }
 
-// A connection the server closed while it sat in the pool is replaced
-// without the caller seeing a failure.
+// proves: RT-1, RT-5 (a pooled connection the server closed while it sat
+// idle costs no attempt and no error: the request, never written to it,
+// goes on a new connection)
 #[tokio::test]
 async fn connections_closed_while_idle_are_replaced() {
     let up = upstream(Answer::StreamThenClose).await;
     let provider = provider(&up.base);
+    let url = chat_url(&up.base);
     for round in 1..=3 {
         let (_, usage, error) = relayed(&items(&provider).await);
         assert_eq!((error, usage.len()), (None, 1), "round {round}");
-        // Let the server's close arrive before the next request.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The connection went back to the pool open; the server closes it
+        // while it sits there.
+        assert_eq!(provider.client().driven_idle(&url), 1, "round {round}");
+        up.hang_up().await;
     }
     assert_eq!(up.accepted.load(Ordering::SeqCst), 3);
 }
