@@ -124,7 +124,31 @@ impl Stragglers {
     /// goes on) keeps the permit for as long as it runs; a task destroyed
     /// without ending (its loop closed) gives it back.
     pub(crate) fn hold(&self, lease: Lease) {
-        let parked = Arc::new(Parked(Some(lease)));
+        self.park(Parked {
+            lease: Some(lease),
+            ended: None,
+        });
+    }
+
+    /// Until every task added so far has ended, as [`wait`](Self::wait),
+    /// but leaving them tracked: a cut attempt's lease may still be
+    /// parked on them afterwards, and other waiters are not disturbed (it
+    /// waits through the tasks' done callbacks, not their wakers). A
+    /// lease parked before this call is released before it returns.
+    pub(crate) async fn ended(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        self.park(Parked {
+            lease: None,
+            ended: Some(tx),
+        });
+        // Nothing is ever sent: the sender dropped is the signal.
+        let _ = rx.await;
+    }
+
+    /// Parks `parked` on every task still running; dropped here at once
+    /// when none runs.
+    fn park(&self, parked: Parked) {
+        let parked = Arc::new(parked);
         let slots: Vec<Arc<Slot>> = self.0.lock().clone();
         for slot in slots {
             // Under the lock the done callback takes the holds under, after
@@ -134,23 +158,28 @@ impl Stragglers {
                 holds.push(Arc::clone(&parked));
             }
         }
-        // The last reference: released now if no task holds it.
+        // The last reference: dropped now if no task holds it.
         drop(parked);
     }
 }
 
-/// A cut attempt's lease, parked on the tasks still running: dropped (its
-/// permit returned) with the last reference.
-struct Parked(Option<Lease>);
+/// What waits on the tasks still running, dropped with the last
+/// reference: a cut attempt's lease (its permit returned) and an
+/// [`Stragglers::ended`] waiter's signal, in that order.
+struct Parked {
+    lease: Option<Lease>,
+    ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
 
 impl Drop for Parked {
     fn drop(&mut self) {
-        if let Some(lease) = self.0.take() {
+        if let Some(lease) = self.lease.take() {
             // Possibly on the loop's thread (the done callback): the
             // release may need the runtime's context.
             let _runtime = crate::runtime::enter();
             drop(lease);
         }
+        drop(self.ended.take());
     }
 }
 

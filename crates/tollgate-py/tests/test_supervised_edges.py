@@ -61,6 +61,65 @@ async def test_aclose_while_another_task_iterates_ends_the_stream() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
+class UnwindsSlowly:
+    """An async iterator whose first item comes at once and whose second
+    never does; a read cut while it waits takes 100 ms to unwind (an
+    `await` in its cleanup, as when an httpx connection is closed)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.unwound = False
+
+    def __aiter__(self) -> "UnwindsSlowly":
+        return self
+
+    async def __anext__(self) -> dict:
+        self.reads += 1
+        if self.reads == 1:
+            return {"i": 1}
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.1)
+            self.unwound = True
+            raise
+        return {"i": self.reads}
+
+
+@pytest.mark.parametrize("leave", ["aclose", "async with"])
+async def test_closing_a_stream_returns_once_the_read_it_cut_unwound(leave: str) -> None:
+    # proves: LC-5 (leaving a stream early cancels its upstream and
+    # returns its permit) / POOL-1 (the permit goes back when the attempt
+    # has ended) / DL-6 (no provider work runs on after the caller moved on)
+    """A consumer task waits in the stream's second item; another task
+    leaves the stream (`aclose()`, or the end of `async with`). When that
+    returns, the cut read has unwound and the limiter is idle. Found in
+    review: `aclose()` returned at once, the read still unwinding and the
+    permit held, so a caller's next step could find the limiter busy."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = UnwindsSlowly()
+    stream = limiter.stream(lambda: upstream, scope="s", timeout=10)
+    got: list[int] = []
+
+    async def consume() -> None:
+        async for item in stream:
+            got.append(item["i"])
+
+    task = asyncio.create_task(consume())
+    try:
+        await until(lambda: upstream.reads == 2)
+        if leave == "aclose":
+            await stream.aclose()
+        else:
+            await stream.__aexit__(None, None, None)
+        assert upstream.unwound, "the close returned while the cut read still ran"
+        assert idle(limiter), "the close returned, yet the stream still holds its permit"
+        assert got == [1]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_call_cut_by_its_deadline_answers_after_its_attempt_unwound() -> None:
     """DL-6 (provider work is cancelled before the error is returned: no
     detached work), ADM-7 (the concurrency limit bounds active calls):

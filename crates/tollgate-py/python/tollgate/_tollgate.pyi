@@ -166,7 +166,8 @@ class Limiter:
 
 class SupervisedStream:
     """The async iterator of ``Limiter.stream``; ``aclose()`` (or leaving
-    ``async with``) ends it early, giving its capacity back."""
+    ``async with``) ends it early and returns once its capacity is back
+    (an upstream read it cut has unwound)."""
 
     def __aiter__(self) -> SupervisedStream: ...
     def __anext__(self) -> Awaitable[Any]: ...

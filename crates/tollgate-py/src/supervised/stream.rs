@@ -56,6 +56,9 @@ pub(crate) struct SupervisedStream {
     /// Set by `aclose()` / `__aexit__`: an `__anext__` in flight, which
     /// holds the engine's stream, drops it and ends the iteration.
     closed: Arc<Closed>,
+    /// The call's tasks: `aclose()` returns once the read it cut has
+    /// ended (and with it the permit, SPEC POOL-1).
+    stragglers: Stragglers,
     scope: Py<PyString>,
     /// The process the stream was made in: read or dropped only there.
     made: Made,
@@ -87,6 +90,7 @@ impl SupervisedStream {
         scope: Py<PyString>,
     ) -> Self {
         SupervisedStream {
+            stragglers: request.stragglers.clone(),
             state: Arc::new(Mutex::new(State::Ready {
                 supervisor,
                 request,
@@ -111,6 +115,23 @@ impl SupervisedStream {
         let _runtime = runtime::enter();
         let _held = crate::gil::Held::enter(py);
         drop(taken);
+    }
+
+    /// Ends the stream (see [`end`](Self::end)): an awaitable that completes
+    /// once the upstream read it cut, if one was in flight, has ended, its
+    /// permit returned with it (SPEC LC-5, POOL-1).
+    fn close_awaitable(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.end(py);
+        if !self.made.is_here() {
+            return Ok(Ready::none(py)?.into_any());
+        }
+        let stragglers = self.stragglers.clone();
+        let pending = Pending::new(Box::pin(async move {
+            stragglers.ended().await;
+            let out: Output = Box::new(|py| Ok(py.None()));
+            out
+        }));
+        Ok(Py::new(py, pending)?.into_any())
     }
 }
 
@@ -252,10 +273,10 @@ impl SupervisedStream {
     }
 
     /// Leaves the stream: the upstream is cancelled and closed, the lease
-    /// settled and released (SPEC LC-5). Idempotent.
-    fn aclose(&self, py: Python<'_>) -> PyResult<Py<Ready>> {
-        self.end(py);
-        Ready::none(py)
+    /// settled and released (SPEC LC-5); returns once an upstream read in
+    /// flight (another task's `__anext__`) has unwound. Idempotent.
+    fn aclose(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.close_awaitable(py)
     }
 
     fn __aenter__(slf: Bound<'_, Self>) -> Ready {
@@ -263,8 +284,7 @@ impl SupervisedStream {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __aexit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<Py<Ready>> {
-        self.end(py);
-        Ready::none(py)
+    fn __aexit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
+        self.close_awaitable(py)
     }
 }

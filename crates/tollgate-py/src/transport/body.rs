@@ -145,7 +145,8 @@ impl ResponseBody {
     }
 
     /// The SDK closed the response (async): an awaitable that ends the
-    /// stream (see the module documentation). Idempotent.
+    /// stream (see the module documentation) and completes once a read it
+    /// cut has unwound. Idempotent.
     fn aclose(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         if !self.made.is_here() {
             // A forked child's copy: the stream is the parent's, left
@@ -162,7 +163,15 @@ impl ResponseBody {
             return Ok(Py::new(py, pending)?.into_any());
         }
         self.drop_now(py);
-        Ok(crate::driver::Ready::none(py)?.into_any())
+        // Returns once the read the drop cut, if one was in flight (another
+        // task's `next()`), has ended, its permit with it (POOL-1).
+        let stragglers = self.stragglers.clone();
+        let pending = Pending::new(Box::pin(async move {
+            stragglers.ended().await;
+            let out: Output = Box::new(|py| Ok(py.None()));
+            out
+        }));
+        Ok(Py::new(py, pending)?.into_any())
     }
 
     /// The SDK closed the response (sync): ends the stream (see the module
