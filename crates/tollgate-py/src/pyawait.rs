@@ -23,8 +23,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
@@ -90,7 +90,24 @@ impl Mode {
 #[derive(Default, Clone)]
 pub(crate) struct Stragglers(Arc<Mutex<Vec<Arc<Slot>>>>);
 
+/// A [`Stragglers`] that does not keep the list, nor the slots of its
+/// tasks (and the leases parked on them), alive.
+#[derive(Default, Clone)]
+pub(crate) struct WeakStragglers(Weak<Mutex<Vec<Arc<Slot>>>>);
+
+impl WeakStragglers {
+    /// The list, while a call still holds it.
+    pub(crate) fn upgrade(&self) -> Option<Stragglers> {
+        self.0.upgrade().map(Stragglers)
+    }
+}
+
 impl Stragglers {
+    /// A handle that does not keep the list alive.
+    pub(crate) fn downgrade(&self) -> WeakStragglers {
+        WeakStragglers(Arc::downgrade(&self.0))
+    }
+
     /// Adds a task that just started (forgetting the ones that ended).
     fn add(&self, slot: &Arc<Slot>) {
         let mut slots = self.0.lock();
@@ -407,8 +424,13 @@ impl Done {
             // The cut attempts' leases parked on this task go back first
             // (outside any engine lock; their waiters are woken through
             // the notifier), then the call waiting for it is woken.
+            // Leases before the `ended` waiters' signals: a waiter on
+            // another thread finds the permits back when it wakes.
             let holds = std::mem::take(&mut *slot.holds.lock());
-            drop(holds);
+            let (leases, signals): (Vec<_>, Vec<_>) =
+                holds.into_iter().partition(|p| p.lease.is_some());
+            drop(leases);
+            drop(signals);
             let waker = slot.waker.lock().take();
             if let Some(waker) = waker {
                 crate::waker::direct(|| waker.wake());

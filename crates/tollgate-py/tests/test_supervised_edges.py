@@ -120,6 +120,195 @@ async def test_closing_a_stream_returns_once_the_read_it_cut_unwound(leave: str)
         await asyncio.gather(task, return_exceptions=True)
 
 
+class Gate:
+    """An async iterator whose first item comes at once and each later
+    one when `go` is set."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.go = asyncio.Event()
+
+    def __aiter__(self) -> "Gate":
+        return self
+
+    async def __anext__(self) -> dict:
+        self.reads += 1
+        if self.reads >= 2:
+            await self.go.wait()
+        return {"i": self.reads}
+
+
+@pytest.mark.parametrize("turns", range(4))
+async def test_closing_a_stream_returns_once_the_consumer_let_go_of_it(turns: int) -> None:
+    # proves: LC-5 (leaving a stream early returns its permit) / POOL-1
+    """The upstream read a consumer waits in completes, and the stream is
+    closed `turns` loop turns later, before or after the consumer's
+    `__anext__` has run again: either way, when `aclose()` returns the
+    permit is back. Found in review: with the read complete but the
+    consumer not yet run, nothing was cut, so `aclose()` returned while
+    the consumer still held the stream and its permit."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = Gate()
+    stream = limiter.stream(lambda: upstream, scope="s", timeout=10)
+
+    async def consume() -> None:
+        async for _ in stream:
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await until(lambda: upstream.reads == 2)
+        upstream.go.set()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        await stream.aclose()
+        assert idle(limiter), "aclose() returned, yet the stream still holds its permit"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class SlowToOpen:
+    """An async iterator whose first item takes 30 s; a read cut while it
+    waits takes 100 ms to unwind."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.unwound = False
+
+    def __aiter__(self) -> "SlowToOpen":
+        return self
+
+    async def __anext__(self) -> dict:
+        self.reads += 1
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.1)
+            self.unwound = True
+            raise
+        return {"i": self.reads}
+
+
+async def test_closing_a_stream_while_it_opens_cuts_the_opening() -> None:
+    # proves: LC-5 / POOL-1 / DL-6 (a stream closed while its first item
+    # is awaited: the opening attempt is cancelled, and the close returns
+    # once it unwound, the permit back)
+    """Found in review: the opening (admission and the attempts up to the
+    first item) did not watch for a close, so `aclose()` waited for the
+    whole first read, up to the stream's deadline."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = SlowToOpen()
+    stream = limiter.stream(lambda: upstream, scope="s", timeout=60)
+    got: list[dict] = []
+
+    async def consume() -> None:
+        async for item in stream:
+            got.append(item)
+
+    task = asyncio.create_task(consume())
+    try:
+        await until(lambda: upstream.reads == 1)
+        await asyncio.wait_for(stream.aclose(), 10)
+        assert upstream.unwound, "the close returned while the opening attempt still ran"
+        assert idle(limiter), "the close returned, yet the stream still holds its permit"
+        await asyncio.wait_for(task, 10)
+        assert got == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_stream_closed_while_it_waits_for_a_permit_never_calls_upstream() -> None:
+    # proves: LC-5 / ADM-7 (a stream closed while its opening waits for the
+    # only permit: it never starts, and the permit goes to nobody for it)
+    """Found in review: the close returned at once, but the opening went
+    on waiting and called the upstream once the permit came free."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    release = asyncio.Event()
+
+    async def hold() -> str:
+        await release.wait()
+        return "held"
+
+    holder = asyncio.create_task(limiter.call(hold, scope="s", timeout=60))
+    await until(lambda: not idle(limiter))
+    called: list[int] = []
+
+    def open_upstream() -> Gate:
+        called.append(1)
+        return Gate()
+
+    stream = limiter.stream(open_upstream, scope="s", timeout=60)
+    task = asyncio.create_task(stream.__anext__())
+    await asyncio.sleep(0.05)  # its opening waits for the permit
+    await stream.aclose()
+    release.set()
+    assert await holder == "held"
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(until(lambda: idle(limiter)), 10)
+    assert called == [], "the upstream was called for a stream closed before it opened"
+
+
+class NeverUnwinds:
+    """An async iterator whose first item comes at once; a read cut while
+    it waits for the second never ends (it awaits a future nobody
+    resolves)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.cut = False
+
+    def __aiter__(self) -> "NeverUnwinds":
+        return self
+
+    async def __anext__(self) -> dict:
+        self.reads += 1
+        if self.reads == 1:
+            return {"i": 1}
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cut = True
+            await asyncio.get_running_loop().create_future()
+        return {"i": self.reads}
+
+
+def test_a_permit_held_by_a_task_its_loop_destroyed_goes_back_while_the_stream_object_lives() -> None:
+    # proves: POOL-1 (a cut read's permit waits for its task; a task
+    # destroyed without ending, its loop closed, gives it back)
+    """Found in review: the stream object kept the call's tasks alive, and
+    with them the permit parked on a task its closed loop had destroyed,
+    for as long as the object lived."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = NeverUnwinds()
+    loop = asyncio.new_event_loop()
+
+    async def run() -> tollgate.SupervisedStream:
+        stream = limiter.stream(lambda: upstream, scope="s", timeout=60)
+
+        async def consume() -> None:
+            async for _ in stream:
+                pass
+
+        task = asyncio.create_task(consume())
+        await until(lambda: upstream.reads == 2)
+        with pytest.raises(asyncio.TimeoutError):
+            # The cut read never ends, so neither does the close.
+            await asyncio.wait_for(stream.aclose(), 0.2)
+        await until(lambda: upstream.cut)
+        assert not idle(limiter), "the permit went back before the cut read ended"
+        del task
+        return stream
+
+    stream = loop.run_until_complete(run())
+    loop.close()
+    gc.collect()
+    assert idle(limiter), "the stream object kept the permit of a task its closed loop destroyed"
+    del stream
+
+
 async def test_a_call_cut_by_its_deadline_answers_after_its_attempt_unwound() -> None:
     """DL-6 (provider work is cancelled before the error is returned: no
     detached work), ADM-7 (the concurrency limit bounds active calls):

@@ -26,7 +26,7 @@ use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 use super::{CallProvider, CallRequest, LastFailure, call_error};
 use crate::driver::{Output, Pending, Ready};
 use crate::process::Made;
-use crate::pyawait::Stragglers;
+use crate::pyawait::{Stragglers, WeakStragglers};
 use crate::runtime;
 
 enum State {
@@ -56,9 +56,13 @@ pub(crate) struct SupervisedStream {
     /// Set by `aclose()` / `__aexit__`: an `__anext__` in flight, which
     /// holds the engine's stream, drops it and ends the iteration.
     closed: Arc<Closed>,
-    /// The call's tasks: `aclose()` returns once the read it cut has
-    /// ended (and with it the permit, SPEC POOL-1).
-    stragglers: Stragglers,
+    /// Whether an `__anext__` holds the engine's stream: `aclose()`
+    /// returns once it has let go of it.
+    holder: Arc<Holder>,
+    /// The call's tasks, not kept alive by this object (a lease parked on
+    /// a task destroyed with its loop must still go back): `aclose()`
+    /// returns once those its close cut have ended (SPEC POOL-1).
+    stragglers: WeakStragglers,
     scope: Py<PyString>,
     /// The process the stream was made in: read or dropped only there.
     made: Made,
@@ -82,6 +86,63 @@ impl Closed {
     }
 }
 
+/// Whether an `__anext__` holds the engine's stream (the state is
+/// `Busy`), and the wake-up of those waiting for it to let go.
+#[derive(Default)]
+struct Holder {
+    held: AtomicBool,
+    released: Notify,
+}
+
+impl Holder {
+    /// Until no `__anext__` holds the stream.
+    async fn let_go(&self) {
+        loop {
+            let released = self.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            if !self.held.load(Ordering::Acquire) {
+                return;
+            }
+            released.await;
+        }
+    }
+}
+
+/// An `__anext__`'s hold on the stream, taken under the state's lock as
+/// the state turns `Busy`; dropped after the stream it held (declared
+/// before it), when the future ends or is dropped.
+struct Holding(Arc<Holder>);
+
+impl Holding {
+    fn take(holder: &Arc<Holder>) -> Self {
+        holder.held.store(true, Ordering::Release);
+        Holding(Arc::clone(holder))
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.held.store(false, Ordering::Release);
+        self.0.released.notify_waiters();
+    }
+}
+
+/// `future`'s output, or `None` as soon as the stream is closed (the
+/// future is then dropped by the caller, cancelling what it ran).
+async fn or_closed<F: Future>(closed: &Closed, future: F) -> Option<F::Output> {
+    let notified = closed.notify.notified();
+    let mut notified = std::pin::pin!(notified);
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        if closed.is_set() || notified.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        future.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
 impl SupervisedStream {
     pub(crate) fn new(
         supervisor: Supervisor<CallProvider>,
@@ -90,7 +151,8 @@ impl SupervisedStream {
         scope: Py<PyString>,
     ) -> Self {
         SupervisedStream {
-            stragglers: request.stragglers.clone(),
+            holder: Arc::default(),
+            stragglers: request.stragglers.downgrade(),
             state: Arc::new(Mutex::new(State::Ready {
                 supervisor,
                 request,
@@ -118,16 +180,25 @@ impl SupervisedStream {
     }
 
     /// Ends the stream (see [`end`](Self::end)): an awaitable that completes
-    /// once the upstream read it cut, if one was in flight, has ended, its
-    /// permit returned with it (SPEC LC-5, POOL-1).
+    /// once an `__anext__` in flight has let go of the stream and the tasks
+    /// the close cut (an upstream read, an opening attempt) have ended,
+    /// the permit returned with them (SPEC LC-5, POOL-1).
     fn close_awaitable(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.end(py);
         if !self.made.is_here() {
+            // A forked child's copy: left alone, as in `end`.
             return Ok(Ready::none(py)?.into_any());
         }
-        let stragglers = self.stragglers.clone();
+        // Held by the awaitable only, while it is awaited.
+        let stragglers = self.stragglers.upgrade();
+        self.end(py);
+        let holder = Arc::clone(&self.holder);
         let pending = Pending::new(Box::pin(async move {
-            stragglers.ended().await;
+            // An `__anext__` in flight drops the stream at its loop's next
+            // turn; the tasks it cut then hold what goes back when they end.
+            holder.let_go().await;
+            if let Some(stragglers) = stragglers {
+                stragglers.ended().await;
+            }
             let out: Output = Box::new(|py| Ok(py.None()));
             out
         }));
@@ -176,11 +247,22 @@ impl SupervisedStream {
         let state = Arc::clone(&self.state);
         let closed = Arc::clone(&self.closed);
         let scope = self.scope.bind(py).to_string();
+        let holder = Arc::clone(&self.holder);
         Ok(Pending::new(Box::pin(async move {
-            let taken = std::mem::replace(&mut *state.lock(), State::Busy);
+            let (taken, _holding) = {
+                let mut st = state.lock();
+                match &*st {
+                    State::Ready { .. } | State::Open { .. } => {
+                        let holding = Holding::take(&holder);
+                        (std::mem::replace(&mut *st, State::Busy), Some(holding))
+                    }
+                    State::Busy => (State::Busy, None),
+                    State::Done => (State::Done, None),
+                }
+            };
             // Cancelled while running (the awaiting task went away): the
             // stream it held is dropped with it, and the iterator is done.
-            let _done_if_dropped = DoneIfBusy(Arc::clone(&state));
+            let _done_if_dropped = _holding.as_ref().map(|_| DoneIfBusy(Arc::clone(&state)));
             let (mut stream, failure, stragglers) = match taken {
                 State::Ready {
                     supervisor,
@@ -188,7 +270,15 @@ impl SupervisedStream {
                     options,
                 } => {
                     let failure = Arc::clone(&request.failure);
-                    let opened = supervisor.stream(&request, options).await;
+                    // Closed while it opens (`aclose()` from another
+                    // task): the opening goes now, its attempt cancelled,
+                    // and the iteration ends (LC-5).
+                    let Some(opened) =
+                        or_closed(&closed, supervisor.stream(&request, options)).await
+                    else {
+                        *state.lock() = State::Done;
+                        return stop();
+                    };
                     // No attempt runs on after the stream answers: an
                     // opening cut by the deadline raises once its task has
                     // ended (DL-6), as `Limiter.call` does.
@@ -216,21 +306,14 @@ impl SupervisedStream {
                     });
                     return out;
                 }
-                State::Done => {
-                    *state.lock() = State::Done;
-                    return stop();
-                }
+                State::Done => return stop(),
             };
             // Closed meanwhile (`aclose()` from another task): the stream
             // goes now, with its permit, and the iteration ends (LC-5).
-            let notified = closed.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            let next = std::future::poll_fn(|cx| {
-                if closed.is_set() || notified.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-                Pin::new(&mut stream).poll_next(cx).map(Some)
-            })
+            let next = or_closed(
+                &closed,
+                std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)),
+            )
             .await;
             let Some(next) = next else {
                 *state.lock() = State::Done;
