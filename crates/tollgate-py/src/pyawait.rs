@@ -23,8 +23,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
@@ -36,6 +36,7 @@ use tollgate::Lease;
 
 use crate::gil;
 use crate::notifier::{self, Job};
+use crate::process::Made;
 
 /// How the Python side of a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,47 +91,12 @@ impl Mode {
 #[derive(Default, Clone)]
 pub(crate) struct Stragglers(Arc<Mutex<Vec<Arc<Slot>>>>);
 
-/// A [`Stragglers`] that does not keep the list, nor the slots of its
-/// tasks (and the leases parked on them), alive.
-#[derive(Default, Clone)]
-pub(crate) struct WeakStragglers(Weak<Mutex<Vec<Arc<Slot>>>>);
-
-impl WeakStragglers {
-    /// The list, while a call still holds it.
-    pub(crate) fn upgrade(&self) -> Option<Stragglers> {
-        self.0.upgrade().map(Stragglers)
-    }
-}
-
 impl Stragglers {
-    /// A handle that does not keep the list alive.
-    pub(crate) fn downgrade(&self) -> WeakStragglers {
-        WeakStragglers(Arc::downgrade(&self.0))
-    }
-
     /// Adds a task that just started (forgetting the ones that ended).
     fn add(&self, slot: &Arc<Slot>) {
         let mut slots = self.0.lock();
         slots.retain(|s| !s.done.load(Ordering::Acquire));
         slots.push(Arc::clone(slot));
-    }
-
-    /// Until every task added so far has ended (cancelled, or finished
-    /// anyway).
-    pub(crate) async fn wait(&self) {
-        let slots = std::mem::take(&mut *self.0.lock());
-        for slot in slots {
-            std::future::poll_fn(|cx| {
-                // The waker first, then the flag (as `PyAwait::poll`).
-                *slot.waker.lock() = Some(cx.waker().clone());
-                if slot.done.load(Ordering::Acquire) {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
-        }
     }
 
     /// Keeps a cut attempt's `lease` until every task added so far has
@@ -147,12 +113,13 @@ impl Stragglers {
         });
     }
 
-    /// Until every task added so far has ended, as [`wait`](Self::wait),
-    /// but leaving them tracked: a cut attempt's lease may still be
-    /// parked on them afterwards, and other waiters are not disturbed (it
-    /// waits through the tasks' done callbacks, not their wakers). A
-    /// lease parked before this call is released before it returns.
-    pub(crate) async fn ended(&self) {
+    /// Until every task added so far has ended (cancelled, or finished
+    /// anyway, or destroyed with its loop). Waits through the tasks' done
+    /// callbacks, as a parked lease does, so any number of waiters may
+    /// wait at once, and the tasks stay listed (a lease may still be
+    /// parked on them meanwhile). A lease parked before this call is
+    /// released before it returns.
+    pub(crate) async fn wait(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.park(Parked {
             lease: None,
@@ -182,7 +149,7 @@ impl Stragglers {
 
 /// What waits on the tasks still running, dropped with the last
 /// reference: a cut attempt's lease (its permit returned) and an
-/// [`Stragglers::ended`] waiter's signal, in that order.
+/// [`Stragglers::wait`] waiter's signal, in that order.
 struct Parked {
     lease: Option<Lease>,
     ended: Option<tokio::sync::oneshot::Sender<()>>,
@@ -371,12 +338,7 @@ fn start(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, A
         waker: Mutex::new(None),
         holds: Mutex::new(Vec::new()),
     });
-    let callback = Py::new(
-        py,
-        Done {
-            slot: Some(Arc::clone(&slot)),
-        },
-    )?;
+    let callback = Py::new(py, Done::new(Some(Arc::clone(&slot))))?;
     task.call_method1(pyo3::intern!(py, "add_done_callback"), (callback,))?;
     Ok((task.unbind(), slot))
 }
@@ -387,7 +349,7 @@ pub(crate) fn detach_task(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyRes
     let task = ensure_future(py)?.call1((awaitable,))?;
     task.call_method1(
         pyo3::intern!(py, "add_done_callback"),
-        (Py::new(py, Done { slot: None })?,),
+        (Py::new(py, Done::new(None))?,),
     )?;
     Ok(())
 }
@@ -404,6 +366,17 @@ fn ensure_future(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 #[pyclass(frozen, module = "tollgate._tollgate")]
 struct Done {
     slot: Option<Arc<Slot>>,
+    /// The process the task was made in.
+    made: Made,
+}
+
+impl Done {
+    fn new(slot: Option<Arc<Slot>>) -> Self {
+        Done {
+            slot,
+            made: Made::current(),
+        }
+    }
 }
 
 #[pymethods]
@@ -420,22 +393,54 @@ impl Done {
             let _ = task.call_method0(pyo3::intern!(py, "exception"));
         }
         if let Some(slot) = &self.slot {
-            slot.done.store(true, Ordering::Release);
-            // The cut attempts' leases parked on this task go back first
-            // (outside any engine lock; their waiters are woken through
-            // the notifier), then the call waiting for it is woken.
-            // Leases before the `ended` waiters' signals: a waiter on
-            // another thread finds the permits back when it wakes.
-            let holds = std::mem::take(&mut *slot.holds.lock());
-            let (leases, signals): (Vec<_>, Vec<_>) =
-                holds.into_iter().partition(|p| p.lease.is_some());
-            drop(leases);
-            drop(signals);
-            let waker = slot.waker.lock().take();
-            if let Some(waker) = waker {
-                crate::waker::direct(|| waker.wake());
-            }
+            // On the loop's thread: the waiting future is resolved here.
+            slot.end(|waker| crate::waker::direct(|| waker.wake()));
         }
         Ok(())
+    }
+}
+
+impl Drop for Done {
+    /// A task destroyed without ending (its loop closed, the task
+    /// collected) never calls back: it ends here, so the leases parked on
+    /// it go back and those waiting for it go on. In a forked child the
+    /// parent's task is left alone.
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        if self.made.keeps(&slot) || slot.done.load(Ordering::Acquire) {
+            return;
+        }
+        Python::attach(|py| {
+            let _held = gil::Held::enter(py);
+            let _runtime = crate::runtime::enter();
+            // Wherever the collector runs: the waker goes through the
+            // notifier as any wake-up from off the loop.
+            slot.end(Waker::wake);
+        });
+    }
+}
+
+impl Slot {
+    /// The task ended: marks it done, releases the cut attempts' leases
+    /// parked on it (outside any engine lock; their waiters are woken
+    /// through the notifier), then wakes those waiting for it ([`wait`]
+    /// signals after the leases: a waiter on another thread finds the
+    /// permits back when it wakes), then the future awaiting it, through
+    /// `wake`.
+    ///
+    /// [`wait`]: Stragglers::wait
+    fn end(&self, wake: impl FnOnce(Waker)) {
+        self.done.store(true, Ordering::Release);
+        let holds = std::mem::take(&mut *self.holds.lock());
+        let (leases, signals): (Vec<_>, Vec<_>) =
+            holds.into_iter().partition(|p| p.lease.is_some());
+        drop(leases);
+        drop(signals);
+        let waker = self.waker.lock().take();
+        if let Some(waker) = waker {
+            wake(waker);
+        }
     }
 }

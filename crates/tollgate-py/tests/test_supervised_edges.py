@@ -251,6 +251,33 @@ async def test_a_stream_closed_while_it_waits_for_a_permit_never_calls_upstream(
     assert called == [], "the upstream was called for a stream closed before it opened"
 
 
+@pytest.mark.parametrize("cut", ["read", "opening"])
+async def test_leaving_async_with_after_a_timeout_returns_once_the_cut_read_unwound(cut: str) -> None:
+    # proves: LC-5 / POOL-1 / DL-6 (a timeout around `async with` cancels
+    # the `__anext__` in flight; the exit returns once what it cut has
+    # unwound, the permit back)
+    """The common shape `async with asyncio.timeout(...)` around `async
+    with limiter.stream(...)`: the timeout cancels the consumer's
+    `__anext__` (in a later read, or in the opening), then `__aexit__`
+    runs. Found in review: with the `__anext__` already gone, the exit no
+    longer found the call's tasks and returned while the cut read still
+    unwound, its permit held."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = UnwindsSlowly() if cut == "read" else SlowToOpen()
+    at_exit: dict[str, bool] = {}
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            stream = limiter.stream(lambda: upstream, scope="s", timeout=60)
+            try:
+                async with stream:
+                    async for _ in stream:
+                        pass
+            finally:
+                at_exit["unwound"] = upstream.unwound
+                at_exit["idle"] = idle(limiter)
+    assert at_exit == {"unwound": True, "idle": True}
+
+
 class NeverUnwinds:
     """An async iterator whose first item comes at once; a read cut while
     it waits for the second never ends (it awaits a future nobody

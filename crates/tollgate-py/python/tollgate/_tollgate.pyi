@@ -166,8 +166,9 @@ class Limiter:
 
 class SupervisedStream:
     """The async iterator of ``Limiter.stream``; ``aclose()`` (or leaving
-    ``async with``) ends it early and returns once its capacity is back
-    (an upstream read it cut has unwound)."""
+    ``async with``) ends it early, its opening included, and returns once
+    an ``__anext__`` in flight has let go of it and the upstream work it
+    cut has unwound: its capacity is back then."""
 
     def __aiter__(self) -> SupervisedStream: ...
     def __anext__(self) -> Awaitable[Any]: ...

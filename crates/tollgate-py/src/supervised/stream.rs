@@ -26,7 +26,7 @@ use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 use super::{CallProvider, CallRequest, LastFailure, call_error};
 use crate::driver::{Output, Pending, Ready};
 use crate::process::Made;
-use crate::pyawait::{Stragglers, WeakStragglers};
+use crate::pyawait::Stragglers;
 use crate::runtime;
 
 enum State {
@@ -59,10 +59,9 @@ pub(crate) struct SupervisedStream {
     /// Whether an `__anext__` holds the engine's stream: `aclose()`
     /// returns once it has let go of it.
     holder: Arc<Holder>,
-    /// The call's tasks, not kept alive by this object (a lease parked on
-    /// a task destroyed with its loop must still go back): `aclose()`
-    /// returns once those its close cut have ended (SPEC POOL-1).
-    stragglers: WeakStragglers,
+    /// The call's tasks: `aclose()` returns once those its close cut have
+    /// ended (SPEC POOL-1).
+    stragglers: Stragglers,
     scope: Py<PyString>,
     /// The process the stream was made in: read or dropped only there.
     made: Made,
@@ -152,7 +151,7 @@ impl SupervisedStream {
     ) -> Self {
         SupervisedStream {
             holder: Arc::default(),
-            stragglers: request.stragglers.downgrade(),
+            stragglers: request.stragglers.clone(),
             state: Arc::new(Mutex::new(State::Ready {
                 supervisor,
                 request,
@@ -188,17 +187,14 @@ impl SupervisedStream {
             // A forked child's copy: left alone, as in `end`.
             return Ok(Ready::none(py)?.into_any());
         }
-        // Held by the awaitable only, while it is awaited.
-        let stragglers = self.stragglers.upgrade();
         self.end(py);
+        let stragglers = self.stragglers.clone();
         let holder = Arc::clone(&self.holder);
         let pending = Pending::new(Box::pin(async move {
             // An `__anext__` in flight drops the stream at its loop's next
             // turn; the tasks it cut then hold what goes back when they end.
             holder.let_go().await;
-            if let Some(stragglers) = stragglers {
-                stragglers.ended().await;
-            }
+            stragglers.wait().await;
             let out: Output = Box::new(|py| Ok(py.None()));
             out
         }));

@@ -167,7 +167,7 @@ impl ResponseBody {
         // task's `next()`), has ended, its permit with it (POOL-1).
         let stragglers = self.stragglers.clone();
         let pending = Pending::new(Box::pin(async move {
-            stragglers.ended().await;
+            stragglers.wait().await;
             let out: Output = Box::new(|py| Ok(py.None()));
             out
         }));
