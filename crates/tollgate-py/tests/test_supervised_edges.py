@@ -61,26 +61,34 @@ async def test_aclose_while_another_task_iterates_ends_the_stream() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
-class UnwindsSlowly:
-    """An async iterator whose first item comes at once and whose second
-    never does; a read cut while it waits takes 100 ms to unwind (an
-    `await` in its cleanup, as when an httpx connection is closed)."""
+class CutUpstream:
+    """An async iterator to cut: its first item comes at once (unless
+    `first_at_once` is false) and no later one ever does; a read cut while
+    it waits takes `unwind` seconds to unwind (an `await` in its cleanup,
+    as when an httpx connection is closed), or never ends when `unwind` is
+    None (it awaits a future nobody resolves)."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_at_once: bool = True, unwind: float | None = 0.1) -> None:
+        self.first_at_once = first_at_once
+        self.unwind = unwind
         self.reads = 0
+        self.cut = False
         self.unwound = False
 
-    def __aiter__(self) -> "UnwindsSlowly":
+    def __aiter__(self) -> "CutUpstream":
         return self
 
     async def __anext__(self) -> dict:
         self.reads += 1
-        if self.reads == 1:
+        if self.reads == 1 and self.first_at_once:
             return {"i": 1}
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
-            await asyncio.sleep(0.1)
+            self.cut = True
+            if self.unwind is None:
+                await asyncio.get_running_loop().create_future()
+            await asyncio.sleep(self.unwind or 0)
             self.unwound = True
             raise
         return {"i": self.reads}
@@ -97,7 +105,7 @@ async def test_closing_a_stream_returns_once_the_read_it_cut_unwound(leave: str)
     review: `aclose()` returned at once, the read still unwinding and the
     permit held, so a caller's next step could find the limiter busy."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
-    upstream = UnwindsSlowly()
+    upstream = CutUpstream()
     stream = limiter.stream(lambda: upstream, scope="s", timeout=10)
     got: list[int] = []
 
@@ -168,28 +176,6 @@ async def test_closing_a_stream_returns_once_the_consumer_let_go_of_it(turns: in
         await asyncio.gather(task, return_exceptions=True)
 
 
-class SlowToOpen:
-    """An async iterator whose first item takes 30 s; a read cut while it
-    waits takes 100 ms to unwind."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-        self.unwound = False
-
-    def __aiter__(self) -> "SlowToOpen":
-        return self
-
-    async def __anext__(self) -> dict:
-        self.reads += 1
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            await asyncio.sleep(0.1)
-            self.unwound = True
-            raise
-        return {"i": self.reads}
-
-
 async def test_closing_a_stream_while_it_opens_cuts_the_opening() -> None:
     # proves: LC-5 / POOL-1 / DL-6 (a stream closed while its first item
     # is awaited: the opening attempt is cancelled, and the close returns
@@ -198,7 +184,7 @@ async def test_closing_a_stream_while_it_opens_cuts_the_opening() -> None:
     first item) did not watch for a close, so `aclose()` waited for the
     whole first read, up to the stream's deadline."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
-    upstream = SlowToOpen()
+    upstream = CutUpstream(first_at_once=False)
     stream = limiter.stream(lambda: upstream, scope="s", timeout=60)
     got: list[dict] = []
 
@@ -263,7 +249,7 @@ async def test_leaving_async_with_after_a_timeout_returns_once_the_cut_read_unwo
     longer found the call's tasks and returned while the cut read still
     unwound, its permit held."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
-    upstream = UnwindsSlowly() if cut == "read" else SlowToOpen()
+    upstream = CutUpstream() if cut == "read" else CutUpstream(first_at_once=False)
     at_exit: dict[str, bool] = {}
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.2):
@@ -278,30 +264,6 @@ async def test_leaving_async_with_after_a_timeout_returns_once_the_cut_read_unwo
     assert at_exit == {"unwound": True, "idle": True}
 
 
-class NeverUnwinds:
-    """An async iterator whose first item comes at once; a read cut while
-    it waits for the second never ends (it awaits a future nobody
-    resolves)."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-        self.cut = False
-
-    def __aiter__(self) -> "NeverUnwinds":
-        return self
-
-    async def __anext__(self) -> dict:
-        self.reads += 1
-        if self.reads == 1:
-            return {"i": 1}
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            self.cut = True
-            await asyncio.get_running_loop().create_future()
-        return {"i": self.reads}
-
-
 def test_a_permit_held_by_a_task_its_loop_destroyed_goes_back_while_the_stream_object_lives() -> None:
     # proves: POOL-1 (a cut read's permit waits for its task; a task
     # destroyed without ending, its loop closed, gives it back)
@@ -309,7 +271,7 @@ def test_a_permit_held_by_a_task_its_loop_destroyed_goes_back_while_the_stream_o
     with them the permit parked on a task its closed loop had destroyed,
     for as long as the object lived."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
-    upstream = NeverUnwinds()
+    upstream = CutUpstream(unwind=None)
     loop = asyncio.new_event_loop()
 
     async def run() -> tollgate.SupervisedStream:
