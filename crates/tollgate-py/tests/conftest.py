@@ -54,38 +54,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ping(port: int) -> bool:
+def serves(port: int, pid: int) -> bool:
+    """Whether the redis-server answering on `port` is process `pid`: a
+    server another test suite started on the same port between
+    `free_port()` and the spawn would otherwise pass for ours (which then
+    exits, unable to bind)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(7) == b"+PONG\r\n"
+            s.sendall(b"INFO server\r\n")
+            reply = b""
+            while len(reply) < 65536:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return False
+                reply += chunk
+                _, found, rest = reply.partition(b"\r\nprocess_id:")
+                if found and b"\r\n" in rest:
+                    return rest.split(b"\r\n", 1)[0].strip() == str(pid).encode()
     except OSError:
-        return False
+        pass
+    return False
 
 
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """A redis-server on a free loopback port without persistence, killed
-    afterwards; the test is skipped when redis-server is missing, unless
+    afterwards (another port is tried when one is taken before the server
+    binds it); the test is skipped when redis-server is missing, unless
     TOLLGATE_REQUIRE_REDIS=1."""
     binary = shutil.which(os.environ.get("REDIS_SERVER", "redis-server"))
     if binary is None:
         if os.environ.get("TOLLGATE_REQUIRE_REDIS") == "1":
             pytest.fail("redis-server not found and TOLLGATE_REQUIRE_REDIS=1")
         pytest.skip("redis-server not found (set TOLLGATE_REQUIRE_REDIS=1 to fail instead)")
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    for _ in range(5):
+        port = free_port()
+        server = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
-        while not ping(port):
-            assert server.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
+        while not serves(port, server.pid) and server.poll() is None:
+            if time.monotonic() >= deadline:
+                server.kill()
+                server.wait()
+                pytest.fail("redis-server did not answer within 10 s")
             time.sleep(0.02)
+        if server.poll() is None:
+            break
+    else:
+        pytest.fail("redis-server exited on five ports in a row")
+    try:
         yield f"redis://127.0.0.1:{port}"
     finally:
         server.kill()

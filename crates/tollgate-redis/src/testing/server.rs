@@ -170,8 +170,11 @@ impl RedisServer {
         ))
     }
 
-    /// A plain server answers PING; a TLS one accepts connections (it
-    /// listens once it is ready).
+    /// A plain server answers `INFO server` with this child's process id:
+    /// a server another test suite started on the same port between
+    /// [`free_port`] and the spawn would otherwise pass for this one (this
+    /// child then exits, unable to bind, and the next port is tried). A
+    /// TLS one accepts connections (it listens once it is ready).
     fn ready(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
@@ -179,9 +182,28 @@ impl RedisServer {
         if matches!(self.listen, Listen::Tls(_)) {
             return true;
         }
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        if s.write_all(b"INFO server\r\n").is_err() {
+            return false;
+        }
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        while reply.len() < 64 * 1024 {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => reply.extend_from_slice(&buf[..n]),
+            }
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(rest) = text.split("\r\nprocess_id:").nth(1)
+                && let Some((id, _)) = rest.split_once("\r\n")
+            {
+                return id.trim() == pid.to_string();
+            }
+        }
+        false
     }
 
     /// `redis://127.0.0.1:<port>`, or `rediss://127.0.0.1:<port>` for a
