@@ -139,6 +139,9 @@ impl Stragglers {
             // it set `done`: a hold added here is taken by it or not added.
             let mut holds = slot.holds.lock();
             if !slot.done.load(Ordering::Acquire) {
+                // Waiters that went away (a close given up on) leave
+                // nothing behind on a task that runs on.
+                holds.retain(|p| !p.abandoned());
                 holds.push(Arc::clone(&parked));
             }
         }
@@ -153,6 +156,13 @@ impl Stragglers {
 struct Parked {
     lease: Option<Lease>,
     ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Parked {
+    /// A [`Stragglers::wait`] waiter's signal nobody waits for any more.
+    fn abandoned(&self) -> bool {
+        self.lease.is_none() && self.ended.as_ref().is_none_or(|s| s.is_closed())
+    }
 }
 
 impl Drop for Parked {
@@ -338,8 +348,15 @@ fn start(py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, A
         waker: Mutex::new(None),
         holds: Mutex::new(Vec::new()),
     });
-    let callback = Py::new(py, Done::new(Some(Arc::clone(&slot))))?;
-    task.call_method1(pyo3::intern!(py, "add_done_callback"), (callback,))?;
+    let hooked = Py::new(py, Done::new(Some(Arc::clone(&slot)))).and_then(|callback| {
+        task.call_method1(pyo3::intern!(py, "add_done_callback"), (callback,))
+    });
+    if let Err(e) = hooked {
+        // Scheduled but never tracked: cancelled, so no work runs on
+        // detached (SPEC DL-6).
+        let _ = task.call_method0(pyo3::intern!(py, "cancel"));
+        return Err(e);
+    }
     Ok((task.unbind(), slot))
 }
 
@@ -403,8 +420,15 @@ impl Done {
 impl Drop for Done {
     /// A task destroyed without ending (its loop closed, the task
     /// collected) never calls back: it ends here, so the leases parked on
-    /// it go back and those waiting for it go on. In a forked child the
-    /// parent's task is left alone.
+    /// it go back and those waiting for it go on. This may be the garbage
+    /// collector inside any Python call, even one made while a wake-up
+    /// runs directly on the loop's thread; releasing a lease runs engine
+    /// code that wakes waiters under its locks, so every wake-up from here
+    /// goes through the notifier ([`waker::indirect`]). (No engine lock is
+    /// held here: Python, and so the collector, never runs under one.) In
+    /// a forked child the parent's task is left alone.
+    ///
+    /// [`waker::indirect`]: crate::waker::indirect
     fn drop(&mut self) {
         let Some(slot) = self.slot.take() else {
             return;
@@ -412,13 +436,8 @@ impl Drop for Done {
         if self.made.keeps(&slot) || slot.done.load(Ordering::Acquire) {
             return;
         }
-        Python::attach(|py| {
-            let _held = gil::Held::enter(py);
-            let _runtime = crate::runtime::enter();
-            // Wherever the collector runs: the waker goes through the
-            // notifier as any wake-up from off the loop.
-            slot.end(Waker::wake);
-        });
+        let _runtime = crate::runtime::enter();
+        crate::waker::indirect(|| slot.end(Waker::wake));
     }
 }
 

@@ -36,6 +36,16 @@ pub(crate) fn direct<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Runs `f` (which may wake wakers) with direct wakes forbidden, even
+/// inside [`direct`]: for code that may run engine code, which wakes
+/// under its locks (a lease released by the garbage collector).
+pub(crate) fn indirect<T>(f: impl FnOnce() -> T) -> T {
+    let before = DIRECT.with(|d| d.replace(false));
+    let out = f();
+    DIRECT.with(|d| d.set(before));
+    out
+}
+
 /// The waker of one awaited future.
 #[derive(Default)]
 pub(crate) struct LoopWake {

@@ -7,10 +7,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import tollgate
 from conftest import Record, now
+
+HERE = Path(__file__).parent
 
 WINDOW = 0.2
 REQUESTS = 20
@@ -187,3 +192,20 @@ def test_blocking_threads_and_a_loop_share_one_limiter() -> None:
     for t in threads:
         t.join()
     assert_exact(limiter, stats)
+
+
+def test_a_task_freed_by_the_collector_releases_its_permit_off_the_loop() -> None:
+    # proves: POOL-1 (a permit parked on a task destroyed without ending,
+    # its loop closed, goes back when the task is freed) / PY-3 (Python
+    # never runs while the engine holds a lock)
+    """The collector frees such a task inside a wake-up that runs directly
+    on another loop's thread, while a call waits for the permit. Found in
+    review: the release ran right there, and the engine's hand-over to the
+    waiting call ran Python under its lock (a deadlock once that Python
+    let another thread take the GIL and wait for the same lock)."""
+    worker = [sys.executable, str(HERE / "collector_worker.py")]
+    done = subprocess.run(worker, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "python ran inside the release" not in done.stdout, done.stdout
+    assert "released" in done.stdout, done.stdout
+
