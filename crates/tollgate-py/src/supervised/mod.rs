@@ -10,6 +10,7 @@
 //! the last attempt's exception as its `__cause__`; an exception that is
 //! not a provider failure is re-raised as it is, after one attempt.
 
+mod closing;
 mod provider;
 mod stream;
 

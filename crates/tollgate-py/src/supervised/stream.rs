@@ -9,20 +9,17 @@
 //! iteration is cancelled and closed, the lease settled with the usage seen
 //! so far (or its estimate) and its permit returned (LC-5).
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 
 use futures_core::Stream;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
-use tokio::sync::Notify;
 use tollgate::lifecycle::{CallOptions, CallStream, Supervisor};
 
+use super::closing::{Closed, Holder, Holding, or_closed};
 use super::{CallProvider, CallRequest, LastFailure, call_error};
 use crate::driver::{Output, Pending, Ready};
 use crate::process::Made;
@@ -65,81 +62,6 @@ pub(crate) struct SupervisedStream {
     scope: Py<PyString>,
     /// The process the stream was made in: read or dropped only there.
     made: Made,
-}
-
-/// The iterator was closed; wakes an `__anext__` in flight.
-#[derive(Default)]
-struct Closed {
-    set: AtomicBool,
-    notify: Notify,
-}
-
-impl Closed {
-    fn close(&self) {
-        self.set.store(true, Ordering::Release);
-        self.notify.notify_one();
-    }
-
-    fn is_set(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-}
-
-/// Whether an `__anext__` holds the engine's stream (the state is
-/// `Busy`), and the wake-up of those waiting for it to let go.
-#[derive(Default)]
-struct Holder {
-    held: AtomicBool,
-    released: Notify,
-}
-
-impl Holder {
-    /// Until no `__anext__` holds the stream.
-    async fn let_go(&self) {
-        loop {
-            let released = self.released.notified();
-            let mut released = std::pin::pin!(released);
-            released.as_mut().enable();
-            if !self.held.load(Ordering::Acquire) {
-                return;
-            }
-            released.await;
-        }
-    }
-}
-
-/// An `__anext__`'s hold on the stream, taken under the state's lock as
-/// the state turns `Busy`; dropped after the stream it held (declared
-/// before it), when the future ends or is dropped.
-struct Holding(Arc<Holder>);
-
-impl Holding {
-    fn take(holder: &Arc<Holder>) -> Self {
-        holder.held.store(true, Ordering::Release);
-        Holding(Arc::clone(holder))
-    }
-}
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        self.0.held.store(false, Ordering::Release);
-        self.0.released.notify_waiters();
-    }
-}
-
-/// `future`'s output, or `None` as soon as the stream is closed (the
-/// future is then dropped by the caller, cancelling what it ran).
-async fn or_closed<F: Future>(closed: &Closed, future: F) -> Option<F::Output> {
-    let notified = closed.notify.notified();
-    let mut notified = std::pin::pin!(notified);
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|cx| {
-        if closed.is_set() || notified.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        future.as_mut().poll(cx).map(Some)
-    })
-    .await
 }
 
 impl SupervisedStream {
