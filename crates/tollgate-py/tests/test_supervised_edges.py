@@ -250,9 +250,17 @@ async def test_leaving_async_with_after_a_timeout_returns_once_the_cut_read_unwo
     unwound, its permit held."""
     limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
     upstream = CutUpstream() if cut == "read" else CutUpstream(first_at_once=False)
+    # The read the timeout cuts: the second, or the first (the opening).
+    waiting_in = 2 if cut == "read" else 1
     at_exit: dict[str, bool] = {}
     with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.2):
+        async with asyncio.timeout(None) as deadline:
+
+            async def expire_once_it_waits() -> None:
+                await until(lambda: upstream.reads == waiting_in)
+                deadline.reschedule(asyncio.get_running_loop().time())
+
+            expiry = asyncio.create_task(expire_once_it_waits())
             stream = limiter.stream(lambda: upstream, scope="s", timeout=60)
             try:
                 async with stream:
@@ -261,6 +269,7 @@ async def test_leaving_async_with_after_a_timeout_returns_once_the_cut_read_unwo
             finally:
                 at_exit["unwound"] = upstream.unwound
                 at_exit["idle"] = idle(limiter)
+    await expiry
     assert at_exit == {"unwound": True, "idle": True}
 
 
