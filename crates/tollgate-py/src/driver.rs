@@ -180,6 +180,15 @@ impl Pending {
             driver: parking_lot::Mutex::new(Driver::new(future)),
         }
     }
+
+    /// An awaitable that gives `None` once `future` has completed.
+    pub(crate) fn none_after(future: impl Future<Output = ()> + Send + 'static) -> Self {
+        Pending::new(Box::pin(async move {
+            future.await;
+            let out: Output = Box::new(|py| Ok(py.None()));
+            out
+        }))
+    }
 }
 
 /// Steps `driver` and maps its step to the iterator protocol.

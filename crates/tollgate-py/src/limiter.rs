@@ -481,11 +481,9 @@ impl Limiter {
                 &mut std::task::Context::from_waker(waker),
             );
         }
-        Ok(crate::driver::Pending::new(Box::pin(async move {
+        Ok(crate::driver::Pending::none_after(async move {
             controller.close().await;
-            let out: crate::driver::Output = Box::new(|py| Ok(py.None()));
-            out
-        })))
+        }))
     }
 
     fn __repr__(&self) -> String {

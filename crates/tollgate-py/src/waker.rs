@@ -30,17 +30,18 @@ thread_local! {
 /// Runs `f` (which wakes a waker) with direct wakes allowed: only call it
 /// on an event loop's thread, holding the GIL, with no engine lock held.
 pub(crate) fn direct<T>(f: impl FnOnce() -> T) -> T {
-    let before = DIRECT.with(|d| d.replace(true));
-    let out = f();
-    DIRECT.with(|d| d.set(before));
-    out
+    with_direct(true, f)
 }
 
 /// Runs `f` (which may wake wakers) with direct wakes forbidden, even
 /// inside [`direct`]: for code that may run engine code, which wakes
 /// under its locks (a lease released by the garbage collector).
 pub(crate) fn indirect<T>(f: impl FnOnce() -> T) -> T {
-    let before = DIRECT.with(|d| d.replace(false));
+    with_direct(false, f)
+}
+
+fn with_direct<T>(allowed: bool, f: impl FnOnce() -> T) -> T {
+    let before = DIRECT.with(|d| d.replace(allowed));
     let out = f();
     DIRECT.with(|d| d.set(before));
     out

@@ -112,14 +112,12 @@ impl SupervisedStream {
         self.end(py);
         let stragglers = self.stragglers.clone();
         let holder = Arc::clone(&self.holder);
-        let pending = Pending::new(Box::pin(async move {
+        let pending = Pending::none_after(async move {
             // An `__anext__` in flight drops the stream at its loop's next
             // turn; the tasks it cut then hold what goes back when they end.
             holder.let_go().await;
             stragglers.wait().await;
-            let out: Output = Box::new(|py| Ok(py.None()));
-            out
-        }));
+        });
         Ok(Py::new(py, pending)?.into_any())
     }
 }

@@ -155,22 +155,14 @@ impl ResponseBody {
         }
         if self.complete_on_close() {
             let stream = Arc::clone(&self.stream);
-            let pending = Pending::new(Box::pin(async move {
-                finish(stream).await;
-                let out: Output = Box::new(|py| Ok(py.None()));
-                out
-            }));
+            let pending = Pending::none_after(finish(stream));
             return Ok(Py::new(py, pending)?.into_any());
         }
         self.drop_now(py);
         // Returns once the read the drop cut, if one was in flight (another
         // task's `next()`), has ended, its permit with it (POOL-1).
         let stragglers = self.stragglers.clone();
-        let pending = Pending::new(Box::pin(async move {
-            stragglers.wait().await;
-            let out: Output = Box::new(|py| Ok(py.None()));
-            out
-        }));
+        let pending = Pending::none_after(async move { stragglers.wait().await });
         Ok(Py::new(py, pending)?.into_any())
     }
 
