@@ -165,7 +165,7 @@ impl SupervisedStream {
         let scope = self.scope.bind(py).to_string();
         let holder = Arc::clone(&self.holder);
         Ok(Pending::new(Box::pin(async move {
-            let (taken, _holding) = {
+            let (taken, holding) = {
                 let mut st = state.lock();
                 match &*st {
                     State::Ready { .. } | State::Open { .. } => {
@@ -178,7 +178,8 @@ impl SupervisedStream {
             };
             // Cancelled while running (the awaiting task went away): the
             // stream it held is dropped with it, and the iterator is done.
-            let _done_if_dropped = _holding.as_ref().map(|_| DoneIfBusy(Arc::clone(&state)));
+            // `holding` (declared before the stream) is dropped after it.
+            let _done_if_dropped = holding.as_ref().map(|_| DoneIfBusy(Arc::clone(&state)));
             let (mut stream, failure, stragglers) = match taken {
                 State::Ready {
                     supervisor,
