@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 
 import pytest
 
@@ -144,6 +145,46 @@ class Gate:
         if self.reads >= 2:
             await self.go.wait()
         return {"i": self.reads}
+
+
+async def test_a_stream_closed_from_another_threads_loop_returns_once_the_read_unwound() -> None:
+    # proves: LC-5 / POOL-1 (the close reaches a read in flight on another
+    # thread's loop and returns once it unwound, the permit back)
+    """Threads and a real clock: the consumer iterates on this loop, the
+    close runs on a loop of another thread while the consumer waits in
+    its second read."""
+    limiter = tollgate.Limiter(scopes={"s": {"rpm": 100}}, concurrency=1)
+    upstream = CutUpstream()
+    stream = limiter.stream(lambda: upstream, scope="s", timeout=30)
+
+    async def consume() -> None:
+        async for _ in stream:
+            pass
+
+    task = asyncio.create_task(consume())
+    seen: dict[str, object] = {}
+
+    def close_there() -> None:
+        async def close() -> None:
+            await asyncio.wait_for(stream.aclose(), 20)
+            seen["unwound"] = upstream.unwound
+            seen["idle"] = idle(limiter)
+
+        try:
+            asyncio.run(close())
+        except BaseException as e:  # reported by the assertion below
+            seen["error"] = repr(e)
+
+    try:
+        await until(lambda: upstream.reads == 2)
+        closer = threading.Thread(target=close_there)
+        closer.start()
+        while closer.is_alive():
+            await asyncio.sleep(0.01)
+        assert seen == {"unwound": True, "idle": True}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.mark.parametrize("turns", range(4))
