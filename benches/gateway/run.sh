@@ -47,8 +47,9 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 # The cargo profile built and run: `dist` (release plus LTO, the build to
 # deploy; see Cargo.toml), or `release`.
 PROFILE=${PROFILE:-dist}
-# Which loads to run: fixed (one-shot open loop), stream, max (closed loop).
-SECTIONS=${SECTIONS:-fixed stream max}
+# Which loads to run: fixed (one-shot open loop), stream (streams, open
+# loop), max (one-shot, closed loop), maxstream (streams, closed loop).
+SECTIONS=${SECTIONS:-fixed stream max maxstream}
 # Another gateway binary run beside the first as path "baseline".
 BASELINE=${BASELINE:-}
 # Seconds to wait idle after the last run before reading the gateways'
@@ -243,6 +244,15 @@ for r in $(seq "$ROUNDS"); do
     else
       run "max-$path-$r" "$path" --concurrency "$MAX_CONCURRENCY" --duration "$MAX_DURATION"
     fi
+  done
+done
+fi
+
+if section maxstream; then
+echo "== streams, closed loop, $MAX_CONCURRENCY connections for $MAX_DURATION"
+for r in $(seq "$ROUNDS"); do
+  for path in $(order "$r"); do
+    run "maxstream-$path-$r" "$path" --stream --concurrency "$MAX_CONCURRENCY" --duration "$MAX_DURATION"
   done
 done
 fi

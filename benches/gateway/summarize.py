@@ -77,7 +77,9 @@ def main():
         stream_section(kinds)
     if "max" in kinds:
         max_section(kinds)
-    if "gateway3" in PATHS and len(kinds) == 3:
+    if "maxstream" in kinds:
+        max_section(kinds, "maxstream", "Streams")
+    if "gateway3" in PATHS and {"fixed", "stream", "max"} <= kinds.keys():
         deployments_section(kinds)
     if "gateway" in PATHS and "gateway-otel" in PATHS:
         telemetry_section(kinds)
@@ -163,10 +165,10 @@ def stream_section(kinds):
                   f" [{', '.join(f'{r:.2f}' for r in ratio)}]\n")
 
 
-def max_section(kinds):
+def max_section(kinds, kind="max", what="One-shot"):
     # -- closed loop ----------------------------------------------------------
-    mx = kinds["max"]
-    print(f"### One-shot, closed loop, {mx[PATHS[0]][0]['connections']} connections\n")
+    mx = kinds[kind]
+    print(f"### {what}, closed loop, {mx[PATHS[0]][0]['connections']} connections\n")
     rows = []
     for p in PATHS:
         runs = mx[p]
@@ -178,7 +180,7 @@ def max_section(kinds):
             med((cpu_us_per_req(r) for r in runs), "{:.0f}") if p != "direct" else "—",
             str(sum(not_ok(r) for r in runs)),
         ])
-    table(["path", "responses/s", "p50", "p99", "proxy CPU µs/request", "non-2xx + errors"], rows)
+    table(["path", "responses/s", "p50", "p99", "proxy CPU µs/response", "non-2xx + errors"], rows)
     if "gateway" in mx and "nginx" in mx:
         ratio = [g["ok_rate"] / n["ok_rate"] for g, n in zip(mx["gateway"], mx["nginx"])]
         print(f"gateway / nginx throughput: {med(ratio)}\n")

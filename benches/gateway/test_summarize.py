@@ -31,7 +31,7 @@ def write_run(work, name, rate, cpu_ticks):
 
 
 def fake_work(work, paths, rounds=2):
-    for kind in ["fixed", "stream", "max"]:
+    for kind in ["fixed", "stream", "max", "maxstream"]:
         for p in paths:
             for r in range(1, rounds + 1):
                 rate = 1000.0 if p == "gateway-otel" else 1040.0
@@ -45,7 +45,7 @@ def fake_work(work, paths, rounds=2):
 
 def summarize(work, rounds, paths):
     out = subprocess.run([sys.executable, str(HERE / "summarize.py"), str(work), str(rounds), *paths],
-                         capture_output=True, text=True, env={**os.environ, "SECTIONS": "fixed stream max"})
+                         capture_output=True, text=True, env={**os.environ, "SECTIONS": "fixed stream max maxstream"})
     return out
 
 
@@ -59,7 +59,10 @@ class Summarize(unittest.TestCase):
             return out.stdout
 
     def test_every_path(self):
-        self.check(["direct", "gateway", "gateway3", "nginx"])
+        text = self.check(["direct", "gateway", "gateway3", "nginx"])
+        self.assertIn("### Streams, closed loop, 64 connections", text)
+        # Printed with the fourth section as with the three it compares.
+        self.assertIn("### Three deployments against one", text)
 
     def test_without_direct(self):
         # The reproduction: GATEWAY_PATHS without `direct` raised KeyError.
