@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A profile-guided build of `tollgate` (the `dist` profile plus LLVM's
 # PGO): an instrumented build serves a training load through the
-# gateway (one-shot and streamed chat, Responses and Messages, against
-# the simulator), its profile is merged, and the binary is built again
-# with it. See BENCHMARKS.md, "A profile-guided build".
+# gateway (chat, Responses and Messages, one-shot and streamed, and
+# embeddings, against the simulator; without tracing, then with every
+# span exported), its profile is merged, and the binary is built again
+# with it. See BENCHMARKS.md, "A profile-guided build", and
+# docs/operations.md.
 #
 #   benches/gateway/pgo.sh            # writes target/pgo/tollgate
 #
 # Needs: the `llvm-tools` rustup component (llvm-profdata of rustc's own
-# LLVM: rustup component add llvm-tools), curl. Uses the ports of run.sh
+# LLVM: rustup component add llvm-tools), python3. Uses the ports of run.sh
 # (18181 simulator, 18182 gateway, 18186 OTLP receiver). Two builds of
 # the dist profile in target directories of their own: about 15 minutes
 # on 2 cores the first time.
@@ -83,7 +85,17 @@ EOF
 
 export TOLLGATE_LOADGEN_API_KEY=sk-bench-gateway
 GW=http://127.0.0.1:$GW_PORT
-load() { LLVM_PROFILE_FILE=/dev/null "$LOADGEN" --duration "$1" "${@:2}" >/dev/null; }
+# load DURATION ARGS...: one training load; stops the script unless
+# every response was a 200 (a profile of error paths would mislead).
+load() {
+  LLVM_PROFILE_FILE=/dev/null "$LOADGEN" --duration "$1" "${@:2}" >"$OUT/load.json"
+  python3 - "$OUT/load.json" "${@:2}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+if r["ok"] == 0 or r["non_2xx"] or r["errors"]:
+    sys.exit(f"training load {sys.argv[2:]}: {r['ok']} ok, non-2xx {r['non_2xx']}, errors {r['errors']}")
+PY
+}
 # train CONFIG DURATION: one gateway with CONFIG under every load for
 # DURATION each; its profile is written when it exits on its own
 # (SIGTERM: graceful shutdown).
