@@ -62,7 +62,8 @@ fn init_logs(json: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(colours());
     if json {
         builder.json().init();
     } else {
@@ -140,6 +141,13 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// Whether log lines are coloured: only on a terminal, so that a log
+/// piped to a file or a collector holds no escape codes.
+fn colours() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal()
+}
+
 /// `tollgate batch`: the summary on stdout, problems on stderr, the
 /// outcome in the exit code.
 async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
@@ -148,6 +156,7 @@ async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colours())
         .init();
     let result = match args.to_config() {
         Ok(config) => {

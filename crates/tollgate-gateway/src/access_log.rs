@@ -9,11 +9,13 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::LogFormat;
 
@@ -248,20 +250,119 @@ const BUFFER: usize = 16 * 1024;
 /// longest a line waits in the buffer.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
+/// The longest shutdown waits for standard output to take the last
+/// lines ([`AccessLog::finish`]).
+pub const FINISH_WITHIN: Duration = Duration::from_secs(5);
+
+/// Buffers handed to the writer thread and not written yet: past these
+/// (about 1 MiB of lines) a standard output that does not keep up costs
+/// lines, counted in [`DROPPED_METRIC`], never a request's time.
+const QUEUED_BUFFERS: usize = 64;
+
+/// The counter of access lines dropped because standard output did not
+/// take them (a pipe nobody reads).
+pub const DROPPED_METRIC: &str = "tollgate_access_log_lines_dropped_total";
+
+/// What the writer thread is asked to do.
+enum Job {
+    /// Write these whole lines.
+    Lines(Vec<u8>),
+    /// Say so once everything asked before is written.
+    Synced(oneshot::Sender<()>),
+}
+
+/// The thread that writes to standard output, so that an output that
+/// blocks holds it, never a runtime thread serving requests.
+struct Writer {
+    queue: mpsc::Sender<Job>,
+    dropped: metrics::Counter,
+}
+
 /// What every configuration of the sink shares across reloads.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Sink {
-    /// Lines waiting to be written (one `write` per [`BUFFER`] bytes or
-    /// per flush instead of one per line).
+    /// Lines waiting to be handed to the writer (one `write` per
+    /// [`BUFFER`] bytes or per flush instead of one per line).
     pending: Mutex<Vec<u8>>,
     /// Set by [`AccessLog::capture`].
     capture: OnceLock<Arc<Mutex<Vec<String>>>>,
+    /// Started with the first buffer to write; `None` if no thread could
+    /// be started (then buffers are written where they fill).
+    writer: OnceLock<Option<Writer>>,
+    /// Where the writer writes, if not standard output (tests).
+    output: Mutex<Option<Box<dyn std::io::Write + Send>>>,
+    /// Lines dropped, as counted in [`DROPPED_METRIC`].
+    dropped: AtomicU64,
 }
 
-/// Where access lines go: standard output, buffered (written when
-/// [`BUFFER`] bytes are waiting and at every [`AccessLog::flush`], which
-/// the server runs every [`FLUSH_EVERY`] and at shutdown). Cloning shares
-/// it.
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("pending", &self.pending.lock().len())
+            .field("dropped", &self.dropped.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sink {
+    /// The writer thread, started on first use.
+    fn writer(&self) -> Option<&Writer> {
+        self.writer
+            .get_or_init(|| {
+                let output = self.output.lock().take();
+                let mut out = output.unwrap_or_else(|| Box::new(std::io::stdout()));
+                let (queue, mut jobs) = mpsc::channel(QUEUED_BUFFERS);
+                std::thread::Builder::new()
+                    .name("tollgate-access-log".to_owned())
+                    .spawn(move || {
+                        while let Some(job) = jobs.blocking_recv() {
+                            match job {
+                                Job::Lines(bytes) => {
+                                    let _ = out.write_all(&bytes);
+                                    let _ = out.flush();
+                                }
+                                Job::Synced(done) => {
+                                    let _ = done.send(());
+                                }
+                            }
+                        }
+                    })
+                    .ok()
+                    .map(|_| Writer {
+                        queue,
+                        dropped: metrics::counter!(DROPPED_METRIC),
+                    })
+            })
+            .as_ref()
+    }
+
+    /// Hands `bytes` (whole lines) to the writer without waiting: if it
+    /// is `QUEUED_BUFFERS` behind, they are dropped and counted.
+    fn send(&self, bytes: Vec<u8>) {
+        let Some(writer) = self.writer() else {
+            emit(&bytes);
+            return;
+        };
+        if let Err(
+            mpsc::error::TrySendError::Full(Job::Lines(bytes))
+            | mpsc::error::TrySendError::Closed(Job::Lines(bytes)),
+        ) = writer.queue.try_send(Job::Lines(bytes))
+        {
+            self.count_dropped(writer, &bytes);
+        }
+    }
+
+    fn count_dropped(&self, writer: &Writer, bytes: &[u8]) {
+        let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.dropped.fetch_add(lines, Ordering::Relaxed);
+        writer.dropped.increment(lines);
+    }
+}
+
+/// Where access lines go: standard output, buffered (handed to a thread
+/// of their own when [`BUFFER`] bytes are waiting and at every
+/// [`AccessLog::flush`], which the server runs every [`FLUSH_EVERY`], and
+/// at shutdown, [`AccessLog::finish`]). Cloning shares it.
 #[derive(Debug, Clone)]
 pub struct AccessLog {
     format: LogFormat,
@@ -277,6 +378,14 @@ impl AccessLog {
             enabled,
             sink: Arc::default(),
         }
+    }
+
+    /// Lines in `format` written to `out` instead of standard output.
+    #[cfg(test)]
+    fn to_output(format: LogFormat, out: impl std::io::Write + Send + 'static) -> Self {
+        let log = AccessLog::new(format, true);
+        *log.sink.output.lock() = Some(Box::new(out));
+        log
     }
 
     /// The same sink (buffer and capture) with new settings, for a reload.
@@ -295,7 +404,14 @@ impl AccessLog {
         Arc::clone(self.sink.capture.get_or_init(Arc::default))
     }
 
-    /// Writes `record`'s line (into the buffer; out once it is full).
+    /// Lines dropped so far because standard output did not take them
+    /// (also counted in [`DROPPED_METRIC`]).
+    pub fn dropped(&self) -> u64 {
+        self.sink.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes `record`'s line (into the buffer; handed on once it is
+    /// full). Never waits for standard output.
     pub fn write(&self, record: &Record) {
         if !self.enabled {
             return;
@@ -305,27 +421,59 @@ impl AccessLog {
             buffer.lock().push(line);
             return;
         }
-        let full = {
-            let mut pending = self.sink.pending.lock();
-            pending.extend_from_slice(line.as_bytes());
-            pending.push(b'\n');
-            (pending.len() >= BUFFER).then(|| std::mem::take(&mut *pending))
-        };
-        if let Some(bytes) = full {
-            emit(&bytes);
+        let mut pending = self.sink.pending.lock();
+        pending.extend_from_slice(line.as_bytes());
+        pending.push(b'\n');
+        if pending.len() >= BUFFER {
+            // Under the lock: buffers reach the writer in the order their
+            // lines were written.
+            self.sink.send(std::mem::take(&mut *pending));
         }
     }
 
-    /// Writes out the lines waiting in the buffer.
+    /// Hands the lines waiting in the buffer to the writer. Never waits
+    /// for standard output.
     pub fn flush(&self) {
-        let bytes = std::mem::take(&mut *self.sink.pending.lock());
-        if !bytes.is_empty() {
-            emit(&bytes);
+        let mut pending = self.sink.pending.lock();
+        if !pending.is_empty() {
+            self.sink.send(std::mem::take(&mut *pending));
         }
+    }
+
+    /// At shutdown: hands on the lines waiting in the buffer and waits,
+    /// at most `bound`, until everything handed on is written. Lines it
+    /// could not hand on within `bound` are counted as dropped.
+    pub async fn finish(&self, bound: Duration) {
+        let bytes = std::mem::take(&mut *self.sink.pending.lock());
+        if bytes.is_empty() && self.sink.writer.get().is_none() {
+            return;
+        }
+        let Some(writer) = self.sink.writer() else {
+            emit(&bytes);
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + bound;
+        if !bytes.is_empty() {
+            match tokio::time::timeout_at(deadline, writer.queue.reserve()).await {
+                Ok(Ok(slot)) => slot.send(Job::Lines(bytes)),
+                _ => {
+                    self.sink.count_dropped(writer, &bytes);
+                    return;
+                }
+            }
+        }
+        let (done, synced) = oneshot::channel();
+        let _ = tokio::time::timeout_at(deadline, async {
+            if writer.queue.send(Job::Synced(done)).await.is_ok() {
+                let _ = synced.await;
+            }
+        })
+        .await;
     }
 }
 
-/// One write of whole lines to standard output (outside the buffer's lock).
+/// One write of whole lines to standard output, where no writer thread
+/// could be started.
 fn emit(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(bytes);
@@ -421,5 +569,66 @@ mod tests {
             bare.starts_with(" access request_id= route= tenant=-"),
             "{bare}"
         );
+    }
+
+    // proves: GW-14, GW-17 (a standard output nobody reads costs access
+    // lines, each one counted, never a request's time: writes and flushes
+    // return while it is blocked; once it is read again every line not
+    // counted as dropped arrives, whole and in order)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocked_output_costs_counted_lines_never_a_request() {
+        use std::io::Read as _;
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let log = AccessLog::to_output(LogFormat::Text, writer);
+        // About 6 MB of lines: far more than the pipe (64 KiB) and the
+        // writer's queue (about 1 MiB) hold.
+        let total: u64 = 20_000;
+        let writing = log.clone();
+        let writes = tokio::task::spawn_blocking(move || {
+            for i in 0..total {
+                let mut r = record();
+                r.request_id = format!("req-{i}");
+                writing.write(&r);
+                if i % 1_000 == 0 {
+                    writing.flush();
+                }
+            }
+            writing.flush();
+        });
+        // A bound for a hang, not a timing: with nobody reading, the
+        // writes still return.
+        tokio::time::timeout(Duration::from_secs(120), writes)
+            .await
+            .expect("a write waited for the blocked output")
+            .unwrap();
+        assert!(log.dropped() > 0, "the blocked output dropped nothing");
+        let read = std::thread::spawn(move || {
+            let mut text = String::new();
+            reader.read_to_string(&mut text).unwrap();
+            text
+        });
+        log.finish(Duration::from_secs(120)).await;
+        let dropped = log.dropped();
+        // The writer thread ends with the last handle; the pipe closes.
+        drop(log);
+        let text = read.join().unwrap();
+        let ids: Vec<u64> = text
+            .lines()
+            .map(|line| {
+                assert!(line.ends_with(" class=standard"), "a torn line: {line}");
+                let id = line
+                    .split(' ')
+                    .find_map(|field| field.strip_prefix("request_id=req-"))
+                    .unwrap();
+                id.parse().unwrap()
+            })
+            .collect();
+        assert!(!ids.is_empty());
+        assert_eq!(
+            ids.len() as u64 + dropped,
+            total,
+            "a line neither written nor counted"
+        );
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "lines out of order");
     }
 }

@@ -316,7 +316,14 @@ pub async fn serve_live(
     flusher.abort();
     sampler.abort();
     let current = live.current();
-    current.access_log.flush();
+    current.access_log.finish(access_log::FINISH_WITHIN).await;
+    let dropped = current.access_log.dropped();
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "access lines dropped since the start: standard output did not take them"
+        );
+    }
     // The last spans go out, within the export timeout (SPEC OBS-5).
     let telemetry = &current.telemetry;
     let bound = current.config.telemetry.export_timeout;
