@@ -9,7 +9,6 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -255,31 +254,126 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// lines ([`AccessLog::finish`]).
 pub const FINISH_WITHIN: Duration = Duration::from_secs(5);
 
-/// Buffers handed to the writer thread and not written yet: past these
-/// (about 1 MiB of lines) a standard output that does not keep up costs
-/// lines, counted in [`DROPPED_METRIC`], never a request's time.
+/// Buffers handed to the writer thread and not written yet (about
+/// 1 MiB of lines). While the queue is full, lines wait in the buffer,
+/// up to [`PENDING_MAX`]; past that a standard output that does not keep
+/// up costs lines, counted in [`DROPPED_METRIC`], never a request's time.
 const QUEUED_BUFFERS: usize = 16;
+
+/// The most bytes of lines the buffer holds while the writer's queue is
+/// full; reaching it drops them (counted).
+const PENDING_MAX: usize = 1024 * 1024;
 
 /// Written buffers kept for reuse.
 const SPARE_BUFFERS: usize = 4;
 
 /// The counter of access lines dropped because standard output did not
-/// take them (a pipe nobody reads).
+/// take them (a pipe nobody reads), or written after shutdown began.
 pub const DROPPED_METRIC: &str = "tollgate_access_log_lines_dropped_total";
 
 /// What the writer thread is asked to do.
 enum Job {
-    /// Write these whole lines.
-    Lines(Vec<u8>),
+    /// Write these whole lines (the bytes and how many lines they hold).
+    Lines(Vec<u8>, u64),
     /// Say so once everything asked before is written.
     Synced(oneshot::Sender<()>),
 }
 
-/// The thread that writes to standard output, so that an output that
-/// blocks holds it, never a runtime thread serving requests.
-struct Writer {
-    queue: mpsc::Sender<Job>,
-    dropped: metrics::Counter,
+/// Lines waiting to be handed to the writer.
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    lines: u64,
+    /// Set by [`AccessLog::finish`]: later lines are dropped (counted).
+    closed: bool,
+}
+
+/// The count of lines between the request path and the writer thread.
+#[derive(Default)]
+struct Tally {
+    /// Handed to the writer, not written yet.
+    queued: u64,
+    /// Dropped, as counted in [`DROPPED_METRIC`].
+    dropped: u64,
+    /// Shutdown stopped waiting for the writer: what it still held is
+    /// counted as dropped, and it writes nothing more.
+    abandoned: bool,
+}
+
+/// What the writer thread shares with the sink.
+#[derive(Default)]
+struct Shared {
+    tally: Mutex<Tally>,
+    /// Buffers the writer has written out, emptied, for the next lines
+    /// (so that a buffer is not grown again from nothing each time).
+    spares: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Shared {
+    fn count_dropped(&self, lines: u64) {
+        if lines > 0 {
+            self.tally.lock().dropped += lines;
+            metrics::counter!(DROPPED_METRIC).increment(lines);
+        }
+    }
+
+    /// The writer thread: writes each buffer whole (or counts the lines
+    /// it could not write) until the sink is gone.
+    fn run(&self, mut jobs: mpsc::Receiver<Job>, out: &mut dyn std::io::Write) {
+        while let Some(job) = jobs.blocking_recv() {
+            match job {
+                Job::Lines(mut bytes, lines) => {
+                    if self.tally.lock().abandoned {
+                        continue;
+                    }
+                    let written = self.write_out(out, &bytes);
+                    let unwritten = bytes.get(written..).map_or(0, newlines);
+                    let mut tally = self.tally.lock();
+                    if !tally.abandoned {
+                        tally.queued = tally.queued.saturating_sub(lines);
+                        drop(tally);
+                        self.count_dropped(unwritten);
+                    }
+                    bytes.clear();
+                    let mut spares = self.spares.lock();
+                    if spares.len() < SPARE_BUFFERS {
+                        spares.push(bytes);
+                    }
+                }
+                Job::Synced(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    /// Writes `bytes` to `out`; how many were taken (fewer on an error).
+    fn write_out(&self, out: &mut dyn std::io::Write, bytes: &[u8]) -> usize {
+        use std::io::ErrorKind;
+        let mut at = 0;
+        while let Some(rest) = bytes.get(at..).filter(|r| !r.is_empty()) {
+            match out.write(rest) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // An output left non-blocking by whoever started us.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if self.tally.lock().abandoned {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = out.flush();
+        at
+    }
+}
+
+/// How many lines `bytes` holds (ends with).
+fn newlines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// What every configuration of the sink shares across reloads.
@@ -287,99 +381,89 @@ struct Writer {
 struct Sink {
     /// Lines waiting to be handed to the writer (one `write` per
     /// [`BUFFER`] bytes or per flush instead of one per line).
-    pending: Mutex<Vec<u8>>,
+    pending: Mutex<Pending>,
     /// Set by [`AccessLog::capture`].
     capture: OnceLock<Arc<Mutex<Vec<String>>>>,
-    /// Started with the first buffer to write; `None` if no thread could
-    /// be started (then buffers are written where they fill).
-    writer: OnceLock<Option<Writer>>,
+    /// The writer thread's queue, started with the first buffer to
+    /// write; `None` if no thread could be started (then buffers are
+    /// written where they fill).
+    writer: OnceLock<Option<mpsc::Sender<Job>>>,
     /// Where the writer writes, if not standard output (tests).
     output: Mutex<Option<Box<dyn std::io::Write + Send>>>,
-    /// Lines dropped, as counted in [`DROPPED_METRIC`].
-    dropped: AtomicU64,
-    /// Buffers the writer has written out, emptied, for the next lines
-    /// (so that a buffer is not grown again from nothing each time).
-    spares: Arc<Mutex<Vec<Vec<u8>>>>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Sink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sink")
-            .field("pending", &self.pending.lock().len())
-            .field("dropped", &self.dropped.load(Ordering::Relaxed))
+            .field("pending", &self.pending.lock().bytes.len())
+            .field("dropped", &self.shared.tally.lock().dropped)
             .finish_non_exhaustive()
     }
 }
 
 impl Sink {
-    /// The writer thread, started on first use.
-    fn writer(&self) -> Option<&Writer> {
+    /// The writer thread's queue, started on first use.
+    fn writer(&self) -> Option<&mpsc::Sender<Job>> {
         self.writer
             .get_or_init(|| {
                 let output = self.output.lock().take();
                 let mut out = output.unwrap_or_else(|| Box::new(std::io::stdout()));
-                let (queue, mut jobs) = mpsc::channel(QUEUED_BUFFERS);
-                let spares = Arc::clone(&self.spares);
-                std::thread::Builder::new()
+                let (queue, jobs) = mpsc::channel(QUEUED_BUFFERS);
+                let shared = Arc::clone(&self.shared);
+                let started = std::thread::Builder::new()
                     .name("tollgate-access-log".to_owned())
-                    .spawn(move || {
-                        while let Some(job) = jobs.blocking_recv() {
-                            match job {
-                                Job::Lines(mut bytes) => {
-                                    let _ = out.write_all(&bytes);
-                                    let _ = out.flush();
-                                    bytes.clear();
-                                    let mut spares = spares.lock();
-                                    if spares.len() < SPARE_BUFFERS {
-                                        spares.push(bytes);
-                                    }
-                                }
-                                Job::Synced(done) => {
-                                    let _ = done.send(());
-                                }
-                            }
-                        }
-                    })
-                    .ok()
-                    .map(|_| Writer {
-                        queue,
-                        dropped: metrics::counter!(DROPPED_METRIC),
-                    })
+                    .spawn(move || shared.run(jobs, &mut *out));
+                match started {
+                    Ok(_) => Some(queue),
+                    Err(e) => {
+                        tracing::warn!(
+                            error = %e,
+                            "no thread for the access log: lines are written where they are made"
+                        );
+                        None
+                    }
+                }
             })
             .as_ref()
     }
 
-    /// Hands `bytes` (whole lines) to the writer without waiting: if it
-    /// is `QUEUED_BUFFERS` behind, they are dropped and counted.
-    fn send(&self, bytes: Vec<u8>) {
+    /// Hands the lines of `pending` to the writer without waiting. While
+    /// its queue is full they stay, up to [`PENDING_MAX`] bytes; past
+    /// that they are dropped and counted.
+    fn send(&self, pending: &mut Pending) {
         let Some(writer) = self.writer() else {
+            let (bytes, _) = self.take(pending);
             emit(&bytes);
             return;
         };
-        if let Err(
-            mpsc::error::TrySendError::Full(Job::Lines(bytes))
-            | mpsc::error::TrySendError::Closed(Job::Lines(bytes)),
-        ) = writer.queue.try_send(Job::Lines(bytes))
-        {
-            self.count_dropped(writer, &bytes);
+        match writer.try_reserve() {
+            Ok(slot) => {
+                let (bytes, lines) = self.take(pending);
+                self.shared.tally.lock().queued += lines;
+                slot.send(Job::Lines(bytes, lines));
+            }
+            Err(mpsc::error::TrySendError::Full(())) if pending.bytes.len() < PENDING_MAX => {}
+            Err(_) => {
+                let (_, lines) = self.take(pending);
+                self.shared.count_dropped(lines);
+            }
         }
     }
 
     /// The lines waiting in `pending`, leaving it an empty buffer with
     /// room for the next ones.
-    fn take(&self, pending: &mut Vec<u8>) -> Vec<u8> {
+    fn take(&self, pending: &mut Pending) -> (Vec<u8>, u64) {
         let next = self
+            .shared
             .spares
             .lock()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(BUFFER + BUFFER / 8));
-        std::mem::replace(pending, next)
-    }
-
-    fn count_dropped(&self, writer: &Writer, bytes: &[u8]) {
-        let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
-        self.dropped.fetch_add(lines, Ordering::Relaxed);
-        writer.dropped.increment(lines);
+        (
+            std::mem::replace(&mut pending.bytes, next),
+            std::mem::take(&mut pending.lines),
+        )
     }
 }
 
@@ -428,10 +512,10 @@ impl AccessLog {
         Arc::clone(self.sink.capture.get_or_init(Arc::default))
     }
 
-    /// Lines dropped so far because standard output did not take them
-    /// (also counted in [`DROPPED_METRIC`]).
+    /// Lines dropped so far (also counted in [`DROPPED_METRIC`]): standard
+    /// output did not take them, or they came after [`AccessLog::finish`].
     pub fn dropped(&self) -> u64 {
-        self.sink.dropped.load(Ordering::Relaxed)
+        self.sink.shared.tally.lock().dropped
     }
 
     /// Writes `record`'s line (into the buffer; handed on once it is
@@ -446,13 +530,18 @@ impl AccessLog {
             return;
         }
         let mut pending = self.sink.pending.lock();
-        pending.extend_from_slice(line.as_bytes());
-        pending.push(b'\n');
-        if pending.len() >= BUFFER {
+        if pending.closed {
+            drop(pending);
+            self.sink.shared.count_dropped(1);
+            return;
+        }
+        pending.bytes.extend_from_slice(line.as_bytes());
+        pending.bytes.push(b'\n');
+        pending.lines += 1;
+        if pending.bytes.len() >= BUFFER {
             // Under the lock: buffers reach the writer in the order their
             // lines were written.
-            let full = self.sink.take(&mut pending);
-            self.sink.send(full);
+            self.sink.send(&mut pending);
         }
     }
 
@@ -460,41 +549,53 @@ impl AccessLog {
     /// for standard output.
     pub fn flush(&self) {
         let mut pending = self.sink.pending.lock();
-        if !pending.is_empty() {
-            let lines = self.sink.take(&mut pending);
-            self.sink.send(lines);
+        if pending.lines > 0 {
+            self.sink.send(&mut pending);
         }
     }
 
     /// At shutdown: hands on the lines waiting in the buffer and waits,
-    /// at most `bound`, until everything handed on is written. Lines it
-    /// could not hand on within `bound` are counted as dropped.
+    /// at most `bound`, until everything handed on is written. Lines
+    /// written after it starts, and those still unwritten when `bound`
+    /// runs out, are counted as dropped (the last may have gone out in
+    /// part).
     pub async fn finish(&self, bound: Duration) {
-        let bytes = std::mem::take(&mut *self.sink.pending.lock());
-        if bytes.is_empty() && self.sink.writer.get().is_none() {
+        let (bytes, lines) = {
+            let mut pending = self.sink.pending.lock();
+            pending.closed = true;
+            self.sink.take(&mut pending)
+        };
+        if lines == 0 && self.sink.writer.get().is_none() {
             return;
         }
         let Some(writer) = self.sink.writer() else {
             emit(&bytes);
             return;
         };
-        let deadline = tokio::time::Instant::now() + bound;
-        if !bytes.is_empty() {
-            match tokio::time::timeout_at(deadline, writer.queue.reserve()).await {
-                Ok(Ok(slot)) => slot.send(Job::Lines(bytes)),
-                _ => {
-                    self.sink.count_dropped(writer, &bytes);
-                    return;
-                }
+        let shared = &self.sink.shared;
+        let mut unsent = lines;
+        let written = tokio::time::timeout(bound, async {
+            if lines > 0 {
+                let Ok(slot) = writer.reserve().await else {
+                    return false;
+                };
+                shared.tally.lock().queued += lines;
+                unsent = 0;
+                slot.send(Job::Lines(bytes, lines));
             }
-        }
-        let (done, synced) = oneshot::channel();
-        let _ = tokio::time::timeout_at(deadline, async {
-            if writer.queue.send(Job::Synced(done)).await.is_ok() {
-                let _ = synced.await;
-            }
+            let (done, synced) = oneshot::channel();
+            writer.send(Job::Synced(done)).await.is_ok() && synced.await.is_ok()
         })
-        .await;
+        .await
+        .unwrap_or(false);
+        if !written {
+            let held = {
+                let mut tally = shared.tally.lock();
+                tally.abandoned = true;
+                std::mem::take(&mut tally.queued)
+            };
+            shared.count_dropped(held + unsent);
+        }
     }
 }
 
@@ -606,8 +707,8 @@ mod tests {
         use std::io::Read as _;
         let (mut reader, writer) = std::io::pipe().unwrap();
         let log = AccessLog::to_output(LogFormat::Text, writer);
-        // About 6 MB of lines: far more than the pipe (64 KiB) and the
-        // writer's queue (about 1 MiB) hold.
+        // About 6 MB of lines: far more than the pipe (64 KiB), the
+        // writer's queue and the buffer (about 2 MiB) hold.
         let total: u64 = 20_000;
         let writing = log.clone();
         let writes = tokio::task::spawn_blocking(move || {
@@ -656,5 +757,53 @@ mod tests {
             "a line neither written nor counted"
         );
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "lines out of order");
+    }
+
+    /// An output whose writes wait until the test lets them through.
+    struct Gated(std::sync::mpsc::Receiver<()>);
+
+    impl std::io::Write for Gated {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // proves: GW-14 (a shutdown that stops waiting for a blocked output
+    // counts every line it did not write: those queued, the one being
+    // written, those left in the buffer, and those written after the
+    // shutdown began)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shutdown_that_gives_up_counts_every_unwritten_line() {
+        let (gate, gated) = std::sync::mpsc::channel();
+        let log = AccessLog::to_output(LogFormat::Text, Gated(gated));
+        let total: u64 = 20_000;
+        for _ in 0..total {
+            log.write(&record());
+        }
+        // Nothing got through the gate: every line is queued, held or
+        // dropped already.
+        log.finish(Duration::from_millis(50)).await;
+        log.write(&record());
+        assert_eq!(log.dropped(), total + 1);
+        // Let the writer go: it writes nothing more and counts nothing
+        // twice.
+        drop(gate);
+        let (done, synced) = oneshot::channel();
+        if log
+            .sink
+            .writer()
+            .unwrap()
+            .send(Job::Synced(done))
+            .await
+            .is_ok()
+        {
+            let _ = synced.await;
+        }
+        assert_eq!(log.dropped(), total + 1);
     }
 }
