@@ -320,13 +320,22 @@ impl Shared {
     /// The writer thread: writes each buffer whole (or counts the lines
     /// it could not write) until the sink is gone.
     fn run(&self, mut jobs: mpsc::Receiver<Job>, out: &mut dyn std::io::Write) {
+        // The last buffer stopped inside a line: the next starts on a
+        // line of its own.
+        let mut torn = false;
         while let Some(job) = jobs.blocking_recv() {
             match job {
                 Job::Lines(mut bytes, lines) => {
                     if self.tally.lock().abandoned {
                         continue;
                     }
+                    if torn {
+                        self.write_out(out, b"\n");
+                    }
                     let written = self.write_out(out, &bytes);
+                    torn = written < bytes.len()
+                        && written > 0
+                        && bytes.get(written - 1) != Some(&b'\n');
                     let unwritten = bytes.get(written..).map_or(0, newlines);
                     let mut tally = self.tally.lock();
                     if !tally.abandoned {
@@ -408,7 +417,7 @@ impl Sink {
         self.writer
             .get_or_init(|| {
                 let output = self.output.lock().take();
-                let mut out = output.unwrap_or_else(|| Box::new(std::io::stdout()));
+                let mut out = output.unwrap_or_else(standard_output);
                 let (queue, jobs) = mpsc::channel(QUEUED_BUFFERS);
                 let shared = Arc::clone(&self.shared);
                 let started = std::thread::Builder::new()
@@ -557,8 +566,9 @@ impl AccessLog {
     /// At shutdown: hands on the lines waiting in the buffer and waits,
     /// at most `bound`, until everything handed on is written. Lines
     /// written after it starts, and those still unwritten when `bound`
-    /// runs out, are counted as dropped (the last may have gone out in
-    /// part).
+    /// runs out, are counted as dropped, the whole buffer being written
+    /// then included (part of it may have gone out: counted rather than
+    /// lost).
     pub async fn finish(&self, bound: Duration) {
         let (bytes, lines) = {
             let mut pending = self.sink.pending.lock();
@@ -596,6 +606,17 @@ impl AccessLog {
             };
             shared.count_dropped(held + unsent);
         }
+    }
+}
+
+/// Standard output for the writer thread: its file descriptor itself
+/// (a duplicate), so that what a write reports taken is in the pipe or
+/// file, not in the line buffer of `std::io::stdout()`.
+fn standard_output() -> Box<dyn std::io::Write + Send> {
+    use std::os::fd::AsFd as _;
+    match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::fs::File::from(fd)),
+        Err(_) => Box::new(std::io::stdout()),
     }
 }
 
