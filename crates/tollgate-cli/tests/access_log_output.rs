@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
-use common::{BIN, PATIENCE, client, wait_exit, write_config};
+use common::{BIN, PATIENCE, client, terminate, write_config};
 
 const TENANT: &str = "sk-cli-access-log";
 
@@ -115,12 +115,7 @@ async fn a_stdout_nobody_reads_costs_counted_lines_not_answers() {
         stdout.read_to_string(&mut text).unwrap();
         text
     });
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(wait_exit(&mut child).success());
+    assert!(terminate(&mut child).success());
     let text = out.join().unwrap();
     let log = log.join().unwrap();
     let dropped: usize = log

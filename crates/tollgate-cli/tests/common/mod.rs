@@ -100,13 +100,18 @@ impl Served {
 
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        wait_exit(&mut self.child)
+        terminate(&mut self.child)
     }
+}
+
+/// Sends `child` SIGTERM and waits (bounded) for its exit.
+pub fn terminate(child: &mut Child) -> ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_exit(child)
 }
 
 impl Drop for Served {
