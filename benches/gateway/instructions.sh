@@ -56,7 +56,7 @@ if [[ $TELEMETRY == 1 ]]; then
     >>"$WORK/gateway.toml"
 fi
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/callgrind.out" \
-  "$TOLLGATE" serve --config "$WORK/gateway.toml" >"$WORK/gateway.log" 2>"$WORK/valgrind.log" &
+  "$TOLLGATE" serve --config "$WORK/gateway.toml" >/dev/null 2>"$WORK/valgrind.log" &
 GW=$!
 for _ in $(seq 120); do
   curl -sf -o /dev/null "http://127.0.0.1:$PORT/healthz" && break

@@ -43,7 +43,7 @@ PY
 } >"$WORK/gateway.toml"
 
 "$TOLLGATE" sim --listen 127.0.0.1:18181 >"$WORK/sim.log" 2>&1 & PIDS+=($!)
-"$TOLLGATE" serve --config "$WORK/gateway.toml" >"$WORK/gateway.log" 2>&1 & PIDS+=($!)
+"$TOLLGATE" serve --config "$WORK/gateway.toml" >/dev/null 2>"$WORK/gateway.log" & PIDS+=($!)
 wait_port 18181
 wait_port 18182
 

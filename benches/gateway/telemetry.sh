@@ -89,7 +89,7 @@ serve() {
       fi
     fi
   } >"$WORK/$1.toml"
-  "$3" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  "$3" serve --config "$WORK/$1.toml" >/dev/null 2>"$WORK/$1.log" &
   PIDS+=($!)
   PID[$1]=$!
   PORT[$1]=$2

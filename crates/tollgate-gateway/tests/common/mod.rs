@@ -227,6 +227,8 @@ pub struct Gateway {
     pub base: String,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<io::Result<()>>>,
+    /// The configuration file [`Gateway::start_file`] wrote, removed on drop.
+    file: Option<PathBuf>,
 }
 
 impl Gateway {
@@ -258,6 +260,7 @@ impl Gateway {
             base,
             shutdown: Some(tx),
             task: Some(task),
+            file: None,
         }
     }
 
@@ -297,6 +300,7 @@ impl Gateway {
             base,
             shutdown: Some(tx),
             task: Some(task),
+            file: Some(path.clone()),
         };
         (gw, path)
     }
@@ -385,6 +389,9 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         if let Some(task) = &self.task {
             task.abort();
+        }
+        if let Some(file) = &self.file {
+            let _ = std::fs::remove_file(file);
         }
     }
 }
