@@ -40,6 +40,12 @@ use tollgate_openai::ErrorResponse;
 /// pool, an upstream 429 without a hint): the cooldown's base delay.
 pub const BUSY_RETRY: Duration = Duration::from_secs(1);
 
+/// The most tokens one call may ask for: its prompt plus its output
+/// allowance for every choice (SPEC GW-4). No model comes near it; it keeps
+/// a single request from moving the shared token counters (`/metrics`)
+/// by amounts no call can spend, on scopes without a token limit too.
+pub const MAX_CALL_TOKENS: u64 = 1 << 32;
+
 /// An error response.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -115,6 +121,21 @@ impl ApiError {
                 "{method} is not allowed on {path}; use {allow}."
             ))
             .with_code("method_not_allowed"),
+        )
+    }
+
+    /// 400 `estimate_exceeds_limit` for a call that asks for more than
+    /// [`MAX_CALL_TOKENS`] (SPEC GW-4): its prompt plus `max_tokens` times
+    /// `n`, or a total no 64-bit count holds (`total` is `None`).
+    pub fn call_too_large(total: Option<u64>) -> Self {
+        let asked = total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string());
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(format!(
+                "The request asks for {asked} tokens (its prompt plus its output allowance \
+                 for every choice); one call may ask for at most {MAX_CALL_TOKENS}."
+            ))
+            .with_code("estimate_exceeds_limit"),
         )
     }
 
@@ -194,6 +215,9 @@ impl ApiError {
                 ))
                 .with_code("estimate_exceeds_limit"),
             ),
+            // The gateway's estimates are the request's own numbers: one
+            // that fails is one no count holds.
+            AdmissionError::TokenEstimationFailed { .. } => Self::call_too_large(None),
             AdmissionError::Closed => Self::shutting_down(),
             AdmissionError::QuotaStoreUnavailable { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

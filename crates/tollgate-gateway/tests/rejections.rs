@@ -518,6 +518,74 @@ async fn estimate_larger_than_the_limit_is_a_400() {
     gw.wait_idle().await;
 }
 
+// proves: GW-4 (a token estimate too large ⇒ 400 before any upstream
+// call: one past what a 64-bit count holds, or past the per-call bound on
+// a scope without any token limit, is the client's error, never a 500,
+// and moves no token counter). Found by a hostile-client review: the
+// overflow was a 500 `admission_error`, and on a scope without a token
+// limit two calls pinned the shared `tokens_reserved_total` at 2^64 - 1.
+#[tokio::test]
+async fn estimates_no_count_holds_are_a_400() {
+    let sim = fast_sim().await;
+    let gw = Gateway::start(&config(&sim.openai_base_url(), "", "", "", "")).await;
+    let prompt = json!([{"role": "user", "content": "hi"}]);
+    let asks = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "chat", "messages": prompt, "max_tokens": u64::MAX}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "chat", "messages": prompt, "max_tokens": 1u64 << 40, "n": 1u64 << 40}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "chat", "messages": prompt, "max_tokens": i64::MAX, "stream": true}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "chat", "messages": prompt, "max_completion_tokens": (1u64 << 32) + 1}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "chat", "input": "hi", "max_output_tokens": u64::MAX}),
+        ),
+    ];
+    for (path, body) in &asks {
+        let resp = post_json(&gw, path, KEY_A, body).await;
+        let (status, _, error) = error_of(resp).await;
+        assert_eq!(
+            (status, code(&error)),
+            (400, "estimate_exceeds_limit"),
+            "{path} {body}"
+        );
+        assert_eq!(error["type"], "invalid_request_error");
+    }
+    assert_eq!(sim.stats().requests_total, 0, "nothing reached upstream");
+    let metrics = metrics_text(&gw).await;
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("tollgate_tokens_reserved_total"))
+    {
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a value");
+        assert!(value <= 1e6, "a refused call moved a token counter: {line}");
+    }
+    // A call within the bound on the same scope still goes through.
+    let ok = post_chat(
+        &client(),
+        &gw,
+        Some(KEY_A),
+        &json!({"model": "chat", "messages": prompt, "max_tokens": 16}),
+    )
+    .await;
+    assert_eq!(ok.status(), 200);
+    gw.wait_idle().await;
+}
+
 // proves: GW-7 (an idle keep-alive connection is closed after server.idle_timeout)
 #[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {

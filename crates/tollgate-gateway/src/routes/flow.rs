@@ -334,6 +334,10 @@ async fn serve<R: Route>(
     // upstream, at the dearest prices of the chain. Whichever answers, the
     // provider cannot bill more than the tenant reserved.
     let estimate = estimates.worst();
+    let total = estimate.input.checked_add(estimate.output);
+    if total.is_none_or(|t| t > crate::error::MAX_CALL_TOKENS) {
+        return Err(ApiError::call_too_large(total));
+    }
     x.tokens = estimate;
     x.record.tokens_estimated = Some(estimate.total());
     let price = crate::state::reserve_price(&chain);
