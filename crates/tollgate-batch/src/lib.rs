@@ -219,4 +219,20 @@ pub struct Report {
     pub summary: Summary,
     /// How it ended.
     pub outcome: Outcome,
+    /// Reports asked for (`--summary-json`, `--plot`) that could not be
+    /// written at the end, each with its path and cause. The results are
+    /// recorded all the same; [`Report::exit_code`] tells it.
+    pub report_errors: Vec<String>,
+}
+
+impl Report {
+    /// The process's exit code: the outcome's, or 1 when a run that
+    /// completed could not write a report it was asked for (a stopped
+    /// run keeps its 3: resuming it matters more).
+    pub fn exit_code(&self) -> u8 {
+        match self.outcome.exit_code() {
+            EXIT_COMPLETE if !self.report_errors.is_empty() => 1,
+            code => code,
+        }
+    }
 }

@@ -334,6 +334,11 @@ pub async fn run(
     scope
         .validate()
         .map_err(|e| BatchError::Config(e.to_string()))?;
+    // A report that could not be written is found before anything is sent,
+    // not after every item was paid for.
+    for path in [&config.summary_json, &config.plot].into_iter().flatten() {
+        writable(path)?;
+    }
     let (items, spooled) = load(&config)?;
     let items_total = items.len() as u64;
     // One run per output, from before the resume scan to the end (a dry
@@ -359,6 +364,7 @@ pub async fn run(
         return Ok(Report {
             summary,
             outcome: Outcome::DryRun,
+            report_errors: Vec::new(),
         });
     }
     let Some(out_path) = config.output.clone() else {
@@ -635,16 +641,54 @@ pub async fn run(
         sim_figures,
         &outcome,
     );
-    summary.write_json(config.summary_json.as_deref())?;
-    if let Some(path) = &config.plot {
-        crate::plot::write(path, &stats.starts(), &config.limits, started.elapsed()).map_err(
-            |e| BatchError::Io {
-                path: path.clone(),
-                source: std::io::Error::other(e),
-            },
-        )?;
+    // The results are recorded whatever happens to the reports: each is
+    // written on its own, and one that fails is told apart from the run's
+    // outcome.
+    let mut report_errors = Vec::new();
+    if let Err(e) = summary.write_json(config.summary_json.as_deref()) {
+        report_errors.push(e.to_string());
     }
-    Ok(Report { summary, outcome })
+    if let Some(path) = &config.plot {
+        let drawn = crate::plot::write(path, &stats.starts(), &config.limits, started.elapsed());
+        if let Err(e) = drawn {
+            report_errors.push(format!("{}: {e}", path.display()));
+        }
+    }
+    Ok(Report {
+        summary,
+        outcome,
+        report_errors,
+    })
+}
+
+/// Fails unless a report can be written at `path`: a file that exists is
+/// opened for writing (not changed), a new one's folder takes a probe file
+/// (made and removed).
+fn writable(path: &std::path::Path) -> Result<(), BatchError> {
+    let io = |source: std::io::Error| BatchError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if path.is_dir() {
+        return Err(io(std::io::Error::other("is a directory, not a file")));
+    }
+    if path.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(io);
+    }
+    let mut probe = path.as_os_str().to_owned();
+    probe.push(format!(".probe-{}", std::process::id()));
+    let probe = std::path::PathBuf::from(probe);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(io)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// The input file, read again for each item's body when a worker takes

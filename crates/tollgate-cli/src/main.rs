@@ -148,6 +148,45 @@ fn colours() -> bool {
     std::io::stderr().is_terminal()
 }
 
+/// Ctrl-C and SIGTERM, heard together.
+struct StopSignals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> std::io::Result<Self> {
+        Ok(StopSignals {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+        })
+    }
+
+    /// The next of either; the exit code a process killed by it would
+    /// have (130 for Ctrl-C, 143 for SIGTERM).
+    async fn next(&mut self) -> i32 {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => match r {
+                    Ok(()) => 130,
+                    // No Ctrl-C handler: only SIGTERM is heard.
+                    Err(_) => {
+                        self.term.recv().await;
+                        143
+                    }
+                },
+                _ = self.term.recv() => 143,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            130
+        }
+    }
+}
+
 /// `tollgate batch`: the summary on stdout, problems on stderr, the
 /// outcome in the exit code.
 async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
@@ -160,21 +199,23 @@ async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
         .init();
     let result = match args.to_config() {
         Ok(config) => {
-            // Ctrl-C is heard for the whole run, on a task of its own: the
-            // first asks the run to stop, the second quits at once, even
-            // while the run drains after a stop of another kind (a job
-            // deadline, a spent budget), when it no longer listens.
+            // Ctrl-C and SIGTERM (what service managers send) are heard
+            // for the whole run, on a task of its own: the first asks the
+            // run to stop, the second quits at once, even while the run
+            // drains after a stop of another kind (a job deadline, a spent
+            // budget), when it no longer listens.
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_err() {
+                let Ok(mut signals) = StopSignals::new() else {
                     return;
-                }
+                };
+                signals.next().await;
                 eprintln!(
-                    "stopping: finishing the calls already sent (Ctrl-C again to quit at once; the output stays consistent)"
+                    "stopping: finishing the calls already sent (Ctrl-C or SIGTERM again to quit at once; the output stays consistent)"
                 );
                 let _ = stop.send(());
-                let _ = tokio::signal::ctrl_c().await;
-                std::process::exit(130);
+                let code = signals.next().await;
+                std::process::exit(code);
             });
             let interrupt = async {
                 if stopped.await.is_err() {
@@ -189,7 +230,10 @@ async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
     match result {
         Ok(report) => {
             println!("{}", report.summary);
-            std::process::ExitCode::from(report.outcome.exit_code())
+            for e in &report.report_errors {
+                eprintln!("error: report not written: {e}");
+            }
+            std::process::ExitCode::from(report.exit_code())
         }
         Err(e) => {
             eprintln!("error: {e}");

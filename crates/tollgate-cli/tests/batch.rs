@@ -312,6 +312,161 @@ async fn otel_variables_turn_on_batch_traces() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+// proves: BATCH-2, BATCH-3 (SIGTERM, what service managers send, stops
+// the run as Ctrl-C does: no new item starts, the calls at the provider
+// finish and are recorded, exit 3; the resume sends only what was never
+// sent, so every item is sent and recorded exactly once). Found by a
+// review: SIGTERM killed the run at once, calls paid for and unrecorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_and_the_resume_sends_nothing_twice() {
+    let dir = scratch("term");
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    let n = 200;
+    write_input(&input, n);
+    let server = Simulator::spawn(
+        SimConfig {
+            ttft: Duration::from_millis(100),
+            ..SimConfig::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+    .expect("simulator");
+    let args = |cmd: &mut Command| {
+        cmd.arg("batch")
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .args(["--base-url", &server.openai_base_url()])
+            .args(["--concurrency", "8", "--progress", "off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    };
+    let mut cmd = Command::new(BIN);
+    args(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn tollgate batch");
+    let until = Instant::now() + Duration::from_secs(20);
+    while complete_lines(&output) < 20 {
+        assert!(Instant::now() < until, "the first run made no progress");
+        assert!(child.try_wait().expect("child").is_none(), "the run ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let pid = child.id().expect("pid").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -TERM");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stopped in time")
+        .expect("wait");
+    assert_eq!(status.code(), Some(3), "stopped, to be resumed");
+    let finished = complete_lines(&output);
+    assert!(finished < n, "stopped mid-run");
+    assert_eq!(
+        server.stats().requests_total,
+        finished as u64,
+        "every call sent before the stop was recorded"
+    );
+
+    let mut cmd = Command::new(BIN);
+    args(&mut cmd);
+    let status = tokio::time::timeout(Duration::from_secs(60), cmd.status())
+        .await
+        .expect("resume finished in time")
+        .expect("resume");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        server.stats().requests_total,
+        n as u64,
+        "nothing sent twice"
+    );
+    let data = std::fs::read_to_string(&output).expect("output");
+    let mut ids = HashSet::new();
+    for line in data.lines() {
+        let v: Value = serde_json::from_str(line).expect("no corrupt line");
+        assert!(
+            ids.insert(v["custom_id"].as_str().expect("id").to_owned()),
+            "{line}"
+        );
+    }
+    assert_eq!(ids.len(), n);
+    server.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// proves: BATCH-1 (a report that cannot be written, `--summary-json` or
+// `--plot` in a folder that does not exist or naming a folder, is refused
+// before anything is sent, not after every item was paid for). Found by a
+// review: the run sent every item, then exited 1 without its summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_report_is_refused_before_anything_is_sent() {
+    let dir = scratch("reports");
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    write_input(&input, 5);
+    let server = Simulator::spawn(SimConfig::default(), "127.0.0.1:0")
+        .await
+        .expect("simulator");
+    let missing = dir.join("no-such-folder").join("report");
+    for (flag, path) in [
+        ("--summary-json", missing.with_extension("json")),
+        ("--plot", missing.with_extension("svg")),
+        ("--plot", dir.clone()),
+    ] {
+        let out = Command::new(BIN)
+            .arg("batch")
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .args(["--base-url", &server.openai_base_url(), "--progress", "off"])
+            .arg(flag)
+            .arg(&path)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{flag} {}: {stderr}",
+            path.display()
+        );
+        assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+        assert_eq!(server.stats().requests_total, 0, "nothing sent");
+        assert_eq!(complete_lines(&output), 0, "nothing recorded");
+    }
+    // A writable pair: the run completes and writes both.
+    let (summary, plot) = (dir.join("s.json"), dir.join("p.svg"));
+    let status = Command::new(BIN)
+        .arg("batch")
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .args(["--base-url", &server.openai_base_url(), "--progress", "off"])
+        .arg("--summary-json")
+        .arg(&summary)
+        .arg("--plot")
+        .arg(&plot)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .expect("run");
+    assert_eq!(status.code(), Some(0));
+    assert!(summary.is_file() && plot.is_file());
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".probe-"))
+        .collect();
+    assert!(leftovers.is_empty(), "probe files left: {leftovers:?}");
+    server.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An upstream on a real socket: the first request gets a chat answer,
 /// the second is held unanswered (a call at the provider that a stop must
 /// wait for), every later one gets a 400.
