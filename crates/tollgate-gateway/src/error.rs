@@ -113,6 +113,15 @@ impl ApiError {
         )
     }
 
+    /// 404 `unknown_url` for a path no route serves (SPEC GW-1).
+    pub fn unknown_path(method: &http::Method, path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorResponse::invalid_request(format!("Unknown request URL: {method} {path}."))
+                .with_code("unknown_url"),
+        )
+    }
+
     /// 405 for a method a route does not serve (SPEC GW-1, WIRE-3).
     pub fn method_not_allowed(method: &http::Method, path: &str, allow: &str) -> Self {
         Self::new(

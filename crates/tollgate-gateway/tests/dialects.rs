@@ -763,6 +763,80 @@ fn messages_calls_past_a_tiny_deadline_end_in_anthropics_format() {
     });
 }
 
+// proves: GW-1 (every answer of the API listener is an error in the
+// route's format, also for a path no route serves and for a method the
+// model list does not serve; `GET /v1/models/{model}`, the SDKs'
+// `models.retrieve`, answers a configured model and 404 `model_not_found`
+// otherwise). Found by a hostile-client review: those paths answered an
+// empty 404 or 405 that an SDK cannot read.
+#[test]
+fn unknown_paths_and_the_model_list_answer_in_the_openai_format() {
+    runtime().block_on(async {
+        let sim = fast_sim().await;
+        let gw = Gateway::start(&two_models(&sim.openai_base_url(), "", "")).await;
+        let c = client();
+        let send = |r: reqwest::RequestBuilder, what: String| async move {
+            bounded("answered", r.send())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+        };
+        for path in [
+            "/v1/completions",
+            "/v1/chat/completions/",
+            "//v1/chat/completions",
+            "/nothing",
+        ] {
+            let r = send(
+                c.post(gw.url(path)).bearer_auth(KEY_A).body("{}"),
+                path.into(),
+            )
+            .await;
+            assert_eq!(r.status(), 404, "{path}");
+            assert!(header(&r, "x-request-id").is_some(), "{path}");
+            let v: Value = r.json().await.expect("a JSON body");
+            assert_eq!(v["error"]["code"], "unknown_url", "{path}: {v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{path}: {v}");
+        }
+        let r = send(
+            c.post(gw.url("/v1/messages/")).header("x-api-key", KEY_A),
+            "messages/".into(),
+        )
+        .await;
+        assert_eq!(r.status(), 404);
+        let v: Value = r.json().await.expect("a JSON body");
+        assert_eq!(v["type"], "error", "Anthropic's shape: {v}");
+        for path in ["/v1/models", "/v1/models/chat"] {
+            let r = send(c.post(gw.url(path)).bearer_auth(KEY_A), path.into()).await;
+            assert_eq!(r.status(), 405, "{path}");
+            assert_eq!(header(&r, "allow").as_deref(), Some("GET"), "{path}");
+            let v: Value = r.json().await.expect("a JSON body");
+            assert_eq!(v["error"]["code"], "method_not_allowed", "{path}: {v}");
+        }
+        let r = send(
+            c.get(gw.url("/v1/models/chat")).bearer_auth(KEY_A),
+            "retrieve".into(),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.expect("a model");
+        assert_eq!(
+            (v["id"].as_str(), v["object"].as_str()),
+            (Some("chat"), Some("model")),
+            "{v}"
+        );
+        let r = send(
+            c.get(gw.url("/v1/models/sim-chat")).bearer_auth(KEY_A),
+            "upstream name".into(),
+        )
+        .await;
+        let (status, _, error) = error_of(r).await;
+        assert_eq!((status, code(&error)), (404, "model_not_found"));
+        let r = send(c.get(gw.url("/v1/models/chat")), "no key".into()).await;
+        assert_eq!(r.status(), 401);
+        assert_eq!(sim.stats().requests_total, 0);
+    });
+}
+
 // proves: GW-1, WIRE-3, WIRE-4 (a GET or HEAD on a model route, which
 // serves POST only, answers 405 with `allow: POST` and an error in the
 // route's dialect: OpenAI's shape on the OpenAI routes, Anthropic's on

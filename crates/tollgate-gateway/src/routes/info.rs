@@ -35,6 +35,39 @@ pub async fn models(
     Ok(Json(ModelList::new(list)))
 }
 
+/// `GET /v1/models/{model}`: one configured model the key may call (the
+/// SDKs' `models.retrieve`), else 404 `model_not_found`.
+pub async fn model(
+    State(live): State<Arc<Live>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<WireModel>, ApiError> {
+    let app = live.current();
+    let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
+    match app.models.get_key_value(&name) {
+        Some((n, _)) if common::allowed(&app, tenant, n) => {
+            Ok(Json(WireModel::new(n.clone(), "tollgate", 0)))
+        }
+        _ => Err(ApiError::model_not_found(&name)),
+    }
+}
+
+/// Any path no route serves: 404 in the OpenAI format (the Anthropic one
+/// under `/v1/messages`), with the request id, so a client's SDK reads
+/// an error rather than an empty body.
+pub async fn unknown_path(method: http::Method, uri: http::Uri, headers: HeaderMap) -> Response {
+    let dialect = if uri.path().starts_with("/v1/messages") {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    };
+    let mut response = ApiError::unknown_path(&method, uri.path()).into_response_for(dialect);
+    response
+        .headers_mut()
+        .insert(crate::request_id::HEADER, crate::request_id::of(&headers));
+    response
+}
+
 /// `GET /healthz`: the process is up.
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))

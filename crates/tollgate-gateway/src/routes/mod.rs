@@ -41,7 +41,8 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
             "/v1/messages",
             post(messages::messages).fallback(post_only::<ANTHROPIC>),
         )
-        .route("/v1/models", get(info::models))
+        .route("/v1/models", get(info::models).fallback(get_only))
+        .route("/v1/models/{model}", get(info::model).fallback(get_only))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
         .route("/admin/snapshot", get(admin::snapshot))
@@ -54,7 +55,7 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
     } else {
         router
     };
-    router.with_state(live)
+    router.fallback(info::unknown_path).with_state(live)
 }
 
 /// `post_only`'s dialect: OpenAI's error shape (chat completions,
@@ -76,11 +77,32 @@ async fn post_only<const ANTHROPIC_DIALECT: bool>(
     } else {
         Dialect::OpenAi
     };
+    not_allowed(&method, &uri, &headers, "POST", dialect)
+}
+
+/// Any method but GET on `/v1/models` and `/v1/models/{model}`: as
+/// [`post_only`], in the OpenAI format.
+async fn get_only(
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+) -> axum::response::Response {
+    not_allowed(&method, &uri, &headers, "GET", Dialect::OpenAi)
+}
+
+/// 405 with `allow` and the request id.
+fn not_allowed(
+    method: &http::Method,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+    allow: &'static str,
+    dialect: Dialect,
+) -> axum::response::Response {
     let mut response =
-        ApiError::method_not_allowed(&method, uri.path(), "POST").into_response_for(dialect);
+        ApiError::method_not_allowed(method, uri.path(), allow).into_response_for(dialect);
     let h = response.headers_mut();
-    h.insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
-    h.insert(crate::request_id::HEADER, crate::request_id::of(&headers));
+    h.insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
+    h.insert(crate::request_id::HEADER, crate::request_id::of(headers));
     response
 }
 
