@@ -305,9 +305,15 @@ fn kept_across_runs(limit: &tollgate::config::Limit) -> bool {
 /// at the provider finish and are recorded, within [`DRAIN_GRACE`]; the
 /// output stays consistent.
 ///
+/// A report (`summary_json`, `plot`) that cannot be written is an error
+/// before anything is sent; one that still fails at the end is listed in
+/// [`Report::report_errors`], and [`Report::exit_code`] (not the
+/// outcome's alone) tells it.
+///
 /// # Errors
-/// Invalid input (nothing is sent), an unusable output file, a
-/// configuration the engine refuses, or a provider that cannot be built.
+/// Invalid input (nothing is sent), an unusable output file or report
+/// path, a configuration the engine refuses, or a provider that cannot be
+/// built.
 pub async fn run(
     config: BatchConfig,
     interrupt: impl Future<Output = ()> + Send,
@@ -334,13 +340,15 @@ pub async fn run(
     scope
         .validate()
         .map_err(|e| BatchError::Config(e.to_string()))?;
-    // A report that could not be written is found before anything is sent,
-    // not after every item was paid for.
-    for path in [&config.summary_json, &config.plot].into_iter().flatten() {
-        writable(path)?;
-    }
     let (items, spooled) = load(&config)?;
     let items_total = items.len() as u64;
+    // A report that could not be written is found before anything is sent,
+    // not after every item was paid for (invalid input is told first). A
+    // dry run draws no plot.
+    let plot = config.plot.as_ref().filter(|_| !config.dry_run);
+    for path in [config.summary_json.as_ref(), plot].into_iter().flatten() {
+        writable(path)?;
+    }
     // One run per output, from before the resume scan to the end (a dry
     // run only reads it).
     let _lock = match (&config.output, config.dry_run) {
@@ -360,11 +368,16 @@ pub async fn run(
 
     if config.dry_run {
         let summary = Summary::dry_run(&config, items_total, resumed.already_done, plan);
-        summary.write_json(config.summary_json.as_deref())?;
+        let report_errors = summary
+            .write_json(config.summary_json.as_deref())
+            .err()
+            .map(|e| e.to_string())
+            .into_iter()
+            .collect();
         return Ok(Report {
             summary,
             outcome: Outcome::DryRun,
-            report_errors: Vec::new(),
+            report_errors,
         });
     }
     let Some(out_path) = config.output.clone() else {
@@ -663,7 +676,7 @@ pub async fn run(
 
 /// Fails unless a report can be written at `path`: a file that exists is
 /// opened for writing (not changed), a new one's folder takes a probe file
-/// (made and removed).
+/// of its own (made and removed).
 fn writable(path: &std::path::Path) -> Result<(), BatchError> {
     let io = |source: std::io::Error| BatchError::Io {
         path: path.to_owned(),
@@ -679,15 +692,34 @@ fn writable(path: &std::path::Path) -> Result<(), BatchError> {
             .map(drop)
             .map_err(io);
     }
-    let mut probe = path.as_os_str().to_owned();
-    probe.push(format!(".probe-{}", std::process::id()));
-    let probe = std::path::PathBuf::from(probe);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(io)?;
-    let _ = std::fs::remove_file(&probe);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    // A short name of its own in the report's folder: never the report's,
+    // never too long, and another process's probe (a container's PID 1
+    // too) is passed over rather than mistaken for a refusal.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..8_u32 {
+        let probe = dir.join(format!(
+            ".tollgate-probe-{}-{nanos}-{attempt}",
+            std::process::id()
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+        {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                return Ok(());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(e)),
+        }
+    }
     Ok(())
 }
 

@@ -148,44 +148,64 @@ fn colours() -> bool {
     std::io::stderr().is_terminal()
 }
 
-/// Ctrl-C and SIGTERM, heard together.
+/// Ctrl-C and SIGTERM, heard together from the moment it is made (each
+/// held as a stream, so none arriving between two waits is lost).
 struct StopSignals {
     #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
 }
 
 impl StopSignals {
-    fn new() -> std::io::Result<Self> {
-        Ok(StopSignals {
-            #[cfg(unix)]
-            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
-        })
+    /// Listens to both; one that cannot be listened to is left to its
+    /// default action, the other still heard.
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            StopSignals {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        StopSignals {}
     }
 
     /// The next of either; the exit code a process killed by it would
-    /// have (130 for Ctrl-C, 143 for SIGTERM).
+    /// have (130 for Ctrl-C, 143 for SIGTERM). Never returns when neither
+    /// can be heard.
     async fn next(&mut self) -> i32 {
         #[cfg(unix)]
         {
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => match r {
-                    Ok(()) => 130,
-                    // No Ctrl-C handler: only SIGTERM is heard.
-                    Err(_) => {
-                        self.term.recv().await;
-                        143
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
                     }
-                },
-                _ = self.term.recv() => 143,
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.int) => 130,
+                () = recv(&mut self.term) => 143,
             }
         }
         #[cfg(not(unix))]
         {
-            let _ = tokio::signal::ctrl_c().await;
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
             130
         }
     }
 }
+
+/// A second signal this soon after the first is taken as the same
+/// request (a terminal's Ctrl-C and a wrapper forwarding it as SIGTERM),
+/// not as the one that quits at once.
+const SAME_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `tollgate batch`: the summary on stdout, problems on stderr, the
 /// outcome in the exit code.
@@ -205,17 +225,20 @@ async fn batch(args: &tollgate_batch::BatchArgs) -> std::process::ExitCode {
             // drains after a stop of another kind (a job deadline, a spent
             // budget), when it no longer listens.
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let mut signals = StopSignals::new();
             tokio::spawn(async move {
-                let Ok(mut signals) = StopSignals::new() else {
-                    return;
-                };
                 signals.next().await;
+                let first = std::time::Instant::now();
                 eprintln!(
                     "stopping: finishing the calls already sent (Ctrl-C or SIGTERM again to quit at once; the output stays consistent)"
                 );
                 let _ = stop.send(());
-                let code = signals.next().await;
-                std::process::exit(code);
+                loop {
+                    let code = signals.next().await;
+                    if first.elapsed() >= SAME_STOP {
+                        std::process::exit(code);
+                    }
+                }
             });
             let interrupt = async {
                 if stopped.await.is_err() {

@@ -24,7 +24,7 @@ pub fn request_deadline(
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX));
     let timeout = asked.map_or(default, |a| a.min(max));
     Deadline::from_timeout(Some(timeout), now)
 }
@@ -48,6 +48,11 @@ mod tests {
         assert_eq!(at(&HeaderMap::new()), Some(d));
         assert_eq!(at(&headers("2.5")), Some(Duration::from_millis(2_500)));
         assert_eq!(at(&headers("9000")), Some(m));
+        assert_eq!(
+            at(&headers("1e20")),
+            Some(m),
+            "too large for a Duration: the cap"
+        );
         assert_eq!(at(&headers("-1")), Some(d));
         assert_eq!(at(&headers("soon")), Some(d));
     }

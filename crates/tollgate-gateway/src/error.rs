@@ -226,7 +226,13 @@ impl ApiError {
             ),
             // The gateway's estimates are the request's own numbers: one
             // that fails is one no count holds.
-            AdmissionError::TokenEstimationFailed { .. } => Self::call_too_large(None),
+            AdmissionError::TokenEstimationFailed { reason } => Self::new(
+                StatusCode::BAD_REQUEST,
+                ErrorResponse::invalid_request(format!(
+                    "The request's token estimate cannot be used: {reason}."
+                ))
+                .with_code("estimate_exceeds_limit"),
+            ),
             AdmissionError::Closed => Self::shutting_down(),
             AdmissionError::QuotaStoreUnavailable { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -773,7 +773,9 @@ fn messages_calls_past_a_tiny_deadline_end_in_anthropics_format() {
 fn unknown_paths_and_the_model_list_answer_in_the_openai_format() {
     runtime().block_on(async {
         let sim = fast_sim().await;
-        let gw = Gateway::start(&two_models(&sim.openai_base_url(), "", "")).await;
+        let slashed = "\n[models.\"org/m\"]\nprovider = \"sim\"\nupstream_model = \"sim-chat\"\n";
+        let config = two_models(&sim.openai_base_url(), "", "") + slashed;
+        let gw = Gateway::start(&config).await;
         let c = client();
         let send = |r: reqwest::RequestBuilder, what: String| async move {
             bounded("answered", r.send())
@@ -808,7 +810,7 @@ fn unknown_paths_and_the_model_list_answer_in_the_openai_format() {
         for path in ["/v1/models", "/v1/models/chat"] {
             let r = send(c.post(gw.url(path)).bearer_auth(KEY_A), path.into()).await;
             assert_eq!(r.status(), 405, "{path}");
-            assert_eq!(header(&r, "allow").as_deref(), Some("GET"), "{path}");
+            assert_eq!(header(&r, "allow").as_deref(), Some("GET, HEAD"), "{path}");
             let v: Value = r.json().await.expect("a JSON body");
             assert_eq!(v["error"]["code"], "method_not_allowed", "{path}: {v}");
         }
@@ -818,12 +820,30 @@ fn unknown_paths_and_the_model_list_answer_in_the_openai_format() {
         )
         .await;
         assert_eq!(r.status(), 200);
+        assert!(header(&r, "x-request-id").is_some());
         let v: Value = r.json().await.expect("a model");
         assert_eq!(
             (v["id"].as_str(), v["object"].as_str()),
             (Some("chat"), Some("model")),
             "{v}"
         );
+        // A name with a slash, as sent by an SDK that does not encode it.
+        let r = send(
+            c.get(gw.url("/v1/models/org/m")).bearer_auth(KEY_A),
+            "slashed".into(),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.expect("a model");
+        assert_eq!(v["id"], "org/m", "{v}");
+        // A name that is not UTF-8 once decoded names no model.
+        let r = send(
+            c.get(gw.url("/v1/models/%FF")).bearer_auth(KEY_A),
+            "not UTF-8".into(),
+        )
+        .await;
+        let (status, _, error) = error_of(r).await;
+        assert_eq!((status, code(&error)), (404, "model_not_found"));
         let r = send(
             c.get(gw.url("/v1/models/sim-chat")).bearer_auth(KEY_A),
             "upstream name".into(),

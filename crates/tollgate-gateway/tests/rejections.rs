@@ -574,7 +574,11 @@ async fn estimates_no_count_holds_are_a_400() {
             .expect("a value");
         assert!(value <= 1e6, "a refused call moved a token counter: {line}");
     }
-    // A call within the bound on the same scope still goes through.
+    // A call within the bound on the same scope still goes through, also
+    // one just under it.
+    let under = json!({"model": "chat", "messages": prompt, "max_tokens": 1u64 << 31});
+    let ok = post_chat(&client(), &gw, Some(KEY_A), &under).await;
+    assert_eq!(ok.status(), 200);
     let ok = post_chat(
         &client(),
         &gw,

@@ -434,6 +434,19 @@ fn zero_limits_are_errors() {
     );
 }
 
+// proves: GW-4, GW-9 (a `default_max_tokens` past what one call may ask
+// for is a located error at start: every call without `max_tokens` would
+// otherwise be refused, blaming the client)
+#[test]
+fn a_default_allowance_past_one_call_is_an_error() {
+    fail_at(
+        &with_model(&format!("default_max_tokens = {}", (1u64 << 32) + 1)),
+        "models.m.default_max_tokens",
+        "more than one call may ask for",
+    );
+    ok(&with_model(&format!("default_max_tokens = {}", 1u64 << 32)));
+}
+
 // proves: CFG-2 (zero durations where zero makes no sense; factor >= 1;
 // jitter within 0..=1)
 #[test]

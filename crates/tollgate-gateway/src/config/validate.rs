@@ -410,6 +410,16 @@ impl GatewayConfig {
         }
         self.check_routes(&at, m)?;
         positive(&at.key("default_max_tokens"), Some(m.default_max_tokens))?;
+        if m.default_max_tokens > crate::error::MAX_CALL_TOKENS {
+            return Err(Problem::invalid(
+                &at.key("default_max_tokens"),
+                format!(
+                    "{} is more than one call may ask for ({})",
+                    m.default_max_tokens,
+                    crate::error::MAX_CALL_TOKENS
+                ),
+            ));
+        }
         let mut seen = BTreeSet::new();
         for (i, fallback) in m.fallbacks.iter().enumerate() {
             let path = at.key("fallbacks").index(i);

@@ -16,55 +16,67 @@ use crate::error::Dialect;
 use crate::live::Live;
 
 /// `GET /v1/models`: the configured models only.
-pub async fn models(
-    State(live): State<Arc<Live>>,
-    headers: HeaderMap,
-) -> Result<Json<ModelList>, ApiError> {
-    let app = live.current();
-    let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
-    let mut names: Vec<&String> = app
-        .models
-        .keys()
-        .filter(|m| common::allowed(&app, tenant, m))
-        .collect();
-    names.sort();
-    let list = names
-        .into_iter()
-        .map(|n| WireModel::new(n.clone(), "tollgate", 0))
-        .collect();
-    Ok(Json(ModelList::new(list)))
+pub async fn models(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
+    let answer = (|| {
+        let app = live.current();
+        let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
+        let mut names: Vec<&String> = app
+            .models
+            .keys()
+            .filter(|m| common::allowed(&app, tenant, m))
+            .collect();
+        names.sort();
+        let list = names
+            .into_iter()
+            .map(|n| WireModel::new(n.clone(), "tollgate", 0))
+            .collect();
+        Ok::<_, ApiError>(Json(ModelList::new(list)))
+    })();
+    with_request_id(answer.into_response(), &headers)
 }
 
 /// `GET /v1/models/{model}`: one configured model the key may call (the
 /// SDKs' `models.retrieve`), else 404 `model_not_found`.
+/// The name may hold `/` (`org/model`); one that is not UTF-8 once
+/// decoded names no model.
 pub async fn model(
     State(live): State<Arc<Live>>,
-    axum::extract::Path(name): axum::extract::Path<String>,
+    name: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
-) -> Result<Json<WireModel>, ApiError> {
-    let app = live.current();
-    let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
-    match app.models.get_key_value(&name) {
-        Some((n, _)) if common::allowed(&app, tenant, n) => {
-            Ok(Json(WireModel::new(n.clone(), "tollgate", 0)))
+) -> Response {
+    let answer = (|| {
+        let app = live.current();
+        let tenant = common::tenant(&app, &headers, Dialect::OpenAi)?;
+        let name = name.map_or_else(|_| String::new(), |p| p.0);
+        match app.models.get_key_value(&name) {
+            Some((n, _)) if common::allowed(&app, tenant, n) => {
+                Ok(Json(WireModel::new(n.clone(), "tollgate", 0)))
+            }
+            _ => Err(ApiError::model_not_found(&name)),
         }
-        _ => Err(ApiError::model_not_found(&name)),
-    }
+    })();
+    with_request_id(answer.into_response(), &headers)
 }
 
 /// Any path no route serves: 404 in the OpenAI format (the Anthropic one
 /// under `/v1/messages`), with the request id, so a client's SDK reads
 /// an error rather than an empty body.
 pub async fn unknown_path(method: http::Method, uri: http::Uri, headers: HeaderMap) -> Response {
-    let dialect = if uri.path().starts_with("/v1/messages") {
+    let path = uri.path();
+    let dialect = if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         Dialect::Anthropic
     } else {
         Dialect::OpenAi
     };
-    let mut response = ApiError::unknown_path(&method, uri.path()).into_response_for(dialect);
+    let response = ApiError::unknown_path(&method, path).into_response_for(dialect);
+    with_request_id(response, &headers)
+}
+
+/// `response` with the request's id (SPEC GW-14).
+fn with_request_id(mut response: Response, headers: &HeaderMap) -> Response {
     response
         .headers_mut()
-        .insert(crate::request_id::HEADER, crate::request_id::of(&headers));
+        .insert(crate::request_id::HEADER, crate::request_id::of(headers));
     response
 }
 

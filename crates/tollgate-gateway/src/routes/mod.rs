@@ -42,7 +42,7 @@ pub fn router(live: Arc<Live>, with_metrics: bool) -> Router {
             post(messages::messages).fallback(post_only::<ANTHROPIC>),
         )
         .route("/v1/models", get(info::models).fallback(get_only))
-        .route("/v1/models/{model}", get(info::model).fallback(get_only))
+        .route("/v1/models/{*model}", get(info::model).fallback(get_only))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
         .route("/admin/snapshot", get(admin::snapshot))
@@ -87,7 +87,7 @@ async fn get_only(
     uri: http::Uri,
     headers: http::HeaderMap,
 ) -> axum::response::Response {
-    not_allowed(&method, &uri, &headers, "GET", Dialect::OpenAi)
+    not_allowed(&method, &uri, &headers, "GET, HEAD", Dialect::OpenAi)
 }
 
 /// 405 with `allow` and the request id.
