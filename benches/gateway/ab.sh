@@ -38,9 +38,9 @@ sed "s/^\[server\]\$/[server]\nconnection_threads = 2/" "$HERE/gateway.toml" >"$
 sed 's/127.0.0.1:18182/127.0.0.1:18184/' "$WORK/a.toml" >"$WORK/b.toml"
 
 trap 'stop_pids; echo "results: $WORK" >&2' EXIT
-# The gateways' access lines (stdout) go to /dev/null: they are still
-# written, so their cost is in the figures, but a log file would grow
-# by hundreds of MB a run. Their stderr is kept in $WORK.
+# The gateways' access lines (stdout) go to /dev/null: the gateway
+# still formats and writes them (a file's page-cache copy is left out),
+# and no log file grows by hundreds of MB a run. Stderr stays in $WORK.
 "$A" sim --listen 127.0.0.1:18181 >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
 "$A" serve --config "$WORK/a.toml" >/dev/null 2>"$WORK/a.log" &

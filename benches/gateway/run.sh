@@ -125,9 +125,9 @@ with_threads() {
   fi
 }
 with_threads "$GATEWAY_CONFIG" "$GATEWAY_THREADS" >"$WORK/gateway.toml"
-# The gateways' access lines (stdout) go to /dev/null: they are still
-# written, so their cost is in the figures, but a log file would grow
-# by hundreds of MB a run. Their stderr is kept in $WORK.
+# The gateways' access lines (stdout) go to /dev/null: the gateway
+# still formats and writes them (a file's page-cache copy is left out),
+# and no log file grows by hundreds of MB a run. Stderr stays in $WORK.
 "$TOLLGATE" serve --config "$WORK/gateway.toml" >/dev/null 2>"$WORK/gateway.log" &
 GW_PID=$!
 PIDS+=("$GW_PID")
