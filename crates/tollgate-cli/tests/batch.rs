@@ -46,6 +46,51 @@ fn complete_lines(path: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Waits (bounded) until `child`'s output holds `lines` whole lines; the
+/// child must still run meanwhile.
+async fn wait_for_lines(child: &mut tokio::process::Child, output: &Path, lines: usize) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while complete_lines(output) < lines {
+        assert!(Instant::now() < until, "the run made no progress");
+        assert!(
+            child.try_wait().expect("child").is_none(),
+            "the run ended before it was stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends `child` the signal `flag` (`-INT`, `-TERM`).
+fn signal(child: &tokio::process::Child, flag: &str) {
+    let pid = child.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args([flag, &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {flag}");
+}
+
+/// The output's lines, each whole JSON, checked to hold one line per
+/// `custom_id` and `n` in all (SPEC BATCH-3).
+fn one_line_per_item(output: &Path, n: usize) -> Vec<Value> {
+    let data = std::fs::read_to_string(output).expect("output");
+    assert!(data.is_empty() || data.ends_with('\n'), "a torn last line");
+    let mut ids = HashSet::new();
+    let lines: Vec<Value> = data
+        .lines()
+        .map(|line| {
+            let v: Value = serde_json::from_str(line).expect("no corrupt line");
+            assert!(
+                ids.insert(v["custom_id"].as_str().expect("id").to_owned()),
+                "one line per custom_id: {line}"
+            );
+            v
+        })
+        .collect();
+    assert_eq!(lines.len(), n);
+    lines
+}
+
 // proves: BATCH-3 (a real child killed with SIGKILL mid-run, then resumed:
 // exactly one line per custom_id, no corrupt line, a torn last line cut
 // off, finished items never sent again — the simulator's request count
@@ -85,15 +130,7 @@ async fn sigkill_mid_run_then_resume_sends_finished_items_never_again() {
     let mut cmd = Command::new(BIN);
     args(&mut cmd);
     let mut child = cmd.spawn().expect("spawn tollgate batch");
-    let until = Instant::now() + Duration::from_secs(20);
-    while complete_lines(&output) < 120 {
-        assert!(Instant::now() < until, "the first run made no progress");
-        assert!(
-            child.try_wait().expect("child").is_none(),
-            "the run ended before it was killed"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_lines(&mut child, &output, 120).await;
     child.start_kill().expect("SIGKILL");
     let status = child.wait().await.expect("wait");
     assert!(!status.success());
@@ -130,18 +167,9 @@ async fn sigkill_mid_run_then_resume_sends_finished_items_never_again() {
         (n - finished) as u64,
         "the resumed run sent exactly the unfinished items"
     );
-    let data = std::fs::read_to_string(&output).expect("output");
-    assert!(data.ends_with('\n'));
-    let mut ids = HashSet::new();
-    for line in data.lines() {
-        let v: Value = serde_json::from_str(line).expect("no corrupt line");
-        assert_eq!(v["response"]["status_code"], 200, "{line}");
-        assert!(
-            ids.insert(v["custom_id"].as_str().expect("id").to_owned()),
-            "one line per custom_id: {line}"
-        );
+    for v in one_line_per_item(&output, n) {
+        assert_eq!(v["response"]["status_code"], 200, "{v}");
     }
-    assert_eq!(ids.len(), n);
     // The resumed process starts with an empty window (LC-8): its first
     // request goes alone and may draw one 429 (retried), whose headers
     // then pace the rest.
@@ -346,18 +374,8 @@ async fn sigterm_stops_cleanly_and_the_resume_sends_nothing_twice() {
     let mut cmd = Command::new(BIN);
     args(&mut cmd);
     let mut child = cmd.spawn().expect("spawn tollgate batch");
-    let until = Instant::now() + Duration::from_secs(20);
-    while complete_lines(&output) < 20 {
-        assert!(Instant::now() < until, "the first run made no progress");
-        assert!(child.try_wait().expect("child").is_none(), "the run ended");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let pid = child.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success(), "kill -TERM");
+    wait_for_lines(&mut child, &output, 20).await;
+    signal(&child, "-TERM");
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
         .expect("stopped in time")
@@ -383,16 +401,7 @@ async fn sigterm_stops_cleanly_and_the_resume_sends_nothing_twice() {
         n as u64,
         "nothing sent twice"
     );
-    let data = std::fs::read_to_string(&output).expect("output");
-    let mut ids = HashSet::new();
-    for line in data.lines() {
-        let v: Value = serde_json::from_str(line).expect("no corrupt line");
-        assert!(
-            ids.insert(v["custom_id"].as_str().expect("id").to_owned()),
-            "{line}"
-        );
-    }
-    assert_eq!(ids.len(), n);
+    one_line_per_item(&output, n);
     server.shutdown().await.expect("shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -409,24 +418,27 @@ async fn an_unwritable_report_is_refused_before_anything_is_sent() {
     let server = Simulator::spawn(SimConfig::default(), "127.0.0.1:0")
         .await
         .expect("simulator");
+    let base_url = server.openai_base_url();
+    let run = |reports: &[(&str, &Path)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("batch")
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .args(["--base-url", &base_url, "--progress", "off"])
+            .stdin(Stdio::null());
+        for (flag, path) in reports {
+            cmd.arg(flag).arg(path);
+        }
+        cmd
+    };
     let missing = dir.join("no-such-folder").join("report");
     for (flag, path) in [
         ("--summary-json", missing.with_extension("json")),
         ("--plot", missing.with_extension("svg")),
         ("--plot", dir.clone()),
     ] {
-        let out = Command::new(BIN)
-            .arg("batch")
-            .arg(&input)
-            .arg("-o")
-            .arg(&output)
-            .args(["--base-url", &server.openai_base_url(), "--progress", "off"])
-            .arg(flag)
-            .arg(&path)
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .expect("run");
+        let out = run(&[(flag, &path)]).output().await.expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             out.status.code(),
@@ -440,17 +452,7 @@ async fn an_unwritable_report_is_refused_before_anything_is_sent() {
     }
     // A writable pair: the run completes and writes both.
     let (summary, plot) = (dir.join("s.json"), dir.join("p.svg"));
-    let status = Command::new(BIN)
-        .arg("batch")
-        .arg(&input)
-        .arg("-o")
-        .arg(&output)
-        .args(["--base-url", &server.openai_base_url(), "--progress", "off"])
-        .arg("--summary-json")
-        .arg(&summary)
-        .arg("--plot")
-        .arg(&plot)
-        .stdin(Stdio::null())
+    let status = run(&[("--summary-json", &summary), ("--plot", &plot)])
         .stdout(Stdio::null())
         .status()
         .await
@@ -592,15 +594,7 @@ async fn ctrl_c_is_heard_while_another_stop_drains() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(child.try_wait().expect("child").is_none(), "the run ended");
-    let pid = child.id().expect("pid").to_string();
-    let interrupt = || {
-        let status = std::process::Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -INT");
-    };
-    interrupt();
+    signal(&child, "-INT");
     let heard = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(line) = lines.recv().await {
             if line.starts_with("stopping:") {
@@ -618,7 +612,7 @@ async fn ctrl_c_is_heard_while_another_stop_drains() {
     // A second signal within a second of the first is taken as the same
     // stop (a terminal's Ctrl-C forwarded once more by a wrapper).
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    interrupt();
+    signal(&child, "-INT");
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
         .await
         .expect("the second Ctrl-C did not quit during the drain")

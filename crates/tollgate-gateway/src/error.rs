@@ -5,7 +5,7 @@
 //! | queue or pool full | 429 | `admission_rejected` |
 //! | deadline passed (or cannot be met) while waiting for admission | 429 | `admission_wait_deadline_exceeded` |
 //! | quota further away than `max_wait` | 429 | `admission_wait_deadline_exceeded` |
-//! | estimate larger than a whole token limit | 400 | `estimate_exceeds_limit` |
+//! | estimate larger than a whole token limit, or than one call may ask for | 400 | `estimate_exceeds_limit` |
 //! | circuit open | 503 | `circuit_open` |
 //! | deadline passed upstream (hook, retry delay, transport, stream), or while a large prompt was parsed or counted | 504 | `deadline_exceeded` |
 //! | counting a large prompt's tokens failed (a defect) | 500 | `internal_error` |
@@ -16,6 +16,8 @@
 //! | shutting down | 503 | `shutting_down` |
 //! | request body not received in time (body read timeout or deadline) | 408 | `request_timeout` |
 //! | request body too large | 413 | `request_too_large` |
+//! | a path no route serves | 404 | `unknown_url` |
+//! | another method on a route | 405 | `method_not_allowed` |
 //! | a client address already holding `server.max_connections_per_client` connections (refused before its request is read: [`too_many_connections`]) | 429 | `too_many_connections` |
 //!
 //! A 429 or 503 carries `retry-after` (whole seconds, rounded up) and
@@ -138,13 +140,12 @@ impl ApiError {
     /// `n`, or a total no 64-bit count holds (`total` is `None`).
     pub fn call_too_large(total: Option<u64>) -> Self {
         let asked = total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string());
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorResponse::invalid_request(format!(
+        Self::bad_request(
+            "estimate_exceeds_limit",
+            format!(
                 "The request asks for {asked} tokens (its prompt plus its output allowance \
                  for every choice); one call may ask for at most {MAX_CALL_TOKENS}."
-            ))
-            .with_code("estimate_exceeds_limit"),
+            ),
         )
     }
 
@@ -216,22 +217,18 @@ impl ApiError {
                 e.retry_after = Some(x.window);
                 e
             }
-            AdmissionError::EstimateExceedsLimit(x) => Self::new(
-                StatusCode::BAD_REQUEST,
-                ErrorResponse::invalid_request(format!(
+            AdmissionError::EstimateExceedsLimit(x) => Self::bad_request(
+                "estimate_exceeds_limit",
+                format!(
                     "The request needs about {} tokens, more than the whole limit of {}.",
                     x.demand, x.limit
-                ))
-                .with_code("estimate_exceeds_limit"),
+                ),
             ),
             // The gateway's estimates are the request's own numbers: one
             // that fails is one no count holds.
-            AdmissionError::TokenEstimationFailed { reason } => Self::new(
-                StatusCode::BAD_REQUEST,
-                ErrorResponse::invalid_request(format!(
-                    "The request's token estimate cannot be used: {reason}."
-                ))
-                .with_code("estimate_exceeds_limit"),
+            AdmissionError::TokenEstimationFailed { reason } => Self::bad_request(
+                "estimate_exceeds_limit",
+                format!("The request's token estimate cannot be used: {reason}."),
             ),
             AdmissionError::Closed => Self::shutting_down(),
             AdmissionError::QuotaStoreUnavailable { .. } => Self::new(
